@@ -1,0 +1,47 @@
+# gpuq — run `make` for the list of targets.
+SHELL := /bin/bash
+GO ?= go
+SQLC_VERSION ?= v1.31.1
+GOBIN ?= $(shell $(GO) env GOPATH)/bin
+SQLC := $(GOBIN)/sqlc
+BIN := bin/gpuq
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/gpuq
+	$(GO) build -o $(BIN) ./cmd/gpuq
+
+.PHONY: test
+test: ## Run all tests (real PostgreSQL and embedded JetStream)
+	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: demo
+demo: build ## Run the end-to-end demo on embedded NATS and a private PostgreSQL
+	./$(BIN) demo
+
+.PHONY: run
+run: build ## Run `gpuq dev`: embedded NATS, private PostgreSQL, scheduler and local pools
+	./$(BIN) dev
+
+$(SQLC):
+	$(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+
+.PHONY: generate
+generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations
+	$(SQLC) generate
+
+.PHONY: verify
+verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet complains
+	$(SQLC) diff
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...

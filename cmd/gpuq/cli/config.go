@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// loadConfig returns a viper instance for cmd that resolves each key in the
+// order flags > GPUQ_* environment > config file > defaults. Flag names are the
+// keys: --nats-url is read from GPUQ_NATS_URL or `nats-url:` in the file.
+func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
+	v := viper.New()
+	v.SetEnvPrefix("GPUQ")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	bind := func(f *pflag.Flag) {
+		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
+			bindErr = err
+		}
+	}
+	cmd.Flags().VisitAll(bind)
+	cmd.InheritedFlags().VisitAll(bind)
+	if bindErr != nil {
+		return nil, bindErr
+	}
+	path := v.GetString("config")
+	if path == "" {
+		path = os.Getenv("GPUQ_CONFIG")
+	}
+	if path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("reading config file %s: %w", path, err)
+		}
+	}
+	return v, nil
+}
+
+// outputFormat returns the validated -o value.
+func outputFormat(v *viper.Viper) (string, error) {
+	switch o := v.GetString("output"); o {
+	case "table", "json":
+		return o, nil
+	default:
+		return "", fmt.Errorf("--output: must be table or json, got %q", o)
+	}
+}

@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// ExitError carries a specific exit status out of a command; any other error
+// exits with status 1.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Main runs gpuq with args and returns the process exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	defer stop()
+	root := New()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		if exit.Err != nil {
+			fmt.Fprintln(stderr, "gpuq:", exit.Err)
+		}
+		return exit.Code
+	}
+	fmt.Fprintln(stderr, "gpuq:", err)
+	return 1
+}
+
+// New returns the gpuq root command with every subcommand attached.
+func New() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gpuq",
+		Short:         "A serverless-style job queue for rented GPU and CPU capacity",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringP("output", "o", "table", "output format: table or json")
+	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML); default $GPUQ_CONFIG")
+	root.AddCommand(commands()...)
+	return root
+}
+
+// commands lists the subcommands; each lives in its own file.
+func commands() []*cobra.Command {
+	return []*cobra.Command{
+		newVersionCmd(),
+	}
+}
