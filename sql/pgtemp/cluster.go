@@ -1,0 +1,196 @@
+package pgtemp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// ErrNoServer is returned when no PostgreSQL server binaries can be found.
+var ErrNoServer = errors.New("no PostgreSQL server binaries (initdb, pg_ctl) in PATH or /usr/lib/postgresql/*/bin")
+
+// Options tune a private cluster. The zero value is ready for `gpuq dev`.
+type Options struct {
+	// Durable keeps fsync on. Tests turn it off for speed; `gpuq dev` keeps it
+	// so that a crash loses nothing that was acknowledged. Default false.
+	Durable bool
+	// Port to listen on, on 127.0.0.1. Default: a free port.
+	Port int
+	// Log, when set, receives the server's log lines.
+	Log *os.File
+}
+
+// Cluster is a running private PostgreSQL cluster.
+type Cluster struct {
+	dir    string
+	port   int
+	bin    string
+	runAs  *user.User
+	stderr bytes.Buffer
+}
+
+// BinDir finds the directory that holds initdb and pg_ctl: PATH first, then
+// the newest /usr/lib/postgresql/N/bin.
+func BinDir() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		if _, err := exec.LookPath("initdb"); err == nil {
+			real, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				real = p
+			}
+			return filepath.Dir(real), nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
+			return d, nil
+		}
+	}
+	return "", ErrNoServer
+}
+
+func versionOf(binDir string) float64 {
+	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
+	return v
+}
+
+// Start initialises dir (when it holds no cluster yet) and starts a server on
+// 127.0.0.1. PostgreSQL refuses to run as root, so as root the cluster is
+// owned by and run as the `postgres` user.
+func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, bin: bin, port: opts.Port}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running PostgreSQL as root is refused by the server and there is no postgres user: %w", err)
+		}
+		c.runAs = u
+	}
+	if c.port == 0 {
+		if c.port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := c.chown(dir); err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if err := c.run(ctx, "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+			return nil, fmt.Errorf("initdb %s: %w", data, err)
+		}
+	}
+	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, dir)
+	if !opts.Durable {
+		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	logFile := filepath.Join(dir, "postgres.log")
+	if err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", settings, "-w", "-t", "60", "start"); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return nil, fmt.Errorf("starting PostgreSQL in %s: %w\n%s", data, err, tail(log, 2000))
+	}
+	return c, nil
+}
+
+// URL is the connection string of the cluster's `postgres` database.
+func (c *Cluster) URL() string { return c.DatabaseURL("postgres") }
+
+// DatabaseURL is the connection string of one database of the cluster.
+func (c *Cluster) DatabaseURL(name string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, name)
+}
+
+// Stop shuts the server down fast, keeping its data.
+func (c *Cluster) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "fast", "-w", "stop")
+}
+
+// Destroy stops the server and removes its directory.
+func (c *Cluster) Destroy() error {
+	stopErr := c.Stop()
+	return errors.Join(stopErr, os.RemoveAll(c.dir))
+}
+
+func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.Dir = c.dir
+	if c.runAs != nil {
+		uid, _ := strconv.Atoi(c.runAs.Uid)
+		gid, _ := strconv.Atoi(c.runAs.Gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.Env = append(os.Environ(), "HOME="+c.dir, "USER=postgres")
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w: %s", err, tail(out.Bytes(), 2000))
+	}
+	return nil
+}
+
+// chown hands dir to the postgres user when running as root; the parent
+// directories must be traversable for it too.
+func (c *Cluster) chown(dir string) error {
+	if c.runAs == nil {
+		return nil
+	}
+	uid, _ := strconv.Atoi(c.runAs.Uid)
+	gid, _ := strconv.Atoi(c.runAs.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return err
+	}
+	for p := filepath.Dir(dir); p != "/" && p != "."; p = filepath.Dir(p) {
+		info, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(p, info.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("making %s traversable for the postgres user: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

@@ -1,0 +1,7 @@
+-- name: PlacementInsert :exec
+INSERT INTO placements (job_id, version, pool, region, decision)
+VALUES (@job_id, @version, @pool, @region, @decision)
+ON CONFLICT (job_id, version) DO NOTHING;
+
+-- name: PlacementLatest :one
+SELECT * FROM placements WHERE job_id = @job_id ORDER BY version DESC LIMIT 1;

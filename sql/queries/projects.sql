@@ -1,0 +1,2 @@
+-- name: ProjectEnsure :exec
+INSERT INTO projects (name) VALUES (@name) ON CONFLICT (name) DO NOTHING;
