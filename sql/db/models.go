@@ -149,6 +149,8 @@ type Placement struct {
 	Version   int32
 	Pool      string
 	Region    string
+	Residency string
+	Countries []string
 	Decision  json.RawMessage
 	CreatedAt time.Time
 }

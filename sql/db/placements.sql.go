@@ -10,20 +10,23 @@ import (
 	"encoding/json"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
 
 const placementInsert = `-- name: PlacementInsert :exec
-INSERT INTO placements (job_id, version, pool, region, decision)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO placements (job_id, version, pool, region, residency, countries, decision)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (job_id, version) DO NOTHING
 `
 
 type PlacementInsertParams struct {
-	JobID    uuid.UUID
-	Version  int32
-	Pool     string
-	Region   string
-	Decision json.RawMessage
+	JobID     uuid.UUID
+	Version   int32
+	Pool      string
+	Region    string
+	Residency string
+	Countries []string
+	Decision  json.RawMessage
 }
 
 func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams) error {
@@ -32,13 +35,15 @@ func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams
 		arg.Version,
 		arg.Pool,
 		arg.Region,
+		arg.Residency,
+		pq.Array(arg.Countries),
 		arg.Decision,
 	)
 	return err
 }
 
 const placementLatest = `-- name: PlacementLatest :one
-SELECT job_id, version, pool, region, decision, created_at FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
+SELECT job_id, version, pool, region, residency, countries, decision, created_at FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placement, error) {
@@ -49,6 +54,8 @@ func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placeme
 		&i.Version,
 		&i.Pool,
 		&i.Region,
+		&i.Residency,
+		pq.Array(&i.Countries),
 		&i.Decision,
 		&i.CreatedAt,
 	)

@@ -80,6 +80,11 @@ CREATE TABLE placements (
     version     integer NOT NULL,
     pool        text NOT NULL,
     region      text NOT NULL,
+    -- residency is the class the job is bound to and countries its members;
+    -- they travel with the run message so that workers can refuse a job
+    -- outside them.
+    residency   text NOT NULL DEFAULT '',
+    countries   text[] NOT NULL DEFAULT '{}',
     decision    jsonb NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, version)

@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EventPublisher announces recorded events on JetStream so that `gpuq wait`
+// and `gpuq logs -f` follow jobs without polling PostgreSQL. PostgreSQL stays
+// the truth: a lost announcement delays a watcher, it loses no state.
+type EventPublisher struct {
+	JS     jetstream.JetStream
+	Logger *slog.Logger
+}
+
+// Announce publishes events asynchronously, bounded by the JetStream
+// context's async publish window.
+func (p *EventPublisher) Announce(ctx context.Context, events []Event) {
+	for _, ev := range events {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		if _, err := p.JS.PublishAsync(EventSubject(ev.JobID.String()), body); err != nil && p.Logger != nil {
+			p.Logger.Warn("announcing job event", "job", ev.JobID, "state", ev.State, "err", err)
+		}
+	}
+}
+
+// FollowEvents calls fn for each event of job published from now on,
+// starting with the latest one already published, until fn returns false or
+// ctx ends.
+func FollowEvents(ctx context.Context, js jetstream.JetStream, job uuid.UUID, fn func(Event) bool) error {
+	c, err := js.OrderedConsumer(ctx, StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{EventSubject(job.String())},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("following events of job %s: %w", job, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return err
+		}
+		var ev Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			continue
+		}
+		if !fn(ev) {
+			return nil
+		}
+	}
+}
+
+// CancelSubject is where `gpuq cancel` tells a running worker to stop a job
+// at once; the heartbeat's fencing catches a missed notice within a lease.
+func CancelSubject(jobID string) string { return "gpuq.cancel." + jobID }
+
+// NotifyCancel tells any worker running job to stop it.
+func NotifyCancel(nc *nats.Conn, job uuid.UUID) error {
+	if err := nc.Publish(CancelSubject(job.String()), nil); err != nil {
+		return err
+	}
+	return nc.Flush()
+}

@@ -1,0 +1,129 @@
+package queue
+
+import (
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// JobState is where a job is in its life; it mirrors the job_state enum.
+type JobState string
+
+const (
+	// StatePending: recorded by the scheduler, not yet placed.
+	StatePending JobState = "pending"
+	// StatePlaced: placed and published to its pool; waiting for a worker.
+	StatePlaced JobState = "placed"
+	// StateRunning: claimed by a worker under the current attempt.
+	StateRunning JobState = "running"
+	// StateSucceeded: exited 0 and its completion was recorded. Terminal.
+	StateSucceeded JobState = "succeeded"
+	// StateFailed: exited non-zero more often than retries.max_errors allow. Terminal.
+	StateFailed JobState = "failed"
+	// StateCancelled: cancelled by a user. Terminal.
+	StateCancelled JobState = "cancelled"
+	// StateRejected: no placement satisfies it (residency, budget, cards). Terminal.
+	StateRejected JobState = "rejected"
+	// StateDead: preempted or lost more often than retries.max_preemptions allow. Terminal.
+	StateDead JobState = "dead"
+)
+
+// Terminal reports whether no further state change can happen.
+func (s JobState) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateCancelled, StateRejected, StateDead:
+		return true
+	}
+	return false
+}
+
+// ErrNotFound is returned when a job (or its checkpoint, result…) does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrFenced is returned when a write carries an attempt number that is no
+// longer the job's current running attempt: a newer worker owns the job.
+var ErrFenced = errors.New("fenced: the job is no longer running under this attempt")
+
+// Job is the system of record's view of a job.
+type Job struct {
+	ID               uuid.UUID  `json:"id"`
+	Project          string     `json:"project"`
+	Name             string     `json:"name"`
+	IdempotencyKey   string     `json:"idempotency_key,omitempty"`
+	Spec             *Spec      `json:"spec"`
+	State            JobState   `json:"state"`
+	Attempt          int        `json:"attempt"`
+	Errors           int        `json:"errors"`
+	Preemptions      int        `json:"preemptions"`
+	PlacementVersion int        `json:"placement_version"`
+	Pool             string     `json:"pool,omitempty"`
+	ExitCode         *int       `json:"exit_code,omitempty"`
+	Reason           string     `json:"reason,omitempty"`
+	LeaseExpiresAt   *time.Time `json:"lease_expires_at,omitempty"`
+	SubmittedAt      time.Time  `json:"submitted_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	FinalizedAt      *time.Time `json:"finalized_at,omitempty"`
+}
+
+// Attempt is one claim of a job by a worker.
+type Attempt struct {
+	Attempt     int        `json:"attempt"`
+	WorkerID    string     `json:"worker_id"`
+	Host        string     `json:"host"`
+	PID         int        `json:"pid"`
+	Pool        string     `json:"pool"`
+	StartedAt   time.Time  `json:"started_at"`
+	HeartbeatAt time.Time  `json:"heartbeat_at"`
+	EndedAt     *time.Time `json:"ended_at,omitempty"`
+	Outcome     string     `json:"outcome,omitempty"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+}
+
+// Attempt outcomes.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeRetry     = "error"
+	OutcomePreempted = "preempted"
+	OutcomeLost      = "lost"
+	OutcomeFenced    = "fenced"
+	OutcomeCancelled = "cancelled"
+	OutcomeTimeout   = "timeout"
+)
+
+// Checkpoint is one committed checkpoint archive.
+type Checkpoint struct {
+	JobID     uuid.UUID `json:"job_id"`
+	Seq       int       `json:"seq"`
+	Attempt   int       `json:"attempt"`
+	Bytes     int64     `json:"bytes"`
+	SHA256    string    `json:"sha256"`
+	Region    string    `json:"region"`
+	StoreURI  string    `json:"store_uri"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Event is one entry of a job's audit trail; the same value is published on
+// gpuq.events.<job> after it is recorded.
+type Event struct {
+	JobID    uuid.UUID `json:"job_id"`
+	At       time.Time `json:"at"`
+	State    JobState  `json:"state"`
+	Attempt  int       `json:"attempt"`
+	Message  string    `json:"message,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+}
+
+// Placement is where the scheduler put a job and why.
+type Placement struct {
+	Version int    `json:"version"`
+	Pool    string `json:"pool"`
+	Region  string `json:"region"`
+	// Residency is the class the job is bound to ("" when unconstrained) and
+	// Countries its members; workers refuse jobs outside it.
+	Residency string   `json:"residency,omitempty"`
+	Countries []string `json:"countries,omitempty"`
+	// Decision is the placement policy's full explanation, stored as is.
+	Decision []byte `json:"-"`
+}

@@ -1,0 +1,216 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Placer decides where a job runs. The policy package's engine implements it;
+// the scheduler needs nothing else from placement. previous is nil on the
+// first placement.
+type Placer interface {
+	Place(ctx context.Context, job *Job, previous *Placement) (Placement, error)
+}
+
+// RejectionError is returned by a Placer when no placement satisfies the
+// job; the job is rejected with Reason.
+type RejectionError struct {
+	Reason string
+}
+
+func (e *RejectionError) Error() string { return e.Reason }
+
+// RunOrder is the body of a run message: which placement of which job a
+// worker of the pool should claim, and the residency it must respect.
+type RunOrder struct {
+	JobID            uuid.UUID `json:"job_id"`
+	PlacementVersion int       `json:"placement_version"`
+	Pool             string    `json:"pool"`
+	Region           string    `json:"region"`
+	Residency        string    `json:"residency,omitempty"`
+	Countries        []string  `json:"countries,omitempty"`
+}
+
+// Scheduler consumes submissions, records them, places them and publishes
+// them to their pools. Each step is idempotent, so a scheduler killed at any
+// moment loses nothing and, restarted, publishes nothing twice: a redelivered
+// submission finds its job already recorded, and a republished run message
+// carries the same Nats-Msg-Id.
+type Scheduler struct {
+	JS     jetstream.JetStream
+	Store  *Store
+	Placer Placer
+	Logger *slog.Logger
+	// BatchSize is the most submissions handled in one transaction. Default 256.
+	BatchSize int
+}
+
+// Run consumes submissions until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.BatchSize == 0 {
+		s.BatchSize = 256
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	cons, err := s.JS.Consumer(ctx, StreamSubmit, SchedulerConsumer)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, s.BatchSize)
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(s.BatchSize))
+	if err != nil {
+		return fmt.Errorf("scheduler: consuming submissions: %w", err)
+	}
+	defer cc.Stop()
+	for {
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			batch = append(batch, m)
+		}
+	drain:
+		for len(batch) < s.BatchSize {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		if err := s.handle(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.Logger.Error("scheduling a batch of submissions; they will be redelivered", "count", len(batch), "err", err)
+			for _, m := range batch {
+				m.NakWithDelay(time.Second) //nolint:errcheck // redelivered after AckWait anyway
+			}
+		}
+	}
+}
+
+// handle records, places and publishes a batch, then acks it.
+func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
+	var valid []jetstream.Msg
+	var jobs []NewJob
+	for _, m := range batch {
+		spec, err := ParseSpec(m.Data())
+		var id uuid.UUID
+		if err == nil {
+			id, err = submissionID(m, spec)
+		}
+		if err != nil {
+			// Nothing is recorded for a malformed raw publish; the client
+			// library validates before publishing, so only raw publishers
+			// meet this, and they see it in the scheduler's log.
+			s.Logger.Warn("refusing a malformed submission", "subject", m.Subject(), "err", err)
+			if err := m.Term(); err != nil {
+				return fmt.Errorf("terminating a malformed submission: %w", err)
+			}
+			continue
+		}
+		valid = append(valid, m)
+		jobs = append(jobs, NewJob{ID: id, Spec: spec})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	recorded, err := s.Store.RecordJobs(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	if err := s.placeAndPublish(ctx, recorded); err != nil {
+		return err
+	}
+	for _, m := range valid {
+		if err := m.Ack(); err != nil {
+			s.Logger.Warn("acknowledging a submission; it will be redelivered and found recorded", "err", err)
+		}
+	}
+	return nil
+}
+
+// placeAndPublish places pending jobs, records the placements, and publishes
+// the run messages of every placed job (new or found placed after a crash).
+func (s *Scheduler) placeAndPublish(ctx context.Context, jobs []*Job) error {
+	var placed []PlacedJob
+	var orders []RunOrder
+	for _, j := range jobs {
+		switch j.State {
+		case StatePending:
+			p, err := s.Placer.Place(ctx, j, nil)
+			var rej *RejectionError
+			if errors.As(err, &rej) {
+				if err := s.Store.Reject(ctx, j.ID, rej.Reason); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("placing job %s: %w", j.ID, err)
+			}
+			p.Version = j.PlacementVersion + 1
+			placed = append(placed, PlacedJob{JobID: j.ID, Placement: p})
+			orders = append(orders, orderFor(j.ID, p))
+		case StatePlaced:
+			p, err := s.Store.LatestPlacement(ctx, j.ID)
+			if err != nil {
+				return err
+			}
+			orders = append(orders, orderFor(j.ID, *p))
+		}
+	}
+	if err := s.Store.RecordPlacements(ctx, placed); err != nil {
+		return err
+	}
+	return publishOrders(ctx, s.JS, orders, "")
+}
+
+func orderFor(id uuid.UUID, p Placement) RunOrder {
+	return RunOrder{JobID: id, PlacementVersion: p.Version, Pool: p.Pool, Region: p.Region, Residency: p.Residency, Countries: p.Countries}
+}
+
+// publishOrders publishes run messages and waits until JetStream stored them
+// all. The Nats-Msg-Id is job:placement (plus suffix when the reconciler must
+// publish again after the dedupe window).
+func publishOrders(ctx context.Context, js jetstream.JetStream, orders []RunOrder, suffix string) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(orders))
+	for _, o := range orders {
+		body, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		msg := nats.NewMsg(RunSubject(o.Pool, o.JobID.String()))
+		msg.Data = body
+		msg.Header.Set(nats.MsgIdHdr, o.JobID.String()+":"+strconv.Itoa(o.PlacementVersion)+suffix)
+		msg.Header.Set(HeaderJobID, o.JobID.String())
+		msg.Header.Set(HeaderPlacement, strconv.Itoa(o.PlacementVersion))
+		f, err := js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("dispatching job %s: %w", o.JobID, err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("dispatching job %s: %w", orders[i].JobID, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

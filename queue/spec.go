@@ -1,0 +1,549 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// MaxSpecBytes bounds a submitted spec; larger payloads are refused before
+// they are parsed or published.
+const MaxSpecBytes = 256 << 10
+
+// Spec is what a user submits: a job and its requirements. It decodes from
+// YAML or JSON strictly: unknown fields and wrong types are errors naming the
+// field. The README's "Job spec" section documents every field.
+type Spec struct {
+	Name             string            `json:"name,omitempty"`
+	Project          string            `json:"project,omitempty"`
+	Command          Command           `json:"command"`
+	Env              map[string]string `json:"env,omitempty"`
+	Resources        Resources         `json:"resources,omitempty"`
+	Placement        PlacementSpec     `json:"placement,omitempty"`
+	Budget           BudgetSpec        `json:"budget,omitempty"`
+	Retries          Retries           `json:"retries,omitempty"`
+	Checkpoint       CheckpointSpec    `json:"checkpoint,omitempty"`
+	IdempotencyKey   string            `json:"idempotency_key,omitempty"`
+	Labels           map[string]string `json:"labels,omitempty"`
+	Timeout          Duration          `json:"timeout,omitempty"`
+	Deadline         *time.Time        `json:"deadline,omitempty"`
+	ExpectedDuration Duration          `json:"expected_duration,omitempty"`
+	Inputs           []Input           `json:"inputs,omitempty"`
+}
+
+// Command is the job's argv. A single string runs through /bin/sh -c.
+type Command []string
+
+// UnmarshalJSON accepts a list of strings or one shell string.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		if s == "" {
+			*c = nil
+			return nil
+		}
+		*c = Command{"/bin/sh", "-c", s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errors.New("must be a string or a list of strings")
+	}
+	*c = list
+	return nil
+}
+
+// Resources is what one run of the job needs.
+type Resources struct {
+	// GPU is absent for CPU-only jobs.
+	GPU      *GPUSpec `json:"gpu,omitempty"`
+	CPU      int      `json:"cpu,omitempty"`
+	MemoryGB float64  `json:"memory_gb,omitempty"`
+}
+
+// GPUSpec asks for Count cards of one of Cards (in order of preference).
+type GPUSpec struct {
+	Count    int      `json:"count"`
+	Cards    []string `json:"cards,omitempty"`
+	MemoryGB int      `json:"memory_gb,omitempty"`
+}
+
+// PlacementSpec narrows where the job may run.
+type PlacementSpec struct {
+	// Tier is spot, on-demand or spot-then-on-demand (the default).
+	Tier      string   `json:"tier,omitempty"`
+	Regions   []string `json:"regions,omitempty"`
+	Residency string   `json:"residency,omitempty"`
+	Providers []string `json:"providers,omitempty"`
+}
+
+// BudgetSpec caps what the job may cost, as amounts like "2.50 EUR".
+type BudgetSpec struct {
+	MaxPricePerHour string `json:"max_price_per_hour,omitempty"`
+	Total           string `json:"total,omitempty"`
+}
+
+// Retries bounds how often the job is run again.
+type Retries struct {
+	// MaxErrors is how many times a non-zero exit is retried. Default 2.
+	MaxErrors *int `json:"max_errors,omitempty"`
+	// MaxPreemptions is how many preemptions or lost workers the job
+	// survives before it is declared dead. Default 20.
+	MaxPreemptions *int `json:"max_preemptions,omitempty"`
+	// Delay between an error and the retry. Default 10s.
+	Delay Duration `json:"delay,omitempty"`
+}
+
+// CheckpointSpec says what the worker packs when the job commits a checkpoint.
+type CheckpointSpec struct {
+	// Paths inside GPUQ_CHECKPOINT_DIR to pack; default: all of it.
+	Paths []string `json:"paths,omitempty"`
+	// Interval is a hint to the job of how often to checkpoint; it is passed
+	// as GPUQ_CHECKPOINT_INTERVAL (seconds).
+	Interval Duration `json:"interval,omitempty"`
+}
+
+// Input is data the job reads, used to estimate egress cost.
+type Input struct {
+	URI    string `json:"uri,omitempty"`
+	Region string `json:"region"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Duration is a time.Duration written as "90s", "2h30m".
+type Duration time.Duration
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`must be a duration string such as "90s" or "2h"`)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf(`must be a duration such as "90s" or "2h", got %q`, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Defaults for fields a spec leaves out.
+const (
+	DefaultProject        = "default"
+	DefaultTier           = "spot-then-on-demand"
+	DefaultMaxErrors      = 2
+	DefaultMaxPreemptions = 20
+	DefaultRetryDelay     = 10 * time.Second
+)
+
+// MaxErrors returns retries.max_errors or its default.
+func (s *Spec) MaxErrors() int { return intOr(s.Retries.MaxErrors, DefaultMaxErrors) }
+
+// MaxPreemptions returns retries.max_preemptions or its default.
+func (s *Spec) MaxPreemptions() int { return intOr(s.Retries.MaxPreemptions, DefaultMaxPreemptions) }
+
+// RetryDelay returns retries.delay or its default.
+func (s *Spec) RetryDelay() time.Duration {
+	if s.Retries.Delay == 0 {
+		return DefaultRetryDelay
+	}
+	return time.Duration(s.Retries.Delay)
+}
+
+func intOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// FieldError is one problem with one field of a spec.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// SpecError lists everything wrong with a spec.
+type SpecError struct {
+	Problems []FieldError
+}
+
+func (e *SpecError) Error() string {
+	msgs := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		msgs[i] = p.Error()
+	}
+	return "invalid job spec: " + strings.Join(msgs, "; ")
+}
+
+// ErrInvalidSpec is wrapped by every spec error so callers can test for it.
+var ErrInvalidSpec = errors.New("invalid job spec")
+
+// Is makes errors.Is(err, ErrInvalidSpec) true for a SpecError.
+func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
+
+func specErr(field, format string, args ...any) *SpecError {
+	return &SpecError{Problems: []FieldError{{Field: field, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// ParseSpec decodes a YAML or JSON spec strictly, applies defaults and
+// validates it. Errors are *SpecError naming each field at fault.
+func ParseSpec(data []byte) (*Spec, error) {
+	if len(data) > MaxSpecBytes {
+		return nil, specErr("spec", "%d bytes is over the %d-byte limit; pass large data as inputs, not in the spec", len(data), MaxSpecBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, specErr("spec", "is empty")
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, specErr("spec", "not valid YAML or JSON: %v", err)
+	}
+	var generic any
+	if err := json.Unmarshal(js, &generic); err != nil {
+		return nil, specErr("spec", "not valid YAML or JSON: %v", err)
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return nil, specErr("spec", "must be a mapping of fields, got %s", jsonKind(generic))
+	}
+	if probs := checkShape("spec", generic, reflect.TypeOf(Spec{})); len(probs) > 0 {
+		return nil, &SpecError{Problems: probs}
+	}
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if err := dec.Decode(&s); err != nil {
+		return nil, decodeError(err)
+	}
+	s.applyDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := "spec"
+		if te.Field != "" {
+			field += "." + te.Field
+		}
+		return specErr(field, "must be %s, got %s", kindName(te.Type), te.Value)
+	}
+	// Errors from the fields' own UnmarshalJSON carry no path; find it.
+	return specErr("spec", "%v", err)
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	}
+	return "a mapping"
+}
+
+var (
+	durationType = reflect.TypeOf(Duration(0))
+	commandType  = reflect.TypeOf(Command(nil))
+	timeType     = reflect.TypeOf(time.Time{})
+)
+
+// checkShape walks a decoded document against t and reports, with its path,
+// every key t does not have and every value of the wrong type, so that each
+// error names the field at fault.
+func checkShape(path string, v any, t reflect.Type) []FieldError {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil {
+		return nil
+	}
+	wrong := func(want string) []FieldError {
+		return []FieldError{{Field: path, Message: fmt.Sprintf("must be %s, got %s", want, jsonKind(v))}}
+	}
+	switch t {
+	case durationType:
+		s, ok := v.(string)
+		if !ok {
+			return wrong(`a duration such as "90s" or "2h"`)
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			return []FieldError{{Field: path, Message: fmt.Sprintf(`must be a duration such as "90s" or "2h", got %q`, s)}}
+		}
+		return nil
+	case commandType:
+		switch c := v.(type) {
+		case string:
+			return nil
+		case []any:
+			for i, a := range c {
+				if _, ok := a.(string); !ok {
+					return []FieldError{{Field: fmt.Sprintf("%s[%d]", path, i), Message: "must be a string, got " + jsonKind(a)}}
+				}
+			}
+			return nil
+		}
+		return wrong("a string or a list of strings")
+	case timeType:
+		s, ok := v.(string)
+		if !ok {
+			return wrong("an RFC 3339 time such as 2026-12-01T18:00:00Z")
+		}
+		if _, err := time.Parse(time.RFC3339, s); err != nil {
+			return []FieldError{{Field: path, Message: fmt.Sprintf("must be an RFC 3339 time such as 2026-12-01T18:00:00Z, got %q", s)}}
+		}
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			return wrong("a string")
+		}
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return wrong("true or false")
+		}
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		f, ok := v.(float64)
+		if !ok || f != float64(int64(f)) {
+			return wrong("an integer")
+		}
+	case reflect.Float32, reflect.Float64:
+		if _, ok := v.(float64); !ok {
+			return wrong("a number")
+		}
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return wrong("a mapping")
+		}
+		var out []FieldError
+		for _, k := range sortedKeys(m) {
+			out = append(out, checkShape(path+"."+k, m[k], t.Elem())...)
+		}
+		return out
+	case reflect.Slice:
+		list, ok := v.([]any)
+		if !ok {
+			return wrong("a list")
+		}
+		var out []FieldError
+		for i, item := range list {
+			out = append(out, checkShape(fmt.Sprintf("%s[%d]", path, i), item, t.Elem())...)
+		}
+		return out
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return wrong("a mapping")
+		}
+		fields := map[string]reflect.Type{}
+		var names []string
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			fields[name] = f.Type
+			names = append(names, name)
+		}
+		var out []FieldError
+		for _, k := range sortedKeys(m) {
+			ft, ok := fields[k]
+			if !ok {
+				out = append(out, FieldError{Field: path + "." + k, Message: "unknown field; allowed: " + strings.Join(names, ", ")})
+				continue
+			}
+			out = append(out, checkShape(path+"."+k, m[k], ft)...)
+		}
+		return out
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var (
+	projectRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	envNameRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	residentRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+	moneyRe    = regexp.MustCompile(`^\d+(\.\d{1,6})? [A-Z]{3}$`)
+)
+
+func (s *Spec) applyDefaults() {
+	if s.Project == "" {
+		s.Project = DefaultProject
+	}
+	if s.Name == "" && len(s.Command) > 0 {
+		s.Name = s.Command[len(s.Command)-1]
+		if len(s.Name) > 64 {
+			s.Name = s.Name[:64]
+		}
+	}
+	if s.Placement.Tier == "" {
+		s.Placement.Tier = DefaultTier
+	}
+}
+
+// Validate checks every field and returns a *SpecError listing all problems.
+func (s *Spec) Validate() error {
+	var probs []FieldError
+	bad := func(field, format string, args ...any) {
+		probs = append(probs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if len(s.Name) > 128 {
+		bad("spec.name", "must be at most 128 characters, got %d", len(s.Name))
+	}
+	if !projectRe.MatchString(s.Project) {
+		bad("spec.project", "must be 1–63 lower-case letters, digits, '-' or '_', starting with a letter or digit, got %q", s.Project)
+	}
+	if len(s.Command) == 0 {
+		bad("spec.command", "must not be empty: give the program and its arguments, e.g. [python, train.py]")
+	} else if s.Command[0] == "" {
+		bad("spec.command[0]", "must name the program to run")
+	}
+	for k := range s.Env {
+		if !envNameRe.MatchString(k) {
+			bad("spec.env."+k, "is not a valid environment variable name")
+		} else if strings.HasPrefix(k, "GPUQ_") {
+			bad("spec.env."+k, "GPUQ_* variables are set by the worker and cannot be overridden")
+		}
+	}
+	if g := s.Resources.GPU; g != nil {
+		if g.Count < 1 || g.Count > 16 {
+			bad("spec.resources.gpu.count", "must be 1–16, got %d (leave out resources.gpu for a CPU-only job)", g.Count)
+		}
+		for i, c := range g.Cards {
+			if strings.TrimSpace(c) == "" {
+				bad(fmt.Sprintf("spec.resources.gpu.cards[%d]", i), "must name a card such as H100 or A100-80GB")
+			}
+		}
+		if g.MemoryGB < 0 || g.MemoryGB > 1024 {
+			bad("spec.resources.gpu.memory_gb", "must be 0–1024, got %d", g.MemoryGB)
+		}
+	}
+	if s.Resources.CPU < 0 || s.Resources.CPU > 512 {
+		bad("spec.resources.cpu", "must be 0–512, got %d", s.Resources.CPU)
+	}
+	if s.Resources.MemoryGB < 0 || s.Resources.MemoryGB > 8192 {
+		bad("spec.resources.memory_gb", "must be 0–8192, got %g", s.Resources.MemoryGB)
+	}
+	switch s.Placement.Tier {
+	case "spot", "on-demand", "spot-then-on-demand":
+	default:
+		bad("spec.placement.tier", "must be spot, on-demand or spot-then-on-demand, got %q", s.Placement.Tier)
+	}
+	if r := s.Placement.Residency; r != "" && !residentRe.MatchString(r) {
+		bad("spec.placement.residency", "must name a residency class such as EU, EEA or CH, got %q", r)
+	}
+	for i, r := range s.Placement.Regions {
+		if r == "" {
+			bad(fmt.Sprintf("spec.placement.regions[%d]", i), "must not be empty")
+		}
+	}
+	for i, p := range s.Placement.Providers {
+		if p == "" {
+			bad(fmt.Sprintf("spec.placement.providers[%d]", i), "must not be empty")
+		}
+	}
+	if m := s.Budget.MaxPricePerHour; m != "" && !moneyRe.MatchString(m) {
+		bad("spec.budget.max_price_per_hour", `must be an amount and a currency such as "2.50 EUR", got %q`, m)
+	}
+	if m := s.Budget.Total; m != "" && !moneyRe.MatchString(m) {
+		bad("spec.budget.total", `must be an amount and a currency such as "100 EUR", got %q`, m)
+	}
+	if p := s.Retries.MaxErrors; p != nil && (*p < 0 || *p > 100) {
+		bad("spec.retries.max_errors", "must be 0–100, got %d", *p)
+	}
+	if p := s.Retries.MaxPreemptions; p != nil && (*p < 0 || *p > 1000) {
+		bad("spec.retries.max_preemptions", "must be 0–1000, got %d", *p)
+	}
+	if d := time.Duration(s.Retries.Delay); d < 0 || d > 24*time.Hour {
+		bad("spec.retries.delay", "must be between 0 and 24h, got %s", d)
+	}
+	for i, p := range s.Checkpoint.Paths {
+		if p == "" || strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../") {
+			bad(fmt.Sprintf("spec.checkpoint.paths[%d]", i), "must be a relative path inside GPUQ_CHECKPOINT_DIR, got %q", p)
+		}
+	}
+	if d := time.Duration(s.Checkpoint.Interval); d < 0 {
+		bad("spec.checkpoint.interval", "must not be negative, got %s", d)
+	}
+	if len(s.IdempotencyKey) > 256 {
+		bad("spec.idempotency_key", "must be at most 256 characters, got %d", len(s.IdempotencyKey))
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > 63 {
+			bad("spec.labels", "label names must be 1–63 characters, got %q", k)
+		}
+		if len(v) > 256 {
+			bad("spec.labels."+k, "must be at most 256 characters, got %d", len(v))
+		}
+	}
+	if d := time.Duration(s.Timeout); d < 0 || d > 30*24*time.Hour {
+		bad("spec.timeout", "must be between 0 (none) and 720h, got %s", d)
+	}
+	if d := time.Duration(s.ExpectedDuration); d < 0 {
+		bad("spec.expected_duration", "must not be negative, got %s", d)
+	}
+	for i, in := range s.Inputs {
+		if in.Region == "" {
+			bad(fmt.Sprintf("spec.inputs[%d].region", i), "must name the region the data lives in")
+		}
+		if in.Bytes < 0 {
+			bad(fmt.Sprintf("spec.inputs[%d].bytes", i), "must not be negative, got %d", in.Bytes)
+		}
+	}
+	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
+	if len(probs) > 0 {
+		return &SpecError{Problems: probs}
+	}
+	return nil
+}

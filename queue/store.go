@@ -1,0 +1,622 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	_ "github.com/lib/pq" // the PostgreSQL driver
+
+	"github.com/gpuq/gpuq/sql/db"
+)
+
+// EventSink is told about every event after the transaction that recorded it
+// commits. The JetStream publisher implements it; nil drops them.
+type EventSink interface {
+	Announce(ctx context.Context, events []Event)
+}
+
+// Store is the PostgreSQL system of record. It wraps the generated queries,
+// converts rows into domain types in one place, and guards every worker
+// write with the attempt number.
+type Store struct {
+	DB     *sql.DB
+	q      *db.Queries
+	Events EventSink
+}
+
+// OpenStore connects to PostgreSQL at url and checks the connection.
+func OpenStore(ctx context.Context, url string) (*Store, error) {
+	conn, err := sql.Open("postgres", url)
+	if err != nil {
+		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
+	}
+	conn.SetMaxOpenConns(32)
+	conn.SetMaxIdleConns(32)
+	if err := conn.PingContext(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	return NewStore(conn), nil
+}
+
+// NewStore wraps an open database.
+func NewStore(conn *sql.DB) *Store {
+	return &Store{DB: conn, q: db.New(conn)}
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.DB.Close() }
+
+func (s *Store) announce(ctx context.Context, events []Event) {
+	if s.Events != nil && len(events) > 0 {
+		s.Events.Announce(ctx, events)
+	}
+}
+
+// inTx runs fn in a transaction and announces the events it returns after
+// the commit.
+func (s *Store) inTx(ctx context.Context, fn func(q *db.Queries) ([]Event, error)) error {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after commit
+	events, err := fn(s.q.WithTx(tx))
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.announce(ctx, events)
+	return nil
+}
+
+func recordEvent(ctx context.Context, q *db.Queries, id uuid.UUID, state JobState, attempt int, msg string, exit *int) (Event, error) {
+	err := q.JobEventInsert(ctx, db.JobEventInsertParams{JobID: id, State: db.JobState(state), Attempt: int32(attempt), Message: msg})
+	return Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}, err
+}
+
+// NewJob is a validated submission about to be recorded.
+type NewJob struct {
+	ID   uuid.UUID
+	Spec *Spec
+}
+
+// RecordJobs records a batch of submissions in one transaction. A submission
+// whose id or idempotency key is already recorded inserts nothing; the
+// existing job is returned in its place, so redelivery and re-runs are harmless.
+func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
+	out := make([]*Job, len(jobs))
+	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		var events []Event
+		projects := map[string]bool{}
+		for i, nj := range jobs {
+			if !projects[nj.Spec.Project] {
+				if err := q.ProjectEnsure(ctx, nj.Spec.Project); err != nil {
+					return nil, fmt.Errorf("recording project %s: %w", nj.Spec.Project, err)
+				}
+				projects[nj.Spec.Project] = true
+			}
+			spec, err := json.Marshal(nj.Spec)
+			if err != nil {
+				return nil, err
+			}
+			n, err := q.JobInsert(ctx, db.JobInsertParams{
+				ID: nj.ID, Project: nj.Spec.Project, Name: nj.Spec.Name,
+				IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: nj.Spec.IdempotencyKey != ""},
+				Spec:           spec,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("recording job %s: %w", nj.ID, err)
+			}
+			var row db.Job
+			if n == 1 {
+				ev, err := recordEvent(ctx, q, nj.ID, StatePending, 0, "submitted", nil)
+				if err != nil {
+					return nil, err
+				}
+				events = append(events, ev)
+				row, err = q.JobGetByID(ctx, nj.ID)
+				if err != nil {
+					return nil, err
+				}
+			} else {
+				row, err = q.JobGetByID(ctx, nj.ID)
+				if errors.Is(err, sql.ErrNoRows) && nj.Spec.IdempotencyKey != "" {
+					row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
+				}
+				if err != nil {
+					return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, err)
+				}
+			}
+			if out[i], err = jobFromRow(row); err != nil {
+				return nil, err
+			}
+		}
+		return events, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PlacedJob is a placement about to be recorded.
+type PlacedJob struct {
+	JobID     uuid.UUID
+	Placement Placement
+}
+
+// RecordPlacements stores each placement and moves its job to placed, in one
+// transaction. Jobs that are no longer pending or placed are left alone.
+func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		var events []Event
+		for _, p := range placed {
+			decision := p.Placement.Decision
+			if len(decision) == 0 {
+				decision = []byte("{}")
+			}
+			if err := q.PlacementInsert(ctx, db.PlacementInsertParams{
+				JobID: p.JobID, Version: int32(p.Placement.Version), Pool: p.Placement.Pool,
+				Region: p.Placement.Region, Residency: p.Placement.Residency, Countries: nonNil(p.Placement.Countries), Decision: decision,
+			}); err != nil {
+				return nil, fmt.Errorf("recording placement of job %s: %w", p.JobID, err)
+			}
+			n, err := q.JobSetPlaced(ctx, db.JobSetPlacedParams{ID: p.JobID, PlacementVersion: int32(p.Placement.Version), Pool: sql.NullString{String: p.Placement.Pool, Valid: true}})
+			if err != nil {
+				return nil, fmt.Errorf("placing job %s: %w", p.JobID, err)
+			}
+			if n == 1 {
+				ev, err := recordEvent(ctx, q, p.JobID, StatePlaced, 0, "placed on pool "+p.Placement.Pool, nil)
+				if err != nil {
+					return nil, err
+				}
+				events = append(events, ev)
+			}
+		}
+		return events, nil
+	})
+}
+
+// Reject finalises a pending job that cannot be placed, with the reason.
+func (s *Store) Reject(ctx context.Context, id uuid.UUID, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.JobReject(ctx, db.JobRejectParams{ID: id, Reason: reason})
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		ev, err := recordEvent(ctx, q, id, StateRejected, 0, reason, nil)
+		return []Event{ev}, err
+	})
+}
+
+// ClaimRequest identifies the worker claiming a job.
+type ClaimRequest struct {
+	JobID            uuid.UUID
+	PlacementVersion int
+	Lease            time.Duration
+	WorkerID         string
+	Host             string
+	PID              int
+	Pool             string
+}
+
+// Claimed is a successful claim: the job under its new attempt and the
+// checkpoint to resume from, if any.
+type Claimed struct {
+	Job        *Job
+	Checkpoint *Checkpoint
+}
+
+// NotClaimableError says why a job could not be claimed.
+type NotClaimableError struct {
+	State JobState
+	// LeaseLeft is how long another attempt's lease still runs.
+	LeaseLeft time.Duration
+	// Stale is true when the message belongs to an older placement.
+	Stale bool
+}
+
+func (e *NotClaimableError) Error() string {
+	switch {
+	case e.Stale:
+		return "the job was re-placed; this message is stale"
+	case e.LeaseLeft > 0:
+		return fmt.Sprintf("the job is running under another attempt (lease %s left)", e.LeaseLeft.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("the job is %s", e.State)
+}
+
+// Claim starts a new attempt of a job, closes any attempt it supersedes, and
+// returns the latest checkpoint, all in one transaction.
+func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
+	var out Claimed
+	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		row, err := q.JobClaim(ctx, db.JobClaimParams{ID: r.JobID, PlacementVersion: int32(r.PlacementVersion), LeaseSeconds: r.Lease.Seconds()})
+		if errors.Is(err, sql.ErrNoRows) {
+			info, err := q.JobLeaseRemaining(ctx, r.JobID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
+			}
+			nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
+			if nc.State == StateRunning {
+				nc.LeaseLeft = time.Duration(info.LeaseSeconds * float64(time.Second))
+			}
+			return nil, nc
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
+		}
+		if err := q.AttemptEndLost(ctx, db.AttemptEndLostParams{JobID: r.JobID, Attempt: row.Attempt}); err != nil {
+			return nil, err
+		}
+		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool}); err != nil {
+			return nil, fmt.Errorf("recording attempt %d of job %s: %w", row.Attempt, r.JobID, err)
+		}
+		ev, err := recordEvent(ctx, q, r.JobID, StateRunning, int(row.Attempt), fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool), nil)
+		if err != nil {
+			return nil, err
+		}
+		if out.Job, err = jobFromRow(row); err != nil {
+			return nil, err
+		}
+		cp, err := q.CheckpointLatest(ctx, r.JobID)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, err
+		default:
+			c := checkpointFromRow(cp)
+			out.Checkpoint = &c
+		}
+		return []Event{ev}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Heartbeat extends the attempt's lease. ErrFenced means the attempt lost the
+// job (superseded, cancelled or finished elsewhere).
+func (s *Store) Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease time.Duration) error {
+	n, err := s.q.JobHeartbeat(ctx, db.JobHeartbeatParams{ID: id, Attempt: int32(attempt), LeaseSeconds: lease.Seconds()})
+	if err != nil {
+		return fmt.Errorf("heartbeat of job %s attempt %d: %w", id, attempt, err)
+	}
+	if n == 0 {
+		return ErrFenced
+	}
+	return nil
+}
+
+// ArchiveRecord describes a packed archive in a checkpoint store.
+type ArchiveRecord struct {
+	Bytes    int64
+	SHA256   string
+	Region   string
+	StoreURI string
+}
+
+// RecordCheckpoint records a committed checkpoint under attempt and returns
+// its sequence number; ErrFenced when the attempt no longer owns the job.
+func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a ArchiveRecord) (int, error) {
+	seq, err := s.q.CheckpointInsert(ctx, db.CheckpointInsertParams{JobID: id, Attempt: int32(attempt), Bytes: a.Bytes, Sha256: a.SHA256, Region: a.Region, StoreUri: a.StoreURI})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, ErrFenced
+	}
+	if err != nil {
+		return 0, fmt.Errorf("recording checkpoint of job %s: %w", id, err)
+	}
+	return int(seq), nil
+}
+
+// Succeed records the job's outputs and its success under attempt.
+func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *ArchiveRecord) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		if outputs != nil {
+			n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
+			if err != nil {
+				return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
+			}
+			if n == 0 {
+				return nil, ErrFenced
+			}
+		}
+		n, err := q.JobSucceed(ctx, db.JobSucceedParams{ID: id, Attempt: int32(attempt)})
+		if err != nil {
+			return nil, fmt.Errorf("recording success of job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, ErrFenced
+		}
+		zero := 0
+		return endAttempt(ctx, q, id, attempt, OutcomeSucceeded, &zero, StateSucceeded, "succeeded")
+	})
+}
+
+func endAttempt(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, outcome string, exit *int, state JobState, msg string) ([]Event, error) {
+	if err := q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: outcome, ExitCode: nullInt(exit)}); err != nil {
+		return nil, err
+	}
+	ev, err := recordEvent(ctx, q, id, state, attempt, msg, exit)
+	return []Event{ev}, err
+}
+
+// Fail finalises the job as failed under attempt.
+func (s *Store) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.JobFail(ctx, db.JobFailParams{ID: id, Attempt: int32(attempt), ExitCode: nullInt(exit), Reason: reason})
+		if err != nil {
+			return nil, fmt.Errorf("recording failure of job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, ErrFenced
+		}
+		return endAttempt(ctx, q, id, attempt, outcome, exit, StateFailed, reason)
+	})
+}
+
+// Requeue hands a running job back to its pool after an error (errors+1) or a
+// preemption (preemptions+1), under attempt.
+func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
+	addErr, addPre := 0, 0
+	if outcome == OutcomePreempted {
+		addPre = 1
+	} else {
+		addErr = 1
+	}
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.JobRequeue(ctx, db.JobRequeueParams{ID: id, Attempt: int32(attempt), AddErrors: int32(addErr), AddPreemptions: int32(addPre), ExitCode: nullInt(exit), Reason: reason})
+		if err != nil {
+			return nil, fmt.Errorf("requeueing job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, ErrFenced
+		}
+		return endAttempt(ctx, q, id, attempt, outcome, exit, StatePlaced, reason)
+	})
+}
+
+// EndAttempt closes an attempt without touching the job: the worker was
+// fenced out or the job was cancelled under it.
+func (s *Store) EndAttempt(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int) error {
+	return s.q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: outcome, ExitCode: nullInt(exit)})
+}
+
+// Cancel finalises a job that has not finished. It returns ErrNotFound for an
+// unknown job and a *NotClaimableError carrying the state of a finished one.
+func (s *Store) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		attempt, err := q.JobCancel(ctx, db.JobCancelParams{ID: id, Reason: reason})
+		if errors.Is(err, sql.ErrNoRows) {
+			row, err := q.JobGetByID(ctx, id)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return nil, &NotClaimableError{State: JobState(row.State)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cancelling job %s: %w", id, err)
+		}
+		ev, err := recordEvent(ctx, q, id, StateCancelled, int(attempt), reason, nil)
+		return []Event{ev}, err
+	})
+}
+
+// MarkDead finalises a job that can no longer make progress.
+func (s *Store) MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.JobMarkDead(ctx, db.JobMarkDeadParams{ID: id, Reason: reason})
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		if err := q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: OutcomePreempted}); err != nil {
+			return nil, err
+		}
+		ev, err := recordEvent(ctx, q, id, StateDead, attempt, reason, nil)
+		return []Event{ev}, err
+	})
+}
+
+// Job returns one job.
+func (s *Store) Job(ctx context.Context, id uuid.UUID) (*Job, error) {
+	row, err := s.q.JobGetByID(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading job %s: %w", id, err)
+	}
+	return jobFromRow(row)
+}
+
+// ListFilter narrows List; zero values match everything.
+type ListFilter struct {
+	State   JobState
+	Project string
+	Limit   int
+}
+
+// List returns jobs, newest first.
+func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := s.q.JobList(ctx, db.JobListParams{
+		State:   db.NullJobState{JobState: db.JobState(f.State), Valid: f.State != ""},
+		Project: sql.NullString{String: f.Project, Valid: f.Project != ""},
+		MaxRows: int32(f.Limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing jobs: %w", err)
+	}
+	out := make([]*Job, 0, len(rows))
+	for _, r := range rows {
+		j, err := jobFromRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Attempts returns a job's attempts, oldest first.
+func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
+	rows, err := s.q.AttemptListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading attempts of job %s: %w", id, err)
+	}
+	out := make([]Attempt, len(rows))
+	for i, r := range rows {
+		out[i] = Attempt{Attempt: int(r.Attempt), WorkerID: r.WorkerID, Host: r.Host, PID: int(r.Pid), Pool: r.Pool,
+			StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, EndedAt: timePtr(r.EndedAt), Outcome: r.Outcome, ExitCode: intPtr(r.ExitCode)}
+	}
+	return out, nil
+}
+
+// Checkpoints returns a job's checkpoints in sequence order.
+func (s *Store) Checkpoints(ctx context.Context, id uuid.UUID) ([]Checkpoint, error) {
+	rows, err := s.q.CheckpointListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoints of job %s: %w", id, err)
+	}
+	out := make([]Checkpoint, len(rows))
+	for i, r := range rows {
+		out[i] = checkpointFromRow(r)
+	}
+	return out, nil
+}
+
+// EventsOf returns a job's audit trail, oldest first.
+func (s *Store) EventsOf(ctx context.Context, id uuid.UUID) ([]Event, error) {
+	rows, err := s.q.JobEventListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading events of job %s: %w", id, err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = Event{JobID: r.JobID, At: r.At, State: JobState(r.State), Attempt: int(r.Attempt), Message: r.Message}
+	}
+	return out, nil
+}
+
+// LatestPlacement returns the job's current placement with its decision.
+func (s *Store) LatestPlacement(ctx context.Context, id uuid.UUID) (*Placement, error) {
+	r, err := s.q.PlacementLatest(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("placement of job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Placement{Version: int(r.Version), Pool: r.Pool, Region: r.Region, Residency: r.Residency, Countries: r.Countries, Decision: r.Decision}, nil
+}
+
+// Result returns where the job's outputs were stored.
+func (s *Store) Result(ctx context.Context, id uuid.UUID) (*ArchiveRecord, error) {
+	r, err := s.q.ResultGet(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("outputs of job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ArchiveRecord{Bytes: r.Bytes, SHA256: r.Sha256, Region: r.Region, StoreURI: r.StoreUri}, nil
+}
+
+// Unsettled is a job the reconciler must look at.
+type Unsettled struct {
+	ID               uuid.UUID
+	State            JobState
+	Pool             string
+	PlacementVersion int
+}
+
+// ListUnsettled returns pending jobs older than pendingAge and placed or
+// lease-expired running jobs quiet for longer than placedAge.
+func (s *Store) ListUnsettled(ctx context.Context, pendingAge, placedAge time.Duration, limit int) ([]Unsettled, error) {
+	rows, err := s.q.JobListUnsettled(ctx, db.JobListUnsettledParams{PendingSeconds: pendingAge.Seconds(), PlacedSeconds: placedAge.Seconds(), MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("listing unsettled jobs: %w", err)
+	}
+	out := make([]Unsettled, len(rows))
+	for i, r := range rows {
+		out[i] = Unsettled{ID: r.ID, State: JobState(r.State), Pool: r.Pool.String, PlacementVersion: int(r.PlacementVersion)}
+	}
+	return out, nil
+}
+
+// CountByState returns how many jobs are in each state.
+func (s *Store) CountByState(ctx context.Context) (map[JobState]int, error) {
+	rows, err := s.q.JobCountByState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[JobState]int{}
+	for _, r := range rows {
+		out[JobState(r.State)] = int(r.Jobs)
+	}
+	return out, nil
+}
+
+func jobFromRow(r db.Job) (*Job, error) {
+	var spec Spec
+	if err := json.Unmarshal(r.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("decoding spec of job %s: %w", r.ID, err)
+	}
+	return &Job{
+		ID: r.ID, Project: r.Project, Name: r.Name, IdempotencyKey: r.IdempotencyKey.String, Spec: &spec,
+		State: JobState(r.State), Attempt: int(r.Attempt), Errors: int(r.Errors), Preemptions: int(r.Preemptions),
+		PlacementVersion: int(r.PlacementVersion), Pool: r.Pool.String, ExitCode: intPtr(r.ExitCode), Reason: r.Reason,
+		LeaseExpiresAt: timePtr(r.LeaseExpiresAt), SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinalizedAt: timePtr(r.FinalizedAt),
+	}, nil
+}
+
+func checkpointFromRow(r db.Checkpoint) Checkpoint {
+	return Checkpoint{JobID: r.JobID, Seq: int(r.Seq), Attempt: int(r.Attempt), Bytes: r.Bytes, SHA256: r.Sha256, Region: r.Region, StoreURI: r.StoreUri, CreatedAt: r.CreatedAt}
+}
+
+func nullInt(p *int) sql.NullInt32 {
+	if p == nil {
+		return sql.NullInt32{}
+	}
+	return sql.NullInt32{Int32: int32(*p), Valid: true}
+}
+
+func intPtr(n sql.NullInt32) *int {
+	if !n.Valid {
+		return nil
+	}
+	v := int(n.Int32)
+	return &v
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time
+	return &v
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

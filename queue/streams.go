@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Streams, subjects and headers. Every subject carries the job id as its last
+// token so that the reconciler can ask JetStream whether a job's message
+// exists (GetLastMsgForSubject) without scanning.
+const (
+	StreamSubmit = "GPUQ_SUBMIT" // gpuq.submit.<project>, work queue
+	StreamRun    = "GPUQ_RUN"    // gpuq.run.<pool>.<job>, work queue
+	StreamEvents = "GPUQ_EVENTS" // gpuq.events.<job>, limits
+	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<job>, limits, bounded per job
+
+	SchedulerConsumer = "scheduler"
+
+	HeaderJobID     = "Gpuq-Job-Id"
+	HeaderPlacement = "Gpuq-Placement"
+	HeaderAttempt   = "Gpuq-Attempt"
+	HeaderStream    = "Gpuq-Stream"
+)
+
+// SubmitSubject is where submissions for project are published.
+func SubmitSubject(project string) string { return "gpuq.submit." + project }
+
+// RunSubject is where a placed job is published for its pool.
+func RunSubject(pool, jobID string) string { return "gpuq.run." + pool + "." + jobID }
+
+// EventSubject carries a job's state changes.
+func EventSubject(jobID string) string { return "gpuq.events." + jobID }
+
+// LogSubject carries a job's output.
+func LogSubject(jobID string) string { return "gpuq.logs." + jobID }
+
+// PoolConsumer is the durable consumer shared by a pool's workers.
+func PoolConsumer(pool string) string { return "pool-" + pool }
+
+var poolRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidatePool checks that a pool id can be a subject token and a consumer name.
+func ValidatePool(pool string) error {
+	if !poolRe.MatchString(pool) {
+		return fmt.Errorf("pool %q: must be 1–64 letters, digits, '-' or '_'", pool)
+	}
+	return nil
+}
+
+// StreamOptions size the streams. The zero value suits one machine.
+type StreamOptions struct {
+	// Replicas per stream; 3 on a production cluster. Default 1.
+	Replicas int
+	// DuplicateWindow is how long Nats-Msg-Id dedupe lasts. Default 2m.
+	DuplicateWindow time.Duration
+	// LogMessagesPerJob bounds the log chunks kept per job. Default 5000.
+	LogMessagesPerJob int64
+	// Retention of events and logs. Default 14 days.
+	Retention time.Duration
+}
+
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = 2 * time.Minute
+	}
+	if o.LogMessagesPerJob == 0 {
+		o.LogMessagesPerJob = 5000
+	}
+	if o.Retention == 0 {
+		o.Retention = 14 * 24 * time.Hour
+	}
+	return o
+}
+
+// EnsureStreams creates or updates gpuq's streams and the scheduler's
+// consumer; it is safe to call from every process at start-up.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	o = o.withDefaults()
+	configs := []jetstream.StreamConfig{
+		{Name: StreamSubmit, Subjects: []string{"gpuq.submit.*"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow, MaxMsgSize: MaxSpecBytes + 4096},
+		{Name: StreamRun, Subjects: []string{"gpuq.run.*.*"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow},
+		{Name: StreamEvents, Subjects: []string{"gpuq.events.*"}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
+		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*"}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},
+	}
+	for _, c := range configs {
+		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
+			return fmt.Errorf("creating stream %s: %w", c.Name, err)
+		}
+	}
+	_, err := js.CreateOrUpdateConsumer(ctx, StreamSubmit, jetstream.ConsumerConfig{
+		Durable: SchedulerConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the scheduler's consumer: %w", err)
+	}
+	return nil
+}
+
+// EnsurePoolConsumer creates or updates the durable consumer of a pool.
+// BackOff stays unset: it would override AckWait, and long jobs heartbeat
+// with InProgress instead. MaxDeliver stays unlimited: gpuq counts attempts
+// itself and declares a job dead after retries.max_preemptions.
+func EnsurePoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, ackWait time.Duration) (jetstream.Consumer, error) {
+	if err := ValidatePool(pool); err != nil {
+		return nil, err
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, StreamRun, jetstream.ConsumerConfig{
+		Durable:       PoolConsumer(pool),
+		FilterSubject: "gpuq.run." + pool + ".*",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the consumer of pool %s: %w", pool, err)
+	}
+	return c, nil
+}

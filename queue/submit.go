@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// jobNamespace derives job ids from idempotency keys and message ids, so that
+// the same submission always names the same job.
+var jobNamespace = uuid.MustParse("6f1c1c52-6a8e-4d2e-9a43-2f0d7b9a1e10")
+
+// JobIDFor returns the id a submission gets: derived from the project and
+// idempotency key when there is one (a re-run notebook cell names the same
+// job), else a fresh time-ordered id.
+func JobIDFor(spec *Spec) uuid.UUID {
+	if spec.IdempotencyKey != "" {
+		return uuid.NewSHA1(jobNamespace, []byte(spec.Project+"\x00"+spec.IdempotencyKey))
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.New()
+	}
+	return id
+}
+
+// Publisher is the part of JetStream a submitter needs.
+type Publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// Submitted is the answer to a submission.
+type Submitted struct {
+	JobID uuid.UUID `json:"job_id"`
+	// Duplicate is true when JetStream had already accepted this submission.
+	Duplicate bool `json:"duplicate"`
+}
+
+// Submit publishes a validated spec to its project's submission subject and
+// returns once JetStream has stored it durably. The job id doubles as the
+// Nats-Msg-Id, so a retried publish is deduplicated by the server.
+func Submit(ctx context.Context, js Publisher, spec *Spec) (Submitted, error) {
+	if err := spec.Validate(); err != nil {
+		return Submitted{}, err
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return Submitted{}, err
+	}
+	if len(body) > MaxSpecBytes {
+		return Submitted{}, specErr("spec", "%d bytes is over the %d-byte limit", len(body), MaxSpecBytes)
+	}
+	id := JobIDFor(spec)
+	msg := nats.NewMsg(SubmitSubject(spec.Project))
+	msg.Data = body
+	msg.Header.Set(HeaderJobID, id.String())
+	msg.Header.Set(nats.MsgIdHdr, id.String())
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return Submitted{}, fmt.Errorf("submitting job %s: %w", id, err)
+	}
+	return Submitted{JobID: id, Duplicate: ack.Duplicate}, nil
+}
+
+// submissionID names the job a submission message creates: the header set by
+// Submit, else one derived from the idempotency key, the Nats-Msg-Id or the
+// stream sequence, so that a redelivered raw publish names the same job.
+func submissionID(msg jetstream.Msg, spec *Spec) (uuid.UUID, error) {
+	if spec.IdempotencyKey != "" {
+		return JobIDFor(spec), nil
+	}
+	h := msg.Headers()
+	if v := h.Get(HeaderJobID); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return uuid.Nil, fmt.Errorf("header %s: %q is not a UUID", HeaderJobID, v)
+		}
+		return id, nil
+	}
+	if v := h.Get(nats.MsgIdHdr); v != "" {
+		return uuid.NewSHA1(jobNamespace, []byte("msg:"+v)), nil
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return uuid.NewSHA1(jobNamespace, []byte(fmt.Sprintf("seq:%d", meta.Sequence.Stream))), nil
+}
