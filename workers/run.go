@@ -1,0 +1,457 @@
+package workers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// handle claims the job a run message names and runs one attempt of it.
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+	io := context.WithoutCancel(ctx) // writes that must outlive a notice
+	var order queue.RunOrder
+	if err := json.Unmarshal(msg.Data(), &order); err != nil {
+		w.cfg.Logger.Error("dropping an unreadable run message", "subject", msg.Subject(), "err", err)
+		msg.Term() //nolint:errcheck // nothing else can be done with it
+		return
+	}
+	log := w.cfg.Logger.With("job", order.JobID, "pool", w.cfg.Pool)
+	if len(order.Countries) > 0 && !slices.Contains(order.Countries, w.cfg.Country) {
+		reason := fmt.Sprintf("refused by worker %s in region %s (country %q): outside residency %s", w.cfg.WorkerID, w.cfg.Region, w.cfg.Country, order.Residency)
+		log.Error("residency violation: refusing job", "reason", reason)
+		if err := w.store.MarkDead(io, order.JobID, 0, reason); err != nil {
+			log.Error("recording refusal", "err", err)
+			msg.NakWithDelay(5 * time.Second) //nolint:errcheck // redelivered after AckWait otherwise
+			return
+		}
+		ackDone(io, msg, log)
+		return
+	}
+	claimed, err := w.store.Claim(io, queue.ClaimRequest{
+		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
+		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
+	})
+	var nc *queue.NotClaimableError
+	switch {
+	case errors.As(err, &nc) && nc.LeaseLeft > 0:
+		// Another attempt holds a live lease: look again when it ends.
+		msg.NakWithDelay(nc.LeaseLeft + 250*time.Millisecond) //nolint:errcheck // redelivered after AckWait otherwise
+		return
+	case errors.As(err, &nc):
+		log.Info("dropping run message", "reason", nc.Error())
+		ackDone(io, msg, log)
+		return
+	case errors.Is(err, queue.ErrNotFound):
+		log.Error("dropping run message of an unknown job")
+		msg.Term() //nolint:errcheck // nothing else can be done with it
+		return
+	case err != nil:
+		log.Error("claiming job", "err", err)
+		msg.NakWithDelay(time.Second) //nolint:errcheck // redelivered after AckWait otherwise
+		return
+	}
+	job := claimed.Job
+	log = log.With("attempt", job.Attempt)
+	if job.Preemptions > job.Spec.MaxPreemptions() {
+		reason := fmt.Sprintf("preempted or lost %d times, over retries.max_preemptions %d", job.Preemptions, job.Spec.MaxPreemptions())
+		if err := w.store.MarkDead(io, job.ID, job.Attempt, reason); err != nil {
+			log.Error("declaring job dead", "err", err)
+			return
+		}
+		ackDone(io, msg, log)
+		return
+	}
+	a := &attempt{w: w, msg: msg, job: job, log: log, io: io}
+	a.run(ctx, claimed.Checkpoint)
+}
+
+// ackDone acknowledges a message whose job needs nothing more, and waits
+// for the server to confirm it.
+func ackDone(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
+	if err := msg.DoubleAck(ctx); err != nil {
+		log.Warn("acknowledging; the message will be redelivered and found finished", "err", err)
+	}
+}
+
+// attempt is one run of one job under one attempt number.
+type attempt struct {
+	w   *Worker
+	msg jetstream.Msg
+	job *queue.Job
+	log *slog.Logger
+	io  context.Context
+
+	base, ckptDir, outDir string
+
+	saveMu sync.Mutex
+	saves  int
+	upload int
+	cancel context.CancelCauseFunc
+}
+
+func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
+	w, job := a.w, a.job
+	a.base = filepath.Join(w.cfg.DataDir, fmt.Sprintf("%s-a%d", job.ID, job.Attempt))
+	a.ckptDir = filepath.Join(a.base, "checkpoint")
+	a.outDir = filepath.Join(a.base, "output")
+	defer os.RemoveAll(a.base)
+	for _, d := range []string{a.ckptDir, a.outDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
+			return
+		}
+	}
+	if from != nil {
+		if err := a.restore(from); err != nil {
+			a.log.Error("restoring checkpoint", "seq", from.Seq, "err", err)
+			a.release(queue.OutcomePreempted, nil, fmt.Sprintf("restoring checkpoint %d: %v", from.Seq, err), 5*time.Second)
+			return
+		}
+	}
+	jobCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.cancel = cancel
+	if t := time.Duration(job.Spec.Timeout); t > 0 {
+		timer := time.AfterFunc(t, func() { cancel(ErrTimeout) })
+		defer timer.Stop()
+	}
+	if w.nc != nil {
+		sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID.String()), func(*nats.Msg) { cancel(ErrCancelled) })
+		if err == nil {
+			defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
+		}
+	}
+	ctl, err := listenControl(a.save)
+	if err != nil {
+		a.release(queue.OutcomePreempted, nil, err.Error(), 5*time.Second)
+		return
+	}
+	defer ctl.Close()
+
+	logs := newLogShipper(w.js, job.ID, job.Attempt)
+	cmd := exec.Command(job.Spec.Command[0], job.Spec.Command[1:]...)
+	cmd.Dir = a.base
+	cmd.Env = a.env(from != nil, ctl.path)
+	cmd.Stdout = logs.writer("stdout")
+	cmd.Stderr = logs.writer("stderr")
+	// Its own process group, so signals reach the job's children too; and
+	// killed with the worker, so a SIGKILLed worker leaves no orphan.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logs.close()
+		code := 127
+		a.finishError(&code, fmt.Sprintf("starting %q: %v", job.Spec.Command[0], err), queue.OutcomeRetry)
+		return
+	}
+	a.log.Info("job started", "pid", cmd.Process.Pid, "resumed", from != nil)
+	hbDone := make(chan struct{})
+	go a.heartbeat(jobCtx, hbDone)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var waitErr error
+	exitedInGrace := true
+	select {
+	case waitErr = <-exited:
+	case <-jobCtx.Done():
+		pgid := -cmd.Process.Pid
+		if context.Cause(jobCtx) == ErrPreempted {
+			syscall.Kill(pgid, syscall.SIGTERM) //nolint:errcheck // it may have exited already
+			select {
+			case waitErr = <-exited:
+			case <-time.After(w.cfg.Grace):
+				exitedInGrace = false
+				syscall.Kill(pgid, syscall.SIGKILL) //nolint:errcheck // it may have exited already
+				waitErr = <-exited
+			}
+		} else {
+			syscall.Kill(pgid, syscall.SIGKILL) //nolint:errcheck // it may have exited already
+			waitErr = <-exited
+		}
+	}
+	cause := context.Cause(jobCtx)
+	cancel(nil)
+	<-hbDone
+	logs.close()
+	code := exitCode(waitErr)
+
+	switch cause {
+	case queue.ErrFenced:
+		a.log.Warn("fenced out: a newer attempt owns the job; not acknowledging")
+		a.w.store.EndAttempt(a.io, job.ID, job.Attempt, queue.OutcomeFenced, code) //nolint:errcheck // informational only
+	case ErrCancelled:
+		a.w.store.EndAttempt(a.io, job.ID, job.Attempt, queue.OutcomeCancelled, code) //nolint:errcheck // informational only
+		ackDone(a.io, a.msg, a.log)
+	case ErrPreempted:
+		a.preempted(exitedInGrace)
+	case ErrTimeout:
+		a.finishError(code, fmt.Sprintf("timed out after %s", time.Duration(job.Spec.Timeout)), queue.OutcomeTimeout)
+	default:
+		if code != nil && *code == 0 {
+			a.succeed()
+			return
+		}
+		a.finishError(code, fmt.Sprintf("exited with status %s", codeText(code)), queue.OutcomeRetry)
+	}
+}
+
+func (a *attempt) env(resumed bool, socket string) []string {
+	job := a.job
+	env := os.Environ()
+	if a.w.cfg.Executable != "" {
+		env = append(env, "PATH="+filepath.Dir(a.w.cfg.Executable)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
+	for k, v := range job.Spec.Env {
+		env = append(env, k+"="+v)
+	}
+	r := "0"
+	if resumed {
+		r = "1"
+	}
+	env = append(env,
+		"GPUQ_JOB_ID="+job.ID.String(),
+		"GPUQ_ATTEMPT="+strconv.Itoa(job.Attempt),
+		"GPUQ_CHECKPOINT_DIR="+a.ckptDir,
+		"GPUQ_OUTPUT_DIR="+a.outDir,
+		"GPUQ_RESUMED="+r,
+		"GPUQ_POOL="+a.w.cfg.Pool,
+		"GPUQ_REGION="+a.w.cfg.Region,
+		EnvControlSocket+"="+socket,
+	)
+	if iv := time.Duration(job.Spec.Checkpoint.Interval); iv > 0 {
+		env = append(env, "GPUQ_CHECKPOINT_INTERVAL="+strconv.Itoa(int(iv.Seconds())))
+	}
+	return env
+}
+
+// heartbeat keeps the message and the lease alive until ctx ends; losing the
+// lease cancels the job with ErrFenced (or ErrCancelled when a user
+// cancelled it).
+func (a *attempt) heartbeat(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(a.w.cfg.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := a.msg.InProgress(); err != nil {
+			a.log.Warn("extending AckWait", "err", err)
+		}
+		err := a.w.store.Heartbeat(a.io, a.job.ID, a.job.Attempt, a.w.cfg.AckWait)
+		if errors.Is(err, queue.ErrFenced) {
+			if j, jerr := a.w.store.Job(a.io, a.job.ID); jerr == nil && j.State == queue.StateCancelled {
+				a.cancel(ErrCancelled)
+			} else {
+				a.cancel(queue.ErrFenced)
+			}
+			return
+		}
+		if err != nil {
+			a.log.Warn("refreshing lease", "err", err)
+		}
+	}
+}
+
+// save commits the checkpoint directory: pack, upload to the region's store,
+// record under the attempt. A fenced-out attempt's upload is deleted and the
+// job is stopped.
+func (a *attempt) save(context.Context) (int, error) {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.upload++
+	name := fmt.Sprintf("jobs/%s/checkpoint-a%d-%d.tar.zst", a.job.ID, a.job.Attempt, a.upload)
+	rec, err := a.pack(a.ckptDir, a.job.Spec.Checkpoint.Paths, name)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := a.w.store.RecordCheckpoint(a.io, a.job.ID, a.job.Attempt, *rec)
+	if err != nil {
+		a.w.archives.Delete(a.io, rec.StoreURI) //nolint:errcheck // an orphan costs storage, not correctness
+		if errors.Is(err, queue.ErrFenced) && a.cancel != nil {
+			a.cancel(queue.ErrFenced)
+		}
+		return 0, err
+	}
+	a.saves++
+	a.log.Info("checkpoint committed", "seq", seq, "bytes", rec.Bytes)
+	return seq, nil
+}
+
+// pack packs dir and uploads it as name to the worker's region.
+func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveRecord, error) {
+	arch, err := Pack(dir, paths, a.base)
+	if err != nil {
+		return nil, err
+	}
+	defer arch.Remove() //nolint:errcheck // a temporary file
+	f, err := os.Open(arch.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	uri, err := a.w.archives.Put(a.io, a.w.cfg.Region, name, f)
+	if err != nil {
+		return nil, err
+	}
+	return &queue.ArchiveRecord{Bytes: arch.Bytes, SHA256: arch.SHA256, Region: a.w.cfg.Region, StoreURI: uri}, nil
+}
+
+// restore unpacks a recorded checkpoint into the checkpoint directory after
+// checking its hash.
+func (a *attempt) restore(cp *queue.Checkpoint) error {
+	f, err := os.CreateTemp(a.base, "restore-*.tar.zst")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	if err := a.w.archives.Get(a.io, cp.StoreURI, io.MultiWriter(f, h)); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != cp.SHA256 {
+		return fmt.Errorf("checkpoint %d: sha256 %s, recorded %s", cp.Seq, got, cp.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := Unpack(f, a.ckptDir); err != nil {
+		return err
+	}
+	a.log.Info("resuming from checkpoint", "seq", cp.Seq)
+	return nil
+}
+
+func (a *attempt) succeed() {
+	var rec *queue.ArchiveRecord
+	if entries, _ := os.ReadDir(a.outDir); len(entries) > 0 {
+		var err error
+		rec, err = a.pack(a.outDir, nil, fmt.Sprintf("jobs/%s/outputs-a%d.tar.zst", a.job.ID, a.job.Attempt))
+		if err != nil {
+			a.log.Error("uploading outputs", "err", err)
+			a.release(queue.OutcomePreempted, nil, "uploading outputs: "+err.Error(), 5*time.Second)
+			return
+		}
+	}
+	err := a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+	if errors.Is(err, queue.ErrFenced) {
+		a.log.Warn("fenced out at completion: a newer attempt owns the job; not acknowledging")
+		if rec != nil {
+			a.w.archives.Delete(a.io, rec.StoreURI) //nolint:errcheck // an orphan costs storage, not correctness
+		}
+		return
+	}
+	if err != nil {
+		// Not recorded, so not acknowledged: the message is redelivered
+		// and the job runs again from its latest checkpoint.
+		a.log.Error("recording success", "err", err)
+		return
+	}
+	a.log.Info("job succeeded")
+	ackDone(a.io, a.msg, a.log)
+}
+
+// finishError retries a failed run while retries.max_errors allows, else
+// records the failure.
+func (a *attempt) finishError(code *int, reason, outcome string) {
+	spec := a.job.Spec
+	if a.job.Errors < spec.MaxErrors() {
+		a.log.Info("job failed; retrying", "reason", reason, "errors", a.job.Errors+1, "max_errors", spec.MaxErrors())
+		if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
+			a.log.Error("requeueing", "err", err)
+			return
+		}
+		if err := a.msg.NakWithDelay(spec.RetryDelay()); err != nil {
+			a.log.Warn("naking; the job is redelivered after AckWait", "err", err)
+		}
+		return
+	}
+	a.log.Info("job failed", "reason", reason)
+	if outcome == queue.OutcomeRetry {
+		outcome = queue.OutcomeFailed
+	}
+	if err := a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
+		a.log.Error("recording failure", "err", err)
+		return
+	}
+	ackDone(a.io, a.msg, a.log)
+}
+
+// preempted hands the job back after a notice: the final checkpoint the job
+// saved (or, when it exited within the grace period without saving, the
+// directory as it left it) is recorded, then the message is naked so that
+// another worker resumes it at once.
+func (a *attempt) preempted(exitedInGrace bool) {
+	a.saveMu.Lock()
+	saved := a.saves
+	a.saveMu.Unlock()
+	if exitedInGrace && saved == 0 {
+		if entries, _ := os.ReadDir(a.ckptDir); len(entries) > 0 {
+			if _, err := a.save(a.io); err != nil {
+				a.log.Error("recording the final checkpoint", "err", err)
+			}
+		}
+	}
+	a.release(queue.OutcomePreempted, nil, "preempted: handed back after the notice", 0)
+}
+
+// release hands the job back to its pool for another attempt.
+func (a *attempt) release(outcome string, code *int, reason string, delay time.Duration) {
+	if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
+		a.log.Error("handing the job back", "err", err)
+		return
+	}
+	var err error
+	if delay > 0 {
+		err = a.msg.NakWithDelay(delay)
+	} else {
+		err = a.msg.Nak()
+	}
+	if err != nil {
+		a.log.Warn("naking; the job is redelivered after AckWait", "err", err)
+	}
+}
+
+func exitCode(err error) *int {
+	if err == nil {
+		zero := 0
+		return &zero
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		c := ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			c = 128 + int(ws.Signal())
+		}
+		return &c
+	}
+	return nil
+}
+
+func codeText(code *int) string {
+	if code == nil {
+		return "unknown"
+	}
+	return strconv.Itoa(*code)
+}

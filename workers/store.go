@@ -1,0 +1,133 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ArchiveStore keeps packed checkpoints and outputs. There is one per region;
+// the embedded default is a JetStream object-store bucket, real deployments
+// use S3-compatible storage in the same region.
+type ArchiveStore interface {
+	Put(ctx context.Context, region, name string, r io.Reader) (uri string, err error)
+	Get(ctx context.Context, uri string, w io.Writer) error
+	Delete(ctx context.Context, uri string) error
+}
+
+// ObjectStore keeps archives in one JetStream object-store bucket per region,
+// named gpuq-archive-<region>. URIs look like nats-os://bucket/name.
+type ObjectStore struct {
+	JS jetstream.JetStream
+	// Replicas of each bucket; 3 on a production cluster. Default 1.
+	Replicas int
+
+	mu      sync.Mutex
+	buckets map[string]jetstream.ObjectStore
+}
+
+const objectScheme = "nats-os://"
+
+// BucketFor names the bucket of a region.
+func BucketFor(region string) string {
+	return "gpuq-archive-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, region)
+}
+
+func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jetstream.ObjectStore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.buckets[name]; ok {
+		return b, nil
+	}
+	var b jetstream.ObjectStore
+	var err error
+	if create {
+		replicas := s.Replicas
+		if replicas == 0 {
+			replicas = 1
+		}
+		b, err = s.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas})
+	} else {
+		b, err = s.JS.ObjectStore(ctx, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object-store bucket %s: %w", name, err)
+	}
+	if s.buckets == nil {
+		s.buckets = map[string]jetstream.ObjectStore{}
+	}
+	s.buckets[name] = b
+	return b, nil
+}
+
+// Put stores r under name in the region's bucket.
+func (s *ObjectStore) Put(ctx context.Context, region, name string, r io.Reader) (string, error) {
+	bucket := BucketFor(region)
+	b, err := s.bucket(ctx, bucket, true)
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.Put(ctx, jetstream.ObjectMeta{Name: name}, r); err != nil {
+		return "", fmt.Errorf("uploading %s to %s: %w", name, bucket, err)
+	}
+	return objectScheme + bucket + "/" + name, nil
+}
+
+func parseObjectURI(uri string) (bucket, name string, err error) {
+	rest, ok := strings.CutPrefix(uri, objectScheme)
+	if !ok {
+		return "", "", fmt.Errorf("archive %q: not a %s URI", uri, objectScheme)
+	}
+	bucket, name, ok = strings.Cut(rest, "/")
+	if !ok || name == "" {
+		return "", "", fmt.Errorf("archive %q: want %sbucket/name", uri, objectScheme)
+	}
+	return bucket, name, nil
+}
+
+// Get writes the archive at uri to w.
+func (s *ObjectStore) Get(ctx context.Context, uri string, w io.Writer) error {
+	bucket, name, err := parseObjectURI(uri)
+	if err != nil {
+		return err
+	}
+	b, err := s.bucket(ctx, bucket, false)
+	if err != nil {
+		return err
+	}
+	r, err := b.Get(ctx, name)
+	if err != nil {
+		return fmt.Errorf("downloading %s: %w", uri, err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(w, r); err != nil {
+		return fmt.Errorf("downloading %s: %w", uri, err)
+	}
+	return nil
+}
+
+// Delete removes the archive at uri; a missing one is not an error.
+func (s *ObjectStore) Delete(ctx context.Context, uri string) error {
+	bucket, name, err := parseObjectURI(uri)
+	if err != nil {
+		return err
+	}
+	b, err := s.bucket(ctx, bucket, false)
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// Causes with which a job's context is cancelled; the worker decides between
+// ack, nak and silence from context.Cause.
+var (
+	// ErrPreempted: the worker got a preemption notice or is shutting down.
+	ErrPreempted = errors.New("worker preempted or shutting down")
+	// ErrCancelled: a user cancelled the job.
+	ErrCancelled = errors.New("job cancelled")
+	// ErrTimeout: the job ran past spec.timeout.
+	ErrTimeout = errors.New("job timed out")
+)
+
+// Config is a worker's configuration.
+type Config struct {
+	// Pool whose consumer the worker pulls from. Required.
+	Pool string
+	// Slots is how many jobs run at once. Default 1.
+	Slots int
+	// Region and Country where the worker runs; checkpoints go to the
+	// region's store, and jobs whose residency excludes Country are refused.
+	// Default region "local", country "" (accepts only unconstrained jobs).
+	Region  string
+	Country string
+	// WorkerID names this worker in attempts. Default host-pid.
+	WorkerID string
+	// AckWait of the pool's consumer and the length of a claim's lease.
+	// Heartbeats come every AckWait/3. Default 30s.
+	AckWait time.Duration
+	// Grace is how long a job gets after SIGTERM to save its final
+	// checkpoint and exit. Default 20s.
+	Grace time.Duration
+	// DataDir holds each attempt's checkpoint and output directories.
+	// Default: a directory under the system temporary directory.
+	DataDir string
+	// Executable is the gpuq binary jobs call for `gpuq checkpoint save`;
+	// its directory is put first on the job's PATH. Default os.Executable().
+	Executable string
+	Logger     *slog.Logger
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	host, _ := os.Hostname()
+	if c.Slots == 0 {
+		c.Slots = 1
+	}
+	if c.Region == "" {
+		c.Region = "local"
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.Grace == 0 {
+		c.Grace = 20 * time.Second
+	}
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join(os.TempDir(), "gpuq-worker-"+c.WorkerID)
+	}
+	if c.Executable == "" {
+		c.Executable, _ = os.Executable()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if err := queue.ValidatePool(c.Pool); err != nil {
+		return fmt.Errorf("worker.pool: %w", err)
+	}
+	if c.Slots < 1 || c.Slots > 1024 {
+		return fmt.Errorf("worker.slots: must be 1–1024, got %d", c.Slots)
+	}
+	if c.AckWait < time.Second {
+		return fmt.Errorf("worker.ack-wait: must be at least 1s, got %s", c.AckWait)
+	}
+	if c.Grace <= 0 {
+		return fmt.Errorf("worker.grace: must be positive, got %s", c.Grace)
+	}
+	return nil
+}
+
+// Worker pulls a pool's jobs and runs them.
+type Worker struct {
+	cfg      Config
+	host     string
+	js       jetstream.JetStream
+	nc       *nats.Conn
+	store    *queue.Store
+	archives ArchiveStore
+}
+
+// New returns a worker; nc carries cancellation notices and must belong to js.
+func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, archives ArchiveStore) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives}, nil
+}
+
+// Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
+// ErrPreempted (a notice or SIGTERM), the worker stops pulling, hands each
+// running job SIGTERM and Grace to save its final checkpoint, records it, and
+// naks the job so that another worker resumes it at once. Run returns when
+// every job has been handed back.
+func (w *Worker) Run(ctx context.Context) error {
+	cons, err := queue.EnsurePoolConsumer(context.WithoutCancel(ctx), w.js, w.cfg.Pool, w.cfg.AckWait)
+	if err != nil {
+		return err
+	}
+	w.cfg.Logger.Info("worker ready", "pool", w.cfg.Pool, "slots", w.cfg.Slots, "region", w.cfg.Region, "worker", w.cfg.WorkerID)
+	var running sync.WaitGroup
+	defer running.Wait()
+	slots := make(chan struct{}, w.cfg.Slots)
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		n := 1
+		for n < w.cfg.Slots {
+			select {
+			case slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		fetchCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
+		if err != nil {
+			cancel()
+			for range n {
+				<-slots
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			w.cfg.Logger.Warn("pulling jobs", "pool", w.cfg.Pool, "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil {
+				// Pulled after the notice: hand it straight back.
+				msg.Nak() //nolint:errcheck // redelivered after AckWait otherwise
+				<-slots
+				continue
+			}
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				w.handle(ctx, msg)
+			}()
+		}
+		cancel()
+		for range n - got {
+			<-slots
+		}
+	}
+	return nil
+}
