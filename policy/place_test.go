@@ -114,7 +114,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 		{name: "too slow for the deadline", job: func(j *policy.Job) { j.Deadline = now.Add(9 * time.Hour) },
 			code: policy.ReasonDeadline, message: "expected run time 10h0m0s ends after the deadline 2026-03-02T18:00:00Z"},
 		{name: "spot restart overhead misses the deadline", offer: func(o *policy.Offer) { o.Tier = policy.TierSpot; o.PreemptionRate = ptr(0.5) },
-			job: func(j *policy.Job) { j.Tier = policy.TierSpot; j.Deadline = now.Add(10*time.Hour + 30*time.Minute) },
+			job:  func(j *policy.Job) { j.Tier = policy.TierSpot; j.Deadline = now.Add(10*time.Hour + 30*time.Minute) },
 			code: policy.ReasonDeadline, message: "expected run time 10h50m0s ends after the deadline"},
 		{name: "malformed pool", offer: func(o *policy.Offer) { o.Pool = "eu.h100" },
 			code: policy.ReasonInvalidOffer, message: `invalid offer: pool: "eu.h100" must match ^[A-Za-z0-9_-]+$`},
