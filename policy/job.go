@@ -1,0 +1,137 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"time"
+)
+
+// Tier is the kind of capacity a job accepts.
+type Tier string
+
+const (
+	// TierSpot accepts only spot (preemptible) capacity.
+	TierSpot Tier = "spot"
+	// TierOnDemand accepts only on-demand capacity; it is the default.
+	TierOnDemand Tier = "on-demand"
+	// TierSpotThenOnDemand accepts both; re-placement stops offering spot
+	// after too many preemptions (Rules.Replacement).
+	TierSpotThenOnDemand Tier = "spot-then-on-demand"
+)
+
+// Job is what placement needs to know about a job: its resources, where it
+// may run, what it may cost and when it must finish. The queue converts its
+// job spec into a Job.
+type Job struct {
+	Project string            `json:"project" yaml:"project" mapstructure:"project"`
+	Labels  map[string]string `json:"labels,omitempty" yaml:"labels" mapstructure:"labels"`
+	// GPUCount is the number of GPUs the job needs on one machine; 0 for a
+	// CPU-only job.
+	GPUCount int `json:"gpu_count" yaml:"gpu_count" mapstructure:"gpu_count"`
+	// Cards lists the accepted cards in order of preference; empty accepts
+	// any card.
+	Cards          []string `json:"cards,omitempty" yaml:"cards" mapstructure:"cards"`
+	MinGPUMemoryGB int      `json:"min_gpu_memory_gb,omitempty" yaml:"min_gpu_memory_gb" mapstructure:"min_gpu_memory_gb"`
+	VCPU           int      `json:"vcpu,omitempty" yaml:"vcpu" mapstructure:"vcpu"`
+	MemoryGB       int      `json:"memory_gb,omitempty" yaml:"memory_gb" mapstructure:"memory_gb"`
+	// Tier defaults to on-demand.
+	Tier Tier `json:"tier,omitempty" yaml:"tier" mapstructure:"tier"`
+	// Providers and Regions are globs (path.Match syntax); empty allows all.
+	Providers []string `json:"providers,omitempty" yaml:"providers" mapstructure:"providers"`
+	Regions   []string `json:"regions,omitempty" yaml:"regions" mapstructure:"regions"`
+	// Residency names the class the job asks for; matching rules may narrow
+	// it further, never widen it.
+	Residency       string `json:"residency,omitempty" yaml:"residency" mapstructure:"residency"`
+	MaxPricePerHour *Money `json:"max_price_per_hour,omitempty" yaml:"max_price_per_hour" mapstructure:"max_price_per_hour"`
+	Budget          *Money `json:"budget,omitempty" yaml:"budget" mapstructure:"budget"`
+	// Deadline is when the job must be finished; zero means none.
+	Deadline time.Time `json:"deadline,omitzero" yaml:"deadline" mapstructure:"deadline"`
+	// ExpectedDuration is the job's run time without interruptions; zero
+	// means until the deadline, or Rules.DefaultExpectedDuration.
+	ExpectedDuration time.Duration `json:"expected_duration,omitempty" yaml:"expected_duration" mapstructure:"expected_duration"`
+	Inputs           []Input       `json:"inputs,omitempty" yaml:"inputs" mapstructure:"inputs"`
+}
+
+// Input is a data set the job reads; moving it out of its region costs
+// egress.
+type Input struct {
+	Name   string `json:"name,omitempty" yaml:"name" mapstructure:"name"`
+	Region string `json:"region" yaml:"region" mapstructure:"region"`
+	Bytes  int64  `json:"bytes" yaml:"bytes" mapstructure:"bytes"`
+}
+
+// Validate checks the job on its own, naming the field at fault.
+func (j Job) Validate() error {
+	switch {
+	case j.GPUCount < 0:
+		return fmt.Errorf("job.gpu_count: must be 0 or more, got %d", j.GPUCount)
+	case j.MinGPUMemoryGB < 0:
+		return fmt.Errorf("job.min_gpu_memory_gb: must be 0 or more, got %d", j.MinGPUMemoryGB)
+	case j.VCPU < 0:
+		return fmt.Errorf("job.vcpu: must be 0 or more, got %d", j.VCPU)
+	case j.MemoryGB < 0:
+		return fmt.Errorf("job.memory_gb: must be 0 or more, got %d", j.MemoryGB)
+	case j.ExpectedDuration < 0:
+		return fmt.Errorf("job.expected_duration: must not be negative, got %s", j.ExpectedDuration)
+	}
+	switch j.Tier {
+	case "", TierSpot, TierOnDemand, TierSpotThenOnDemand:
+	default:
+		return fmt.Errorf("job.tier: must be spot, on-demand or spot-then-on-demand, got %q", j.Tier)
+	}
+	if err := checkGlobs("job.providers", j.Providers); err != nil {
+		return err
+	}
+	if err := checkGlobs("job.regions", j.Regions); err != nil {
+		return err
+	}
+	for name, m := range map[string]*Money{"job.max_price_per_hour": j.MaxPricePerHour, "job.budget": j.Budget} {
+		if m != nil && (m.Micros < 0 || !validCurrency(m.Currency)) {
+			return fmt.Errorf("%s: want a non-negative amount in an ISO 4217 currency, got %s", name, m)
+		}
+	}
+	for i, in := range j.Inputs {
+		if in.Bytes < 0 {
+			return fmt.Errorf("job.inputs[%d].bytes: must be 0 or more, got %d", i, in.Bytes)
+		}
+	}
+	return nil
+}
+
+// tier returns the job's tier with the default applied.
+func (j Job) tier() Tier {
+	if j.Tier == "" {
+		return TierOnDemand
+	}
+	return j.Tier
+}
+
+// checkGlobs refuses malformed patterns, naming key[i].
+func checkGlobs(key string, globs []string) error {
+	for i, g := range globs {
+		if err := checkGlob(fmt.Sprintf("%s[%d]", key, i), g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkGlob(key, g string) error {
+	if _, err := path.Match(g, ""); err != nil {
+		return fmt.Errorf("%s: malformed glob %q", key, g)
+	}
+	return nil
+}
+
+// matchAny reports whether s matches one of globs; empty globs match all.
+func matchAny(globs []string, s string) bool {
+	if len(globs) == 0 {
+		return true
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}

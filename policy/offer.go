@@ -1,0 +1,89 @@
+package policy
+
+import "fmt"
+
+// Availability is a provider's statement about capacity in a pool.
+type Availability string
+
+const (
+	Available           Availability = "available"
+	Scarce              Availability = "scarce"
+	Unavailable         Availability = "none"
+	AvailabilityUnknown Availability = "unknown"
+)
+
+// rank orders availabilities for ranking: lower is better.
+func (a Availability) rank() int {
+	switch a {
+	case Available:
+		return 0
+	case Scarce:
+		return 1
+	case AvailabilityUnknown, "":
+		return 2
+	default:
+		return 3
+	}
+}
+
+// Offer is what a provider says it can rent now in one pool.
+type Offer struct {
+	Provider string `json:"provider" yaml:"provider" mapstructure:"provider"`
+	// Pool identifies the capacity (provider + region + card + tier). It
+	// becomes a NATS subject token and consumer name, so it must match
+	// ^[A-Za-z0-9_-]+$.
+	Pool   string `json:"pool" yaml:"pool" mapstructure:"pool"`
+	Region string `json:"region" yaml:"region" mapstructure:"region"`
+	// Country is the ISO 3166-1 alpha-2 code of the region's location.
+	Country     string `json:"country" yaml:"country" mapstructure:"country"`
+	Card        string `json:"card" yaml:"card" mapstructure:"card"`
+	GPUCount    int    `json:"gpu_count" yaml:"gpu_count" mapstructure:"gpu_count"`
+	GPUMemoryGB int    `json:"gpu_memory_gb" yaml:"gpu_memory_gb" mapstructure:"gpu_memory_gb"`
+	VCPU        int    `json:"vcpu" yaml:"vcpu" mapstructure:"vcpu"`
+	MemoryGB    int    `json:"memory_gb" yaml:"memory_gb" mapstructure:"memory_gb"`
+	// Tier is spot or on-demand.
+	Tier         Tier  `json:"tier" yaml:"tier" mapstructure:"tier"`
+	PricePerHour Money `json:"price_per_hour" yaml:"price_per_hour" mapstructure:"price_per_hour"`
+	// EgressPerGB is nil when the provider does not say.
+	EgressPerGB  *Money       `json:"egress_per_gb,omitempty" yaml:"egress_per_gb" mapstructure:"egress_per_gb"`
+	Availability Availability `json:"availability,omitempty" yaml:"availability" mapstructure:"availability"`
+	// PreemptionRate is the expected preemptions per hour of a spot
+	// instance; nil when unknown.
+	PreemptionRate *float64 `json:"preemption_rate,omitempty" yaml:"preemption_rate" mapstructure:"preemption_rate"`
+}
+
+// ValidPool reports whether pool can be used as a NATS subject token and
+// consumer name: it must match ^[A-Za-z0-9_-]+$.
+func ValidPool(pool string) bool {
+	for i := 0; i < len(pool); i++ {
+		c := pool[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return pool != ""
+}
+
+// Validate checks the offer's shape, naming the field at fault.
+func (o Offer) Validate() error {
+	switch {
+	case o.Provider == "":
+		return fmt.Errorf("provider: must be set")
+	case !ValidPool(o.Pool):
+		return fmt.Errorf("pool: %q must match ^[A-Za-z0-9_-]+$", o.Pool)
+	case o.Tier != TierSpot && o.Tier != TierOnDemand:
+		return fmt.Errorf("tier: must be spot or on-demand, got %q", o.Tier)
+	case o.PricePerHour.Micros < 0 || !validCurrency(o.PricePerHour.Currency):
+		return fmt.Errorf("price_per_hour: want a non-negative amount in an ISO 4217 currency, got %s", o.PricePerHour)
+	case o.EgressPerGB != nil && (o.EgressPerGB.Micros < 0 || !validCurrency(o.EgressPerGB.Currency)):
+		return fmt.Errorf("egress_per_gb: want a non-negative amount in an ISO 4217 currency, got %s", o.EgressPerGB)
+	case o.PreemptionRate != nil && !(*o.PreemptionRate >= 0):
+		return fmt.Errorf("preemption_rate: must be 0 or more, got %v", *o.PreemptionRate)
+	case o.GPUCount < 0 || o.GPUMemoryGB < 0 || o.VCPU < 0 || o.MemoryGB < 0:
+		return fmt.Errorf("gpu_count, gpu_memory_gb, vcpu, memory_gb: must be 0 or more")
+	}
+	if o.Availability.rank() == 3 && o.Availability != Unavailable {
+		return fmt.Errorf("availability: must be available, scarce, none or unknown, got %q", o.Availability)
+	}
+	return nil
+}
