@@ -20,6 +20,10 @@ build: ## Build bin/gpuq
 test: ## Run all tests (real PostgreSQL and embedded JetStream)
 	$(GO) test -count=1 -timeout 20m ./...
 
+.PHONY: test/gpu
+test/gpu: build ## Run `gpuq canary -o json` against this machine's NVIDIA driver (CANARY_FLAGS adds expectations)
+	./$(BIN) canary -o json $(CANARY_FLAGS)
+
 .PHONY: demo
 demo: build ## Run the end-to-end demo on embedded NATS and a private PostgreSQL
 	./$(BIN) demo

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/workers/canary"
+)
+
+// Exit statuses of `gpuq canary`.
+const (
+	// exitCanaryFailed: the canary ran and at least one check failed.
+	exitCanaryFailed = 1
+	// exitCanaryUsage: the expectations were invalid, so nothing was checked.
+	exitCanaryUsage = 2
+)
+
+// openNVML gives the canary its NVML; tests replace it with go-nvml's mock.
+var openNVML = canary.System
+
+type canaryFlag struct {
+	flag, field, usage string
+	zero               any
+}
+
+// typeName says what a flag's value must be, for error messages.
+func typeName(zero any) string {
+	switch zero.(type) {
+	case int:
+		return "a whole number"
+	case time.Duration:
+		return "a duration such as 30s"
+	case bool:
+		return "true or false"
+	}
+	return "text"
+}
+
+// canaryFlags are the flags that set Expectations fields; field is the key
+// under a pool's `canary` map, and the flag's zero value gives its type.
+var canaryFlags = []canaryFlag{
+	{"expect-card", "card", "required card, e.g. H100 or A100-80GB; cpu for a CPU-only pool", ""},
+	{"expect-count", "count", "minimum number of GPUs (default 1 when a card is named)", 0},
+	{"expect-driver", "driver", "pinned driver version: 550 pins the branch, 550.54.15 one build", ""},
+	{"expect-driver-min", "driver_min", "lowest acceptable driver version, e.g. 535.104", ""},
+	{"expect-cuda", "cuda", "lowest CUDA version the driver must support, e.g. 12.4", ""},
+	{"min-memory-gb", "min_memory_gb", "least total memory per GPU, in GB of 10^9 bytes", 0},
+	{"min-free-memory-gb", "min_free_memory_gb", "least free memory per GPU, in GB of 10^9 bytes", 0},
+	{"max-temp-c", "max_temp_c", fmt.Sprintf("hottest a GPU may be, in °C (default %d)", canary.DefaultMaxTempC), 0},
+	{"probe", "probe", `shell command that must exit 0, e.g. python -c "import torch; torch.zeros(1).cuda()"`, ""},
+	{"probe-timeout", "probe_timeout", fmt.Sprintf("time the probe may take (default %s)", canary.DefaultProbeTimeout), time.Duration(0)},
+	{"budget", "budget", fmt.Sprintf("time the whole canary may take (default %s)", canary.DefaultBudget), time.Duration(0)},
+	{"allow-no-gpu", "allow_no_gpu", "pass without NVML (a CPU-only node); GPU checks are skipped", false},
+}
+
+func newCanaryCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "canary",
+		Short: "Check this node's GPUs against a pool's expectations; exit 1 on any failure",
+		Long: `Runs the NVML canary a worker runs before it takes work: driver and CUDA
+versions, card, device count, memory, ECC errors, retired and remapped pages,
+temperature, and an optional probe command. Expectations come from a pool's
+canary section in the config file (--pool) and/or from the flags, which win.
+Exit status: 0 all checks passed, 1 a check failed, 2 invalid expectations.`,
+		Args: cobra.NoArgs,
+		RunE: runCanary,
+	}
+	cmd.Flags().String("pool", "", "read expectations from this pool's canary section of the config key pools")
+	for _, f := range canaryFlags {
+		switch zero := f.zero.(type) {
+		case string:
+			cmd.Flags().String(f.flag, zero, f.usage)
+		case int:
+			cmd.Flags().Int(f.flag, zero, f.usage)
+		case time.Duration:
+			cmd.Flags().Duration(f.flag, zero, f.usage)
+		case bool:
+			cmd.Flags().Bool(f.flag, zero, f.usage)
+		}
+	}
+	return cmd
+}
+
+func runCanary(cmd *cobra.Command, _ []string) error {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	format, err := outputFormat(v)
+	if err != nil {
+		return err
+	}
+	exp, err := canaryExpectations(v)
+	if err != nil {
+		return &ExitError{Code: exitCanaryUsage, Err: err}
+	}
+	r := canary.Run(cmd.Context(), openNVML(), exp)
+	out := cmd.OutOrStdout()
+	if format == "json" {
+		err = writeJSON(out, r)
+	} else {
+		err = writeCanaryTable(cmd, r)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.OK {
+		return &ExitError{Code: exitCanaryFailed, Err: fmt.Errorf("canary failed: %s", r.Summary())}
+	}
+	return nil
+}
+
+// canaryExpectations starts from --pool's canary section, when given, and
+// lets each flag that is set (on the command line or as GPUQ_*) override it.
+// Both go through the same decoding, and an invalid or unknown value is
+// reported under the name the user gave it.
+func canaryExpectations(v *viper.Viper) (canary.Expectations, error) {
+	fields := map[string]any{}
+	source := map[string]string{}
+	if pool := v.GetString("pool"); pool != "" {
+		section, err := poolCanarySection(v, pool)
+		if err != nil {
+			return canary.Expectations{}, err
+		}
+		for k, val := range section {
+			fields[k], source[k] = val, fmt.Sprintf("pools[%s].canary.%s", pool, k)
+		}
+	}
+	for _, f := range canaryFlags {
+		if v.IsSet(f.flag) {
+			fields[f.field], source[f.field] = v.Get(f.flag), "--"+f.flag
+		}
+	}
+	var exp canary.Expectations
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		f := slices.IndexFunc(canaryFlags, func(f canaryFlag) bool { return f.field == k })
+		if f < 0 {
+			known := make([]string, len(canaryFlags))
+			for i, f := range canaryFlags {
+				known[i] = f.field
+			}
+			return exp, fmt.Errorf("%s: unknown key; the canary knows %s", source[k], strings.Join(known, ", "))
+		}
+		// One key at a time, so that a value of the wrong type is blamed on
+		// its own key; viper's decoding turns "30s" into a duration.
+		one := viper.New()
+		one.Set(k, fields[k])
+		if err := one.Unmarshal(&exp); err != nil {
+			return exp, fmt.Errorf("%s: cannot read %q as %s", source[k], fmt.Sprint(fields[k]), typeName(canaryFlags[f].zero))
+		}
+	}
+	if err := exp.Validate(); err != nil {
+		var fe *canary.FieldError
+		if errors.As(err, &fe) && source[fe.Field] != "" {
+			return exp, fmt.Errorf("%s: %s", source[fe.Field], fe.Problem)
+		}
+		return exp, err
+	}
+	return exp, nil
+}
+
+// poolCanarySection returns the `canary` map of the pool named name from the
+// config key pools; a pool's other keys are not the canary's business.
+func poolCanarySection(v *viper.Viper, name string) (map[string]any, error) {
+	var pools []struct {
+		Name   string         `mapstructure:"name"`
+		Canary map[string]any `mapstructure:"canary"`
+	}
+	if err := v.UnmarshalKey("pools", &pools); err != nil {
+		return nil, fmt.Errorf("pools: %w", err)
+	}
+	var names []string
+	for _, p := range pools {
+		if p.Name == name {
+			return p.Canary, nil
+		}
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--pool: no pool %q: the config has no pools (set the config key pools, a list of {name, canary})", name)
+	}
+	slices.Sort(names)
+	return nil, fmt.Errorf("--pool: no pool %q in the config key pools; have %s", name, strings.Join(names, ", "))
+}
+
+func writeCanaryTable(cmd *cobra.Command, r canary.Report) error {
+	t := newTable(cmd.OutOrStdout(), "CHECK", "STATUS", "EXPECTED", "FOUND", "TIME")
+	for _, c := range r.Checks {
+		t.row(c.Label(), c.Status, c.Expected, c.Found, roundDuration(c.Duration))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	verdict := "passed"
+	if !r.OK {
+		verdict = fmt.Sprintf("FAILED (%d of %d checks)", len(r.Failures()), len(r.Checks))
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "canary %s in %s (budget %s)\n", verdict, roundDuration(r.Duration), r.Budget)
+	return err
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
