@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuq/gpuq/policy"
 )
 
 // MaxSpecBytes bounds a submitted spec; larger payloads are refused before
@@ -414,7 +416,6 @@ var (
 	projectRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	envNameRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	residentRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
-	moneyRe    = regexp.MustCompile(`^\d+(\.\d{1,6})? [A-Z]{3}$`)
 )
 
 func (s *Spec) applyDefaults() {
@@ -493,11 +494,15 @@ func (s *Spec) Validate() error {
 			bad(fmt.Sprintf("spec.placement.providers[%d]", i), "must not be empty")
 		}
 	}
-	if m := s.Budget.MaxPricePerHour; m != "" && !moneyRe.MatchString(m) {
-		bad("spec.budget.max_price_per_hour", `must be an amount and a currency such as "2.50 EUR", got %q`, m)
+	if m := s.Budget.MaxPricePerHour; m != "" {
+		if _, err := policy.ParseMoney(m); err != nil {
+			bad("spec.budget.max_price_per_hour", `must be an amount and a currency such as "2.50 EUR": %v`, err)
+		}
 	}
-	if m := s.Budget.Total; m != "" && !moneyRe.MatchString(m) {
-		bad("spec.budget.total", `must be an amount and a currency such as "100 EUR", got %q`, m)
+	if m := s.Budget.Total; m != "" {
+		if _, err := policy.ParseMoney(m); err != nil {
+			bad("spec.budget.total", `must be an amount and a currency such as "100 EUR": %v`, err)
+		}
 	}
 	if p := s.Retries.MaxErrors; p != nil && (*p < 0 || *p > 100) {
 		bad("spec.retries.max_errors", "must be 0–100, got %d", *p)

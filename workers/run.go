@@ -2,12 +2,9 @@ package workers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -326,15 +323,8 @@ func (a *attempt) restore(cp *queue.Checkpoint) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	h := sha256.New()
-	if err := a.w.archives.Get(a.io, cp.StoreURI, io.MultiWriter(f, h)); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != cp.SHA256 {
-		return fmt.Errorf("checkpoint %d: sha256 %s, recorded %s", cp.Seq, got, cp.SHA256)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
+	if err := Download(a.io, a.w.archives, cp.StoreURI, cp.SHA256, f); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", cp.Seq, err)
 	}
 	if err := Unpack(f, a.ckptDir); err != nil {
 		return err

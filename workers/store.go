@@ -2,9 +2,12 @@ package workers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 
@@ -130,4 +133,18 @@ func (s *ObjectStore) Delete(ctx context.Context, uri string) error {
 		return err
 	}
 	return nil
+}
+
+// Download writes the archive at uri into f, checks it against the recorded
+// sha256, and rewinds f for reading.
+func Download(ctx context.Context, store ArchiveStore, uri, sha string, f *os.File) error {
+	h := sha256.New()
+	if err := store.Get(ctx, uri, io.MultiWriter(f, h)); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
+		return fmt.Errorf("archive %s: sha256 %s, recorded %s", uri, got, sha)
+	}
+	_, err := f.Seek(0, io.SeekStart)
+	return err
 }

@@ -33,6 +33,13 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	if path == "" {
 		path = os.Getenv("GPUQ_CONFIG")
 	}
+	if path == "" {
+		// `gpuq dev` leaves its connection settings here, so client
+		// commands run from the same directory find it without flags.
+		if _, err := os.Stat(devConfigFile); err == nil {
+			path = devConfigFile
+		}
+	}
 	if path != "" {
 		v.SetConfigFile(path)
 		if err := v.ReadInConfig(); err != nil {
@@ -41,6 +48,9 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	}
 	return v, nil
 }
+
+// devConfigFile is written by `gpuq dev` and read by default.
+const devConfigFile = ".gpuq/config.yaml"
 
 // outputFormat returns the validated -o value.
 func outputFormat(v *viper.Viper) (string, error) {

@@ -68,6 +68,18 @@ func New() *cobra.Command {
 func commands() []*cobra.Command {
 	return []*cobra.Command{
 		newVersionCmd(),
+		newDevCmd(),
+		newServerCmd(),
+		newWorkerCmd(),
+		newMigrateCmd(),
+		newSubmitCmd(),
+		newStatusCmd(),
+		newLsCmd(),
+		newLogsCmd(),
+		newWaitCmd(),
+		newCancelCmd(),
+		newResultsCmd(),
+		newCheckpointCmd(),
 		newCanaryCmd(),
 	}
 }

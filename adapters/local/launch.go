@@ -1,0 +1,83 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+)
+
+// Launcher brings up local capacity: each instance is a `gpuq worker`
+// process for one pool on this machine.
+type Launcher struct {
+	// Executable is the gpuq binary. Default os.Executable().
+	Executable string
+	// Args are passed to every worker after the pool's own flags
+	// (connection URLs, ack wait…).
+	Args []string
+	// Slots per worker. Default 1.
+	Slots int
+	// Stdout and Stderr of the workers; default os.Stderr.
+	Output *os.File
+}
+
+// Instance is one running worker process.
+type Instance struct {
+	Pool string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// ID is the instance id: local-<pid>.
+func (i *Instance) ID() string { return "local-" + strconv.Itoa(i.cmd.Process.Pid) }
+
+// PID of the worker process.
+func (i *Instance) PID() int { return i.cmd.Process.Pid }
+
+// Signal sends sig to the worker (SIGTERM: a preemption notice; SIGKILL: a
+// lost host).
+func (i *Instance) Signal(sig syscall.Signal) error { return i.cmd.Process.Signal(sig) }
+
+// Done is closed when the worker has exited.
+func (i *Instance) Done() <-chan struct{} { return i.done }
+
+// Wait waits for the worker to exit and returns how it ended.
+func (i *Instance) Wait() error {
+	<-i.done
+	return i.err
+}
+
+// Launch starts a worker for pool.
+func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, error) {
+	exe := l.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	slots := l.Slots
+	if slots == 0 {
+		slots = 1
+	}
+	args := append([]string{"worker", "--pool", pool.Pool, "--region", pool.Region, "--country", pool.Country,
+		"--slots", strconv.Itoa(slots)}, l.Args...)
+	cmd := exec.Command(exe, args...)
+	out := l.Output
+	if out == nil {
+		out = os.Stderr
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launching a worker for pool %s: %w", pool.Pool, err)
+	}
+	inst := &Instance{Pool: pool.Pool, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		inst.err = cmd.Wait()
+		close(inst.done)
+	}()
+	return inst, nil
+}

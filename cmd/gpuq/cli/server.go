@@ -1,0 +1,270 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	gpuqsql "github.com/gpuq/gpuq/sql"
+	"github.com/gpuq/gpuq/sql/pgtemp"
+)
+
+func newMigrateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the embedded database migrations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			url, err := required(v, "database-url")
+			if err != nil {
+				return err
+			}
+			applied, err := migrate(cmd.Context(), url)
+			if err != nil {
+				return err
+			}
+			if o, _ := outputFormat(v); o == "json" {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"applied": applied})
+			}
+			if len(applied) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
+			}
+			for _, m := range applied {
+				fmt.Fprintln(cmd.OutOrStdout(), "applied", m)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL)")
+	return cmd
+}
+
+func migrate(ctx context.Context, url string) ([]string, error) {
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return gpuqsql.Migrate(ctx, db)
+}
+
+// shutdownContext ends on SIGINT or SIGTERM.
+func shutdownContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+}
+
+func newServerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the control plane (scheduler and reconciler) against NATS and PostgreSQL",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := shutdownContext(cmd.Context())
+			defer stop()
+			logger := newLogger()
+			c, err := startControlPlane(ctx, v, logger)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			<-ctx.Done()
+			logger.Info("server stopping")
+			return nil
+		},
+	}
+	connFlags(cmd)
+	return cmd
+}
+
+// startControlPlane migrates, creates the streams and runs the scheduler and
+// reconciler in the background until ctx ends.
+func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger) (*clients, error) {
+	dbURL, err := required(v, "database-url")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrate(ctx, dbURL); err != nil {
+		return nil, err
+	}
+	c, err := dial(ctx, v, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	pools, err := poolsOrDefault(v)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	placer, err := placerFor(v, pools)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	errc := controlPlane(ctx, c, placer, logger)
+	go func() {
+		for range 2 {
+			if err := <-errc; err != nil {
+				logger.Error("control plane stopped", "err", err)
+			}
+		}
+	}()
+	logger.Info("control plane running", "pools", len(pools))
+	return c, nil
+}
+
+func poolsOrDefault(v *viper.Viper) ([]local.PoolConfig, error) {
+	pools, err := localPools(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(pools) == 0 {
+		pools = defaultPools()
+	}
+	return pools, nil
+}
+
+// devStack is an embedded NATS server and, unless a database URL is given,
+// a private PostgreSQL cluster, both under one data directory.
+type devStack struct {
+	nats    *queue.EmbeddedNATS
+	pg      *pgtemp.Cluster
+	natsURL string
+	dbURL   string
+}
+
+func startDevStack(ctx context.Context, dataDir, dbURL string, natsPort int, logger *slog.Logger) (*devStack, error) {
+	s := &devStack{dbURL: dbURL}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.nats, err = queue.StartEmbeddedNATS(filepath.Join(dataDir, "nats"), natsPort); err != nil {
+		return nil, err
+	}
+	s.natsURL = s.nats.URL()
+	if s.dbURL == "" {
+		logger.Info("starting a private PostgreSQL cluster", "dir", filepath.Join(dataDir, "postgres"))
+		if s.pg, err = pgtemp.Start(ctx, filepath.Join(dataDir, "postgres"), pgtemp.Options{Durable: true}); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("no database URL given and %w", err)
+		}
+		s.dbURL = s.pg.URL()
+	}
+	return s, nil
+}
+
+func (s *devStack) Stop() {
+	if s.nats != nil {
+		s.nats.Stop()
+	}
+	if s.pg != nil {
+		s.pg.Stop() //nolint:errcheck // shutting down
+	}
+}
+
+func newDevCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on this machine: embedded NATS, PostgreSQL, control plane and local worker pools",
+		Long: `dev starts an embedded NATS server with JetStream, PostgreSQL (GPUQ_DATABASE_URL, else a
+private cluster from the local server binaries), the scheduler and reconciler, and one worker
+process per local pool. Its connection settings are written to .gpuq/config.yaml so that
+gpuq submit, status, logs… run from the same directory find it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := shutdownContext(cmd.Context())
+			defer stop()
+			logger := newLogger()
+			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"), logger)
+			if err != nil {
+				return err
+			}
+			defer stack.Stop()
+			v.Set("nats-url", stack.natsURL)
+			v.Set("database-url", stack.dbURL)
+			c, err := startControlPlane(ctx, v, logger)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := writeDevConfig(stack); err != nil {
+				return err
+			}
+			pools, err := poolsOrDefault(v)
+			if err != nil {
+				return err
+			}
+			launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+			for _, p := range pools {
+				go superviseWorker(ctx, launcher, p, logger)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n(also written to %s)\n", stack.natsURL, stack.dbURL, devConfigFile)
+			<-ctx.Done()
+			return nil
+		},
+	}
+	cmd.Flags().String("data-dir", ".gpuq", "where dev keeps NATS and PostgreSQL state")
+	cmd.Flags().Int("nats-port", 0, "port of the embedded NATS server (0: a free port)")
+	cmd.Flags().Int("slots", 2, "job slots per local worker")
+	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL); default: a private cluster under --data-dir")
+	return cmd
+}
+
+func writeDevConfig(s *devStack) error {
+	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\ndatabase-url: %s\n", s.natsURL, s.dbURL)
+	if err := os.MkdirAll(filepath.Dir(devConfigFile), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(devConfigFile, []byte(body), 0o644)
+}
+
+// superviseWorker keeps one worker of pool running until ctx ends: a worker
+// that dies (killed, crashed) is replaced, as a cloud would replace a lost
+// instance.
+func superviseWorker(ctx context.Context, l *local.Launcher, pool local.PoolConfig, logger *slog.Logger) {
+	for ctx.Err() == nil {
+		inst, err := l.Launch(ctx, pool)
+		if err != nil {
+			logger.Error("launching worker", "pool", pool.Pool, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case <-inst.Done():
+			logger.Warn("worker exited; launching a replacement", "pool", pool.Pool, "instance", inst.ID(), "err", inst.Wait())
+		case <-ctx.Done():
+			inst.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+			inst.Wait()                  //nolint:errcheck // shutting down
+		}
+	}
+}

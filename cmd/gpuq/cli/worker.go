@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/workers"
+)
+
+func newWorkerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Pull and run the jobs of one pool",
+		Long: `worker pulls jobs from its pool's consumer, claims each one fenced by attempt number,
+restores its latest checkpoint, runs it, and acknowledges only after its completion is recorded.
+SIGTERM (a preemption notice or a shutdown) stops pulling, forwards SIGTERM to the running jobs,
+waits up to --grace for their final checkpoint, records it and hands the jobs back at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			cfg := workers.Config{
+				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: v.GetString("region"),
+				Country: v.GetString("country"), WorkerID: v.GetString("worker-id"),
+				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
+				Logger: newLogger(),
+			}
+			if cfg.Pool == "" {
+				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
+			}
+			c, err := dial(cmd.Context(), v, true)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{}); err != nil {
+				return err
+			}
+			w, err := workers.New(cfg, c.nc, c.js, c.store, archiveStore(c))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancelCause(cmd.Context())
+			defer cancel(nil)
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+			go func() {
+				select {
+				case <-sigs:
+					cancel(workers.ErrPreempted)
+				case <-ctx.Done():
+				}
+			}()
+			return w.Run(ctx)
+		},
+	}
+	connFlags(cmd)
+	cmd.Flags().String("pool", "", "pool to pull jobs from (required)")
+	cmd.Flags().Int("slots", 1, "jobs to run at once")
+	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store")
+	cmd.Flags().String("country", "", "ISO 3166-1 country this worker runs in; jobs whose residency excludes it are refused")
+	cmd.Flags().String("worker-id", "", "name of this worker in attempts (default host-pid)")
+	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
+	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
+	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	return cmd
+}
+
+func newCheckpointCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "checkpoint",
+		Short: "Commands a running job uses to talk to its worker",
+	}
+	save := &cobra.Command{
+		Use:   "save",
+		Short: "Commit $GPUQ_CHECKPOINT_DIR as the job's next checkpoint; returns once it is recorded",
+		Long: `save asks the worker running this job to pack $GPUQ_CHECKPOINT_DIR, upload it to the
+region's checkpoint store and record it. It returns (exit 0, printing the sequence number) only
+once the checkpoint is durable; do not modify the directory until it returns.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
+			defer cancel()
+			seq, err := workers.SaveCheckpoint(ctx, os.Getenv(workers.EnvControlSocket))
+			if err != nil {
+				return fmt.Errorf("checkpoint save: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), seq)
+			return nil
+		},
+	}
+	cmd.AddCommand(save)
+	return cmd
+}
