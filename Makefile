@@ -49,3 +49,11 @@ verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+.PHONY: test-policy
+test-policy: ## Run the placement policy, adapter and plan tests
+	$(GO) test ./policy/... ./adapters/... && $(GO) test -run Plan ./cmd/gpuq/cli/
+
+.PHONY: bench-policy
+bench-policy: ## Benchmark Place over 10,000 offers and 50 rules
+	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/

@@ -85,9 +85,12 @@ func (j Job) Validate() error {
 	if err := checkGlobs("job.regions", j.Regions); err != nil {
 		return err
 	}
-	for name, m := range map[string]*Money{"job.max_price_per_hour": j.MaxPricePerHour, "job.budget": j.Budget} {
-		if m != nil && (m.Micros < 0 || !validCurrency(m.Currency)) {
-			return fmt.Errorf("%s: want a non-negative amount in an ISO 4217 currency, got %s", name, m)
+	for _, f := range []struct {
+		key string
+		m   *Money
+	}{{"job.max_price_per_hour", j.MaxPricePerHour}, {"job.budget", j.Budget}} {
+		if f.m != nil && (f.m.Micros < 0 || !validCurrency(f.m.Currency)) {
+			return fmt.Errorf("%s: want a non-negative amount in an ISO 4217 currency, got %s", f.key, f.m)
 		}
 	}
 	for i, in := range j.Inputs {

@@ -105,13 +105,21 @@ type placer struct {
 
 	providerMemo map[string]uint8
 	regionMemo   map[string]bool
-	msgMemo      map[msgKey]string
+	// memo holds one map of worded reasons per reason code.
+	memo [len(reasonCodes)]reasonMemo
 }
 
-type msgKey struct {
-	code uint32 // the reason's bit
-	n    int64
-	s    string
+// reasonMemo caches worded reasons by one attribute, s or n; an entry is
+// used only when the other attribute matches too.
+type reasonMemo struct {
+	byS map[string]memoEntry
+	byN map[int64]memoEntry
+}
+
+type memoEntry struct {
+	s   string
+	n   int64
+	msg string
 }
 
 func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
@@ -124,7 +132,6 @@ func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
 		runTime:      job.ExpectedDuration,
 		providerMemo: map[string]uint8{},
 		regionMemo:   map[string]bool{},
-		msgMemo:      map[msgKey]string{},
 	}
 	if p.runTime == 0 {
 		p.runTime = c.DefaultExpectedDuration
@@ -318,15 +325,18 @@ const (
 	providerKnown
 )
 
-// bit is the failure-mask bit of a reason code.
-func bit(code ReasonCode) uint32 {
-	for i, c := range reasonOrder {
+// codeIndex is the position of code in reasonCodes.
+func codeIndex(code ReasonCode) int {
+	for i, c := range reasonCodes {
 		if c == code {
-			return 1 << i
+			return i
 		}
 	}
-	return 0
+	panic("policy: unknown reason code " + code)
 }
+
+// bit is the failure-mask bit of a reason code.
+func bit(code ReasonCode) uint32 { return 1 << codeIndex(code) }
 
 var (
 	bitInvalid       = bit(ReasonInvalidOffer)
@@ -441,35 +451,39 @@ func (p *placer) check(o *Offer) (uint32, estimate) {
 // explain appends one worded reason per bit of fail.
 func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 	j := &p.job
-	est, _ := p.estimate(o)
-	add := func(code ReasonCode, s string, n int64, build func() string) {
-		reasons = append(reasons, Reason{code, p.msg(code, s, n, build)})
+	var est estimate
+	if fail&(bitPriceCap|bitJobBudget|bitProjectBudget|bitDeadline) != 0 {
+		est, _ = p.estimate(o)
+	}
+	add := func(b uint32, byN bool, s string, n int64, build func() string) {
+		i := bits.TrailingZeros32(b)
+		reasons = append(reasons, Reason{reasonCodes[i], p.msg(i, byN, s, n, build)})
 	}
 	if fail&bitInvalid != 0 {
 		return append(reasons, Reason{ReasonInvalidOffer, "invalid offer: " + o.Validate().Error()})
 	}
 	if fail&bitResidency != 0 {
 		country, _ := countryIndex(o.Country)
-		add(ReasonResidency, o.Region, int64(country), func() string {
+		add(bitResidency, false, o.Region, int64(country), func() string {
 			return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
 				p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
 		})
 	}
 	if fail&bitProviderRule != 0 {
-		add(ReasonProviderRule, o.Provider, 0, func() string { return p.providerRuleReason(o.Provider) })
+		add(bitProviderRule, false, o.Provider, 0, func() string { return p.providerRuleReason(o.Provider) })
 	}
 	if fail&bitProvider != 0 {
-		add(ReasonProvider, o.Provider, 0, func() string {
+		add(bitProvider, false, o.Provider, 0, func() string {
 			return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
 		})
 	}
 	if fail&bitRegion != 0 {
-		add(ReasonRegion, o.Region, 0, func() string {
+		add(bitRegion, false, o.Region, 0, func() string {
 			return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
 		})
 	}
 	if fail&bitTier != 0 {
-		add(ReasonTier, string(o.Tier), 0, func() string {
+		add(bitTier, false, string(o.Tier), 0, func() string {
 			return "tier " + string(o.Tier) + ", job accepts " + string(p.tier)
 		})
 	}
@@ -483,37 +497,37 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 		reasons = append(reasons, Reason{ReasonAvailability, "no capacity (availability none)"})
 	}
 	if fail&bitCard != 0 {
-		add(ReasonCard, o.Card, 0, func() string {
+		add(bitCard, false, o.Card, 0, func() string {
 			return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
 		})
 	}
 	if fail&bitGPUCount != 0 {
-		add(ReasonGPUCount, "", int64(o.GPUCount), func() string {
+		add(bitGPUCount, true, "", int64(o.GPUCount), func() string {
 			return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
 		})
 	}
 	if fail&bitGPUMemory != 0 {
-		add(ReasonGPUMemory, o.Card, int64(o.GPUMemoryGB), func() string {
+		add(bitGPUMemory, false, o.Card, int64(o.GPUMemoryGB), func() string {
 			return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
 		})
 	}
 	if fail&bitVCPU != 0 {
-		add(ReasonVCPU, "", int64(o.VCPU), func() string {
+		add(bitVCPU, true, "", int64(o.VCPU), func() string {
 			return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
 		})
 	}
 	if fail&bitMemory != 0 {
-		add(ReasonMemory, "", int64(o.MemoryGB), func() string {
+		add(bitMemory, true, "", int64(o.MemoryGB), func() string {
 			return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
 		})
 	}
 	if fail&bitCurrency != 0 {
-		add(ReasonCurrency, o.PricePerHour.Currency, 0, func() string {
+		add(bitCurrency, false, o.PricePerHour.Currency, 0, func() string {
 			return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
 		})
 	}
 	if fail&bitPriceCap != 0 {
-		add(ReasonPriceCap, o.PricePerHour.Currency, o.PricePerHour.Micros, func() string {
+		add(bitPriceCap, true, o.PricePerHour.Currency, priceKey(o.PricePerHour), func() string {
 			s := "price " + o.PricePerHour.String() + "/h"
 			if o.PricePerHour.Currency != p.rules.BaseCurrency {
 				s += " (" + p.rules.rates.money(est.price).String() + ")"
@@ -522,12 +536,12 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 		})
 	}
 	if fail&bitJobBudget != 0 {
-		add(ReasonJobBudget, "", est.total, func() string {
+		add(bitJobBudget, true, "", est.total, func() string {
 			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the job budget " + j.Budget.String()
 		})
 	}
 	if fail&bitProjectBudget != 0 {
-		add(ReasonProjectBudget, "", est.total, func() string {
+		add(bitProjectBudget, true, "", est.total, func() string {
 			b := p.projectBudget
 			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the " +
 				p.rules.rates.money(max(p.projectRemaining, 0)).String() + " left of budget " + b.Project +
@@ -535,7 +549,7 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 		})
 	}
 	if fail&bitDeadline != 0 {
-		add(ReasonDeadline, "", int64(est.runTime), func() string {
+		add(bitDeadline, true, "", int64(est.runTime), func() string {
 			return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
 				j.Deadline.UTC().Format(time.RFC3339)
 		})
@@ -543,16 +557,43 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 	return reasons
 }
 
-// msg memoises a reason text: offers share regions, cards and prices, so
-// most messages are built once per decision.
-func (p *placer) msg(code ReasonCode, s string, n int64, build func() string) string {
-	k := msgKey{bit(code), n, s}
-	if m, ok := p.msgMemo[k]; ok {
-		return m
+// msg memoises a reason's wording: offers share regions, cards and prices,
+// so most messages are built once per decision.
+func (p *placer) msg(code int, byN bool, s string, n int64, build func() string) string {
+	m := &p.memo[code]
+	var e memoEntry
+	var ok bool
+	if byN {
+		e, ok = m.byN[n]
+	} else {
+		e, ok = m.byS[s]
 	}
-	m := build()
-	p.msgMemo[k] = m
-	return m
+	if ok && e.s == s && e.n == n {
+		return e.msg
+	}
+	e = memoEntry{s, n, build()}
+	if byN {
+		if m.byN == nil {
+			m.byN = map[int64]memoEntry{}
+		}
+		m.byN[n] = e
+	} else {
+		if m.byS == nil {
+			m.byS = map[string]memoEntry{}
+		}
+		m.byS[s] = e
+	}
+	return e.msg
+}
+
+// priceKey packs an amount and its currency into one memo key; amounts
+// too large to pack share key -1 and are told apart by the entry check.
+func priceKey(m Money) int64 {
+	if m.Micros < 0 || m.Micros >= 1<<40 || !validCurrency(m.Currency) {
+		return -1
+	}
+	c := int64(m.Currency[0]-'A')*26*26 + int64(m.Currency[1]-'A')*26 + int64(m.Currency[2]-'A')
+	return m.Micros*26*26*26 + c
 }
 
 // providerRuleReason says which matching rule excludes provider, or "".

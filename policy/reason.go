@@ -32,7 +32,8 @@ const (
 	ReasonDeadline      ReasonCode = "deadline"
 )
 
-var reasonOrder = []ReasonCode{
+// reasonCodes lists the codes in the order checks run.
+var reasonCodes = [...]ReasonCode{
 	ReasonInvalidOffer, ReasonResidency, ReasonProviderRule, ReasonProvider, ReasonRegion,
 	ReasonTier, ReasonEscalated, ReasonAvoided, ReasonAvailability, ReasonCard, ReasonGPUCount,
 	ReasonGPUMemory, ReasonVCPU, ReasonMemory, ReasonCurrency, ReasonPriceCap, ReasonJobBudget,
@@ -126,14 +127,14 @@ func (p *placer) refusal(d Decision) *NoPlacementError {
 			alone[seen]++
 		}
 	}
-	for _, code := range reasonOrder {
+	for _, code := range reasonCodes {
 		if n := counts[code]; n > 0 {
 			e.Counts = append(e.Counts, ReasonCount{Code: code, Summary: p.summary(code), Offers: n})
 		}
 	}
 	slices.SortStableFunc(e.Counts, func(a, b ReasonCount) int { return b.Offers - a.Offers })
 	best := ReasonCode("")
-	for _, code := range reasonOrder {
+	for _, code := range reasonCodes {
 		if alone[code] > alone[best] && code != ReasonInvalidOffer {
 			best = code
 		}

@@ -33,6 +33,9 @@ type PoolConfig struct {
 	Currency string `json:"currency" yaml:"currency" mapstructure:"currency"`
 	// EgressPerGB is a decimal amount in Currency; empty means unknown.
 	EgressPerGB string `json:"egress_per_gb" yaml:"egress_per_gb" mapstructure:"egress_per_gb"`
+	// Canary holds the worker canary's expectations for this pool (see
+	// the README's GPU canary section); placement ignores it.
+	Canary map[string]any `json:"canary,omitempty" yaml:"canary" mapstructure:"canary"`
 	// PreemptionRate is the simulated preemptions per hour of a spot pool.
 	PreemptionRate *float64 `json:"preemption_rate" yaml:"preemption_rate" mapstructure:"preemption_rate"`
 }

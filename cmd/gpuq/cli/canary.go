@@ -170,7 +170,7 @@ func canaryExpectations(v *viper.Viper) (canary.Expectations, error) {
 // config key pools; a pool's other keys are not the canary's business.
 func poolCanarySection(v *viper.Viper, name string) (map[string]any, error) {
 	var pools []struct {
-		Name   string         `mapstructure:"name"`
+		Name   string         `mapstructure:"pool"`
 		Canary map[string]any `mapstructure:"canary"`
 	}
 	if err := v.UnmarshalKey("pools", &pools); err != nil {
@@ -184,7 +184,7 @@ func poolCanarySection(v *viper.Viper, name string) (map[string]any, error) {
 		names = append(names, p.Name)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("--pool: no pool %q: the config has no pools (set the config key pools, a list of {name, canary})", name)
+		return nil, fmt.Errorf("--pool: no pool %q: the config has no pools (set the config key pools, a list of {pool, canary, …})", name)
 	}
 	slices.Sort(names)
 	return nil, fmt.Errorf("--pool: no pool %q in the config key pools; have %s", name, strings.Join(names, ", "))

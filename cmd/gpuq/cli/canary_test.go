@@ -57,7 +57,7 @@ func writeConfig(t *testing.T, yaml string) string {
 
 const poolsYAML = `
 pools:
-  - name: h100-eu
+  - pool: h100-eu
     provider: sim
     canary:
       card: H100
@@ -66,20 +66,20 @@ pools:
       cuda: "12.4"
       min_memory_gb: 80
       budget: 45s
-  - name: a100-80
+  - pool: a100-80
     canary:
       card: A100-80GB
-  - name: bad
+  - pool: bad
     canary:
       cuda: twelve
-  - name: cpu-eu
+  - pool: cpu-eu
     canary:
       card: cpu
-  - name: typo
+  - pool: typo
     canary:
       card: H100
       min_memory: 80
-  - name: words
+  - pool: words
     canary:
       count: eight
 `

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
-	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/workers"
 )
@@ -85,8 +84,8 @@ func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
 // localPools reads the config key `pools`.
 func localPools(v *viper.Viper) ([]local.PoolConfig, error) {
 	var pools []local.PoolConfig
-	if err := v.UnmarshalKey("pools", &pools); err != nil {
-		return nil, fmt.Errorf("pools: %w", err)
+	if err := v.UnmarshalKey("pools", &pools, configDecodeHook()); err != nil {
+		return nil, fmt.Errorf("config key pools: %w", err)
 	}
 	return pools, nil
 }
@@ -117,24 +116,11 @@ func placerFor(v *viper.Viper, pools []local.PoolConfig) (*queue.PolicyPlacer, e
 	if err != nil {
 		return nil, err
 	}
-	rules, err := policyRules(v)
+	rules, err := loadRules(v)
 	if err != nil {
 		return nil, err
 	}
 	return &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules}, nil
-}
-
-func policyRules(v *viper.Viper) (policy.Rules, error) {
-	var rules policy.Rules
-	if v.IsSet("policy") {
-		if err := v.UnmarshalKey("policy", &rules); err != nil {
-			return rules, fmt.Errorf("policy: %w", err)
-		}
-	}
-	if err := rules.Validate(); err != nil {
-		return rules, fmt.Errorf("policy: %w", err)
-	}
-	return rules, nil
 }
 
 func newLogger() *slog.Logger {

@@ -81,5 +81,6 @@ func commands() []*cobra.Command {
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newCanaryCmd(),
+		newPlanCmd(),
 	}
 }

@@ -1,0 +1,293 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/policy"
+)
+
+func newPlanCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plan -f job.yaml [--offers offers.yaml] [--policy policy.yaml]",
+		Short: "Show where a job would run and why: chosen offer, plan B, rejections, cost",
+		Long: `plan places a job without submitting it. It prints the chosen offer, the ranked
+alternatives, every rejected offer with every reason, and the cost breakdown.
+Offers come from --offers, or else from the configured local pools (config key
+"pools"). Rules come from --policy, or else from the config key "policy".
+When no offer is feasible, plan prints the rejections and exits with status 2.`,
+		Args: cobra.NoArgs,
+		RunE: runPlan,
+	}
+	cmd.Flags().StringP("file", "f", "", "job spec file (YAML or JSON)")
+	cmd.Flags().String("offers", "", "offers file (YAML or JSON, key \"offers\"); default: the configured pools")
+	cmd.Flags().String("policy", "", "placement rules file (YAML or JSON); default: the config key \"policy\"")
+	return cmd
+}
+
+func runPlan(cmd *cobra.Command, _ []string) error {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	format, err := outputFormat(v)
+	if err != nil {
+		return err
+	}
+	if v.GetString("file") == "" {
+		return errors.New("--file: the job spec file is required")
+	}
+	job, err := planJobFromFile(v.GetString("file"))
+	if err != nil {
+		return err
+	}
+	rules, err := loadRules(v)
+	if err != nil {
+		return err
+	}
+	offers, err := loadOffers(cmd, v)
+	if err != nil {
+		return err
+	}
+	d, err := policy.Place(job, offers, rules, time.Now().UTC())
+	var refusal *policy.NoPlacementError
+	if errors.As(err, &refusal) {
+		out := cmd.OutOrStdout()
+		if format == "json" {
+			if werr := writeJSON(out, refusal); werr != nil {
+				return werr
+			}
+		} else if werr := printRejected(out, refusal.Decision); werr != nil {
+			return werr
+		}
+		return &ExitError{Code: 2, Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(cmd.OutOrStdout(), d)
+	}
+	return printDecision(cmd.OutOrStdout(), d)
+}
+
+// configDecodeHook lets config files write money as "2.50 EUR" and
+// durations as "6h".
+func configDecodeHook() viper.DecoderConfigOption {
+	return func(c *mapstructure.DecoderConfig) {
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			mapstructure.TextUnmarshallerHookFunc(),
+			mapstructure.StringToTimeDurationHookFunc(),
+		)
+		c.ErrorUnused = true
+	}
+}
+
+// loadRules reads the placement rules and refuses invalid ones, naming the
+// key.
+func loadRules(v *viper.Viper) (policy.Rules, error) {
+	var rules policy.Rules
+	if path := v.GetString("policy"); path != "" {
+		f := viper.New()
+		f.SetConfigFile(path)
+		if err := f.ReadInConfig(); err != nil {
+			return rules, fmt.Errorf("reading policy file %s: %w", path, err)
+		}
+		if err := f.Unmarshal(&rules, configDecodeHook()); err != nil {
+			return rules, fmt.Errorf("policy file %s: %w", path, err)
+		}
+		if err := rules.Validate(); err != nil {
+			return rules, fmt.Errorf("policy file %s: %w", path, err)
+		}
+		return rules, nil
+	}
+	if v.IsSet("policy") {
+		if _, isFlag := v.Get("policy").(string); !isFlag {
+			if err := v.UnmarshalKey("policy", &rules, configDecodeHook()); err != nil {
+				return rules, fmt.Errorf("config key policy: %w", err)
+			}
+		}
+	}
+	if err := rules.Validate(); err != nil {
+		return rules, fmt.Errorf("config key policy.%w", err)
+	}
+	return rules, nil
+}
+
+// loadOffers reads --offers, or asks the configured local pools.
+func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, error) {
+	if path := v.GetString("offers"); path != "" {
+		f := viper.New()
+		f.SetConfigFile(path)
+		if err := f.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("reading offers file %s: %w", path, err)
+		}
+		var file struct {
+			Offers []policy.Offer `mapstructure:"offers"`
+		}
+		if err := f.Unmarshal(&file, configDecodeHook()); err != nil {
+			return nil, fmt.Errorf("offers file %s: %w", path, err)
+		}
+		for i, o := range file.Offers {
+			if err := o.Validate(); err != nil {
+				return nil, fmt.Errorf("offers file %s: offers[%d].%w", path, i, err)
+			}
+		}
+		return file.Offers, nil
+	}
+	pools, err := localPools(v)
+	if err != nil {
+		return nil, err
+	}
+	provider, err := local.New(pools)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.CollectOffers(cmd.Context(), provider)
+}
+
+// jobFile is the placement-relevant subset of a job spec; other fields are
+// ignored.
+type jobFile struct {
+	Project   string            `json:"project"`
+	Labels    map[string]string `json:"labels"`
+	Resources struct {
+		GPU struct {
+			Count    int      `json:"count"`
+			Cards    []string `json:"cards"`
+			MemoryGB int      `json:"memory_gb"`
+		} `json:"gpu"`
+		CPU      int `json:"cpu"`
+		MemoryGB int `json:"memory_gb"`
+	} `json:"resources"`
+	Placement struct {
+		Tier      string   `json:"tier"`
+		Regions   []string `json:"regions"`
+		Providers []string `json:"providers"`
+		Residency string   `json:"residency"`
+	} `json:"placement"`
+	Budget struct {
+		MaxPricePerHour string `json:"max_price_per_hour"`
+		Total           string `json:"total"`
+	} `json:"budget"`
+	Deadline         *time.Time     `json:"deadline"`
+	ExpectedDuration string         `json:"expected_duration"`
+	Inputs           []policy.Input `json:"inputs"`
+}
+
+// planJobFromFile reads the placement-relevant part of a job spec file.
+func planJobFromFile(path string) (policy.Job, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return policy.Job{}, fmt.Errorf("reading job spec: %w", err)
+	}
+	var f jobFile
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		return policy.Job{}, fmt.Errorf("job spec %s: %w", path, err)
+	}
+	job := policy.Job{
+		Project: f.Project, Labels: f.Labels,
+		GPUCount: f.Resources.GPU.Count, Cards: f.Resources.GPU.Cards, MinGPUMemoryGB: f.Resources.GPU.MemoryGB,
+		VCPU: f.Resources.CPU, MemoryGB: f.Resources.MemoryGB,
+		Tier: policy.Tier(f.Placement.Tier), Regions: f.Placement.Regions, Providers: f.Placement.Providers,
+		Residency: f.Placement.Residency, Inputs: f.Inputs,
+	}
+	for _, m := range []struct {
+		key string
+		in  string
+		out **policy.Money
+	}{{"budget.max_price_per_hour", f.Budget.MaxPricePerHour, &job.MaxPricePerHour}, {"budget.total", f.Budget.Total, &job.Budget}} {
+		if m.in == "" {
+			continue
+		}
+		v, err := policy.ParseMoney(m.in)
+		if err != nil {
+			return job, fmt.Errorf("job spec %s: %s: %w", path, m.key, err)
+		}
+		*m.out = &v
+	}
+	if f.Deadline != nil {
+		job.Deadline = *f.Deadline
+	}
+	if f.ExpectedDuration != "" {
+		if job.ExpectedDuration, err = time.ParseDuration(f.ExpectedDuration); err != nil {
+			return job, fmt.Errorf("job spec %s: expected_duration: want a duration such as 6h30m, got %q", path, f.ExpectedDuration)
+		}
+	}
+	if err := job.Validate(); err != nil {
+		return job, fmt.Errorf("job spec %s: %w", path, specKey(err))
+	}
+	return job, nil
+}
+
+// specKey renames policy.Job's field names in err to the job spec's keys.
+func specKey(err error) error {
+	r := strings.NewReplacer(
+		"job.gpu_count", "resources.gpu.count", "job.min_gpu_memory_gb", "resources.gpu.memory_gb",
+		"job.vcpu", "resources.cpu", "job.memory_gb", "resources.memory_gb", "job.tier", "placement.tier",
+		"job.providers", "placement.providers", "job.regions", "placement.regions",
+		"job.expected_duration", "expected_duration", "job.inputs", "inputs",
+		"job.max_price_per_hour", "budget.max_price_per_hour", "job.budget", "budget.total",
+	)
+	return errors.New(r.Replace(err.Error()))
+}
+
+func printDecision(w io.Writer, d policy.Decision) error {
+	c := d.Chosen
+	fmt.Fprintf(w, "residency:  %s\n", describeResidency(d.Residency))
+	fmt.Fprintf(w, "chosen:     %s (%s)\n", c.Offer.Pool, describeOffer(c.Offer))
+	fmt.Fprintf(w, "cost:       %s = compute %s + spot overhead %s + egress %s over %s\n",
+		c.Cost.Total, c.Cost.Compute, c.Cost.SpotOverhead, c.Cost.Egress, c.Cost.RunTime.Round(time.Minute))
+	for _, n := range append(c.Cost.Notes, d.Notes...) {
+		fmt.Fprintf(w, "note:       %s\n", n)
+	}
+	fmt.Fprintf(w, "feasible:   %d of %d offers\n\n", d.Feasible, d.Feasible+len(d.Rejected))
+	t := newTable(w, "RANK", "POOL", "PROVIDER", "REGION", "COUNTRY", "CARD", "TIER", "PRICE/H", "TOTAL", "AVAILABILITY")
+	for _, a := range append([]policy.Candidate{*c}, d.Alternatives...) {
+		o := a.Offer
+		t.row(a.Rank, o.Pool, o.Provider, o.Region, o.Country, fmt.Sprintf("%s×%d", o.Card, o.GPUCount), o.Tier,
+			o.PricePerHour, a.Cost.Total, o.Availability)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(d.Rejected) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return printRejected(w, d)
+}
+
+func printRejected(w io.Writer, d policy.Decision) error {
+	t := newTable(w, "REJECTED", "PROVIDER", "REGION", "REASONS")
+	for _, r := range d.Rejected {
+		msgs := make([]string, len(r.Reasons))
+		for i, reason := range r.Reasons {
+			msgs[i] = reason.Message
+		}
+		t.row(r.Offer.Pool, r.Offer.Provider, r.Offer.Region, strings.Join(msgs, "; "))
+	}
+	return t.flush()
+}
+
+func describeResidency(r policy.ResidencyDecision) string {
+	if !r.Restricted() {
+		return "none"
+	}
+	return r.Class + " (" + strings.Join(r.Countries, " ") + "), required by " + strings.Join(r.ImposedBy, ", ")
+}
+
+func describeOffer(o policy.Offer) string {
+	return fmt.Sprintf("%s %s %s, %s×%d, %s, %s/h", o.Provider, o.Region, o.Country, o.Card, o.GPUCount, o.Tier, o.PricePerHour)
+}
