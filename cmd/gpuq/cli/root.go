@@ -68,5 +68,6 @@ func New() *cobra.Command {
 func commands() []*cobra.Command {
 	return []*cobra.Command{
 		newVersionCmd(),
+		newSimulateCmd(),
 	}
 }
