@@ -76,13 +76,6 @@ func (h *PoolHistory) Observe(up bool) {
 	}
 }
 
-// MeanUpRun is the mean length, in ticks, of the runs with capacity seen so
-// far, counting prior pseudo-runs of priorTicks each so that a pool seen for
-// a short while is neither trusted nor written off.
-func (h PoolHistory) MeanUpRun(prior float64) float64 {
-	return (float64(h.UpTicks) + 2*prior) / float64(h.UpRuns+2)
-}
-
 // Pool is one spot pool the job may use: zones or regions inside the job's
 // residency class, each with its own capacity.
 type Pool struct {
