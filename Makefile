@@ -45,3 +45,10 @@ verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+
+TRACES ?= ../shared/traces
+
+.PHONY: sim-report
+sim-report: build ## Sweep the spot strategies over $(TRACES) and write sim-report.md
+	./$(BIN) simulate --sweep --trace-dir $(TRACES)/availability-aws-2022-10-26 \
+		--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pools '*_v100_1.json' | tee sim-report.md
