@@ -57,3 +57,10 @@ test-policy: ## Run the placement policy, adapter and plan tests
 .PHONY: bench-policy
 bench-policy: ## Benchmark Place over 10,000 offers and 50 rules
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
+
+TRACES ?= ../shared/traces
+
+.PHONY: sim-report
+sim-report: build ## Sweep the spot strategies over $(TRACES) and write sim-report.md
+	./$(BIN) simulate --sweep --trace-dir $(TRACES)/availability-aws-2022-10-26 \
+		--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pools '*_v100_1.json' | tee sim-report.md

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -41,21 +40,11 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-func execGpuq(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out bytes.Buffer
-	cmd := New()
-	cmd.SetArgs(args)
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	err := cmd.Execute()
-	return out.String(), err
-}
 
 func TestPlanPrintsChoiceAlternativesAndRejections(t *testing.T) {
 	t.Parallel()
 	job := writeFile(t, "job.yaml", planJob)
-	out, err := execGpuq(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml")
+	out, _, err := runCLI(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +65,7 @@ func TestPlanPrintsChoiceAlternativesAndRejections(t *testing.T) {
 func TestPlanJSONIsTheDecision(t *testing.T) {
 	t.Parallel()
 	job := writeFile(t, "job.yaml", planJob)
-	out, err := execGpuq(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml", "-o", "json")
+	out, _, err := runCLI(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +89,7 @@ policy:
   rules:
     - {name: personal-data, labels: {data: personal}, residency: EU}
 `)
-	out, err := execGpuq(t, "plan", "-f", job, "--config", config)
+	out, _, err := runCLI(t, "plan", "-f", job, "--config", config)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -112,7 +101,7 @@ policy:
 func TestPlanRefusalExitsTwoWithCountedReasons(t *testing.T) {
 	t.Parallel()
 	job := writeFile(t, "job.yaml", strings.Replace(planJob, `"2.50 EUR"`, `"1.00 EUR"`, 1))
-	out, err := execGpuq(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml")
+	out, _, err := runCLI(t, "plan", "-f", job, "--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml")
 	var exit *ExitError
 	if !errors.As(err, &exit) || exit.Code != 2 {
 		t.Fatalf("err = %v, want exit status 2", err)
@@ -152,7 +141,7 @@ func TestPlanRefusesBadInputNamingTheKey(t *testing.T) {
 			} else {
 				args = append(args, "-f", goodJob, "--policy", writeFile(t, "policy.yaml", tt.policy))
 			}
-			_, err := execGpuq(t, args...)
+			_, _, err := runCLI(t, args...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want it to contain %q", err, tt.want)
 			}

@@ -82,5 +82,6 @@ func commands() []*cobra.Command {
 		newCheckpointCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
+		newSimulateCmd(),
 	}
 }

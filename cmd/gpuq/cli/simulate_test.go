@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTrace(t *testing.T, dir, name, data string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(`{"metadata": {"gap_seconds": 600}, "data": [`+data+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+
+func TestSimulatePrintsEveryStrategyAgainstTheOptimum(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := writeTrace(t, dir, "a.json", "1,1,1,0,0,0,1,1,1,1,1,1")
+	b := writeTrace(t, dir, "b.json", "0,0,1,1,1,0,0,0,1,1,1,1")
+	out, _, err := runCLI(t, "simulate", "--trace", a+","+b, "--compute-hours", "1",
+		"--deadline-hours", "2", "--restart-overhead-hours", "0.05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"on-demand ", "spot-only", "greedy", "uniform-progress", "gpuq", "optimum", "100.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSimulateJSONGivesCostsInMicros(t *testing.T) {
+	t.Parallel()
+	a := writeTrace(t, t.TempDir(), "a.json", "0,0,0,0,0,0,0,0,0,0,0,0")
+	out, _, err := runCLI(t, "simulate", "--trace", a, "--compute-hours", "1", "--deadline-hours", "2",
+		"--restart-overhead-hours", "0", "--strategy", "greedy", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Optimum struct {
+			CostMicros int64 `json:"cost_micros"`
+		} `json:"optimum"`
+		Strategies []struct {
+			Strategy    string `json:"strategy"`
+			CostMicros  int64  `json:"cost_micros"`
+			DeadlineMet bool   `json:"deadline_met"`
+		} `json:"strategies"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	// No spot at all: one hour on on-demand at 3.06 USD/h, for greedy and the optimum.
+	if len(got.Strategies) != 1 || got.Strategies[0].Strategy != "greedy" || got.Strategies[0].CostMicros != 3_060_000 ||
+		!got.Strategies[0].DeadlineMet || got.Optimum.CostMicros != 3_060_000 {
+		t.Errorf("got %+v", got)
+	}
+}
+
+func TestSimulateSweepReportsMeanAndP90WithProgress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeTrace(t, dir, "x_v100_1.json", strings.Repeat("1,1,0,", 40)+"1")
+	writeTrace(t, dir, "x_k80_1.json", strings.Repeat("0,", 120)+"0")
+	out, errOut, err := runCLI(t, "simulate", "--sweep", "--trace-dir", dir, "--sweep-compute-hours", "2,4",
+		"--sweep-slack", "0.5", "--sweep-overhead-hours", "0.05", "--sweep-start-step-hours", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pools x_v100_1\n", "| gpuq |", "mean gap to optimum", "## all"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "sweep: ") {
+		t.Errorf("no progress on stderr: %q", errOut)
+	}
+}
+
+func TestSimulateErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	a := writeTrace(t, t.TempDir(), "a.json", "1,1,1")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no trace", []string{"--compute-hours", "1", "--deadline-hours", "1"}, "--trace"},
+		{"no compute", []string{"--trace", a, "--deadline-hours", "1"}, "--compute-hours"},
+		{"bad price", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--od-price", "3,06"}, "--od-price"},
+		{"unknown strategy", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--strategy", "lucky"}, "--strategy"},
+		{"deadline past the trace", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "5"}, "job.deadline"},
+		{"missing file", []string{"--trace", a + ".nope", "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--trace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := runCLI(t, append([]string{"simulate"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,89 @@
+package spot
+
+import "time"
+
+// Gpuq is gpuq's own strategy. It differs from Uniform Progress in four ways:
+//   - it uses every spot pool of the job and, when it must pick one, picks
+//     the available pool that has been up longest (spot runs are
+//     heavy-tailed: a pool that has lasted tends to last);
+//   - instead of keeping progress on the uniform line, it waits for spot while
+//     the slack is above a reserve and runs on-demand only below it;
+//   - the reserve is what the restarts still to come will cost: the time left
+//     over the mean run of capacity seen so far, times the restart overhead,
+//     plus a small share of the initial slack scaled by the work left;
+//   - it leaves on-demand for spot once a pool has been up for one restart
+//     overhead and the restart still fits in the slack, so that on-demand
+//     covers outages and not the whole rest of the job.
+type Gpuq struct {
+	// Restarts scales the reserve kept for the restarts still to come.
+	Restarts float64
+	// Share is the share of the initial slack kept back, scaled by the share
+	// of work left.
+	Share float64
+	// Margin is the slack, in restart overheads (plus one tick), under which
+	// the job stays on on-demand.
+	Margin float64
+	// Settle is how long, in restart overheads, a pool must have been up
+	// before the job leaves on-demand for it.
+	Settle float64
+	// PriorTicks is the mean run of capacity assumed before any is seen.
+	PriorTicks float64
+}
+
+// NewGpuq returns gpuq's strategy with the settings measured in the README.
+func NewGpuq() Gpuq {
+	return Gpuq{Restarts: 0.7, Share: 0.1, Margin: 0.5, Settle: 1, PriorTicks: 6}
+}
+
+func (Gpuq) Name() string { return "gpuq" }
+
+func (g Gpuq) Decide(s State) Action {
+	if s.Current.Kind == Spot && s.Pools[s.Current.Pool].Available {
+		return guard(s, spotIn(s.Current.Pool, "spot pool still available"))
+	}
+	slack := s.Slack()
+	margin := scale(g.Margin, s.Overhead) + s.Tick
+	pool := longestUp(s)
+	if s.Current.Kind == OnDemand {
+		if pool >= 0 && slack-s.Overhead >= margin &&
+			time.Duration(s.Pools[pool].History.Run)*s.Tick >= scale(g.Settle, s.Overhead) {
+			return guard(s, spotIn(pool, "spot is back and the restart fits in the slack"))
+		}
+		return onDemand("on-demand until spot is back for good")
+	}
+	if pool >= 0 {
+		return guard(s, spotIn(pool, "spot available in the pool up longest"))
+	}
+	if slack > g.reserve(s)+margin {
+		return guard(s, wait("no spot capacity, slack above the reserve"))
+	}
+	return guard(s, onDemand("no spot capacity, slack down to the reserve"))
+}
+
+// reserve is the slack kept for restarts to come and for outages late in the
+// job, when waiting for spot is no longer an option.
+func (g Gpuq) reserve(s State) time.Duration {
+	upTicks, upRuns := 0, 0
+	for _, p := range s.Pools {
+		upTicks += p.History.UpTicks
+		upRuns += p.History.UpRuns
+	}
+	meanRun := (float64(upTicks) + 2*g.PriorTicks) / float64(upRuns+2) * float64(s.Tick)
+	restarts := float64(s.Deadline-s.Elapsed) / meanRun
+	left := float64(s.Compute-s.Done) / float64(s.Compute)
+	return scale(g.Restarts*restarts, s.Overhead) + scale(g.Share*left, s.Deadline-s.Compute)
+}
+
+func scale(f float64, d time.Duration) time.Duration { return time.Duration(f * float64(d)) }
+
+// longestUp returns the available pool with the longest current run of
+// capacity, or -1 when no pool has capacity.
+func longestUp(s State) int {
+	best := -1
+	for i, p := range s.Pools {
+		if p.Available && (best < 0 || p.History.Run > s.Pools[best].History.Run) {
+			best = i
+		}
+	}
+	return best
+}
