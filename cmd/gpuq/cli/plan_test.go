@@ -40,7 +40,6 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-
 func TestPlanPrintsChoiceAlternativesAndRejections(t *testing.T) {
 	t.Parallel()
 	job := writeFile(t, "job.yaml", planJob)

@@ -17,7 +17,6 @@ func writeTrace(t *testing.T, dir, name, data string) string {
 	return p
 }
 
-
 func TestSimulatePrintsEveryStrategyAgainstTheOptimum(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
