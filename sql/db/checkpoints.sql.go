@@ -12,15 +12,15 @@ import (
 )
 
 const checkpointInsert = `-- name: CheckpointInsert :one
-INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)
-SELECT j.id,
-       COALESCE((SELECT max(c.seq) FROM checkpoints c WHERE c.job_id = j.id), 0) + 1,
-       j.attempt, $1, $2, $3, $4
-FROM (
-    SELECT jobs.id, jobs.attempt FROM jobs
+WITH j AS (
+    UPDATE jobs
+    SET checkpoint_seq = checkpoint_seq + 1
     WHERE jobs.id = $5 AND jobs.attempt = $6 AND jobs.state = 'running'
-    FOR UPDATE
-) j
+    RETURNING jobs.id, jobs.attempt, jobs.checkpoint_seq
+)
+INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)
+SELECT j.id, j.checkpoint_seq, j.attempt, $1, $2, $3, $4
+FROM j
 RETURNING seq
 `
 
@@ -34,8 +34,9 @@ type CheckpointInsertParams struct {
 }
 
 // CheckpointInsert records a checkpoint under the attempt that made it. The
-// row lock on the job orders it against claims, so a superseded attempt
-// inserts nothing, and seq only grows.
+// sequence number comes from the job row, incremented under its row lock, so
+// concurrent commits get distinct, growing numbers and a superseded attempt
+// inserts nothing.
 func (q *Queries) CheckpointInsert(ctx context.Context, arg CheckpointInsertParams) (int32, error) {
 	row := q.db.QueryRowContext(ctx, checkpointInsert,
 		arg.Bytes,

@@ -42,7 +42,7 @@ SET attempt = attempt + 1,
 WHERE id = $2
   AND placement_version = $3
   AND (state = 'placed' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at
+RETURNING id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at
 `
 
 type JobClaimParams struct {
@@ -68,6 +68,7 @@ func (q *Queries) JobClaim(ctx context.Context, arg JobClaimParams) (Job, error)
 		&i.Errors,
 		&i.Preemptions,
 		&i.PlacementVersion,
+		&i.CheckpointSeq,
 		&i.Pool,
 		&i.ExitCode,
 		&i.Reason,
@@ -139,7 +140,7 @@ func (q *Queries) JobFail(ctx context.Context, arg JobFailParams) (int64, error)
 }
 
 const jobGetByID = `-- name: JobGetByID :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = $1
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = $1
 `
 
 func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (Job, error) {
@@ -156,6 +157,7 @@ func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (Job, error) {
 		&i.Errors,
 		&i.Preemptions,
 		&i.PlacementVersion,
+		&i.CheckpointSeq,
 		&i.Pool,
 		&i.ExitCode,
 		&i.Reason,
@@ -168,7 +170,7 @@ func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (Job, error) {
 }
 
 const jobGetByIdempotencyKey = `-- name: JobGetByIdempotencyKey :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE project = $1 AND idempotency_key = $2
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE project = $1 AND idempotency_key = $2
 `
 
 type JobGetByIdempotencyKeyParams struct {
@@ -190,6 +192,7 @@ func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempo
 		&i.Errors,
 		&i.Preemptions,
 		&i.PlacementVersion,
+		&i.CheckpointSeq,
 		&i.Pool,
 		&i.ExitCode,
 		&i.Reason,
@@ -279,7 +282,7 @@ func (q *Queries) JobLeaseRemaining(ctx context.Context, id uuid.UUID) (JobLease
 }
 
 const jobList = `-- name: JobList :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
 WHERE ($1::job_state IS NULL OR state = $1::job_state)
   AND ($2::text IS NULL OR project = $2::text)
 ORDER BY submitted_at DESC, id
@@ -312,6 +315,7 @@ func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]Job, error)
 			&i.Errors,
 			&i.Preemptions,
 			&i.PlacementVersion,
+			&i.CheckpointSeq,
 			&i.Pool,
 			&i.ExitCode,
 			&i.Reason,

@@ -126,6 +126,7 @@ type Job struct {
 	Errors           int32
 	Preemptions      int32
 	PlacementVersion int32
+	CheckpointSeq    int32
 	Pool             sql.NullString
 	ExitCode         sql.NullInt32
 	Reason           string

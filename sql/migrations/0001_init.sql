@@ -31,6 +31,9 @@ CREATE TABLE jobs (
     errors            integer NOT NULL DEFAULT 0,
     preemptions       integer NOT NULL DEFAULT 0,
     placement_version integer NOT NULL DEFAULT 0,
+    -- checkpoint_seq is the sequence number of the job's latest checkpoint;
+    -- incrementing it under the row lock orders concurrent commits.
+    checkpoint_seq    integer NOT NULL DEFAULT 0,
     pool              text,
     exit_code         integer,
     reason            text NOT NULL DEFAULT '',

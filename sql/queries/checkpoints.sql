@@ -1,16 +1,17 @@
 -- name: CheckpointInsert :one
 -- CheckpointInsert records a checkpoint under the attempt that made it. The
--- row lock on the job orders it against claims, so a superseded attempt
--- inserts nothing, and seq only grows.
-INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)
-SELECT j.id,
-       COALESCE((SELECT max(c.seq) FROM checkpoints c WHERE c.job_id = j.id), 0) + 1,
-       j.attempt, @bytes, @sha256, @region, @store_uri
-FROM (
-    SELECT jobs.id, jobs.attempt FROM jobs
+-- sequence number comes from the job row, incremented under its row lock, so
+-- concurrent commits get distinct, growing numbers and a superseded attempt
+-- inserts nothing.
+WITH j AS (
+    UPDATE jobs
+    SET checkpoint_seq = checkpoint_seq + 1
     WHERE jobs.id = @job_id AND jobs.attempt = @attempt AND jobs.state = 'running'
-    FOR UPDATE
-) j
+    RETURNING jobs.id, jobs.attempt, jobs.checkpoint_seq
+)
+INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)
+SELECT j.id, j.checkpoint_seq, j.attempt, @bytes, @sha256, @region, @store_uri
+FROM j
 RETURNING seq;
 
 -- name: CheckpointLatest :one

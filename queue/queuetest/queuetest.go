@@ -1,0 +1,106 @@
+// Package queuetest starts the real infrastructure gpuq's tests run against:
+// an embedded JetStream server per test and a private migrated PostgreSQL
+// database per test (see sql/pgtest). Nothing here is a mock.
+package queuetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/sql/pgtest"
+)
+
+// NATS is an embedded JetStream server with gpuq's streams, and a client.
+type NATS struct {
+	URL string
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+}
+
+// StartNATS starts an embedded server for t, stopped at cleanup.
+func StartNATS(t testing.TB) *NATS {
+	t.Helper()
+	srv, err := queue.StartEmbeddedNATS(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, queue.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &NATS{URL: srv.URL(), NC: nc, JS: js}
+}
+
+// Store opens a store on a fresh migrated database; its events are
+// announced on n's JetStream when n is not nil.
+func Store(t testing.TB, n *NATS) (*queue.Store, string) {
+	t.Helper()
+	url := pgtest.URL(t)
+	s, err := queue.OpenStore(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if n != nil {
+		s.Events = &queue.EventPublisher{JS: n.JS}
+	}
+	return s, url
+}
+
+// Eventually calls cond until it returns true or timeout passes, failing t
+// with what.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// RunMessages returns how many messages GPUQ_RUN holds per subject.
+func RunMessages(t testing.TB, js jetstream.JetStream) map[string]uint64 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, queue.StreamRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("gpuq.run.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
+// StreamMessages returns how many messages a stream holds.
+func StreamMessages(t testing.TB, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}

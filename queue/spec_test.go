@@ -1,0 +1,110 @@
+package queue
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, spec, field, msg string
+	}{
+		{"unknown field", "command: [echo]\nresources: {gpus: 1}\n", "spec.resources.gpus", "unknown field; allowed: gpu, cpu, memory_gb"},
+		{"unknown top-level field", "command: [echo]\ncomand: [x]\n", "spec.comand", "unknown field"},
+		{"wrong type", "command: [echo]\nresources: {cpu: two}\n", "spec.resources.cpu", "must be an integer, got a string"},
+		{"wrong type in list", "command: [echo, 3]\n", "spec.command[1]", "must be a string"},
+		{"gpu count 0", "command: [echo]\nresources: {gpu: {count: 0}}\n", "spec.resources.gpu.count", "must be 1–16, got 0"},
+		{"gpu count 17", "command: [echo]\nresources: {gpu: {count: 17}}\n", "spec.resources.gpu.count", "must be 1–16, got 17"},
+		{"empty command", "name: x\ncommand: []\n", "spec.command", "must not be empty"},
+		{"missing command", "name: x\n", "spec.command", "must not be empty"},
+		{"bad tier", "command: [echo]\nplacement: {tier: cheap}\n", "spec.placement.tier", "must be spot, on-demand or spot-then-on-demand"},
+		{"bad duration", "command: [echo]\ntimeout: soon\n", "spec.timeout", "must be a duration"},
+		{"bad money", "command: [echo]\nbudget: {max_price_per_hour: cheap}\n", "spec.budget.max_price_per_hour", "must be an amount and a currency"},
+		{"reserved env", "command: [echo]\nenv: {GPUQ_JOB_ID: x}\n", "spec.env.GPUQ_JOB_ID", "set by the worker"},
+		{"escaping checkpoint path", "command: [echo]\ncheckpoint: {paths: [../x]}\n", "spec.checkpoint.paths[0]", "relative path"},
+		{"bad project", "command: [echo]\nproject: My Project\n", "spec.project", "lower-case"},
+		{"not a mapping", "- a\n- b\n", "spec", "must be a mapping"},
+		{"negative retries", "command: [echo]\nretries: {max_errors: -1}\n", "spec.retries.max_errors", "must be 0–100"},
+		{"oversize", "command: [echo]\nenv: {A: \"" + strings.Repeat("x", 10<<20) + "\"}\n", "spec", "over the 262144-byte limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseSpec([]byte(c.spec))
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("want a SpecError, got %v", err)
+			}
+			if !errors.Is(err, ErrInvalidSpec) {
+				t.Errorf("errors.Is(err, ErrInvalidSpec) = false")
+			}
+			for _, p := range se.Problems {
+				if p.Field == c.field && strings.Contains(p.Message, c.msg) {
+					return
+				}
+			}
+			t.Fatalf("want a problem at %s containing %q, got %v", c.field, c.msg, err)
+		})
+	}
+}
+
+func TestParseSpecAcceptsAFullSpecAndAppliesDefaults(t *testing.T) {
+	t.Parallel()
+	spec, err := ParseSpec([]byte(`
+name: train-resnet
+project: vision
+command: [python, train.py, --epochs, "90"]
+env: {WANDB_MODE: offline}
+resources:
+  gpu: {count: 1, cards: [H100, A100-80GB], memory_gb: 80}
+  cpu: 8
+  memory_gb: 64
+placement: {tier: spot, regions: ["eu-*"], residency: EU, providers: [local]}
+budget: {max_price_per_hour: "2.50 EUR", total: "100 EUR"}
+retries: {max_errors: 1, max_preemptions: 50, delay: 30s}
+checkpoint: {paths: [ckpt], interval: 10m}
+idempotency_key: resnet-run-7
+labels: {team: vision}
+timeout: 12h
+deadline: 2026-12-01T18:00:00Z
+expected_duration: 6h
+inputs: [{uri: "s3://bucket/imagenet", region: eu-central-1, bytes: 150000000000}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Resources.GPU.Count != 1 || spec.Placement.Residency != "EU" || spec.MaxErrors() != 1 || spec.RetryDelay() != 30*time.Second {
+		t.Fatalf("fields not decoded: %+v", spec)
+	}
+	if time.Duration(spec.Timeout) != 12*time.Hour || spec.Deadline == nil {
+		t.Fatalf("durations/times not decoded: %+v", spec)
+	}
+	def, err := ParseSpec([]byte(`{"command": "echo hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Project != DefaultProject || def.Placement.Tier != DefaultTier || def.MaxErrors() != DefaultMaxErrors || def.MaxPreemptions() != DefaultMaxPreemptions {
+		t.Fatalf("defaults not applied: %+v", def)
+	}
+	if strings.Join(def.Command, " ") != "/bin/sh -c echo hi" {
+		t.Fatalf("a string command runs through the shell, got %q", def.Command)
+	}
+}
+
+func TestJobIDForIdempotencyKeyIsStablePerProject(t *testing.T) {
+	t.Parallel()
+	a := &Spec{Project: "p", IdempotencyKey: "k"}
+	b := &Spec{Project: "p", IdempotencyKey: "k"}
+	c := &Spec{Project: "q", IdempotencyKey: "k"}
+	if JobIDFor(a) != JobIDFor(b) {
+		t.Fatal("the same key in the same project must name the same job")
+	}
+	if JobIDFor(a) == JobIDFor(c) {
+		t.Fatal("the same key in another project must name another job")
+	}
+	if JobIDFor(&Spec{Project: "p"}) == JobIDFor(&Spec{Project: "p"}) {
+		t.Fatal("submissions without a key must get fresh ids")
+	}
+}

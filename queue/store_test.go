@@ -1,0 +1,221 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func mustSpec(t *testing.T, yaml string) *queue.Spec {
+	t.Helper()
+	s, err := queue.ParseSpec([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// placedJob records a job and its first placement, ready to be claimed.
+func placedJob(t *testing.T, s *queue.Store) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "command: [/bin/true]")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func claim(t *testing.T, s *queue.Store, id uuid.UUID, lease time.Duration) (*queue.Claimed, error) {
+	t.Helper()
+	return s.Claim(context.Background(), queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: lease, WorkerID: "w", Host: "h", PID: 1, Pool: "p"})
+}
+
+func expireLease(t *testing.T, s *queue.Store, id uuid.UUID) {
+	t.Helper()
+	if _, err := s.DB.Exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStaleAttemptCanNeitherRecordNorComplete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	first, err := claim(t, s, id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc *queue.NotClaimableError
+	if _, err := claim(t, s, id, time.Hour); !errors.As(err, &nc) || nc.LeaseLeft <= 0 {
+		t.Fatalf("a live lease must refuse a second claim, got %v", err)
+	}
+	expireLease(t, s, id)
+	second, err := claim(t, s, id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Job.Attempt != first.Job.Attempt+1 || second.Job.Preemptions != 1 {
+		t.Fatalf("the new claim must supersede attempt %d and count it lost, got attempt %d preemptions %d", first.Job.Attempt, second.Job.Attempt, second.Job.Preemptions)
+	}
+	stale := first.Job.Attempt
+	rec := queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: "u"}
+	if _, err := s.RecordCheckpoint(ctx, id, stale, rec); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale checkpoint: want ErrFenced, got %v", err)
+	}
+	if err := s.Heartbeat(ctx, id, stale, time.Minute); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale heartbeat: want ErrFenced, got %v", err)
+	}
+	if err := s.Succeed(ctx, id, stale, nil); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale success: want ErrFenced, got %v", err)
+	}
+	zero := 0
+	if err := s.Succeed(ctx, id, stale, &rec); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale outputs: want ErrFenced, got %v", err)
+	}
+	if err := s.Fail(ctx, id, stale, queue.OutcomeFailed, &zero, "x"); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale failure: want ErrFenced, got %v", err)
+	}
+	if err := s.Requeue(ctx, id, stale, queue.OutcomePreempted, nil, "x"); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale requeue: want ErrFenced, got %v", err)
+	}
+	if err := s.Succeed(ctx, id, second.Job.Attempt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Succeed(ctx, id, second.Job.Attempt, nil); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("a second completion must be refused, got %v", err)
+	}
+	attempts, err := s.Attempts(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeLost || attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("attempts: %+v", attempts)
+	}
+	if _, err := s.Result(ctx, id); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("the stale attempt's outputs must not be recorded, got %v", err)
+	}
+}
+
+func TestCheckpointSequenceNeverGoesBackwards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	c, err := claim(t, s, id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	seqs := make(chan int, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq, err := s.RecordCheckpoint(ctx, id, c.Job.Attempt, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: "u"})
+			if err != nil {
+				t.Error(err)
+			}
+			seqs <- seq
+		}()
+	}
+	wg.Wait()
+	close(seqs)
+	seen := map[int]bool{}
+	for seq := range seqs {
+		if seen[seq] {
+			t.Fatalf("sequence %d recorded twice", seq)
+		}
+		seen[seq] = true
+	}
+	expireLease(t, s, id)
+	next, err := claim(t, s, id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Checkpoint == nil || next.Checkpoint.Seq != 20 {
+		t.Fatalf("a new attempt must resume from the latest checkpoint (20), got %+v", next.Checkpoint)
+	}
+	seq, err := s.RecordCheckpoint(ctx, id, next.Job.Attempt, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: "u"})
+	if err != nil || seq != 21 {
+		t.Fatalf("want seq 21 from the new attempt, got %d, %v", seq, err)
+	}
+	cps, err := s.Checkpoints(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(cps); i++ {
+		if cps[i].Seq <= cps[i-1].Seq {
+			t.Fatalf("sequence went backwards: %d after %d", cps[i].Seq, cps[i-1].Seq)
+		}
+	}
+}
+
+func TestRecordJobsIsIdempotentByIDAndKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	spec := mustSpec(t, "command: [/bin/true]\nidempotency_key: cell-7\n")
+	first, err := s.RecordJobs(ctx, []queue.NewJob{{ID: uuid.New(), Spec: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.RecordJobs(ctx, []queue.NewJob{{ID: first[0].ID, Spec: spec}, {ID: uuid.New(), Spec: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].ID != first[0].ID || again[1].ID != first[0].ID {
+		t.Fatalf("resubmissions must return the recorded job %s, got %s and %s", first[0].ID, again[0].ID, again[1].ID)
+	}
+	jobs, err := s.List(ctx, queue.ListFilter{})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("want 1 job, got %d (%v)", len(jobs), err)
+	}
+}
+
+func TestFinalizedAtIsSetExactlyInTerminalStates(t *testing.T) {
+	t.Parallel()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	if _, err := s.DB.Exec(`UPDATE jobs SET state = 'succeeded' WHERE id = $1`, id); err == nil {
+		t.Fatal("a terminal state without finalized_at must violate the constraint")
+	}
+	if _, err := s.DB.Exec(`UPDATE jobs SET finalized_at = now() WHERE id = $1`, id); err == nil {
+		t.Fatal("finalized_at on a placed job must violate the constraint")
+	}
+}
+
+func TestCancelFinalisesOnlyUnfinishedJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	if err := s.Cancel(ctx, id, "by test"); err != nil {
+		t.Fatal(err)
+	}
+	var nc *queue.NotClaimableError
+	if err := s.Cancel(ctx, id, "again"); !errors.As(err, &nc) || nc.State != queue.StateCancelled {
+		t.Fatalf("cancelling a cancelled job: want NotClaimableError(cancelled), got %v", err)
+	}
+	if _, err := claim(t, s, id, time.Hour); !errors.As(err, &nc) {
+		t.Fatalf("a cancelled job must not be claimable, got %v", err)
+	}
+	if err := s.Cancel(ctx, uuid.New(), "x"); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("unknown job: want ErrNotFound, got %v", err)
+	}
+}
