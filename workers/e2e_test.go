@@ -1,0 +1,521 @@
+package workers_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/sql/pgtest"
+	"github.com/gpuq/gpuq/workers"
+)
+
+// gpuqBin is the gpuq binary the worker processes run, built once.
+var gpuqBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuq-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gpuqBin = filepath.Join(dir, "gpuq")
+	if out, err := exec.Command("go", "build", "-o", gpuqBin, "github.com/gpuq/gpuq/cmd/gpuq").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building gpuq: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := pgtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var testPool = local.PoolConfig{Pool: "eu-cpu", Region: "eu-test-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.10"}
+
+// cluster is a control plane on real JetStream and PostgreSQL, with worker
+// processes started from the real binary.
+type cluster struct {
+	n     *queuetest.NATS
+	store *queue.Store
+	dbURL string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	store, url := queuetest.Store(t, n)
+	provider, err := local.New([]local.PoolConfig{testPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&queue.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return &cluster{n: n, store: store, dbURL: url}
+}
+
+// startWorker launches `gpuq worker` for the test pool; its output is shown
+// if the test fails.
+func (c *cluster) startWorker(t *testing.T, ackWait, grace time.Duration, extra ...string) *local.Instance {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "worker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--nats-url", c.n.URL, "--database-url", c.dbURL,
+		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
+	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile}
+	inst, err := l.Launch(context.Background(), testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		inst.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited
+		inst.Wait()                  //nolint:errcheck // killed
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("worker %s output:\n%s", inst.ID(), out)
+		}
+	})
+	return inst
+}
+
+func (c *cluster) submit(t *testing.T, spec string) uuid.UUID {
+	t.Helper()
+	s, err := queue.ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := queue.Submit(context.Background(), c.n.JS, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub.JobID
+}
+
+func (c *cluster) job(t *testing.T, id uuid.UUID) *queue.Job {
+	t.Helper()
+	j, err := c.store.Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitState follows the job's events until it reaches want.
+func (c *cluster) waitState(t *testing.T, id uuid.UUID, want queue.JobState, timeout time.Duration) *queue.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if j, err := c.store.Job(ctx, id); err == nil && j.State == want {
+		return j
+	}
+	err := queue.FollowEvents(ctx, c.n.JS, id, func(ev queue.Event) bool { return ev.State != want })
+	j := c.job(t, id)
+	if j.State != want {
+		t.Fatalf("job %s: want state %s, got %s (%s) after %v", id, want, j.State, j.Reason, err)
+	}
+	return j
+}
+
+func (c *cluster) attempts(t *testing.T, id uuid.UUID) []queue.Attempt {
+	t.Helper()
+	a, err := c.store.Attempts(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (c *cluster) checkpoints(t *testing.T, id uuid.UUID) []queue.Checkpoint {
+	t.Helper()
+	cps, err := c.store.Checkpoints(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cps
+}
+
+func (c *cluster) logs(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := queue.ReadLogs(context.Background(), c.n.JS, id, &buf, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// checkpointStep reads the step file out of a recorded checkpoint.
+func (c *cluster) checkpointStep(t *testing.T, cp queue.Checkpoint) int {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := workers.Download(context.Background(), &workers.ObjectStore{JS: c.n.JS}, cp.StoreURI, cp.SHA256, f); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := workers.Unpack(f, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "step"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// counterJob counts to steps, committing a checkpoint after each step; on
+// SIGTERM it commits its final checkpoint and exits.
+func counterJob(steps int, sleep string) string {
+	script := `step=0
+[ -f "$GPUQ_CHECKPOINT_DIR/step" ] && step=$(cat "$GPUQ_CHECKPOINT_DIR/step")
+echo "start attempt=$GPUQ_ATTEMPT resumed=$GPUQ_RESUMED step=$step"
+trap 'echo "notice at step $step"; echo $step > "$GPUQ_CHECKPOINT_DIR/step"; gpuq checkpoint save >/dev/null; exit 143' TERM
+while [ $step -lt ` + strconv.Itoa(steps) + ` ]; do
+  step=$((step+1))
+  echo $step > "$GPUQ_CHECKPOINT_DIR/step"
+  gpuq checkpoint save >/dev/null || exit 9
+  echo "step $step"
+  sleep ` + sleep + `
+done
+echo "finished at step $step" > "$GPUQ_OUTPUT_DIR/result.txt"`
+	return "name: counter\ncommand: [/bin/sh, -c, " + strconv.Quote(script) + "]\n"
+}
+
+func waitCheckpoint(t *testing.T, c *cluster, id uuid.UUID, seq int) {
+	t.Helper()
+	queuetest.Eventually(t, 30*time.Second, fmt.Sprintf("checkpoint %d of job %s", seq, id), func() bool {
+		cps := c.checkpoints(t, id)
+		return len(cps) > 0 && cps[len(cps)-1].Seq >= seq
+	})
+}
+
+func assertSequenceGrows(t *testing.T, cps []queue.Checkpoint) {
+	t.Helper()
+	for i := 1; i < len(cps); i++ {
+		if cps[i].Seq <= cps[i-1].Seq {
+			t.Fatalf("checkpoint sequence went backwards: %d after %d", cps[i].Seq, cps[i-1].Seq)
+		}
+	}
+}
+
+func TestJobSucceedsWithLogsAndOutputs(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, 2*time.Second)
+	id := c.submit(t, `name: hello
+command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 > "$GPUQ_OUTPUT_DIR/answer.txt"']
+`)
+	job := c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	if job.Attempt != 1 || job.ExitCode == nil || *job.ExitCode != 0 {
+		t.Fatalf("want one attempt exiting 0, got %+v", job)
+	}
+	if logs := c.logs(t, id); !strings.Contains(logs, "hello from "+id.String()) || !strings.Contains(logs, "oops") {
+		t.Fatalf("stdout and stderr must be kept as logs, got %q", logs)
+	}
+	rec, err := c.store.Result(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.CreateTemp(t.TempDir(), "out")
+	defer f.Close()
+	if err := workers.Download(context.Background(), &workers.ObjectStore{JS: c.n.JS}, rec.StoreURI, rec.SHA256, f); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := workers.Unpack(f, dir); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "answer.txt")); string(b) != "42\n" {
+		t.Fatalf("outputs: want answer.txt = 42, got %q", b)
+	}
+	if rec.Region != testPool.Region {
+		t.Fatalf("outputs must be stored in the worker's region %s, got %s", testPool.Region, rec.Region)
+	}
+	queuetest.Eventually(t, 5*time.Second, "the run message to be acknowledged", func() bool {
+		return len(queuetest.RunMessages(t, c.n.JS)) == 0
+	})
+}
+
+func TestKilledWorkerIsReplacedAndTheJobResumesFromItsLatestCheckpoint(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	const ackWait = 2 * time.Second
+	a := c.startWorker(t, ackWait, 2*time.Second)
+	id := c.submit(t, counterJob(20, "0.2"))
+	c.waitState(t, id, queue.StateRunning, 30*time.Second)
+	c.startWorker(t, ackWait, 2*time.Second)
+	waitCheckpoint(t, c, id, 3)
+	if got := c.attempts(t, id)[0].PID; got != a.PID() {
+		t.Fatalf("attempt 1 should run on the first worker (pid %d), got pid %d", a.PID(), got)
+	}
+	killed := time.Now()
+	if err := a.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	job := c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	attempts := c.attempts(t, id)
+	if job.Attempt != 2 || len(attempts) != 2 {
+		t.Fatalf("want exactly 2 attempts, got %d (%+v)", job.Attempt, attempts)
+	}
+	if attempts[0].Outcome != queue.OutcomeLost || attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("want attempt 1 lost and attempt 2 succeeded, got %q and %q", attempts[0].Outcome, attempts[1].Outcome)
+	}
+	recovery := attempts[1].StartedAt.Sub(killed)
+	t.Logf("recovery after SIGKILL: %s (AckWait %s)", recovery, ackWait)
+	if recovery > ackWait+10*time.Second {
+		t.Fatalf("the job must be redelivered after AckWait, took %s", recovery)
+	}
+	cps := c.checkpoints(t, id)
+	assertSequenceGrows(t, cps)
+	var last queue.Checkpoint
+	for _, cp := range cps {
+		if cp.Attempt == 1 {
+			last = cp
+		}
+	}
+	k := c.checkpointStep(t, last)
+	logs := c.logs(t, id)
+	if !strings.Contains(logs, fmt.Sprintf("start attempt=2 resumed=1 step=%d\n", k)) {
+		t.Fatalf("attempt 2 must start from checkpoint %d's step %d with GPUQ_RESUMED=1; logs:\n%s", last.Seq, k, logs)
+	}
+	var succeeded int
+	if err := c.store.DB.QueryRow(`SELECT count(*) FROM attempts WHERE job_id = $1 AND outcome = 'succeeded'`, id).Scan(&succeeded); err != nil || succeeded != 1 {
+		t.Fatalf("want exactly one success recorded, got %d (%v)", succeeded, err)
+	}
+}
+
+func TestPreemptionNoticeHandsTheJobBackWithoutWaitingForAckWait(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	const ackWait = 30 * time.Second
+	a := c.startWorker(t, ackWait, 5*time.Second)
+	id := c.submit(t, counterJob(25, "0.2"))
+	c.waitState(t, id, queue.StateRunning, 30*time.Second)
+	c.startWorker(t, ackWait, 5*time.Second)
+	waitCheckpoint(t, c, id, 2)
+	noticed := time.Now()
+	if err := a.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 15*time.Second, "attempt 2 to start", func() bool { return len(c.attempts(t, id)) == 2 })
+	attempts := c.attempts(t, id)
+	handover := attempts[1].StartedAt.Sub(noticed)
+	t.Logf("resumed %s after the notice (AckWait %s)", handover, ackWait)
+	if handover > 10*time.Second {
+		t.Fatalf("the job must be handed back at once, not after AckWait; took %s", handover)
+	}
+	if err := a.Wait(); err != nil {
+		t.Fatalf("the noticed worker must exit cleanly: %v", err)
+	}
+	job := c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	attempts = c.attempts(t, id)
+	if attempts[0].Outcome != queue.OutcomePreempted || job.Preemptions != 1 || job.Attempt != 2 {
+		t.Fatalf("want attempt 1 preempted and one preemption, got %q, %d preemptions, %d attempts", attempts[0].Outcome, job.Preemptions, job.Attempt)
+	}
+	cps := c.checkpoints(t, id)
+	assertSequenceGrows(t, cps)
+	var final queue.Checkpoint
+	for _, cp := range cps {
+		if cp.Attempt == 1 {
+			final = cp
+		}
+	}
+	if final.CreatedAt.Before(noticed) {
+		t.Fatalf("attempt 1's final checkpoint must be committed after the notice (at %s), latest was %s", noticed, final.CreatedAt)
+	}
+	k := c.checkpointStep(t, final)
+	logs := c.logs(t, id)
+	if !strings.Contains(logs, "notice at step") || !strings.Contains(logs, fmt.Sprintf("start attempt=2 resumed=1 step=%d\n", k)) {
+		t.Fatalf("attempt 2 must resume from the final checkpoint (step %d); logs:\n%s", k, logs)
+	}
+}
+
+func TestStaleWorkerKillsItsJobAndDoesNotAck(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 3*time.Second, time.Second)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := c.submit(t, "name: sleeper\nenv: {PIDFILE: "+pidFile+"}\ncommand: [/bin/sh, -c, 'echo $$ > $PIDFILE; exec sleep 300']\n")
+	c.waitState(t, id, queue.StateRunning, 30*time.Second)
+	var pid int
+	queuetest.Eventually(t, 10*time.Second, "the job to write its pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	// Another worker takes the job over: the attempt number moves on.
+	if _, err := c.store.DB.Exec(`UPDATE jobs SET attempt = attempt + 1, lease_expires_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 10*time.Second, "the stale worker to kill its job", func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
+	queuetest.Eventually(t, 10*time.Second, "the stale attempt to be closed as fenced", func() bool {
+		a := c.attempts(t, id)
+		return len(a) == 1 && a[0].Outcome == queue.OutcomeFenced
+	})
+	if msgs := queuetest.RunMessages(t, c.n.JS); msgs[queue.RunSubject(testPool.Pool, id.String())] != 1 {
+		t.Fatalf("a fenced-out worker must not acknowledge the job's message: %v", msgs)
+	}
+	if j := c.job(t, id); j.State != queue.StateRunning || j.Attempt != 2 {
+		t.Fatalf("the stale worker must not touch the job: %+v", j)
+	}
+}
+
+func TestFailingJobIsRetriedThenFailedAndStatusShowsWhy(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, time.Second)
+	id := c.submit(t, `name: boom
+retries: {max_errors: 2, delay: 200ms}
+command: [/bin/sh, -c, 'echo "boom on attempt $GPUQ_ATTEMPT"; exit 3']
+`)
+	job := c.waitState(t, id, queue.StateFailed, 30*time.Second)
+	if job.Attempt != 3 || job.Errors != 3 || job.ExitCode == nil || *job.ExitCode != 3 {
+		t.Fatalf("want 3 attempts (1 + max_errors 2) ending with exit code 3, got attempt %d errors %d exit %v", job.Attempt, job.Errors, job.ExitCode)
+	}
+	out := runCLI(t, 0, "status", id.String(), "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	for _, want := range []string{"state      failed", "exit code  3", "boom on attempt 3", "exited with status 3"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("gpuq status must show %q; got:\n%s", want, out)
+		}
+	}
+	if len(queuetest.RunMessages(t, c.n.JS)) != 0 {
+		t.Fatal("a failed job's message must be acknowledged")
+	}
+}
+
+func TestCancelStopsARunningJob(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, time.Second)
+	id := c.submit(t, "name: long\ncommand: [sleep, '300']\n")
+	c.waitState(t, id, queue.StateRunning, 30*time.Second)
+	runCLI(t, 0, "cancel", id.String(), "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	queuetest.Eventually(t, 10*time.Second, "the attempt to end as cancelled", func() bool {
+		a := c.attempts(t, id)
+		return len(a) == 1 && a[0].Outcome == queue.OutcomeCancelled
+	})
+	if j := c.job(t, id); j.State != queue.StateCancelled {
+		t.Fatalf("want cancelled, got %s", j.State)
+	}
+	queuetest.Eventually(t, 5*time.Second, "the message to be acknowledged", func() bool {
+		return len(queuetest.RunMessages(t, c.n.JS)) == 0
+	})
+}
+
+func TestWorkerRefusesAJobOutsideItsResidency(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	ctx := context.Background()
+	// A placement that claims residency DE lands, through a bug or a stale
+	// message, on a pool whose worker runs in the US.
+	id := uuid.New()
+	spec, _ := queue.ParseSpec([]byte("command: [/bin/true]\nplacement: {residency: EU}\n"))
+	if _, err := c.store.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: testPool.Pool, Region: "eu-test-1", Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.store.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&queue.Reconciler{JS: c.n.JS, Store: c.store}).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.startWorker(t, 5*time.Second, time.Second, "--country", "US")
+	job := c.waitState(t, id, queue.StateDead, 30*time.Second)
+	if !strings.Contains(job.Reason, "outside residency EU") || len(c.attempts(t, id)) != 0 {
+		t.Fatalf("the worker must refuse the job without running it: %+v", job)
+	}
+}
+
+func TestSchedulerKilledMidStreamLosesNothingAndDispatchesNothingTwice(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	store, dbURL := queuetest.Store(t, n)
+	server := func() *exec.Cmd {
+		cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // stopping
+		return cmd
+	}
+	first := server()
+	const jobs = 400
+	submitted := make(chan error, 1)
+	go func() {
+		for i := range jobs {
+			s, err := queue.ParseSpec([]byte(fmt.Sprintf("name: j%d\ncommand: [/bin/true]\n", i)))
+			if err == nil {
+				_, err = queue.Submit(context.Background(), n.JS, s)
+			}
+			if err != nil {
+				submitted <- err
+				return
+			}
+		}
+		submitted <- nil
+	}()
+	count := func() int {
+		var c int
+		store.DB.QueryRow(`SELECT count(*) FROM jobs`).Scan(&c) //nolint:errcheck // zero on error
+		return c
+	}
+	queuetest.Eventually(t, 60*time.Second, "the scheduler to record some jobs", func() bool { return count() > 20 })
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	first.Wait() //nolint:errcheck // killed
+	t.Logf("scheduler killed after recording %d jobs", count())
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	server()
+	queuetest.Eventually(t, 120*time.Second, "every job to be placed", func() bool {
+		var placed int
+		store.DB.QueryRow(`SELECT count(*) FROM jobs WHERE state = 'placed'`).Scan(&placed) //nolint:errcheck // zero on error
+		return placed == jobs
+	})
+	if got := count(); got != jobs {
+		t.Fatalf("want %d jobs, got %d", jobs, got)
+	}
+	msgs := queuetest.RunMessages(t, n.JS)
+	if len(msgs) != jobs {
+		t.Fatalf("want %d dispatched jobs, got %d", jobs, len(msgs))
+	}
+	for subject, m := range msgs {
+		if m != 1 {
+			t.Fatalf("%s was dispatched %d times", subject, m)
+		}
+	}
+}
