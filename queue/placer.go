@@ -120,7 +120,11 @@ func PolicyJob(s *Spec) (policy.Job, error) {
 		j.Budget = &v
 	}
 	for _, in := range s.Inputs {
-		j.Inputs = append(j.Inputs, policy.Input{Name: in.URI, Region: in.Region, Bytes: in.Bytes})
+		name := in.Name
+		if name == "" {
+			name = in.URI
+		}
+		j.Inputs = append(j.Inputs, policy.Input{Name: name, Region: in.Region, Bytes: in.Bytes})
 	}
 	return j, nil
 }

@@ -115,6 +115,7 @@ type CheckpointSpec struct {
 
 // Input is data the job reads, used to estimate egress cost.
 type Input struct {
+	Name   string `json:"name,omitempty"`
 	URI    string `json:"uri,omitempty"`
 	Region string `json:"region"`
 	Bytes  int64  `json:"bytes"`

@@ -4,18 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/queue"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -157,73 +156,20 @@ func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, error) {
 	return adapters.CollectOffers(cmd.Context(), provider)
 }
 
-// jobFile is the placement-relevant subset of a job spec; other fields are
-// ignored.
-type jobFile struct {
-	Project   string            `json:"project"`
-	Labels    map[string]string `json:"labels"`
-	Resources struct {
-		GPU struct {
-			Count    int      `json:"count"`
-			Cards    []string `json:"cards"`
-			MemoryGB int      `json:"memory_gb"`
-		} `json:"gpu"`
-		CPU      int `json:"cpu"`
-		MemoryGB int `json:"memory_gb"`
-	} `json:"resources"`
-	Placement struct {
-		Tier      string   `json:"tier"`
-		Regions   []string `json:"regions"`
-		Providers []string `json:"providers"`
-		Residency string   `json:"residency"`
-	} `json:"placement"`
-	Budget struct {
-		MaxPricePerHour string `json:"max_price_per_hour"`
-		Total           string `json:"total"`
-	} `json:"budget"`
-	Deadline         *time.Time     `json:"deadline"`
-	ExpectedDuration string         `json:"expected_duration"`
-	Inputs           []policy.Input `json:"inputs"`
-}
-
-// planJobFromFile reads the placement-relevant part of a job spec file.
+// planJobFromFile reads a job spec with the same strict parser as gpuq
+// submit and converts it into placement requirements.
 func planJobFromFile(path string) (policy.Job, error) {
-	data, err := os.ReadFile(path)
+	data, err := readLimited(path, queue.MaxSpecBytes+1)
 	if err != nil {
 		return policy.Job{}, fmt.Errorf("reading job spec: %w", err)
 	}
-	var f jobFile
-	if err := yaml.Unmarshal(data, &f); err != nil {
+	spec, err := queue.ParseSpec(data)
+	if err != nil {
 		return policy.Job{}, fmt.Errorf("job spec %s: %w", path, err)
 	}
-	job := policy.Job{
-		Project: f.Project, Labels: f.Labels,
-		GPUCount: f.Resources.GPU.Count, Cards: f.Resources.GPU.Cards, MinGPUMemoryGB: f.Resources.GPU.MemoryGB,
-		VCPU: f.Resources.CPU, MemoryGB: f.Resources.MemoryGB,
-		Tier: policy.Tier(f.Placement.Tier), Regions: f.Placement.Regions, Providers: f.Placement.Providers,
-		Residency: f.Placement.Residency, Inputs: f.Inputs,
-	}
-	for _, m := range []struct {
-		key string
-		in  string
-		out **policy.Money
-	}{{"budget.max_price_per_hour", f.Budget.MaxPricePerHour, &job.MaxPricePerHour}, {"budget.total", f.Budget.Total, &job.Budget}} {
-		if m.in == "" {
-			continue
-		}
-		v, err := policy.ParseMoney(m.in)
-		if err != nil {
-			return job, fmt.Errorf("job spec %s: %s: %w", path, m.key, err)
-		}
-		*m.out = &v
-	}
-	if f.Deadline != nil {
-		job.Deadline = *f.Deadline
-	}
-	if f.ExpectedDuration != "" {
-		if job.ExpectedDuration, err = time.ParseDuration(f.ExpectedDuration); err != nil {
-			return job, fmt.Errorf("job spec %s: expected_duration: want a duration such as 6h30m, got %q", path, f.ExpectedDuration)
-		}
+	job, err := queue.PolicyJob(spec)
+	if err != nil {
+		return job, fmt.Errorf("job spec %s: %w", path, err)
 	}
 	if err := job.Validate(); err != nil {
 		return job, fmt.Errorf("job spec %s: %w", path, specKey(err))

@@ -15,7 +15,7 @@ const planJob = `
 name: train-vision
 project: vision
 labels: {data: personal}
-image: ghcr.io/example/train:1
+command: [python, train.py]
 resources:
   gpu: {count: 1, cards: [H100, A100-80GB], memory_gb: 80}
   cpu: 8
@@ -122,9 +122,10 @@ func TestPlanRefusesBadInputNamingTheKey(t *testing.T) {
 		policy string
 		want   string
 	}{
-		{"job gpu count", strings.Replace(planJob, "count: 1", "count: -1", 1), "", "resources.gpu.count: must be 0 or more, got -1"},
-		{"job price", strings.Replace(planJob, `"2.50 EUR"`, `"2.50"`, 1), "", `budget.max_price_per_hour: "2.50": want an amount and a currency`},
-		{"job duration", strings.Replace(planJob, "6h", "six hours", 1), "", `expected_duration: want a duration such as 6h30m, got "six hours"`},
+		{"job gpu count", strings.Replace(planJob, "count: 1", "count: 0", 1), "", "spec.resources.gpu.count: must be 1–16, got 0"},
+		{"job price", strings.Replace(planJob, `"2.50 EUR"`, `"2.50"`, 1), "", `spec.budget.max_price_per_hour: must be an amount and a currency`},
+		{"job duration", strings.Replace(planJob, "6h", "six hours", 1), "", `spec.expected_duration: must be a duration such as "90s" or "2h", got "six hours"`},
+		{"job unknown key", strings.Replace(planJob, "labels:", "lables:", 1), "", `spec.lables: unknown field`},
 		{"job tier", strings.Replace(planJob, "spot-then-on-demand", "cheap", 1), "", `placement.tier: must be spot, on-demand or spot-then-on-demand`},
 		{"undefined class", "", "rules:\n  - {name: x, residency: EUU}\n", `rules[0].residency: undefined residency class "EUU"`},
 		{"budget currency", "", "budgets:\n  - {project: a, period: month, cap: \"5 GBP\"}\n", `budgets[0].cap: unknown currency "GBP"`},
