@@ -78,6 +78,8 @@ type Attempt struct {
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	Outcome     string     `json:"outcome,omitempty"`
 	ExitCode    *int       `json:"exit_code,omitempty"`
+	NodeID      string     `json:"node_id,omitempty"`
+	CanaryRunID int64      `json:"canary_run_id,omitempty"`
 }
 
 // Attempt outcomes.

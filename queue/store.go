@@ -206,6 +206,10 @@ type ClaimRequest struct {
 	Host             string
 	PID              int
 	Pool             string
+	// NodeID is the machine the worker runs on, CanaryRunID the canary it
+	// passed last (0 when the worker runs no canary).
+	NodeID      string
+	CanaryRunID int64
 }
 
 // Claimed is a successful claim: the job under its new attempt and the
@@ -260,7 +264,8 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
 		if err := q.AttemptEndLost(ctx, db.AttemptEndLostParams{JobID: r.JobID, Attempt: row.Attempt}); err != nil {
 			return nil, err
 		}
-		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool}); err != nil {
+		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool,
+			NodeID: r.NodeID, CanaryRunID: sql.NullInt64{Int64: r.CanaryRunID, Valid: r.CanaryRunID != 0}}); err != nil {
 			return nil, fmt.Errorf("recording attempt %d of job %s: %w", row.Attempt, r.JobID, err)
 		}
 		ev, err := recordEvent(ctx, q, r.JobID, StateRunning, int(row.Attempt), fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool), nil)
@@ -484,7 +489,8 @@ func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
 	out := make([]Attempt, len(rows))
 	for i, r := range rows {
 		out[i] = Attempt{Attempt: int(r.Attempt), WorkerID: r.WorkerID, Host: r.Host, PID: int(r.Pid), Pool: r.Pool,
-			StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, EndedAt: timePtr(r.EndedAt), Outcome: r.Outcome, ExitCode: intPtr(r.ExitCode)}
+			StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, EndedAt: timePtr(r.EndedAt), Outcome: r.Outcome, ExitCode: intPtr(r.ExitCode),
+			NodeID: r.NodeID, CanaryRunID: r.CanaryRunID.Int64}
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -235,6 +236,9 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 	job := c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
 	if job.Attempt != 1 || job.ExitCode == nil || *job.ExitCode != 0 {
 		t.Fatalf("want one attempt exiting 0, got %+v", job)
+	}
+	if a := c.attempts(t, id)[0]; a.NodeID == "" || a.CanaryRunID == 0 {
+		t.Fatalf("the attempt must record its node and the canary it ran after: %+v", a)
 	}
 	if logs := c.logs(t, id); !strings.Contains(logs, "hello from "+id.String()) || !strings.Contains(logs, "oops") {
 		t.Fatalf("stdout and stderr must be kept as logs, got %q", logs)
@@ -517,5 +521,42 @@ func TestSchedulerKilledMidStreamLosesNothingAndDispatchesNothingTwice(t *testin
 		if m != 1 {
 			t.Fatalf("%s was dispatched %d times", subject, m)
 		}
+	}
+}
+
+func TestFailedCanaryQuarantinesTheNodeWhichTakesNoWork(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	id := c.submit(t, "name: waits\ncommand: [/bin/true]\n")
+	c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+	// This machine has no NVIDIA driver, so a pool expecting H100s fails.
+	canaryArgs := []string{"--expect-card", "H100", "--quarantine-after", "2", "--canary-retry-after", "100ms", "--instance-id", "i-test-1"}
+	w := c.startWorker(t, 5*time.Second, time.Second, canaryArgs...)
+	err := w.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("a quarantined worker must exit with status 3, got %v", err)
+	}
+	nodes, err := c.store.Nodes(context.Background(), "")
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("want one node, got %v (%v)", nodes, err)
+	}
+	n := nodes[0]
+	if n.ID != "i-test-1" || n.CanaryRuns != 2 || n.CanaryFailures != 2 || n.QuarantinedAt == nil ||
+		!strings.Contains(n.LastCanarySummary, "no NVIDIA driver") {
+		t.Fatalf("node record: %+v", n)
+	}
+	if j := c.job(t, id); j.State != queue.StatePlaced || j.Attempt != 0 {
+		t.Fatalf("a failing node must take no work: %+v", j)
+	}
+	// The node's record counts across restarts: a new worker there refuses
+	// at once, without running the canary again.
+	again := c.startWorker(t, 5*time.Second, time.Second, canaryArgs...)
+	if err := again.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("a worker on a quarantined node must exit with status 3, got %v", err)
+	}
+	out := runCLI(t, 0, "nodes", "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	if !strings.Contains(out, "i-test-1") || !strings.Contains(out, "100%") {
+		t.Fatalf("gpuq nodes must list the node with its failure rate:\n%s", out)
 	}
 }

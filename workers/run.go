@@ -45,6 +45,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	claimed, err := w.store.Claim(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
+		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(),
 	})
 	var nc *queue.NotClaimableError
 	switch {

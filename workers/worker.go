@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/workers/canary"
 )
 
 // Causes with which a job's context is cancelled; the worker decides between
@@ -52,7 +53,12 @@ type Config struct {
 	// Executable is the gpuq binary jobs call for `gpuq checkpoint save`;
 	// its directory is put first on the job's PATH. Default os.Executable().
 	Executable string
-	Logger     *slog.Logger
+	// NodeID names the machine: the provider's instance id where known.
+	// Default: canary.NodeID (the host name).
+	NodeID string
+	// Canary, when set, gates pulling on the NVML canary.
+	Canary *CanaryConfig
+	Logger *slog.Logger
 }
 
 // WithDefaults fills unset fields.
@@ -78,6 +84,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Executable == "" {
 		c.Executable, _ = os.Executable()
+	}
+	if c.NodeID == "" {
+		c.NodeID = canary.NodeID("")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -109,6 +118,9 @@ type Worker struct {
 	nc       *nats.Conn
 	store    *queue.Store
 	archives ArchiveStore
+
+	gateMu sync.Mutex
+	canary *canaryGate
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
@@ -134,11 +146,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.cfg.Logger.Info("worker ready", "pool", w.cfg.Pool, "slots", w.cfg.Slots, "region", w.cfg.Region, "worker", w.cfg.WorkerID)
+	if w.cfg.Canary != nil {
+		if w.canary, err = newCanaryGate(ctx, *w.cfg.Canary, w.store, w.cfg.NodeID); err != nil {
+			return err
+		}
+	}
+	w.cfg.Logger.Info("worker ready", "pool", w.cfg.Pool, "slots", w.cfg.Slots, "region", w.cfg.Region, "worker", w.cfg.WorkerID, "node", w.cfg.NodeID)
 	var running sync.WaitGroup
 	defer running.Wait()
 	slots := make(chan struct{}, w.cfg.Slots)
 	for ctx.Err() == nil {
+		if w.canary != nil {
+			ready, err := w.canaryReady(ctx)
+			if err != nil {
+				return err
+			}
+			if !ready {
+				continue
+			}
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -185,6 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				defer running.Done()
 				defer func() { <-slots }()
 				w.handle(ctx, msg)
+				w.jobDone()
 			}()
 		}
 		cancel()

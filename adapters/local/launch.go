@@ -63,8 +63,16 @@ func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, erro
 	if slots == 0 {
 		slots = 1
 	}
-	args := append([]string{"worker", "--pool", pool.Pool, "--region", pool.Region, "--country", pool.Country,
-		"--slots", strconv.Itoa(slots)}, l.Args...)
+	args := []string{"worker", "--pool", pool.Pool, "--region", pool.Region, "--country", pool.Country,
+		"--slots", strconv.Itoa(slots)}
+	if pool.Card != "" {
+		// The worker's canary checks that the machine has what the pool offers.
+		args = append(args, "--expect-card", pool.Card)
+		if pool.GPUCount > 0 {
+			args = append(args, "--expect-count", strconv.Itoa(pool.GPUCount))
+		}
+	}
+	args = append(args, l.Args...)
 	cmd := exec.Command(exe, args...)
 	out := l.Output
 	if out == nil {

@@ -54,17 +54,19 @@ func (q *Queries) AttemptEndLost(ctx context.Context, arg AttemptEndLostParams) 
 }
 
 const attemptInsert = `-- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 `
 
 type AttemptInsertParams struct {
-	JobID    uuid.UUID
-	Attempt  int32
-	WorkerID string
-	Host     string
-	Pid      int32
-	Pool     string
+	JobID       uuid.UUID
+	Attempt     int32
+	WorkerID    string
+	Host        string
+	Pid         int32
+	Pool        string
+	NodeID      string
+	CanaryRunID sql.NullInt64
 }
 
 func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) error {
@@ -75,12 +77,14 @@ func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) er
 		arg.Host,
 		arg.Pid,
 		arg.Pool,
+		arg.NodeID,
+		arg.CanaryRunID,
 	)
 	return err
 }
 
 const attemptListByJob = `-- name: AttemptListByJob :many
-SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code FROM attempts WHERE job_id = $1 ORDER BY attempt
+SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id FROM attempts WHERE job_id = $1 ORDER BY attempt
 `
 
 func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Attempt, error) {
@@ -104,6 +108,8 @@ func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Atte
 			&i.EndedAt,
 			&i.Outcome,
 			&i.ExitCode,
+			&i.NodeID,
+			&i.CanaryRunID,
 		); err != nil {
 			return nil, err
 		}

@@ -102,6 +102,16 @@ type Attempt struct {
 	EndedAt     sql.NullTime
 	Outcome     string
 	ExitCode    sql.NullInt32
+	NodeID      string
+	CanaryRunID sql.NullInt64
+}
+
+type CanaryRun struct {
+	ID     int64
+	NodeID string
+	At     time.Time
+	Ok     bool
+	Report json.RawMessage
 }
 
 type Checkpoint struct {
@@ -143,6 +153,21 @@ type JobEvent struct {
 	State   JobState
 	Attempt int32
 	Message string
+}
+
+type Node struct {
+	ID                  string
+	Pool                string
+	Host                string
+	FirstSeenAt         time.Time
+	LastCanaryAt        sql.NullTime
+	LastCanaryOk        sql.NullBool
+	LastCanarySummary   string
+	CanaryRuns          int32
+	CanaryFailures      int32
+	ConsecutiveFailures int32
+	QuarantinedAt       sql.NullTime
+	QuarantineReason    string
 }
 
 type Placement struct {

@@ -1,6 +1,6 @@
 -- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool)
-VALUES (@job_id, @attempt, @worker_id, @host, @pid, @pool);
+INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id)
+VALUES (@job_id, @attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'));
 
 -- name: AttemptEnd :exec
 UPDATE attempts

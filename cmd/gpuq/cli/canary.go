@@ -73,6 +73,12 @@ Exit status: 0 all checks passed, 1 a check failed, 2 invalid expectations.`,
 		RunE: runCanary,
 	}
 	cmd.Flags().String("pool", "", "read expectations from this pool's canary section of the config key pools")
+	addCanaryFlags(cmd)
+	return cmd
+}
+
+// addCanaryFlags adds the flags that set the canary's expectations.
+func addCanaryFlags(cmd *cobra.Command) {
 	for _, f := range canaryFlags {
 		switch zero := f.zero.(type) {
 		case string:
@@ -85,7 +91,6 @@ Exit status: 0 all checks passed, 1 a check failed, 2 invalid expectations.`,
 			cmd.Flags().Bool(f.flag, zero, f.usage)
 		}
 	}
-	return cmd
 }
 
 func runCanary(cmd *cobra.Command, _ []string) error {
@@ -122,9 +127,16 @@ func runCanary(cmd *cobra.Command, _ []string) error {
 // Both go through the same decoding, and an invalid or unknown value is
 // reported under the name the user gave it.
 func canaryExpectations(v *viper.Viper) (canary.Expectations, error) {
+	return canaryExpectationsFor(v, true)
+}
+
+// canaryExpectationsFor is canaryExpectations; a worker's pool need not be
+// in the config (poolRequired false), its expectations then come from the
+// flags alone.
+func canaryExpectationsFor(v *viper.Viper, poolRequired bool) (canary.Expectations, error) {
 	fields := map[string]any{}
 	source := map[string]string{}
-	if pool := v.GetString("pool"); pool != "" {
+	if pool := v.GetString("pool"); pool != "" && (poolRequired || poolConfigured(v, pool)) {
 		section, err := poolCanarySection(v, pool)
 		if err != nil {
 			return canary.Expectations{}, err
@@ -188,6 +200,12 @@ func poolCanarySection(v *viper.Viper, name string) (map[string]any, error) {
 	}
 	slices.Sort(names)
 	return nil, fmt.Errorf("--pool: no pool %q in the config key pools; have %s", name, strings.Join(names, ", "))
+}
+
+// poolConfigured reports whether the config key pools names pool.
+func poolConfigured(v *viper.Viper, pool string) bool {
+	_, err := poolCanarySection(v, pool)
+	return err == nil
 }
 
 func writeCanaryTable(cmd *cobra.Command, r canary.Report) error {

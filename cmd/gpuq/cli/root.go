@@ -80,6 +80,7 @@ func commands() []*cobra.Command {
 		newCancelCmd(),
 		newResultsCmd(),
 		newCheckpointCmd(),
+		newNodesCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
 		newSimulateCmd(),

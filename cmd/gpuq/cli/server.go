@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -261,7 +263,16 @@ func superviseWorker(ctx context.Context, l *local.Launcher, pool local.PoolConf
 		}
 		select {
 		case <-inst.Done():
-			logger.Warn("worker exited; launching a replacement", "pool", pool.Pool, "instance", inst.ID(), "err", inst.Wait())
+			err := inst.Wait()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) && exit.ExitCode() == exitQuarantined {
+				// The canary quarantined this machine: a replacement here
+				// would fail the same way. A cloud adapter releases the
+				// instance; locally there is no other machine to launch.
+				logger.Error("worker's node quarantined; not relaunching on this machine (see gpuq nodes)", "pool", pool.Pool)
+				return
+			}
+			logger.Warn("worker exited; launching a replacement", "pool", pool.Pool, "instance", inst.ID(), "err", err)
 		case <-ctx.Done():
 			inst.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
 			inst.Wait()                  //nolint:errcheck // shutting down

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/workers"
+	"github.com/gpuq/gpuq/workers/canary"
 )
 
 func newWorkerCmd() *cobra.Command {
@@ -32,10 +34,20 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: v.GetString("region"),
 				Country: v.GetString("country"), WorkerID: v.GetString("worker-id"),
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
-				Logger: newLogger(),
+				NodeID: canary.NodeID(v.GetString("instance-id")), Logger: newLogger(),
 			}
 			if cfg.Pool == "" {
 				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
+			}
+			if !v.GetBool("no-canary") {
+				exp, err := canaryExpectationsFor(v, false)
+				if err != nil {
+					return &ExitError{Code: exitCanaryUsage, Err: err}
+				}
+				cfg.Canary = &workers.CanaryConfig{Expect: exp, Library: openNVML(), Schedule: canary.Schedule{
+					EveryJobs: v.GetInt("canary-every-jobs"), Every: v.GetDuration("canary-every"),
+					RetryAfter: v.GetDuration("canary-retry-after"), QuarantineAfter: v.GetInt("quarantine-after"),
+				}}
 			}
 			c, err := dial(cmd.Context(), v, true)
 			if err != nil {
@@ -61,7 +73,11 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 				case <-ctx.Done():
 				}
 			}()
-			return w.Run(ctx)
+			err = w.Run(ctx)
+			if errors.Is(err, workers.ErrQuarantined) {
+				return &ExitError{Code: exitQuarantined, Err: err}
+			}
+			return err
 		},
 	}
 	connFlags(cmd)
@@ -73,8 +89,19 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
+	cmd.Flags().Bool("no-canary", false, "take work without running the NVML canary")
+	cmd.Flags().Int("canary-every-jobs", 0, "rerun the canary after this many jobs (0: never)")
+	cmd.Flags().Duration("canary-every", 30*time.Minute, "rerun the canary after this long (0: never)")
+	cmd.Flags().Duration("canary-retry-after", time.Minute, "after a failed canary, wait this long before the next")
+	cmd.Flags().Int("quarantine-after", canary.DefaultQuarantineAfter, "quarantine the node after this many canary failures in a row")
+	addCanaryFlags(cmd)
 	return cmd
 }
+
+// exitQuarantined is the exit status of a worker whose node was quarantined,
+// so that whatever launched it releases the machine instead of restarting it.
+const exitQuarantined = 3
 
 func newCheckpointCmd() *cobra.Command {
 	cmd := &cobra.Command{
