@@ -89,11 +89,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 invalid expectations.`,
 }
 
 func runCanary(cmd *cobra.Command, _ []string) error {
-	v, err := loadConfig(cmd)
-	if err != nil {
-		return err
-	}
-	format, err := outputFormat(v)
+	v, format, err := loadConfigFormat(cmd)
 	if err != nil {
 		return err
 	}

@@ -83,5 +83,6 @@ func commands() []*cobra.Command {
 		newCanaryCmd(),
 		newPlanCmd(),
 		newSimulateCmd(),
+		newDemoCmd(),
 	}
 }
