@@ -318,7 +318,11 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	}
 	defer func() {
 		stack.Stop()
-		d.say("stopped NATS and PostgreSQL")
+		if stack.pg != nil {
+			d.say("stopped NATS and PostgreSQL")
+		} else {
+			d.say("stopped NATS")
+		}
 	}()
 
 	// The control plane sees only the demo's connections: pools and policy
