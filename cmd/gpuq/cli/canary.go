@@ -94,11 +94,7 @@ func addCanaryFlags(cmd *cobra.Command) {
 }
 
 func runCanary(cmd *cobra.Command, _ []string) error {
-	v, err := loadConfig(cmd)
-	if err != nil {
-		return err
-	}
-	format, err := outputFormat(v)
+	v, format, err := loadConfigFormat(cmd)
 	if err != nil {
 		return err
 	}

@@ -27,11 +27,7 @@ func newSubmitCmd() *cobra.Command {
   gpuq submit --name hello --cpu 1 -- echo hello
   gpuq submit --gpu-count 1 --card H100 --residency EU --max-price "2.50 EUR" --wait -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			format, err := outputFormat(v)
+			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
 			}
@@ -204,11 +200,7 @@ func jobCommand(use, short string, withDB bool, run func(cmd *cobra.Command, v *
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			format, err := outputFormat(v)
+			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
 			}
@@ -332,11 +324,7 @@ func newLsCmd() *cobra.Command {
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			format, err := outputFormat(v)
+			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
 			}

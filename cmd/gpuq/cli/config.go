@@ -52,6 +52,20 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 // devConfigFile is written by `gpuq dev` and read by default.
 const devConfigFile = ".gpuq/config.yaml"
 
+// loadConfigFormat is loadConfig followed by outputFormat, the start of
+// every command that prints results.
+func loadConfigFormat(cmd *cobra.Command) (*viper.Viper, string, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	format, err := outputFormat(v)
+	if err != nil {
+		return nil, "", err
+	}
+	return v, format, nil
+}
+
 // outputFormat returns the validated -o value.
 func outputFormat(v *viper.Viper) (string, error) {
 	switch o := v.GetString("output"); o {

@@ -36,11 +36,7 @@ When no offer is feasible, plan prints the rejections and exits with status 2.`,
 }
 
 func runPlan(cmd *cobra.Command, _ []string) error {
-	v, err := loadConfig(cmd)
-	if err != nil {
-		return err
-	}
-	format, err := outputFormat(v)
+	v, format, err := loadConfigFormat(cmd)
 	if err != nil {
 		return err
 	}

@@ -84,5 +84,6 @@ func commands() []*cobra.Command {
 		newCanaryCmd(),
 		newPlanCmd(),
 		newSimulateCmd(),
+		newDemoCmd(),
 	}
 }

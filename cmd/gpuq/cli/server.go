@@ -157,7 +157,9 @@ type devStack struct {
 	dbURL   string
 }
 
-func startDevStack(ctx context.Context, dataDir, dbURL string, natsPort int, logger *slog.Logger) (*devStack, error) {
+// startDevStack starts NATS and, without dbURL, a private cluster with pg's
+// options: `gpuq dev` keeps fsync on, the throwaway demo turns it off.
+func startDevStack(ctx context.Context, dataDir, dbURL string, natsPort int, pg pgtemp.Options, logger *slog.Logger) (*devStack, error) {
 	s := &devStack{dbURL: dbURL}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, err
@@ -169,7 +171,7 @@ func startDevStack(ctx context.Context, dataDir, dbURL string, natsPort int, log
 	s.natsURL = s.nats.URL()
 	if s.dbURL == "" {
 		logger.Info("starting a private PostgreSQL cluster", "dir", filepath.Join(dataDir, "postgres"))
-		if s.pg, err = pgtemp.Start(ctx, filepath.Join(dataDir, "postgres"), pgtemp.Options{Durable: true}); err != nil {
+		if s.pg, err = pgtemp.Start(ctx, filepath.Join(dataDir, "postgres"), pg); err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("no database URL given and %w", err)
 		}
@@ -204,7 +206,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			ctx, stop := shutdownContext(cmd.Context())
 			defer stop()
 			logger := newLogger()
-			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"), logger)
+			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"), pgtemp.Options{Durable: true}, logger)
 			if err != nil {
 				return err
 			}
