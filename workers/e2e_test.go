@@ -560,3 +560,18 @@ func TestFailedCanaryQuarantinesTheNodeWhichTakesNoWork(t *testing.T) {
 		t.Fatalf("gpuq nodes must list the node with its failure rate:\n%s", out)
 	}
 }
+
+func TestSubmitWaitExitsZeroOnlyOnSuccess(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, time.Second)
+	conn := []string{"--nats-url", c.n.URL, "--database-url", c.dbURL}
+	out := runCLI(t, 0, append(append([]string{"submit", "--wait", "--name", "ok"}, conn...), "--", "echo", "hi")...)
+	if !strings.Contains(out, "succeeded") {
+		t.Fatalf("submit --wait must report success:\n%s", out)
+	}
+	out = runCLI(t, 1, append(append([]string{"submit", "--wait", "--name", "bad", "--max-errors", "0"}, conn...), "--", "sh", "-c", "exit 4")...)
+	if !strings.Contains(out, "failed") || !strings.Contains(out, "exited with status 4") {
+		t.Fatalf("submit --wait must report the failure and its reason:\n%s", out)
+	}
+}

@@ -489,7 +489,7 @@ func (q *Queries) JobSetPlaced(ctx context.Context, arg JobSetPlacedParams) (int
 
 const jobSucceed = `-- name: JobSucceed :execrows
 UPDATE jobs
-SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
+SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
 WHERE id = $1 AND attempt = $2 AND state = 'running'
 `
 

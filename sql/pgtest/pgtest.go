@@ -34,6 +34,12 @@ var (
 // cluster. Call it from TestMain: os.Exit(pgtest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
+	if cluster == nil && template != "" && setupErr == nil {
+		if admin, err := sql.Open("postgres", adminURL); err == nil {
+			admin.Exec("DROP DATABASE IF EXISTS " + template) //nolint:errcheck // best effort on a shared server
+			admin.Close()
+		}
+	}
 	if cluster != nil {
 		if err := cluster.Destroy(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: removing the private cluster:", err)

@@ -56,7 +56,7 @@ WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 
 -- name: JobSucceed :execrows
 UPDATE jobs
-SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
+SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
 WHERE id = @id AND attempt = @attempt AND state = 'running';
 
 -- name: JobFail :execrows

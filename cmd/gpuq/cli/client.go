@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,6 +56,7 @@ func newSubmitCmd() *cobra.Command {
 			return waitFor(cmd.Context(), cmd, c, sub.JobID, format)
 		},
 	}
+	connFlags(cmd)
 	f := cmd.Flags()
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
 	f.String("name", "", "spec.name")
@@ -377,21 +379,21 @@ func newLogsCmd() *cobra.Command {
 	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes", true,
 		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, _ string) error {
 			ctx := cmd.Context()
-			if _, err := c.store.Job(ctx, id); err != nil {
+			if _, err := jobOrSoon(ctx, c, id); err != nil {
 				return err
 			}
 			follow := v.GetBool("follow")
-			var finished bool
+			var finished atomic.Bool
 			if follow {
 				go queue.FollowEvents(ctx, c.js, id, func(ev queue.Event) bool { //nolint:errcheck // ends with ctx
 					if ev.State.Terminal() {
-						finished = true
+						finished.Store(true)
 						return false
 					}
 					return true
 				})
 			}
-			return queue.ReadLogs(ctx, c.js, id, cmd.OutOrStdout(), follow, func() bool { return finished })
+			return queue.ReadLogs(ctx, c.js, id, cmd.OutOrStdout(), follow, finished.Load)
 		})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes")
 	return cmd
@@ -408,7 +410,7 @@ func newWaitCmd() *cobra.Command {
 // line on stderr, and fails unless it succeeded.
 func waitFor(ctx context.Context, cmd *cobra.Command, c *clients, id uuid.UUID, format string) error {
 	start := time.Now()
-	job, err := c.store.Job(ctx, id)
+	job, err := jobOrSoon(ctx, c, id)
 	if err != nil {
 		return err
 	}
@@ -441,6 +443,19 @@ func waitFor(ctx context.Context, cmd *cobra.Command, c *clients, id uuid.UUID, 
 		return &ExitError{Code: 1, Err: errors.New(msg)}
 	}
 	return nil
+}
+
+// jobOrSoon returns the job, waiting up to 30 s for the scheduler to
+// record one that was just submitted (its first event announces it).
+func jobOrSoon(ctx context.Context, c *clients, id uuid.UUID) (*queue.Job, error) {
+	job, err := c.store.Job(ctx, id)
+	if !errors.Is(err, queue.ErrNotFound) {
+		return job, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	queue.FollowEvents(wctx, c.js, id, func(queue.Event) bool { return false }) //nolint:errcheck // the store read below decides
+	return c.store.Job(ctx, id)
 }
 
 func truncate(s string, n int) string {
