@@ -61,6 +61,12 @@ bench-policy: ## Benchmark Place over 10,000 offers and 50 rules
 TRACES ?= ../shared/traces
 
 .PHONY: sim-report
+SIM_SWEEP = ./$(BIN) simulate --sweep --trace-dir $(TRACES)/availability-aws-2022-10-26 \
+	--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pools '*_v100_1.json'
+
 sim-report: build ## Sweep the spot strategies over $(TRACES) and write sim-report.md
-	./$(BIN) simulate --sweep --trace-dir $(TRACES)/availability-aws-2022-10-26 \
-		--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pools '*_v100_1.json' | tee sim-report.md
+	$(SIM_SWEEP) | tee sim-report.md
+
+.PHONY: sim-heldout
+sim-heldout: build ## The same sweep with every start shifted by 3 h (held-out jobs), into sim-heldout.md
+	$(SIM_SWEEP) --sweep-start-offset-hours 3 | tee sim-heldout.md

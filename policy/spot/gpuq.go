@@ -8,31 +8,41 @@ import "time"
 //     heavy-tailed: a pool that has lasted tends to last);
 //   - instead of keeping progress on the uniform line, it waits for spot while
 //     the slack is above a reserve and runs on-demand only below it;
-//   - the reserve is what the restarts still to come will cost: the time left
-//     over the mean run of capacity seen so far, times the restart overhead,
-//     plus a small share of the initial slack scaled by the work left;
-//   - it leaves on-demand for spot once a pool has been up for one restart
-//     overhead and the restart still fits in the slack, so that on-demand
-//     covers outages and not the whole rest of the job.
+//   - the reserve is what the restarts still to come will cost, learnt from
+//     the pools' history: one restart overhead for every mean run of
+//     capacity that fits in the time left, plus a share of the initial slack
+//     scaled by the work left;
+//   - it leaves on-demand for spot once a pool has been up for a few restart
+//     overheads and the restart still fits in the slack, so that on-demand
+//     covers outages and not the whole rest of the job, and a pool that
+//     flickers back for a moment does not cost a restart.
+//
+// The history is what the pools did before the decision, from before the
+// job's start on: the live scheduler keeps one PoolHistory per pool for as
+// long as it runs, and the simulator replays the traces before the job's
+// start into it. Nothing after the decision point is ever seen.
 type Gpuq struct {
-	// Restarts scales the reserve kept for the restarts still to come.
-	Restarts float64
 	// Share is the share of the initial slack kept back, scaled by the share
-	// of work left.
+	// of work left: slack for the outages late in the job, when waiting for
+	// spot is no longer an option. 0.2 keeps a fifth of it at the start and
+	// none at the end.
 	Share float64
 	// Margin is the slack, in restart overheads (plus one tick), under which
-	// the job stays on on-demand.
+	// the job stays on on-demand: a restart must leave at least this much.
 	Margin float64
 	// Settle is how long, in restart overheads, a pool must have been up
-	// before the job leaves on-demand for it.
+	// before the job leaves on-demand for it. A restart costs one overhead;
+	// a pool that has held for several of them is past the short flickers
+	// that would waste it.
 	Settle float64
-	// PriorTicks is the mean run of capacity assumed before any is seen.
-	PriorTicks float64
+	// PriorRun is the mean run of capacity assumed before any is seen; it
+	// weighs as two runs, so history soon outweighs it.
+	PriorRun time.Duration
 }
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Restarts: 0.7, Share: 0.1, Margin: 0.5, Settle: 1, PriorTicks: 6}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 3, PriorRun: time.Hour}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -63,15 +73,21 @@ func (g Gpuq) Decide(s State) Action {
 // reserve is the slack kept for restarts to come and for outages late in the
 // job, when waiting for spot is no longer an option.
 func (g Gpuq) reserve(s State) time.Duration {
+	restarts := float64(s.Deadline-s.Elapsed) / float64(g.meanRun(s))
+	left := float64(s.Compute-s.Done) / float64(s.Compute)
+	return scale(restarts, s.Overhead) + scale(g.Share*left, s.Deadline-s.Compute)
+}
+
+// meanRun is the mean length of a run of capacity over every pool's history,
+// with PriorRun counted as two runs seen before.
+func (g Gpuq) meanRun(s State) time.Duration {
 	upTicks, upRuns := 0, 0
 	for _, p := range s.Pools {
 		upTicks += p.History.UpTicks
 		upRuns += p.History.UpRuns
 	}
-	meanRun := (float64(upTicks) + 2*g.PriorTicks) / float64(upRuns+2) * float64(s.Tick)
-	restarts := float64(s.Deadline-s.Elapsed) / meanRun
-	left := float64(s.Compute-s.Done) / float64(s.Compute)
-	return scale(g.Restarts*restarts, s.Overhead) + scale(g.Share*left, s.Deadline-s.Compute)
+	up := time.Duration(upTicks)*s.Tick + 2*g.PriorRun
+	return max(up/time.Duration(upRuns+2), s.Tick)
 }
 
 func scale(f float64, d time.Duration) time.Duration { return time.Duration(f * float64(d)) }

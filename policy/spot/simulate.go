@@ -20,9 +20,11 @@ type Result struct {
 }
 
 // Simulate replays job over traces, one trace per spot pool, asking st at
-// every tick where to run. A spot instance is held for a whole tick and is
-// preempted at the first tick its pool has no capacity; each start of an
-// instance, the first one included, loses the restart overhead of progress.
+// every tick where to run; each pool's history starts with the trace before
+// the job's start, as the live scheduler would have seen it. A spot instance
+// is held for a whole tick and is preempted at the first tick its pool has no
+// capacity; each start of an instance, the first one included, loses the
+// restart overhead of progress.
 // Held time is charged tick by tick at prices.
 func Simulate(traces []Trace, job Job, prices Prices, st Strategy) (Result, error) {
 	if err := prices.validate(); err != nil {
@@ -40,6 +42,9 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 	pools := make([]Pool, len(m.traces))
 	for i, tr := range m.traces {
 		pools[i].ID = tr.Name
+		for k := range m.start {
+			pools[i].History.Observe(tr.Avail[k] > 0)
+		}
 	}
 	r := Result{Strategy: st.Name(), Currency: prices.Currency}
 	var cur Placement

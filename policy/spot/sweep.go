@@ -61,13 +61,14 @@ type Scenario struct {
 }
 
 // Grid is the set of jobs a sweep replays on every scenario: each compute ×
-// slack × overhead, started every StartStep while the deadline fits in the
-// traces.
+// slack × overhead, started at StartOffset and then every StartStep while the
+// deadline fits in the traces.
 type Grid struct {
-	Computes  []time.Duration
-	Slacks    []float64 // deadline = compute × (1 + slack)
-	Overheads []time.Duration
-	StartStep time.Duration
+	Computes    []time.Duration
+	Slacks      []float64 // deadline = compute × (1 + slack)
+	Overheads   []time.Duration
+	StartStep   time.Duration
+	StartOffset time.Duration // the first start; shifting it gives held-out jobs
 }
 
 // Summary aggregates one strategy over the jobs of a sweep.
@@ -94,6 +95,9 @@ func Sweep(scenarios []Scenario, grid Grid, prices Prices, strategies []Strategy
 	if grid.StartStep <= 0 {
 		return nil, fmt.Errorf("grid.start_step: must be > 0, got %v", grid.StartStep)
 	}
+	if grid.StartOffset < 0 {
+		return nil, fmt.Errorf("grid.start_offset: must be ≥ 0, got %v", grid.StartOffset)
+	}
 	var jobs []sweepJob
 	for si, sc := range scenarios {
 		if len(sc.Traces) == 0 {
@@ -107,7 +111,7 @@ func Sweep(scenarios []Scenario, grid Grid, prices Prices, strategies []Strategy
 			for _, sl := range grid.Slacks {
 				for _, d := range grid.Overheads {
 					deadline := time.Duration(float64(c) * (1 + sl))
-					for start := time.Duration(0); start+deadline <= end; start += grid.StartStep {
+					for start := grid.StartOffset; start+deadline <= end; start += grid.StartStep {
 						jobs = append(jobs, sweepJob{si, Job{Compute: c, Deadline: deadline, Overhead: d, Start: start}})
 					}
 				}

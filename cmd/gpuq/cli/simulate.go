@@ -49,6 +49,7 @@ offsets and prints mean and p90 per strategy, as a markdown report.`,
 	f.Float64Slice("sweep-slack", []float64{0.1, 0.3, 0.5}, "with --sweep: slack as a share of compute")
 	f.Float64Slice("sweep-overhead-hours", []float64{0.05, 0.2}, "with --sweep: restart overheads")
 	f.Float64("sweep-start-step-hours", 6, "with --sweep: hours between start offsets")
+	f.Float64("sweep-start-offset-hours", 0, "with --sweep: hours into the traces of the first start (shift it for held-out jobs)")
 	f.Int("workers", runtime.NumCPU(), "with --sweep: jobs simulated in parallel")
 	return cmd
 }
@@ -141,6 +142,9 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 	}
 	if c.Grid.StartStep = hours(v.GetFloat64("sweep-start-step-hours")); c.Grid.StartStep <= 0 {
 		return c, fmt.Errorf("--sweep-start-step-hours: must be > 0, got %v", v.GetFloat64("sweep-start-step-hours"))
+	}
+	if c.Grid.StartOffset = hours(v.GetFloat64("sweep-start-offset-hours")); c.Grid.StartOffset < 0 {
+		return c, fmt.Errorf("--sweep-start-offset-hours: must be ≥ 0, got %v", v.GetFloat64("sweep-start-offset-hours"))
 	}
 	return c, nil
 }
@@ -276,8 +280,8 @@ func scenarioPools(scenarios []spot.Scenario) map[string][]string {
 // one for all of them.
 func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, rows []spot.Summary) error {
 	fmt.Fprintf(w, "# gpuq simulate --sweep\n\n")
-	fmt.Fprintf(w, "Grid: compute %v h, slack %v of compute, restart overhead %v h, a start every %v h; on-demand %s %s/h, spot %s %s/h.\n\n",
-		hoursList(c.Grid.Computes), c.Grid.Slacks, hoursList(c.Grid.Overheads), c.Grid.StartStep.Hours(),
+	fmt.Fprintf(w, "Grid: compute %v h, slack %v of compute, restart overhead %v h, a start every %v h from %v h; on-demand %s %s/h, spot %s %s/h.\n\n",
+		hoursList(c.Grid.Computes), c.Grid.Slacks, hoursList(c.Grid.Overheads), c.Grid.StartStep.Hours(), c.Grid.StartOffset.Hours(),
 		formatMicros(c.Prices.OnDemand), c.Prices.Currency, formatMicros(c.Prices.Spot), c.Prices.Currency)
 	for _, sc := range scenarios {
 		names := make([]string, len(sc.Traces))

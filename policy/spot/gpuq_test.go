@@ -1,0 +1,116 @@
+package spot
+
+import (
+	"testing"
+	"time"
+)
+
+// firstState records the state of the first decision and then waits.
+type firstState struct{ got *State }
+
+func (firstState) Name() string { return "first-state" }
+
+func (f firstState) Decide(s State) Action {
+	if f.got.Tick == 0 {
+		*f.got = s
+		f.got.Pools = append([]Pool(nil), s.Pools...)
+	}
+	return wait("")
+}
+
+func TestSimulateStartsThePoolHistoryWithTheTraceBeforeTheStart(t *testing.T) {
+	t.Parallel()
+	traces := []Trace{trace("a", time.Minute, 1, 1, 0, 1, 1, 1), trace("b", time.Minute, 0, 0, 0, 0, 1, 1)}
+	var got State
+	if _, err := Simulate(traces, Job{Compute: time.Minute, Deadline: 2 * time.Minute, Start: 3 * time.Minute}, handPrices, firstState{&got}); err != nil {
+		t.Fatal(err)
+	}
+	// Ticks 0–2 before the start, tick 3 observed at the first decision.
+	want := []PoolHistory{{Ticks: 4, UpTicks: 3, UpRuns: 2, Run: 1}, {Ticks: 4, Run: 4}}
+	for i, w := range want {
+		h := got.Pools[i].History
+		if h.Ticks != w.Ticks || h.UpTicks != w.UpTicks || h.UpRuns != w.UpRuns || h.Run != w.Run {
+			t.Errorf("pool %s history = %+v, want %+v", got.Pools[i].ID, h, w)
+		}
+	}
+}
+
+// observed is the history of a pool that was up and down in runs of the
+// given lengths, the first one up.
+func observed(runs ...int) PoolHistory {
+	var h PoolHistory
+	for i, n := range runs {
+		for range n {
+			h.Observe(i%2 == 0)
+		}
+	}
+	return h
+}
+
+// repeat returns runs repeated n times.
+func repeat(n int, runs ...int) []int {
+	var out []int
+	for range n {
+		out = append(out, runs...)
+	}
+	return out
+}
+
+func TestGpuqLeavesOnDemandOnlyForAPoolThatHasSettled(t *testing.T) {
+	t.Parallel()
+	// d is 12 minutes and Settle 3: a pool must have been up 36 one-minute ticks.
+	tests := []struct {
+		name string
+		up   int
+		want Kind
+	}{
+		{"back for a tick", 1, OnDemand},
+		{"back for two overheads", 24, OnDemand},
+		{"one tick short", 35, OnDemand},
+		{"back for three overheads", 36, Spot},
+		{"back for hours", 300, Spot},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := State{
+				Elapsed: 4 * time.Hour, Done: 3 * time.Hour, Compute: 20 * time.Hour, Deadline: 30 * time.Hour,
+				Overhead: 12 * time.Minute, Tick: time.Minute, Current: Placement{Kind: OnDemand},
+				Pools: []Pool{{ID: "a", Available: true, History: observed(600, 60, tt.up)}},
+			}
+			if got := NewGpuq().Decide(s); got.Kind != tt.want {
+				t.Errorf("Decide = %v (%s), want %v", got.Kind, got.Reason, tt.want)
+			}
+		})
+	}
+}
+
+func TestGpuqWaitsThroughAnOutageOnlyWhenThePoolsHaveHeldLong(t *testing.T) {
+	t.Parallel()
+	// 10 hours left for 8 hours of work: 108 minutes of slack. The reserve
+	// keeps 38 minutes for late outages plus one 12-minute overhead for each
+	// mean run in the 10 hours: 30 minutes with ten-hour runs, 120 with the
+	// prior run of an hour, hundreds of hours with two-minute runs.
+	tests := []struct {
+		name    string
+		history PoolHistory
+		want    Kind
+	}{
+		{"no history: the prior run of an hour", PoolHistory{}, OnDemand},
+		{"runs of ten hours", observed(append(repeat(3, 600, 60), 30)...), Wait},
+		{"runs of two minutes", observed(append(repeat(150, 2, 2), 30)...), OnDemand},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := State{
+				Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 14 * time.Hour,
+				Overhead: 12 * time.Minute, Tick: time.Minute,
+				Pools: []Pool{{ID: "a", History: tt.history}},
+			}
+			if got := NewGpuq().Decide(s); got.Kind != tt.want {
+				t.Errorf("Decide = %v (%s), want %v; reserve %v, slack %v", got.Kind, got.Reason, tt.want, NewGpuq().reserve(s), s.Slack())
+			}
+		})
+	}
+}
