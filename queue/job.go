@@ -115,6 +115,8 @@ type Event struct {
 	Attempt  int       `json:"attempt"`
 	Message  string    `json:"message,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
+	// Outcome is the outcome of the attempt that ended with this event.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Placement is where the scheduler put a job and why.

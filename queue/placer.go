@@ -11,31 +11,40 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/policy/spot"
 )
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
 // configured providers. Offers are cached for OfferTTL so that dispatch does
-// not call providers per job.
+// not call providers per job. For a spot-then-on-demand job with a deadline
+// it first asks the deadline-aware spot strategy whether the job should run
+// on spot or on on-demand capacity now.
 type PolicyPlacer struct {
 	Sources []adapters.OfferSource
 	Rules   policy.Rules
-	// OfferTTL is how long offers are reused. Default 10s.
+	// OfferTTL is how long offers are reused; each refresh is one
+	// observation of every spot pool's availability. Default 10s.
 	OfferTTL time.Duration
+	// Strategy is the spot strategy consulted for jobs with a deadline.
+	// Default: gpuq's own.
+	Strategy spot.Strategy
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	mu      sync.Mutex
-	offers  []policy.Offer
-	fetched time.Time
+	mu        sync.Mutex
+	offers    []policy.Offer
+	fetched   time.Time
+	histories map[string]*spot.PoolHistory
 }
 
-// Place implements Placer.
-func (p *PolicyPlacer) Place(ctx context.Context, job *Job, previous *Placement) (Placement, error) {
+// Place implements Placer: policy.Place for a new job, policy.Replace with
+// the job's preemption history for a re-placement.
+func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Placement, error) {
 	pj, err := PolicyJob(job.Spec)
 	if err != nil {
 		return Placement{}, &RejectionError{Reason: err.Error()}
 	}
-	offers, err := p.currentOffers(ctx)
+	offers, histories, err := p.currentOffers(ctx)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -43,7 +52,17 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, previous *Placement)
 	if p.Now != nil {
 		now = p.Now()
 	}
-	d, err := policy.Place(pj, offers, p.Rules, now)
+	note := p.adviseTier(job, &pj, prior, offers, histories, now)
+	var d policy.Decision
+	if prior == nil {
+		d, err = policy.Place(pj, offers, p.Rules, now)
+	} else {
+		var previous policy.Decision
+		if err := json.Unmarshal(prior.Placement.Decision, &previous); err != nil {
+			return Placement{}, fmt.Errorf("reading the previous decision of job %s: %w", job.ID, err)
+		}
+		d, err = policy.Replace(pj, offers, p.Rules, previous, historyOf(prior.Attempts), now)
+	}
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
 		return Placement{}, &RejectionError{Reason: none.Error()}
@@ -51,7 +70,82 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, previous *Placement)
 	if err != nil {
 		return Placement{}, &RejectionError{Reason: err.Error()}
 	}
+	if note != "" {
+		d.Notes = append(d.Notes, note)
+	}
 	return placementOf(d)
+}
+
+// adviseTier narrows a deadline job's tier to what the spot strategy advises
+// now, and says so in a note for the decision.
+func (p *PolicyPlacer) adviseTier(job *Job, pj *policy.Job, prior *Prior, offers []policy.Offer, histories map[string]spot.PoolHistory, now time.Time) string {
+	if pj.Tier != policy.TierSpotThenOnDemand || pj.Deadline.IsZero() || pj.ExpectedDuration <= 0 {
+		return ""
+	}
+	strategy := p.Strategy
+	if strategy == nil {
+		strategy = spot.NewGpuq()
+	}
+	st := spot.State{
+		Elapsed:  now.Sub(job.SubmittedAt),
+		Compute:  pj.ExpectedDuration,
+		Deadline: pj.Deadline.Sub(job.SubmittedAt),
+		Overhead: p.Rules.WithDefaults().Spot.RestartOverhead,
+		Tick:     p.ttl(),
+		Current:  spot.Placement{Kind: spot.Wait},
+	}
+	if prior != nil {
+		st.Done = min(progress(prior.Attempts), st.Compute)
+	}
+	seen := map[string]bool{}
+	for _, o := range offers {
+		if o.Tier != policy.TierSpot || seen[o.Pool] {
+			continue
+		}
+		seen[o.Pool] = true
+		st.Pools = append(st.Pools, spot.Pool{ID: o.Pool, Available: o.Availability != policy.Unavailable, History: histories[o.Pool]})
+	}
+	advice, err := spot.Advise(strategy, st)
+	if err != nil {
+		return fmt.Sprintf("spot strategy %s not consulted: %v", strategy.Name(), err)
+	}
+	switch advice.Kind {
+	case spot.OnDemand:
+		pj.Tier = policy.TierOnDemand
+	default:
+		// Spot now, or wait for spot: either way the job queues on spot.
+		pj.Tier = policy.TierSpot
+	}
+	return fmt.Sprintf("spot strategy %s advises %s: %s", strategy.Name(), advice.Kind, advice.Reason)
+}
+
+// progress estimates the compute a job has banked: for each attempt, the
+// time from its start to its last heartbeat, counted only for attempts that
+// were handed back or lost (their checkpoints carry the work on).
+func progress(attempts []Attempt) time.Duration {
+	var done time.Duration
+	for _, a := range attempts {
+		if a.Outcome == OutcomePreempted || a.Outcome == OutcomeLost {
+			done += a.HeartbeatAt.Sub(a.StartedAt)
+		}
+	}
+	return done
+}
+
+// historyOf turns a job's attempts into the policy's preemption history.
+func historyOf(attempts []Attempt) policy.History {
+	var h policy.History
+	for _, a := range attempts {
+		if a.Outcome != OutcomePreempted && a.Outcome != OutcomeLost {
+			continue
+		}
+		at := a.HeartbeatAt
+		if a.EndedAt != nil {
+			at = *a.EndedAt
+		}
+		h.Events = append(h.Events, policy.Event{Pool: a.Pool, Kind: policy.EventPreempted, At: at})
+	}
+	return h
 }
 
 func placementOf(d policy.Decision) (Placement, error) {
@@ -68,26 +162,48 @@ func placementOf(d policy.Decision) (Placement, error) {
 	}, nil
 }
 
-func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, error) {
+func (p *PolicyPlacer) ttl() time.Duration {
+	if p.OfferTTL == 0 {
+		return 10 * time.Second
+	}
+	return p.OfferTTL
+}
+
+// currentOffers returns the cached offers, refreshing them (and observing
+// each spot pool's availability once) when they are older than OfferTTL.
+func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, map[string]spot.PoolHistory, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ttl := p.OfferTTL
-	if ttl == 0 {
-		ttl = 10 * time.Second
-	}
-	if p.offers != nil && time.Since(p.fetched) < ttl {
-		return p.offers, nil
-	}
-	var all []policy.Offer
-	for _, s := range p.Sources {
-		offers, err := s.Offers(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("asking %s for offers: %w", s.Name(), err)
+	if p.offers == nil || time.Since(p.fetched) >= p.ttl() {
+		var all []policy.Offer
+		for _, s := range p.Sources {
+			offers, err := s.Offers(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("asking %s for offers: %w", s.Name(), err)
+			}
+			all = append(all, offers...)
 		}
-		all = append(all, offers...)
+		if p.histories == nil {
+			p.histories = map[string]*spot.PoolHistory{}
+		}
+		for _, o := range all {
+			if o.Tier != policy.TierSpot {
+				continue
+			}
+			h := p.histories[o.Pool]
+			if h == nil {
+				h = &spot.PoolHistory{}
+				p.histories[o.Pool] = h
+			}
+			h.Observe(o.Availability != policy.Unavailable)
+		}
+		p.offers, p.fetched = all, time.Now()
 	}
-	p.offers, p.fetched = all, time.Now()
-	return all, nil
+	histories := make(map[string]spot.PoolHistory, len(p.histories))
+	for k, h := range p.histories {
+		histories[k] = *h
+	}
+	return p.offers, histories, nil
 }
 
 // PolicyJob converts a job spec into the placement engine's requirements.

@@ -15,10 +15,17 @@ import (
 )
 
 // Placer decides where a job runs. The policy package's engine implements it;
-// the scheduler needs nothing else from placement. previous is nil on the
-// first placement.
+// the scheduler needs nothing else from placement. prior is nil on the first
+// placement; a re-placement passes the current placement and the attempts so
+// far, so that pools that preempted the job can be avoided.
 type Placer interface {
-	Place(ctx context.Context, job *Job, previous *Placement) (Placement, error)
+	Place(ctx context.Context, job *Job, prior *Prior) (Placement, error)
+}
+
+// Prior is what a re-placement knows about a job's past.
+type Prior struct {
+	Placement Placement
+	Attempts  []Attempt
 }
 
 // RejectionError is returned by a Placer when no placement satisfies the
@@ -163,7 +170,6 @@ func (s *Scheduler) placeAndPublish(ctx context.Context, jobs []*Job) error {
 			}
 			p.Version = j.PlacementVersion + 1
 			placed = append(placed, PlacedJob{JobID: j.ID, Placement: p})
-			orders = append(orders, orderFor(j.ID, p))
 		case StatePlaced:
 			p, err := s.Store.LatestPlacement(ctx, j.ID)
 			if err != nil {
@@ -172,8 +178,12 @@ func (s *Scheduler) placeAndPublish(ctx context.Context, jobs []*Job) error {
 			orders = append(orders, orderFor(j.ID, *p))
 		}
 	}
-	if err := s.Store.RecordPlacements(ctx, placed); err != nil {
+	done, err := s.Store.RecordPlacements(ctx, placed)
+	if err != nil {
 		return err
+	}
+	for _, p := range done {
+		orders = append(orders, orderFor(p.JobID, p.Placement))
 	}
 	return publishOrders(ctx, s.JS, orders, "")
 }

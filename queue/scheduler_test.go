@@ -25,7 +25,7 @@ type recordingPlacer struct {
 	calls int
 }
 
-func (p *recordingPlacer) Place(_ context.Context, job *queue.Job, _ *queue.Placement) (queue.Placement, error) {
+func (p *recordingPlacer) Place(_ context.Context, job *queue.Job, _ *queue.Prior) (queue.Placement, error) {
 	p.mu.Lock()
 	p.calls++
 	p.mu.Unlock()

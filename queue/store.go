@@ -153,12 +153,23 @@ type PlacedJob struct {
 	Placement Placement
 }
 
-// RecordPlacements stores each placement and moves its job to placed, in one
-// transaction. Jobs that are no longer pending or placed are left alone.
-func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) error {
-	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+// RecordPlacements moves each job to its next placement and stores the
+// placement with its decision, in one transaction. A job that is running or
+// finished, or was placed again meanwhile, is left alone; the returned slice
+// holds the placements that took effect.
+func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]PlacedJob, error) {
+	var done []PlacedJob
+	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		done = done[:0]
 		var events []Event
 		for _, p := range placed {
+			n, err := q.JobSetPlaced(ctx, db.JobSetPlacedParams{ID: p.JobID, PlacementVersion: int32(p.Placement.Version), Pool: sql.NullString{String: p.Placement.Pool, Valid: true}})
+			if err != nil {
+				return nil, fmt.Errorf("placing job %s: %w", p.JobID, err)
+			}
+			if n == 0 {
+				continue
+			}
 			decision := p.Placement.Decision
 			if len(decision) == 0 {
 				decision = []byte("{}")
@@ -169,20 +180,23 @@ func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) error 
 			}); err != nil {
 				return nil, fmt.Errorf("recording placement of job %s: %w", p.JobID, err)
 			}
-			n, err := q.JobSetPlaced(ctx, db.JobSetPlacedParams{ID: p.JobID, PlacementVersion: int32(p.Placement.Version), Pool: sql.NullString{String: p.Placement.Pool, Valid: true}})
+			msg := "placed on pool " + p.Placement.Pool
+			if p.Placement.Version > 1 {
+				msg = fmt.Sprintf("re-placed on pool %s (placement %d)", p.Placement.Pool, p.Placement.Version)
+			}
+			ev, err := recordEvent(ctx, q, p.JobID, StatePlaced, 0, msg, nil)
 			if err != nil {
-				return nil, fmt.Errorf("placing job %s: %w", p.JobID, err)
+				return nil, err
 			}
-			if n == 1 {
-				ev, err := recordEvent(ctx, q, p.JobID, StatePlaced, 0, "placed on pool "+p.Placement.Pool, nil)
-				if err != nil {
-					return nil, err
-				}
-				events = append(events, ev)
-			}
+			events = append(events, ev)
+			done = append(done, p)
 		}
 		return events, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // Reject finalises a pending job that cannot be placed, with the reason.
@@ -355,6 +369,7 @@ func endAttempt(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, o
 		return nil, err
 	}
 	ev, err := recordEvent(ctx, q, id, state, attempt, msg, exit)
+	ev.Outcome = outcome
 	return []Event{ev}, err
 }
 

@@ -34,7 +34,7 @@ func placedJob(t *testing.T, s *queue.Store) uuid.UUID {
 	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "command: [/bin/true]")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r"}}}); err != nil {
+	if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r"}}}); err != nil {
 		t.Fatal(err)
 	}
 	return id

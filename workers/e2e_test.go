@@ -446,7 +446,7 @@ func TestWorkerRefusesAJobOutsideItsResidency(t *testing.T) {
 	if _, err := c.store.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.store.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: testPool.Pool, Region: "eu-test-1", Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
+	if _, err := c.store.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: testPool.Pool, Region: "eu-test-1", Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.store.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {

@@ -470,7 +470,7 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 const jobSetPlaced = `-- name: JobSetPlaced :execrows
 UPDATE jobs
 SET state = 'placed', placement_version = $1, pool = $2, updated_at = now()
-WHERE id = $3 AND state IN ('pending', 'placed')
+WHERE id = $3 AND state IN ('pending', 'placed') AND placement_version = $4- 1
 `
 
 type JobSetPlacedParams struct {
@@ -479,8 +479,15 @@ type JobSetPlacedParams struct {
 	ID               uuid.UUID
 }
 
+// JobSetPlaced moves a waiting job to its next placement; it changes nothing
+// when the job is running or finished, or was placed again meanwhile.
 func (q *Queries) JobSetPlaced(ctx context.Context, arg JobSetPlacedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobSetPlaced, arg.PlacementVersion, arg.Pool, arg.ID)
+	result, err := q.db.ExecContext(ctx, jobSetPlaced,
+		arg.PlacementVersion,
+		arg.Pool,
+		arg.ID,
+		arg.PlacementVersion,
+	)
 	if err != nil {
 		return 0, err
 	}

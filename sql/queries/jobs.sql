@@ -13,9 +13,11 @@ SELECT * FROM jobs WHERE id = @id;
 SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_key;
 
 -- name: JobSetPlaced :execrows
+-- JobSetPlaced moves a waiting job to its next placement; it changes nothing
+-- when the job is running or finished, or was placed again meanwhile.
 UPDATE jobs
 SET state = 'placed', placement_version = @placement_version, pool = @pool, updated_at = now()
-WHERE id = @id AND state IN ('pending', 'placed');
+WHERE id = @id AND state IN ('pending', 'placed') AND placement_version = @placement_version - 1;
 
 -- name: JobReject :execrows
 UPDATE jobs

@@ -99,13 +99,16 @@ func defaultPools() []local.PoolConfig {
 	}
 }
 
-// controlPlane runs the scheduler and the reconciler until ctx ends.
+// controlPlane runs the scheduler, the reconciler and the replacer until
+// ctx ends.
 func controlPlane(ctx context.Context, c *clients, placer queue.Placer, logger *slog.Logger) chan error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	sched := &queue.Scheduler{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
 	rec := &queue.Reconciler{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
+	rep := &queue.Replacer{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
 	go func() { errc <- sched.Run(ctx) }()
 	go func() { errc <- rec.Run(ctx) }()
+	go func() { errc <- rep.Run(ctx) }()
 	return errc
 }
 

@@ -127,7 +127,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 	}
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
-		for range 2 {
+		for range 3 {
 			if err := <-errc; err != nil {
 				logger.Error("control plane stopped", "err", err)
 			}

@@ -1,0 +1,130 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+func threePools(t *testing.T) *queue.PolicyPlacer {
+	t.Helper()
+	provider, err := local.New([]local.PoolConfig{
+		{Pool: "spot-a", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.03"},
+		{Pool: "spot-b", Region: "eu-west-3", Country: "FR", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.04"},
+		{Pool: "od", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.10"},
+		{Pool: "us-spot", Region: "us-east-1", Country: "US", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.01"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+}
+
+// preempt plays a worker of the job's pool: it claims the job and hands it
+// back after a preemption notice.
+func preempt(t *testing.T, s *queue.Store, id uuid.UUID, version int, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := s.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: version, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomePreempted, nil, "preempted: handed back after the notice"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	store, _ := queuetest.Store(t, n)
+	placer := threePools(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go (&queue.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	go (&queue.Replacer{JS: n.JS, Store: store, Placer: placer}).Run(ctx)  //nolint:errcheck // ends with ctx
+	spec := mustSpec(t, "command: [/bin/true]\nplacement: {tier: spot-then-on-demand, residency: EU}\n")
+	sub, err := queue.Submit(ctx, n.JS, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sub.JobID
+	waitPlacement := func(version int, pool string) {
+		t.Helper()
+		queuetest.Eventually(t, 20*time.Second, fmt.Sprintf("placement %d on %s", version, pool), func() bool {
+			j, err := store.Job(ctx, id)
+			return err == nil && j.State == queue.StatePlaced && j.PlacementVersion == version && j.Pool == pool
+		})
+	}
+	waitPlacement(1, "spot-a")
+	preempt(t, store, id, 1, "spot-a")
+	waitPlacement(2, "spot-b")
+	preempt(t, store, id, 2, "spot-b")
+	waitPlacement(3, "od")
+	msgs := queuetest.RunMessages(t, n.JS)
+	for _, pool := range []string{"spot-b", "od"} {
+		if msgs[queue.RunSubject(pool, id.String())] != 1 {
+			t.Fatalf("want one run message on %s, got %v", pool, msgs)
+		}
+	}
+	if msgs[queue.RunSubject("us-spot", id.String())] != 0 {
+		t.Fatal("re-placement left the residency")
+	}
+	var nc *queue.NotClaimableError
+	_, err = store.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "spot-a"})
+	if !errors.As(err, &nc) || !nc.Stale {
+		t.Fatalf("a worker holding the old placement's message must find it stale, got %v", err)
+	}
+	p, err := store.LatestPlacement(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Residency struct {
+			Class string `json:"class"`
+		} `json:"residency"`
+		Rejected []struct {
+			Reasons []json.RawMessage `json:"reasons"`
+		} `json:"rejected"`
+	}
+	if err := json.Unmarshal(p.Decision, &d); err != nil || d.Residency.Class != "EU" || len(d.Rejected) < 3 {
+		t.Fatalf("the re-placement decision must keep EU and explain the rejections: %s", p.Decision)
+	}
+}
+
+func TestDeadlineJobsFollowTheSpotStrategy(t *testing.T) {
+	t.Parallel()
+	placer := threePools(t)
+	now := time.Now()
+	place := func(slack time.Duration) (queue.Placement, string) {
+		t.Helper()
+		deadline := now.Add(2*time.Hour + slack).UTC().Format(time.RFC3339)
+		spec := mustSpec(t, "command: [/bin/true]\nplacement: {tier: spot-then-on-demand, residency: EU}\nexpected_duration: 2h\ndeadline: "+deadline+"\n")
+		p, err := placer.Place(context.Background(), &queue.Job{ID: uuid.New(), Spec: spec, SubmittedAt: now}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Notes []string `json:"notes"`
+		}
+		json.Unmarshal(p.Decision, &d) //nolint:errcheck // checked through the notes
+		return p, strings.Join(d.Notes, "; ")
+	}
+	if p, notes := place(48 * time.Hour); p.Pool != "spot-a" || !strings.Contains(notes, "spot strategy gpuq advises") {
+		t.Fatalf("with two days of slack the job should wait for spot on the cheapest pool, got %s (%s)", p.Pool, notes)
+	}
+	if p, notes := place(time.Minute); p.Pool != "od" || !strings.Contains(notes, "advises on-demand") {
+		t.Fatalf("with a minute of slack the job must go on-demand, got %s (%s)", p.Pool, notes)
+	}
+}
