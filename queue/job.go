@@ -128,6 +128,10 @@ type Placement struct {
 	// Countries its members; workers refuse jobs outside it.
 	Residency string   `json:"residency,omitempty"`
 	Countries []string `json:"countries,omitempty"`
+	// PriceMicros per hour in Currency: the chosen offer's price, which the
+	// attempts under this placement accrue.
+	PriceMicros int64  `json:"price_micros,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 	// Decision is the placement policy's full explanation, stored as is.
 	Decision []byte `json:"-"`
 }

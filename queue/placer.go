@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +31,11 @@ type PolicyPlacer struct {
 	// Strategy is the spot strategy consulted for jobs with a deadline.
 	// Default: gpuq's own.
 	Strategy spot.Strategy
+	// Spend reports what a project's attempts started since a time have
+	// cost, in micros per currency (Store.Spend). When set, every budget
+	// matching the job's project has the spend of its current period added
+	// to its Spent before placing, so budgets hold as spend accrues.
+	Spend func(ctx context.Context, project string, since time.Time) (map[string]int64, error)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
@@ -52,16 +60,20 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 	if p.Now != nil {
 		now = p.Now()
 	}
+	rules, err := p.rulesWithSpend(ctx, job.Project, now)
+	if err != nil {
+		return Placement{}, err
+	}
 	note := p.adviseTier(job, &pj, prior, offers, histories, now)
 	var d policy.Decision
 	if prior == nil {
-		d, err = policy.Place(pj, offers, p.Rules, now)
+		d, err = policy.Place(pj, offers, rules, now)
 	} else {
 		var previous policy.Decision
 		if err := json.Unmarshal(prior.Placement.Decision, &previous); err != nil {
 			return Placement{}, fmt.Errorf("reading the previous decision of job %s: %w", job.ID, err)
 		}
-		d, err = policy.Replace(pj, offers, p.Rules, previous, historyOf(prior.Attempts), now)
+		d, err = policy.Replace(pj, offers, rules, previous, historyOf(prior.Attempts), now)
 	}
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
@@ -74,6 +86,72 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 		d.Notes = append(d.Notes, note)
 	}
 	return placementOf(d)
+}
+
+// rulesWithSpend returns the rules with each budget that matches project
+// charged with the project's spend in the budget's current period, converted
+// into the base currency.
+func (p *PolicyPlacer) rulesWithSpend(ctx context.Context, project string, now time.Time) (policy.Rules, error) {
+	rules := p.Rules
+	if p.Spend == nil || len(rules.Budgets) == 0 {
+		return rules, nil
+	}
+	base := rules.WithDefaults().BaseCurrency
+	rules.Budgets = slices.Clone(rules.Budgets)
+	for i, b := range rules.Budgets {
+		if ok, _ := path.Match(b.Project, project); !ok {
+			continue
+		}
+		spend, err := p.Spend(ctx, project, periodStart(b.Period, now))
+		if err != nil {
+			return rules, err
+		}
+		total := int64(0)
+		if b.Spent.Micros != 0 {
+			spend[b.Spent.Currency] += b.Spent.Micros
+		}
+		for currency, micros := range spend {
+			v, ok := toBase(micros, currency, base, rules.ExchangeRates)
+			if !ok {
+				return rules, &RejectionError{Reason: fmt.Sprintf("budgets[%d]: project %s has spent %s in %s, which has no exchange rate to %s; add exchange_rates.%s", i, project, policy.Money{Micros: micros, Currency: currency}, currency, base, currency)}
+			}
+			total += v
+		}
+		rules.Budgets[i].Spent = policy.Money{Micros: total, Currency: base}
+	}
+	return rules, nil
+}
+
+func toBase(micros int64, currency, base string, rates map[string]float64) (int64, bool) {
+	if currency == base {
+		return micros, true
+	}
+	for c, r := range rates {
+		if strings.EqualFold(c, currency) {
+			return int64(math.Round(float64(micros) * r)), true
+		}
+	}
+	return 0, false
+}
+
+// periodStart is when the budget period containing now began (UTC); the
+// zero time for a "total" budget.
+func periodStart(period string, now time.Time) time.Time {
+	now = now.UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	switch period {
+	case "day":
+		return day
+	case "week":
+		return day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+	case "month":
+		return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	case "quarter":
+		return time.Date(now.Year(), now.Month()-(now.Month()-1)%3, 1, 0, 0, 0, 0, time.UTC)
+	case "year":
+		return time.Date(now.Year(), 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
 }
 
 // adviseTier narrows a deadline job's tier to what the spot strategy advises
@@ -156,9 +234,11 @@ func placementOf(d policy.Decision) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
+	price := d.Chosen.Offer.PricePerHour
 	return Placement{
 		Pool: d.Chosen.Offer.Pool, Region: d.Chosen.Offer.Region,
-		Residency: d.Residency.Class, Countries: d.Residency.Countries, Decision: body,
+		Residency: d.Residency.Class, Countries: d.Residency.Countries,
+		PriceMicros: price.Micros, Currency: price.Currency, Decision: body,
 	}, nil
 }
 

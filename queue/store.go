@@ -176,7 +176,8 @@ func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]Pla
 			}
 			if err := q.PlacementInsert(ctx, db.PlacementInsertParams{
 				JobID: p.JobID, Version: int32(p.Placement.Version), Pool: p.Placement.Pool,
-				Region: p.Placement.Region, Residency: p.Placement.Residency, Countries: nonNil(p.Placement.Countries), Decision: decision,
+				Region: p.Placement.Region, Residency: p.Placement.Residency, Countries: nonNil(p.Placement.Countries),
+				PriceMicros: p.Placement.PriceMicros, Currency: p.Placement.Currency, Decision: decision,
 			}); err != nil {
 				return nil, fmt.Errorf("recording placement of job %s: %w", p.JobID, err)
 			}
@@ -279,7 +280,8 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
 			return nil, err
 		}
 		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool,
-			NodeID: r.NodeID, CanaryRunID: sql.NullInt64{Int64: r.CanaryRunID, Valid: r.CanaryRunID != 0}}); err != nil {
+			NodeID: r.NodeID, CanaryRunID: sql.NullInt64{Int64: r.CanaryRunID, Valid: r.CanaryRunID != 0},
+			PlacementVersion: int32(r.PlacementVersion)}); err != nil {
 			return nil, fmt.Errorf("recording attempt %d of job %s: %w", row.Attempt, r.JobID, err)
 		}
 		ev, err := recordEvent(ctx, q, r.JobID, StateRunning, int(row.Attempt), fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool), nil)
@@ -545,7 +547,8 @@ func (s *Store) LatestPlacement(ctx context.Context, id uuid.UUID) (*Placement, 
 	if err != nil {
 		return nil, err
 	}
-	return &Placement{Version: int(r.Version), Pool: r.Pool, Region: r.Region, Residency: r.Residency, Countries: r.Countries, Decision: r.Decision}, nil
+	return &Placement{Version: int(r.Version), Pool: r.Pool, Region: r.Region, Residency: r.Residency, Countries: r.Countries,
+		PriceMicros: r.PriceMicros, Currency: r.Currency, Decision: r.Decision}, nil
 }
 
 // Result returns where the job's outputs were stored.
@@ -578,6 +581,21 @@ func (s *Store) ListUnsettled(ctx context.Context, pendingAge, placedAge time.Du
 	out := make([]Unsettled, len(rows))
 	for i, r := range rows {
 		out[i] = Unsettled{ID: r.ID, State: JobState(r.State), Pool: r.Pool.String, PlacementVersion: int(r.PlacementVersion)}
+	}
+	return out, nil
+}
+
+// Spend returns what a project's attempts started since a time have cost so
+// far, in micros per currency. Running attempts count up to their last
+// heartbeat, so spend is known as it accrues.
+func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error) {
+	rows, err := s.q.AttemptSpendByProject(ctx, db.AttemptSpendByProjectParams{Project: project, Since: since})
+	if err != nil {
+		return nil, fmt.Errorf("summing the spend of project %s: %w", project, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Currency] = r.Micros
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -54,21 +55,26 @@ func (q *Queries) AttemptEndLost(ctx context.Context, arg AttemptEndLostParams) 
 }
 
 const attemptInsert = `-- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8,
+       COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+FROM (SELECT 1) one
+LEFT JOIN placements p ON p.job_id = $1 AND p.version = $9
 `
 
 type AttemptInsertParams struct {
-	JobID       uuid.UUID
-	Attempt     int32
-	WorkerID    string
-	Host        string
-	Pid         int32
-	Pool        string
-	NodeID      string
-	CanaryRunID sql.NullInt64
+	JobID            uuid.UUID
+	Attempt          int32
+	WorkerID         string
+	Host             string
+	Pid              int32
+	Pool             string
+	NodeID           string
+	CanaryRunID      sql.NullInt64
+	PlacementVersion int32
 }
 
+// AttemptInsert starts an attempt at the price of the placement it runs under.
 func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) error {
 	_, err := q.db.ExecContext(ctx, attemptInsert,
 		arg.JobID,
@@ -79,12 +85,13 @@ func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) er
 		arg.Pool,
 		arg.NodeID,
 		arg.CanaryRunID,
+		arg.PlacementVersion,
 	)
 	return err
 }
 
 const attemptListByJob = `-- name: AttemptListByJob :many
-SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id FROM attempts WHERE job_id = $1 ORDER BY attempt
+SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency FROM attempts WHERE job_id = $1 ORDER BY attempt
 `
 
 func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Attempt, error) {
@@ -110,7 +117,54 @@ func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Atte
 			&i.ExitCode,
 			&i.NodeID,
 			&i.CanaryRunID,
+			&i.PriceMicros,
+			&i.Currency,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const attemptSpendByProject = `-- name: AttemptSpendByProject :many
+SELECT a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM attempts a
+JOIN jobs j ON j.id = a.job_id
+WHERE j.project = $1 AND a.started_at >= $2 AND a.currency <> ''
+GROUP BY a.currency
+ORDER BY a.currency
+`
+
+type AttemptSpendByProjectParams struct {
+	Project string
+	Since   time.Time
+}
+
+type AttemptSpendByProjectRow struct {
+	Currency string
+	Micros   int64
+}
+
+// AttemptSpendByProject sums what a project's attempts started since a time
+// have cost so far, per currency: price × (last heartbeat or end − start).
+func (q *Queries) AttemptSpendByProject(ctx context.Context, arg AttemptSpendByProjectParams) ([]AttemptSpendByProjectRow, error) {
+	rows, err := q.db.QueryContext(ctx, attemptSpendByProject, arg.Project, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AttemptSpendByProjectRow
+	for rows.Next() {
+		var i AttemptSpendByProjectRow
+		if err := rows.Scan(&i.Currency, &i.Micros); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

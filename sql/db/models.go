@@ -104,6 +104,8 @@ type Attempt struct {
 	ExitCode    sql.NullInt32
 	NodeID      string
 	CanaryRunID sql.NullInt64
+	PriceMicros int64
+	Currency    string
 }
 
 type CanaryRun struct {
@@ -171,14 +173,16 @@ type Node struct {
 }
 
 type Placement struct {
-	JobID     uuid.UUID
-	Version   int32
-	Pool      string
-	Region    string
-	Residency string
-	Countries []string
-	Decision  json.RawMessage
-	CreatedAt time.Time
+	JobID       uuid.UUID
+	Version     int32
+	Pool        string
+	Region      string
+	Residency   string
+	Countries   []string
+	Decision    json.RawMessage
+	CreatedAt   time.Time
+	PriceMicros int64
+	Currency    string
 }
 
 type Project struct {

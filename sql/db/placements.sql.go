@@ -14,19 +14,21 @@ import (
 )
 
 const placementInsert = `-- name: PlacementInsert :exec
-INSERT INTO placements (job_id, version, pool, region, residency, countries, decision)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (job_id, version) DO NOTHING
 `
 
 type PlacementInsertParams struct {
-	JobID     uuid.UUID
-	Version   int32
-	Pool      string
-	Region    string
-	Residency string
-	Countries []string
-	Decision  json.RawMessage
+	JobID       uuid.UUID
+	Version     int32
+	Pool        string
+	Region      string
+	Residency   string
+	Countries   []string
+	PriceMicros int64
+	Currency    string
+	Decision    json.RawMessage
 }
 
 func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams) error {
@@ -37,13 +39,15 @@ func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams
 		arg.Region,
 		arg.Residency,
 		pq.Array(arg.Countries),
+		arg.PriceMicros,
+		arg.Currency,
 		arg.Decision,
 	)
 	return err
 }
 
 const placementLatest = `-- name: PlacementLatest :one
-SELECT job_id, version, pool, region, residency, countries, decision, created_at FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
+SELECT job_id, version, pool, region, residency, countries, decision, created_at, price_micros, currency FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placement, error) {
@@ -58,6 +62,8 @@ func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placeme
 		pq.Array(&i.Countries),
 		&i.Decision,
 		&i.CreatedAt,
+		&i.PriceMicros,
+		&i.Currency,
 	)
 	return i, err
 }

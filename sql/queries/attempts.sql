@@ -1,6 +1,10 @@
 -- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id)
-VALUES (@job_id, @attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'));
+-- AttemptInsert starts an attempt at the price of the placement it runs under.
+INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
+SELECT @job_id, @attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
+       COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+FROM (SELECT 1) one
+LEFT JOIN placements p ON p.job_id = @job_id AND p.version = @placement_version;
 
 -- name: AttemptEnd :exec
 UPDATE attempts
@@ -16,3 +20,14 @@ WHERE job_id = @job_id AND attempt < @attempt AND ended_at IS NULL;
 
 -- name: AttemptListByJob :many
 SELECT * FROM attempts WHERE job_id = @job_id ORDER BY attempt;
+
+-- name: AttemptSpendByProject :many
+-- AttemptSpendByProject sums what a project's attempts started since a time
+-- have cost so far, per currency: price × (last heartbeat or end − start).
+SELECT a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM attempts a
+JOIN jobs j ON j.id = a.job_id
+WHERE j.project = @project AND a.started_at >= @since AND a.currency <> ''
+GROUP BY a.currency
+ORDER BY a.currency;

@@ -1,6 +1,6 @@
 -- name: PlacementInsert :exec
-INSERT INTO placements (job_id, version, pool, region, residency, countries, decision)
-VALUES (@job_id, @version, @pool, @region, @residency, @countries, @decision)
+INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+VALUES (@job_id, @version, @pool, @region, @residency, @countries, @price_micros, @currency, @decision)
 ON CONFLICT (job_id, version) DO NOTHING;
 
 -- name: PlacementLatest :one

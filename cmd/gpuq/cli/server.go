@@ -125,6 +125,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 		c.Close()
 		return nil, err
 	}
+	placer.Spend = c.store.Spend // budgets are charged with recorded spend
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
 		for range 3 {
