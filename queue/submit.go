@@ -3,7 +3,9 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -59,11 +61,37 @@ func Submit(ctx context.Context, js Publisher, spec *Spec) (Submitted, error) {
 	msg.Data = body
 	msg.Header.Set(HeaderJobID, id.String())
 	msg.Header.Set(nats.MsgIdHdr, id.String())
-	ack, err := js.PublishMsg(ctx, msg)
-	if err != nil {
-		return Submitted{}, fmt.Errorf("submitting job %s: %w", id, err)
+	// The Nats-Msg-Id makes a repeated publish harmless, so a publish whose
+	// acknowledgement did not arrive in time is simply sent again.
+	var lastErr error
+	for try := range submitTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return Submitted{}, fmt.Errorf("submitting job %s: %w (last error: %v)", id, ctx.Err(), lastErr)
+			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+			}
+		}
+		ack, err := js.PublishMsg(ctx, msg)
+		if err == nil {
+			return Submitted{JobID: id, Duplicate: ack.Duplicate}, nil
+		}
+		lastErr = err
+		if !retryable(err) || ctx.Err() != nil {
+			break
+		}
 	}
-	return Submitted{JobID: id, Duplicate: ack.Duplicate}, nil
+	return Submitted{}, fmt.Errorf("submitting job %s: %w", id, lastErr)
+}
+
+// submitTries bounds how often Submit sends a submission whose
+// acknowledgement was lost.
+const submitTries = 5
+
+// retryable reports whether a publish error may go away on its own.
+func retryable(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // submissionID names the job a submission message creates: the header set by

@@ -28,17 +28,23 @@ type controlServer struct {
 	path string
 }
 
-// listenControl opens a control socket served by save.
-func listenControl(save func(context.Context) (int, error)) (*controlServer, error) {
-	// Socket paths are limited to about 100 bytes, so they live in the
-	// system temporary directory rather than the job's working directory.
-	f, err := os.CreateTemp("", "gpuq-ctl-*.sock")
-	if err != nil {
-		return nil, err
+// maxSocketPath keeps socket paths inside the kernel's limit (108 bytes on
+// Linux, 104 on BSDs).
+const maxSocketPath = 100
+
+// listenControl opens a control socket in dir, served by save. A path too
+// long for a socket falls back to the system temporary directory.
+func listenControl(dir string, save func(context.Context) (int, error)) (*controlServer, error) {
+	path := filepath.Join(dir, "control.sock")
+	if len(path) > maxSocketPath {
+		f, err := os.CreateTemp("", "gpuq-ctl-*.sock")
+		if err != nil {
+			return nil, err
+		}
+		path = f.Name()
+		f.Close()
+		os.Remove(path)
 	}
-	path := f.Name()
-	f.Close()
-	os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("opening the control socket: %w", err)

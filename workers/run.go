@@ -137,7 +137,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
 		}
 	}
-	ctl, err := listenControl(a.save)
+	ctl, err := listenControl(a.base, a.save)
 	if err != nil {
 		a.release(queue.OutcomePreempted, nil, err.Error(), 5*time.Second)
 		return

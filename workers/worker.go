@@ -121,10 +121,13 @@ type Worker struct {
 
 	gateMu sync.Mutex
 	canary *canaryGate
+	// ownDataDir is true when the worker made its data directory up.
+	ownDataDir bool
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
 func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, archives ArchiveStore) (*Worker, error) {
+	ownDataDir := cfg.DataDir == ""
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -133,7 +136,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, 
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives}, nil
+	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir}, nil
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
@@ -154,6 +157,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.cfg.Logger.Info("worker ready", "pool", w.cfg.Pool, "slots", w.cfg.Slots, "region", w.cfg.Region, "worker", w.cfg.WorkerID, "node", w.cfg.NodeID)
 	var running sync.WaitGroup
 	defer running.Wait()
+	if w.ownDataDir {
+		// Every attempt removes its own directory; the worker's goes last.
+		defer os.RemoveAll(w.cfg.DataDir)
+	}
 	slots := make(chan struct{}, w.cfg.Slots)
 	for ctx.Err() == nil {
 		if w.canary != nil {
