@@ -34,6 +34,15 @@ func NewLogMsg(job uuid.UUID, c LogChunk) *nats.Msg {
 // new output until done returns true after a chunk or an idle second, or ctx
 // ends.
 func ReadLogs(ctx context.Context, js jetstream.JetStream, job uuid.UUID, w io.Writer, follow bool, done func() bool) error {
+	return ReadLogChunks(ctx, js, job, follow, done, func(c LogChunk) error {
+		_, err := w.Write(c.Data)
+		return err
+	})
+}
+
+// ReadLogChunks is ReadLogs calling fn with each chunk and its attempt and
+// stream.
+func ReadLogChunks(ctx context.Context, js jetstream.JetStream, job uuid.UUID, follow bool, done func() bool, fn func(LogChunk) error) error {
 	c, err := js.OrderedConsumer(ctx, StreamLogs, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{LogSubject(job.String())},
 	})
@@ -48,7 +57,8 @@ func ReadLogs(ctx context.Context, js jetstream.JetStream, job uuid.UUID, w io.W
 		n := 0
 		for msg := range batch.Messages() {
 			n++
-			if _, err := w.Write(msg.Data()); err != nil {
+			attempt, _ := strconv.Atoi(msg.Headers().Get(HeaderAttempt))
+			if err := fn(LogChunk{Attempt: attempt, Stream: msg.Headers().Get(HeaderStream), Data: msg.Data()}); err != nil {
 				return err
 			}
 			if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 && !follow {

@@ -243,6 +243,10 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 	if logs := c.logs(t, id); !strings.Contains(logs, "hello from "+id.String()) || !strings.Contains(logs, "oops") {
 		t.Fatalf("stdout and stderr must be kept as logs, got %q", logs)
 	}
+	jsonLogs := runCLI(t, 0, "logs", id.String(), "-o", "json", "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	if !strings.Contains(jsonLogs, `{"attempt":1,"line":"oops","stream":"stderr"}`) {
+		t.Fatalf("gpuq logs -o json must tag each line with its attempt and stream:\n%s", jsonLogs)
+	}
 	rec, err := c.store.Result(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)

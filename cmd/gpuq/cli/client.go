@@ -377,7 +377,7 @@ func orDash(s string) string {
 
 func newLogsCmd() *cobra.Command {
 	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes", true,
-		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, _ string) error {
+		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
 			if _, err := jobOrSoon(ctx, c, id); err != nil {
 				return err
@@ -391,6 +391,17 @@ func newLogsCmd() *cobra.Command {
 						return false
 					}
 					return true
+				})
+			}
+			if format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				return queue.ReadLogChunks(ctx, c.js, id, follow, finished.Load, func(ch queue.LogChunk) error {
+					for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
+						if err := enc.Encode(map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}); err != nil {
+							return err
+						}
+					}
+					return nil
 				})
 			}
 			return queue.ReadLogs(ctx, c.js, id, cmd.OutOrStdout(), follow, finished.Load)

@@ -230,7 +230,13 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			for _, p := range pools {
 				go superviseWorker(ctx, launcher, p, logger)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n(also written to %s)\n", stack.natsURL, stack.dbURL, devConfigFile)
+			if o, _ := outputFormat(v); o == "json" {
+				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n(also written to %s)\n", stack.natsURL, stack.dbURL, devConfigFile)
+			}
 			<-ctx.Done()
 			return nil
 		},

@@ -17,7 +17,16 @@ func newVersionCmd() *cobra.Command {
 			if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
 				version = info.Main.Version
 			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "gpuq", version)
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if o, err := outputFormat(v); err != nil {
+				return err
+			} else if o == "json" {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"version": version})
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), "gpuq", version)
 			return err
 		},
 	}

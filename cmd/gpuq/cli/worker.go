@@ -116,11 +116,22 @@ region's checkpoint store and record it. It returns (exit 0, printing the sequen
 once the checkpoint is durable; do not modify the directory until it returns.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			format, err := outputFormat(v)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 			defer cancel()
 			seq, err := workers.SaveCheckpoint(ctx, os.Getenv(workers.EnvControlSocket))
 			if err != nil {
 				return fmt.Errorf("checkpoint save: %w", err)
+			}
+			if format == "json" {
+				return writeJSON(cmd.OutOrStdout(), map[string]int{"seq": seq})
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), seq)
 			return nil

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSubmitRefusesABadSpecBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cases := map[string]string{
+		"unknown field": "command: [echo]\nresources: {gpus: 1}\n",
+		"gpu count 0":   "command: [echo]\nresources: {gpu: {count: 0}}\n",
+		"empty command": "name: x\ncommand: []\n",
+	}
+	want := map[string]string{
+		"unknown field": "spec.resources.gpus: unknown field",
+		"gpu count 0":   "spec.resources.gpu.count: must be 1–16, got 0",
+		"empty command": "spec.command: must not be empty",
+	}
+	for name, spec := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+		if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// An unreachable server: a refused spec must fail before any
+		// connection is attempted, so nothing can have been published.
+		_, _, err := runCLI(t, "submit", "-f", path, "--nats-url", "nats://127.0.0.1:1")
+		if err == nil || !strings.Contains(err.Error(), want[name]) {
+			t.Errorf("%s: want an error containing %q, got %v", name, want[name], err)
+		}
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("command: [echo]\nenv: {A: \""+strings.Repeat("x", 10<<20)+"\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "submit", "-f", big, "--nats-url", "nats://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "byte limit") {
+		t.Errorf("a 10 MB spec: want the size limit named, got %v", err)
+	}
+}
