@@ -166,6 +166,42 @@ func addSat(a, b int64) int64 {
 type rates struct {
 	base string
 	rate map[string]int64
+	// few lists the rates too when there are no more than fewRates of
+	// them: placement converts every offer's prices, and comparing a few
+	// three-letter codes is cheaper than hashing one.
+	few []currencyRate
+}
+
+const fewRates = 8
+
+type currencyRate struct {
+	currency string
+	rate     int64
+}
+
+func (r *rates) set(currency string, rate int64) {
+	if _, ok := r.rate[currency]; !ok {
+		r.few = append(r.few, currencyRate{currency, rate})
+	}
+	r.rate[currency] = rate
+	for i := range r.few {
+		if r.few[i].currency == currency {
+			r.few[i].rate = rate
+		}
+	}
+}
+
+func (r *rates) lookup(currency string) (int64, bool) {
+	if len(r.rate) > fewRates {
+		rate, ok := r.rate[currency]
+		return rate, ok
+	}
+	for _, f := range r.few {
+		if f.currency == currency {
+			return f.rate, true
+		}
+	}
+	return 0, false
 }
 
 // toBase converts m into micros of the base currency; ok is false when the
@@ -174,7 +210,7 @@ func (r *rates) toBase(m Money) (int64, bool) {
 	if m.Currency == r.base {
 		return m.Micros, true
 	}
-	rate, ok := r.rate[m.Currency]
+	rate, ok := r.lookup(m.Currency)
 	if !ok {
 		return 0, false
 	}
@@ -189,7 +225,7 @@ func (r *rates) known(currency string) bool {
 	if currency == r.base {
 		return true
 	}
-	_, ok := r.rate[currency]
+	_, ok := r.lookup(currency)
 	return ok
 }
 

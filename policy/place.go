@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,8 +25,16 @@ type Decision struct {
 	// most Rules.MaxAlternatives of them.
 	Alternatives []Candidate `json:"alternatives"`
 	// Feasible counts every feasible offer, kept or not.
-	Feasible  int               `json:"feasible"`
-	Rejected  []Rejection       `json:"rejected"`
+	Feasible int `json:"feasible"`
+	// Offers are the offers the decision was made among, in the order
+	// given. It is the caller's slice, not a copy: it must not be modified
+	// while the decision is in use.
+	Offers []Offer `json:"offers"`
+	// Rejected lists every rejected offer in input order, each with the
+	// indexes of its reasons in Reasons.
+	Rejected []Rejection `json:"rejected"`
+	// Reasons holds every distinct rejection reason once.
+	Reasons   []Reason          `json:"reasons,omitempty"`
 	Residency ResidencyDecision `json:"residency"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -99,27 +106,20 @@ type placer struct {
 	projectRemaining int64
 	projectBudget    *compiledBudget
 	runTime          time.Duration
-	// replacement state; nil for a first placement.
-	avoid    map[string]string
+	// replacement state; nil for a first placement. avoid maps a pool to
+	// the index of its reason in avoidWhy.
+	avoid    map[string]int32
+	avoidWhy []string
 	escalate string
 
-	providerMemo map[string]uint8
-	regionMemo   map[string]bool
-	// memo holds one map of worded reasons per reason code.
-	memo [len(reasonCodes)]reasonMemo
-}
-
-// reasonMemo caches worded reasons by one attribute, s or n; an entry is
-// used only when the other attribute matches too.
-type reasonMemo struct {
-	byS map[string]memoEntry
-	byN map[int64]memoEntry
-}
-
-type memoEntry struct {
-	s   string
-	n   int64
-	msg string
+	// Providers, regions and cards get small ids the first time they are
+	// seen, so that their checks and reasons are looked up once per name.
+	providers     intern
+	providerFlags []uint8
+	regions       intern
+	regionOK      []bool
+	cards         intern
+	reasons       reasonTable
 }
 
 func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
@@ -129,9 +129,7 @@ func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
 	p := &placer{
 		job: job, rules: c, now: now, tier: job.tier(),
 		capBase: -1, budgetBase: -1, projectRemaining: -1,
-		runTime:      job.ExpectedDuration,
-		providerMemo: map[string]uint8{},
-		regionMemo:   map[string]bool{},
+		runTime: job.ExpectedDuration,
 	}
 	if p.runTime == 0 {
 		p.runTime = c.DefaultExpectedDuration
@@ -223,25 +221,27 @@ type estimate struct {
 }
 
 // place checks every offer, ranks the feasible ones and builds the decision.
+// Each rejected offer's reasons are found in the same pass, as indexes into
+// the reason table, so the offers are read once.
 func (p *placer) place(offers []Offer, version int) (Decision, error) {
 	d := Decision{
 		Version: version, DecidedAt: p.now, Currency: p.rules.BaseCurrency,
-		Residency: p.residency, Alternatives: []Candidate{},
+		Residency: p.residency, Alternatives: []Candidate{}, Offers: offers,
 	}
 	keep := 1 + p.rules.MaxAlternatives
 	top := make([]ranked, 0, keep+1)
 	type rejectedAt struct {
-		offer int32
-		fail  uint32
+		offer, from int32 // from: the first of its reasons in why
+		fail        uint32
 	}
 	rejected := make([]rejectedAt, 0, len(offers))
-	nReasons := 0
+	why := make([]int32, 0, 2*len(offers))
 	for i := range offers {
 		o := &offers[i]
-		fail, est := p.check(o)
+		fail, est, provider := p.check(o)
 		if fail != 0 {
-			rejected = append(rejected, rejectedAt{int32(i), fail})
-			nReasons += bits.OnesCount32(fail)
+			rejected = append(rejected, rejectedAt{int32(i), int32(len(why)), fail})
+			why = p.explain(i, o, fail, &est, provider, why)
 			continue
 		}
 		d.Feasible++
@@ -260,13 +260,15 @@ func (p *placer) place(offers []Offer, version int) (Decision, error) {
 			top = top[:keep]
 		}
 	}
-	reasons := make([]Reason, 0, nReasons)
 	d.Rejected = make([]Rejection, len(rejected))
 	for k, r := range rejected {
-		from := len(reasons)
-		reasons = p.explain(&offers[r.offer], r.fail, reasons)
-		d.Rejected[k] = Rejection{Offer: offers[r.offer], Reasons: reasons[from:len(reasons):len(reasons)]}
+		to := int32(len(why))
+		if k+1 < len(rejected) {
+			to = rejected[k+1].from
+		}
+		d.Rejected[k] = Rejection{Offer: int(r.offer), Reasons: why[r.from:to:to]}
 	}
+	d.Reasons = p.reasons.list
 	for k := range top {
 		c := Candidate{Rank: k + 1, Offer: *top[k].offer, Cost: p.cost(top[k].offer, top[k].est)}
 		if k == 0 {
@@ -276,7 +278,11 @@ func (p *placer) place(offers []Offer, version int) (Decision, error) {
 		}
 	}
 	if d.Chosen == nil {
-		return d, p.refusal(d)
+		fails := make([]uint32, len(rejected))
+		for k, r := range rejected {
+			fails[k] = r.fail
+		}
+		return d, p.refusal(d, fails)
 	}
 	return d, nil
 }
@@ -335,70 +341,30 @@ func codeIndex(code ReasonCode) int {
 	panic("policy: unknown reason code " + code)
 }
 
-// bit is the failure-mask bit of a reason code.
-func bit(code ReasonCode) uint32 { return 1 << codeIndex(code) }
-
-var (
-	bitInvalid       = bit(ReasonInvalidOffer)
-	bitResidency     = bit(ReasonResidency)
-	bitProviderRule  = bit(ReasonProviderRule)
-	bitProvider      = bit(ReasonProvider)
-	bitRegion        = bit(ReasonRegion)
-	bitTier          = bit(ReasonTier)
-	bitEscalated     = bit(ReasonEscalated)
-	bitAvoided       = bit(ReasonAvoided)
-	bitAvailability  = bit(ReasonAvailability)
-	bitCard          = bit(ReasonCard)
-	bitGPUCount      = bit(ReasonGPUCount)
-	bitGPUMemory     = bit(ReasonGPUMemory)
-	bitVCPU          = bit(ReasonVCPU)
-	bitMemory        = bit(ReasonMemory)
-	bitCurrency      = bit(ReasonCurrency)
-	bitPriceCap      = bit(ReasonPriceCap)
-	bitJobBudget     = bit(ReasonJobBudget)
-	bitProjectBudget = bit(ReasonProjectBudget)
-	bitDeadline      = bit(ReasonDeadline)
-)
-
-// check returns the mask of every reason offer o cannot take the job, and
-// the cost estimate when o is priced in a known currency. It allocates
-// nothing: the reasons are worded afterwards, by explain.
-func (p *placer) check(o *Offer) (uint32, estimate) {
+// check returns the mask of every reason offer o cannot take the job, the
+// cost estimate when o is priced in a known currency, and the provider's id.
+// It allocates nothing but the first sight of a provider or region: the
+// reasons are worded by explain.
+func (p *placer) check(o *Offer) (uint32, estimate, int32) {
 	var est estimate
-	if o.Validate() != nil {
-		return bitInvalid, est
+	if o.validate() != nil {
+		return bitInvalid, est, -1
 	}
 	j := &p.job
 	var fail uint32
 	if p.restricted && !p.allowed.has(o.Country) {
 		fail |= bitResidency
 	}
-	pv := p.providerMemo[o.Provider]
-	if pv&providerKnown == 0 {
-		pv = providerKnown
-		if matchAny(j.Providers, o.Provider) {
-			pv |= providerJobOK
-		}
-		if p.providerRuleReason(o.Provider) == "" {
-			pv |= providerRulesOK
-		}
-		p.providerMemo[o.Provider] = pv
-	}
+	provider := p.providerID(o.Provider)
+	pv := p.providerFlags[provider]
 	if pv&providerRulesOK == 0 {
 		fail |= bitProviderRule
 	}
 	if pv&providerJobOK == 0 {
 		fail |= bitProvider
 	}
-	if len(j.Regions) > 0 {
-		ok, seen := p.regionMemo[o.Region]
-		if !seen {
-			ok = matchAny(j.Regions, o.Region)
-			p.regionMemo[o.Region] = ok
-		}
-		if !ok {
-			fail |= bitRegion
-		}
+	if len(j.Regions) > 0 && !p.regionOK[p.regionID(o.Region)] {
+		fail |= bitRegion
 	}
 	if p.tier != TierSpotThenOnDemand && o.Tier != p.tier {
 		fail |= bitTier
@@ -431,7 +397,7 @@ func (p *placer) check(o *Offer) (uint32, estimate) {
 	}
 	est, ok := p.estimate(o)
 	if !ok {
-		return fail | bitCurrency, est
+		return fail | bitCurrency, est, provider
 	}
 	if p.capBase >= 0 && est.price > p.capBase {
 		fail |= bitPriceCap
@@ -445,89 +411,183 @@ func (p *placer) check(o *Offer) (uint32, estimate) {
 	if !j.Deadline.IsZero() && p.now.Add(est.runTime).After(j.Deadline) {
 		fail |= bitDeadline
 	}
-	return fail, est
+	return fail, est, provider
 }
 
-// explain appends one worded reason per bit of fail.
-func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
-	j := &p.job
-	var est estimate
-	if fail&(bitPriceCap|bitJobBudget|bitProjectBudget|bitDeadline) != 0 {
-		est, _ = p.estimate(o)
+// providerID returns provider's id, checking it against the job and the
+// rules the first time it is seen.
+func (p *placer) providerID(provider string) int32 {
+	id, seen := p.providers.id(provider)
+	if seen {
+		return id
 	}
-	add := func(b uint32, byN bool, s string, n int64, build func() string) {
-		i := bits.TrailingZeros32(b)
-		reasons = append(reasons, Reason{reasonCodes[i], p.msg(i, byN, s, n, build)})
+	var flags uint8
+	if matchAny(p.job.Providers, provider) {
+		flags |= providerJobOK
+	}
+	if p.providerRuleReason(provider) == "" {
+		flags |= providerRulesOK
+	}
+	p.providerFlags = append(p.providerFlags, flags)
+	return id
+}
+
+// regionID returns region's id, matching it against the job's regions the
+// first time it is seen.
+func (p *placer) regionID(region string) int32 {
+	id, seen := p.regions.id(region)
+	if !seen {
+		p.regionOK = append(p.regionOK, matchAny(p.job.Regions, region))
+	}
+	return id
+}
+
+// cardID returns an id for card, for keying the reasons that name it.
+func (p *placer) cardID(card string) int64 {
+	id, _ := p.cards.id(card)
+	return int64(id)
+}
+
+// Positions of the reason codes, for reason keys.
+var (
+	atInvalid       = codeIndex(ReasonInvalidOffer)
+	atResidency     = codeIndex(ReasonResidency)
+	atProviderRule  = codeIndex(ReasonProviderRule)
+	atProvider      = codeIndex(ReasonProvider)
+	atRegion        = codeIndex(ReasonRegion)
+	atTier          = codeIndex(ReasonTier)
+	atEscalated     = codeIndex(ReasonEscalated)
+	atAvoided       = codeIndex(ReasonAvoided)
+	atAvailability  = codeIndex(ReasonAvailability)
+	atCard          = codeIndex(ReasonCard)
+	atGPUCount      = codeIndex(ReasonGPUCount)
+	atGPUMemory     = codeIndex(ReasonGPUMemory)
+	atVCPU          = codeIndex(ReasonVCPU)
+	atMemory        = codeIndex(ReasonMemory)
+	atCurrency      = codeIndex(ReasonCurrency)
+	atPriceCap      = codeIndex(ReasonPriceCap)
+	atJobBudget     = codeIndex(ReasonJobBudget)
+	atProjectBudget = codeIndex(ReasonProjectBudget)
+	atDeadline      = codeIndex(ReasonDeadline)
+)
+
+// Failure-mask bits, one per reason code.
+var (
+	bitInvalid       uint32 = 1 << atInvalid
+	bitResidency     uint32 = 1 << atResidency
+	bitProviderRule  uint32 = 1 << atProviderRule
+	bitProvider      uint32 = 1 << atProvider
+	bitRegion        uint32 = 1 << atRegion
+	bitTier          uint32 = 1 << atTier
+	bitEscalated     uint32 = 1 << atEscalated
+	bitAvoided       uint32 = 1 << atAvoided
+	bitAvailability  uint32 = 1 << atAvailability
+	bitCard          uint32 = 1 << atCard
+	bitGPUCount      uint32 = 1 << atGPUCount
+	bitGPUMemory     uint32 = 1 << atGPUMemory
+	bitVCPU          uint32 = 1 << atVCPU
+	bitMemory        uint32 = 1 << atMemory
+	bitCurrency      uint32 = 1 << atCurrency
+	bitPriceCap      uint32 = 1 << atPriceCap
+	bitJobBudget     uint32 = 1 << atJobBudget
+	bitProjectBudget uint32 = 1 << atProjectBudget
+	bitDeadline      uint32 = 1 << atDeadline
+)
+
+// explain appends to why the index of one reason per bit of fail, wording
+// a reason only the first time its key is seen. The key holds exactly the
+// offer's attributes the message names, so equal keys mean equal messages.
+func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider int32, why []int32) []int32 {
+	j := &p.job
+	t := &p.reasons
+	add := func(code int, a, b int64, word func() string) {
+		why = append(why, t.index(reasonKey{code, a, b}, word))
 	}
 	if fail&bitInvalid != 0 {
-		return append(reasons, Reason{ReasonInvalidOffer, "invalid offer: " + o.Validate().Error()})
+		// Each invalid offer is worded on its own: its key is unique.
+		add(atInvalid, -1-int64(i), 0, func() string { return "invalid offer: " + o.validate().Error() })
+		return why
+	}
+	region := int64(-1)
+	if fail&(bitResidency|bitRegion) != 0 {
+		region = int64(p.regionID(o.Region))
 	}
 	if fail&bitResidency != 0 {
-		country, _ := countryIndex(o.Country)
-		add(bitResidency, false, o.Region, int64(country), func() string {
+		country, ok := countryIndex(o.Country)
+		if !ok {
+			country = -1
+		}
+		add(atResidency, region, int64(country), func() string {
 			return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
 				p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
 		})
 	}
 	if fail&bitProviderRule != 0 {
-		add(bitProviderRule, false, o.Provider, 0, func() string { return p.providerRuleReason(o.Provider) })
+		add(atProviderRule, int64(provider), 0, func() string { return p.providerRuleReason(o.Provider) })
 	}
 	if fail&bitProvider != 0 {
-		add(bitProvider, false, o.Provider, 0, func() string {
+		add(atProvider, int64(provider), 0, func() string {
 			return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
 		})
 	}
 	if fail&bitRegion != 0 {
-		add(bitRegion, false, o.Region, 0, func() string {
+		add(atRegion, region, 0, func() string {
 			return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
 		})
 	}
 	if fail&bitTier != 0 {
-		add(bitTier, false, string(o.Tier), 0, func() string {
-			return "tier " + string(o.Tier) + ", job accepts " + string(p.tier)
-		})
+		tier := int64(0)
+		if o.Tier == TierOnDemand {
+			tier = 1
+		}
+		add(atTier, tier, 0, func() string { return "tier " + string(o.Tier) + ", job accepts " + string(p.tier) })
 	}
 	if fail&bitEscalated != 0 {
-		reasons = append(reasons, Reason{ReasonEscalated, p.escalate})
+		add(atEscalated, 0, 0, func() string { return p.escalate })
 	}
 	if fail&bitAvoided != 0 {
-		reasons = append(reasons, Reason{ReasonAvoided, p.avoid[o.Pool]})
+		k := p.avoid[o.Pool]
+		add(atAvoided, int64(k), 0, func() string { return p.avoidWhy[k] })
 	}
 	if fail&bitAvailability != 0 {
-		reasons = append(reasons, Reason{ReasonAvailability, "no capacity (availability none)"})
+		add(atAvailability, 0, 0, func() string { return "no capacity (availability none)" })
+	}
+	card := int64(-1)
+	if fail&(bitCard|bitGPUMemory) != 0 {
+		card = p.cardID(o.Card)
 	}
 	if fail&bitCard != 0 {
-		add(bitCard, false, o.Card, 0, func() string {
+		add(atCard, card, 0, func() string {
 			return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
 		})
 	}
 	if fail&bitGPUCount != 0 {
-		add(bitGPUCount, true, "", int64(o.GPUCount), func() string {
+		add(atGPUCount, int64(o.GPUCount), 0, func() string {
 			return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
 		})
 	}
 	if fail&bitGPUMemory != 0 {
-		add(bitGPUMemory, false, o.Card, int64(o.GPUMemoryGB), func() string {
+		add(atGPUMemory, card, int64(o.GPUMemoryGB), func() string {
 			return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
 		})
 	}
 	if fail&bitVCPU != 0 {
-		add(bitVCPU, true, "", int64(o.VCPU), func() string {
+		add(atVCPU, int64(o.VCPU), 0, func() string {
 			return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
 		})
 	}
 	if fail&bitMemory != 0 {
-		add(bitMemory, true, "", int64(o.MemoryGB), func() string {
+		add(atMemory, int64(o.MemoryGB), 0, func() string {
 			return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
 		})
 	}
 	if fail&bitCurrency != 0 {
-		add(bitCurrency, false, o.PricePerHour.Currency, 0, func() string {
+		add(atCurrency, 0, 0, func() string {
 			return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
 		})
 	}
 	if fail&bitPriceCap != 0 {
-		add(bitPriceCap, true, o.PricePerHour.Currency, priceKey(o.PricePerHour), func() string {
+		add(atPriceCap, o.PricePerHour.Micros, currencyKey(o.PricePerHour.Currency), func() string {
 			s := "price " + o.PricePerHour.String() + "/h"
 			if o.PricePerHour.Currency != p.rules.BaseCurrency {
 				s += " (" + p.rules.rates.money(est.price).String() + ")"
@@ -536,12 +596,12 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 		})
 	}
 	if fail&bitJobBudget != 0 {
-		add(bitJobBudget, true, "", est.total, func() string {
+		add(atJobBudget, est.total, 0, func() string {
 			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the job budget " + j.Budget.String()
 		})
 	}
 	if fail&bitProjectBudget != 0 {
-		add(bitProjectBudget, true, "", est.total, func() string {
+		add(atProjectBudget, est.total, 0, func() string {
 			b := p.projectBudget
 			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the " +
 				p.rules.rates.money(max(p.projectRemaining, 0)).String() + " left of budget " + b.Project +
@@ -549,51 +609,17 @@ func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
 		})
 	}
 	if fail&bitDeadline != 0 {
-		add(bitDeadline, true, "", int64(est.runTime), func() string {
+		add(atDeadline, int64(est.runTime), 0, func() string {
 			return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
 				j.Deadline.UTC().Format(time.RFC3339)
 		})
 	}
-	return reasons
+	return why
 }
 
-// msg memoises a reason's wording: offers share regions, cards and prices,
-// so most messages are built once per decision.
-func (p *placer) msg(code int, byN bool, s string, n int64, build func() string) string {
-	m := &p.memo[code]
-	var e memoEntry
-	var ok bool
-	if byN {
-		e, ok = m.byN[n]
-	} else {
-		e, ok = m.byS[s]
-	}
-	if ok && e.s == s && e.n == n {
-		return e.msg
-	}
-	e = memoEntry{s, n, build()}
-	if byN {
-		if m.byN == nil {
-			m.byN = map[int64]memoEntry{}
-		}
-		m.byN[n] = e
-	} else {
-		if m.byS == nil {
-			m.byS = map[string]memoEntry{}
-		}
-		m.byS[s] = e
-	}
-	return e.msg
-}
-
-// priceKey packs an amount and its currency into one memo key; amounts
-// too large to pack share key -1 and are told apart by the entry check.
-func priceKey(m Money) int64 {
-	if m.Micros < 0 || m.Micros >= 1<<40 || !validCurrency(m.Currency) {
-		return -1
-	}
-	c := int64(m.Currency[0]-'A')*26*26 + int64(m.Currency[1]-'A')*26 + int64(m.Currency[2]-'A')
-	return m.Micros*26*26*26 + c
+// currencyKey packs a valid ISO 4217 code into a number.
+func currencyKey(code string) int64 {
+	return int64(code[0]-'A')*26*26 + int64(code[1]-'A')*26 + int64(code[2]-'A')
 }
 
 // providerRuleReason says which matching rule excludes provider, or "".

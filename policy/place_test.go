@@ -137,7 +137,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 			if !errors.As(err, &refusal) {
 				t.Fatalf("Place = %+v, %v; want a NoPlacementError", d.Chosen, err)
 			}
-			got := refusal.Decision.Rejected[0].Reasons
+			got := refusal.Decision.ReasonsOf(refusal.Decision.Rejected[0])
 			for _, r := range got {
 				if r.Code == tt.code {
 					if !strings.Contains(r.Message, tt.message) {

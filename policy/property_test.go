@@ -207,7 +207,7 @@ func TestPlaceProperties(t *testing.T) {
 		}
 		for _, r := range d.Rejected {
 			if len(r.Reasons) == 0 {
-				t.Fatalf("%s rejected without a reason", r.Offer.Pool)
+				t.Fatalf("%s rejected without a reason", d.Offers[r.Offer].Pool)
 			}
 		}
 		if d.Chosen == nil {

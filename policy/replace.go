@@ -60,15 +60,12 @@ func Replace(job Job, offers []Offer, rules Rules, previous Decision, history Hi
 		if now.Sub(e.At) >= avoidFor {
 			continue
 		}
-		if p.avoid == nil {
-			p.avoid = map[string]string{}
-		}
 		what := "preempted the job"
 		if e.Kind == EventNoCapacity {
 			what = "had no capacity"
 		}
-		p.avoid[e.Pool] = fmt.Sprintf("pool %s %s at %s; avoided until %s", e.Pool, what,
-			e.At.UTC().Format(time.RFC3339), e.At.Add(avoidFor).UTC().Format(time.RFC3339))
+		p.avoidPool(e.Pool, fmt.Sprintf("pool %s %s at %s; avoided until %s", e.Pool, what,
+			e.At.UTC().Format(time.RFC3339), e.At.Add(avoidFor).UTC().Format(time.RFC3339)))
 	}
 	if job.tier() == TierSpotThenOnDemand && preemptions >= c.Replacement.EscalateAfter {
 		p.escalate = fmt.Sprintf("spot: escalated to on-demand after %d preemptions within %s", preemptions, c.Replacement.Window)
@@ -104,4 +101,18 @@ func (p *placer) keepResidency(previous Decision) {
 	names = append(names, previous.Residency.Class)
 	p.residency.ImposedBy = append(p.residency.ImposedBy, fmt.Sprintf("placement v%d", previous.Version))
 	p.setResidencyNames(names)
+}
+
+// avoidPool rejects pool for why; a later event replaces an earlier one's
+// reason.
+func (p *placer) avoidPool(pool, why string) {
+	if p.avoid == nil {
+		p.avoid = map[string]int32{}
+	}
+	if k, ok := p.avoid[pool]; ok {
+		p.avoidWhy[k] = why
+		return
+	}
+	p.avoid[pool] = int32(len(p.avoidWhy))
+	p.avoidWhy = append(p.avoidWhy, why)
 }

@@ -195,7 +195,7 @@ func compile(r Rules) (*compiled, error) {
 		if !(v > 0) || v > 1e6 {
 			return nil, fmt.Errorf("exchange_rates.%s: must be a positive number, got %v", cur, v)
 		}
-		c.rates.rate[up] = int64(math.Round(v * microsPerUnit))
+		c.rates.set(up, int64(math.Round(v*microsPerUnit)))
 	}
 	for name := range builtinClasses {
 		c.classes[name] = builtinClasses[name]
