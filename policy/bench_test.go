@@ -98,3 +98,20 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlaceOfferSet is a decision among offers prepared once, as the
+// queue's placer keeps them between offer refreshes.
+func BenchmarkPlaceOfferSet(b *testing.B) {
+	job, offers, rules := benchWorld(10_000, 50)
+	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	set := policy.NewOfferSet(offers)
+	if _, err := set.Place(job, rules, now); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := set.Place(job, rules, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -33,6 +33,23 @@ func (t *intern) id(name string) (int32, bool) {
 	}
 }
 
+// lookup returns name's id without adding it.
+func (t *intern) lookup(name string) (int32, bool) {
+	if len(t.slots) == 0 {
+		return 0, false
+	}
+	mask := uint32(len(t.slots) - 1)
+	for i := hashName(name) & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return 0, false
+		}
+		if t.names[s-1] == name {
+			return s - 1, true
+		}
+	}
+}
+
 // grow doubles the table, keeping it at most half full.
 func (t *intern) grow() {
 	t.slots = make([]int32, 2*len(t.slots))

@@ -143,6 +143,11 @@ func mulDiv(a, b, c int64) int64 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 {
+		// The common case; a 64-bit division by a constant c compiles to
+		// a multiplication where mulDiv is inlined.
+		return int64(min(lo/uint64(c), math.MaxInt64))
+	}
 	if hi >= uint64(c) {
 		return math.MaxInt64
 	}

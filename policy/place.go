@@ -73,16 +73,10 @@ type Cost struct {
 // Place decides where job should run among offers under rules at time now.
 // It returns a *NoPlacementError when no offer is feasible, and a plain
 // error naming the field when the job or the rules are invalid.
+// To place many jobs among the same offers, prepare them once with
+// NewOfferSet.
 func Place(job Job, offers []Offer, rules Rules, now time.Time) (Decision, error) {
-	c, err := compile(rules)
-	if err != nil {
-		return Decision{}, err
-	}
-	p, err := newPlacer(job, c, now)
-	if err != nil {
-		return Decision{}, err
-	}
-	return p.place(offers, 1)
+	return NewOfferSet(offers).Place(job, rules, now)
 }
 
 // placer holds everything about one job that does not depend on the offer.
@@ -112,22 +106,29 @@ type placer struct {
 	avoidWhy []string
 	escalate string
 
-	// Providers, regions and cards get small ids the first time they are
-	// seen, so that their checks and reasons are looked up once per name.
-	providers     intern
+	// set holds the offers; the slices below are indexed by its ids, so
+	// each name is checked against the job once per decision.
+	set           *OfferSet
 	providerFlags []uint8
-	regions       intern
 	regionOK      []bool
-	cards         intern
+	cardRanks     []int
+	currencies    []currencyFacts
+	inputRegions  []int32 // region id per job input; -1 when no offer is there
 	reasons       reasonTable
 }
 
-func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
+// currencyFacts says how to convert a currency of the set into base micros.
+type currencyFacts struct {
+	known, base bool
+	rate        int64
+}
+
+func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
 	if err := job.Validate(); err != nil {
 		return nil, err
 	}
 	p := &placer{
-		job: job, rules: c, now: now, tier: job.tier(),
+		job: job, rules: c, set: set, now: now, tier: job.tier(),
 		capBase: -1, budgetBase: -1, projectRemaining: -1,
 		runTime: job.ExpectedDuration,
 	}
@@ -193,7 +194,46 @@ func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
 			p.projectBudget, p.projectRemaining = b, b.remaining
 		}
 	}
+	p.checkNames()
 	return p, nil
+}
+
+// checkNames checks every provider, region, card and currency of the set
+// against the job and the rules.
+func (p *placer) checkNames() {
+	s := p.set
+	p.providerFlags = make([]uint8, len(s.providers.names))
+	for id, name := range s.providers.names {
+		if matchAny(p.job.Providers, name) {
+			p.providerFlags[id] |= providerJobOK
+		}
+		if p.providerRuleReason(name) == "" {
+			p.providerFlags[id] |= providerRulesOK
+		}
+	}
+	if len(p.job.Regions) > 0 {
+		p.regionOK = make([]bool, len(s.regions.names))
+		for id, name := range s.regions.names {
+			p.regionOK[id] = matchAny(p.job.Regions, name)
+		}
+	}
+	p.cardRanks = make([]int, len(s.cards.names))
+	for id, name := range s.cards.names {
+		p.cardRanks[id] = p.cardRank(name)
+	}
+	p.currencies = make([]currencyFacts, len(s.currencies.names))
+	for id, name := range s.currencies.names {
+		rate, known := p.rules.rates.lookup(name)
+		p.currencies[id] = currencyFacts{known: known || name == p.rules.BaseCurrency, base: name == p.rules.BaseCurrency, rate: rate}
+	}
+	p.inputRegions = make([]int32, len(p.job.Inputs))
+	for i, in := range p.job.Inputs {
+		id, ok := s.regions.lookup(in.Region)
+		if !ok {
+			id = -1
+		}
+		p.inputRegions[i] = id
+	}
 }
 
 // setResidencyNames fills the decision's residency from the effective set.
@@ -223,7 +263,8 @@ type estimate struct {
 // place checks every offer, ranks the feasible ones and builds the decision.
 // Each rejected offer's reasons are found in the same pass, as indexes into
 // the reason table, so the offers are read once.
-func (p *placer) place(offers []Offer, version int) (Decision, error) {
+func (p *placer) place(version int) (Decision, error) {
+	offers := p.set.offers
 	d := Decision{
 		Version: version, DecidedAt: p.now, Currency: p.rules.BaseCurrency,
 		Residency: p.residency, Alternatives: []Candidate{}, Offers: offers,
@@ -237,24 +278,25 @@ func (p *placer) place(offers []Offer, version int) (Decision, error) {
 	rejected := make([]rejectedAt, 0, len(offers))
 	why := make([]int32, 0, 2*len(offers))
 	for i := range offers {
-		o := &offers[i]
-		fail, est, provider := p.check(o)
+		f := &p.set.facts[i]
+		var est estimate
+		fail := p.check(i, f, &est)
 		if fail != 0 {
 			rejected = append(rejected, rejectedAt{int32(i), int32(len(why)), fail})
-			why = p.explain(i, o, fail, &est, provider, why)
+			why = p.explain(i, f, fail, &est, why)
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: o, est: est, avail: o.Availability.rank(), card: p.cardRank(o.Card)}
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card]}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
 		}
-		at, _ := slices.BinarySearchFunc(top, &r, func(a ranked, b *ranked) int {
-			if a.less(b) {
-				return -1
-			}
-			return 1
-		})
+		// top is short (1 + MaxAlternatives), so a linear search keeps r
+		// on the stack.
+		at := len(top)
+		for at > 0 && r.less(&top[at-1]) {
+			at--
+		}
 		top = slices.Insert(top, at, r)
 		if len(top) > keep {
 			top = top[:keep]
@@ -341,63 +383,60 @@ func codeIndex(code ReasonCode) int {
 	panic("policy: unknown reason code " + code)
 }
 
-// check returns the mask of every reason offer o cannot take the job, the
-// cost estimate when o is priced in a known currency, and the provider's id.
-// It allocates nothing but the first sight of a provider or region: the
-// reasons are worded by explain.
-func (p *placer) check(o *Offer) (uint32, estimate, int32) {
-	var est estimate
-	if o.validate() != nil {
-		return bitInvalid, est, -1
+// check returns the mask of every reason offer i, with facts f, cannot
+// take the job, and fills est when the offer is priced in a known
+// currency. It compares numbers only and allocates nothing: the reasons are
+// worded by explain.
+func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
+	if f.invalid {
+		return bitInvalid
 	}
 	j := &p.job
 	var fail uint32
-	if p.restricted && !p.allowed.has(o.Country) {
+	if p.restricted && (f.country < 0 || p.allowed[f.country/64]&(1<<(f.country%64)) == 0) {
 		fail |= bitResidency
 	}
-	provider := p.providerID(o.Provider)
-	pv := p.providerFlags[provider]
+	pv := p.providerFlags[f.provider]
 	if pv&providerRulesOK == 0 {
 		fail |= bitProviderRule
 	}
 	if pv&providerJobOK == 0 {
 		fail |= bitProvider
 	}
-	if len(j.Regions) > 0 && !p.regionOK[p.regionID(o.Region)] {
+	if p.regionOK != nil && !p.regionOK[f.region] {
 		fail |= bitRegion
 	}
-	if p.tier != TierSpotThenOnDemand && o.Tier != p.tier {
+	if p.tier != TierSpotThenOnDemand && f.spot != (p.tier == TierSpot) {
 		fail |= bitTier
 	}
-	if p.escalate != "" && o.Tier == TierSpot {
+	if p.escalate != "" && f.spot {
 		fail |= bitEscalated
 	}
 	if p.avoid != nil {
-		if _, ok := p.avoid[o.Pool]; ok {
+		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
 			fail |= bitAvoided
 		}
 	}
-	if o.Availability == Unavailable {
+	if f.avail == availNone {
 		fail |= bitAvailability
 	}
-	if p.cardRank(o.Card) < 0 {
+	if p.cardRanks[f.card] < 0 {
 		fail |= bitCard
 	}
-	if o.GPUCount < j.GPUCount {
+	if f.gpuCount < j.GPUCount {
 		fail |= bitGPUCount
 	}
-	if o.GPUMemoryGB < j.MinGPUMemoryGB {
+	if f.gpuMemory < j.MinGPUMemoryGB {
 		fail |= bitGPUMemory
 	}
-	if o.VCPU < j.VCPU {
+	if f.vcpu < j.VCPU {
 		fail |= bitVCPU
 	}
-	if o.MemoryGB < j.MemoryGB {
+	if f.memory < j.MemoryGB {
 		fail |= bitMemory
 	}
-	est, ok := p.estimate(o)
-	if !ok {
-		return fail | bitCurrency, est, provider
+	if !p.estimate(f, est) {
+		return fail | bitCurrency
 	}
 	if p.capBase >= 0 && est.price > p.capBase {
 		fail |= bitPriceCap
@@ -411,42 +450,11 @@ func (p *placer) check(o *Offer) (uint32, estimate, int32) {
 	if !j.Deadline.IsZero() && p.now.Add(est.runTime).After(j.Deadline) {
 		fail |= bitDeadline
 	}
-	return fail, est, provider
+	return fail
 }
 
-// providerID returns provider's id, checking it against the job and the
-// rules the first time it is seen.
-func (p *placer) providerID(provider string) int32 {
-	id, seen := p.providers.id(provider)
-	if seen {
-		return id
-	}
-	var flags uint8
-	if matchAny(p.job.Providers, provider) {
-		flags |= providerJobOK
-	}
-	if p.providerRuleReason(provider) == "" {
-		flags |= providerRulesOK
-	}
-	p.providerFlags = append(p.providerFlags, flags)
-	return id
-}
-
-// regionID returns region's id, matching it against the job's regions the
-// first time it is seen.
-func (p *placer) regionID(region string) int32 {
-	id, seen := p.regions.id(region)
-	if !seen {
-		p.regionOK = append(p.regionOK, matchAny(p.job.Regions, region))
-	}
-	return id
-}
-
-// cardID returns an id for card, for keying the reasons that name it.
-func (p *placer) cardID(card string) int64 {
-	id, _ := p.cards.id(card)
-	return int64(id)
-}
+// availNone is the rank of Unavailable.
+var availNone = uint8(Unavailable.rank())
 
 // Positions of the reason codes, for reason keys.
 var (
@@ -497,36 +505,35 @@ var (
 // explain appends to why the index of one reason per bit of fail, wording
 // a reason only the first time its key is seen. The key holds exactly the
 // offer's attributes the message names, so equal keys mean equal messages.
-func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider int32, why []int32) []int32 {
+func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+	o := &p.set.offers[i]
 	j := &p.job
 	t := &p.reasons
 	add := func(code int, a, b int64, word func() string) {
-		why = append(why, t.index(reasonKey{code, a, b}, word))
+		k := reasonKey{code, a, b}
+		i := t.find(k)
+		if i < 0 {
+			i = t.index(k, word)
+		}
+		why = append(why, i)
 	}
 	if fail&bitInvalid != 0 {
 		// Each invalid offer is worded on its own: its key is unique.
 		add(atInvalid, -1-int64(i), 0, func() string { return "invalid offer: " + o.validate().Error() })
 		return why
 	}
-	region := int64(-1)
-	if fail&(bitResidency|bitRegion) != 0 {
-		region = int64(p.regionID(o.Region))
-	}
+	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
 	if fail&bitResidency != 0 {
-		country, ok := countryIndex(o.Country)
-		if !ok {
-			country = -1
-		}
-		add(atResidency, region, int64(country), func() string {
+		add(atResidency, region, int64(f.country), func() string {
 			return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
 				p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
 		})
 	}
 	if fail&bitProviderRule != 0 {
-		add(atProviderRule, int64(provider), 0, func() string { return p.providerRuleReason(o.Provider) })
+		add(atProviderRule, provider, 0, func() string { return p.providerRuleReason(o.Provider) })
 	}
 	if fail&bitProvider != 0 {
-		add(atProvider, int64(provider), 0, func() string {
+		add(atProvider, provider, 0, func() string {
 			return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
 		})
 	}
@@ -537,7 +544,7 @@ func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider i
 	}
 	if fail&bitTier != 0 {
 		tier := int64(0)
-		if o.Tier == TierOnDemand {
+		if f.spot {
 			tier = 1
 		}
 		add(atTier, tier, 0, func() string { return "tier " + string(o.Tier) + ", job accepts " + string(p.tier) })
@@ -552,32 +559,28 @@ func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider i
 	if fail&bitAvailability != 0 {
 		add(atAvailability, 0, 0, func() string { return "no capacity (availability none)" })
 	}
-	card := int64(-1)
-	if fail&(bitCard|bitGPUMemory) != 0 {
-		card = p.cardID(o.Card)
-	}
 	if fail&bitCard != 0 {
 		add(atCard, card, 0, func() string {
 			return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
 		})
 	}
 	if fail&bitGPUCount != 0 {
-		add(atGPUCount, int64(o.GPUCount), 0, func() string {
+		add(atGPUCount, int64(f.gpuCount), 0, func() string {
 			return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
 		})
 	}
 	if fail&bitGPUMemory != 0 {
-		add(atGPUMemory, card, int64(o.GPUMemoryGB), func() string {
+		add(atGPUMemory, card, int64(f.gpuMemory), func() string {
 			return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
 		})
 	}
 	if fail&bitVCPU != 0 {
-		add(atVCPU, int64(o.VCPU), 0, func() string {
+		add(atVCPU, int64(f.vcpu), 0, func() string {
 			return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
 		})
 	}
 	if fail&bitMemory != 0 {
-		add(atMemory, int64(o.MemoryGB), 0, func() string {
+		add(atMemory, int64(f.memory), 0, func() string {
 			return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
 		})
 	}
@@ -587,7 +590,7 @@ func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider i
 		})
 	}
 	if fail&bitPriceCap != 0 {
-		add(atPriceCap, o.PricePerHour.Micros, currencyKey(o.PricePerHour.Currency), func() string {
+		add(atPriceCap, f.price, int64(f.priceCur), func() string {
 			s := "price " + o.PricePerHour.String() + "/h"
 			if o.PricePerHour.Currency != p.rules.BaseCurrency {
 				s += " (" + p.rules.rates.money(est.price).String() + ")"
@@ -617,11 +620,6 @@ func (p *placer) explain(i int, o *Offer, fail uint32, est *estimate, provider i
 	return why
 }
 
-// currencyKey packs a valid ISO 4217 code into a number.
-func currencyKey(code string) int64 {
-	return int64(code[0]-'A')*26*26 + int64(code[1]-'A')*26 + int64(code[2]-'A')
-}
-
 // providerRuleReason says which matching rule excludes provider, or "".
 func (p *placer) providerRuleReason(provider string) string {
 	for i, deny := range p.ruleDeny {
@@ -639,20 +637,20 @@ func (p *placer) providerRuleReason(provider string) string {
 
 const bytesPerGB = 1_000_000_000
 
-// estimate prices the job on o in base micros; ok is false when a price is
-// in a currency without an exchange rate.
-func (p *placer) estimate(o *Offer) (estimate, bool) {
-	e := estimate{runTime: p.runTime}
+// estimate prices the job on an offer with facts f in base micros; it is
+// false when a price is in a currency without an exchange rate.
+func (p *placer) estimate(f *offerFacts, e *estimate) bool {
+	*e = estimate{runTime: p.runTime}
 	var ok bool
-	if e.price, ok = p.rules.rates.toBase(o.PricePerHour); !ok {
-		return e, false
+	if e.price, ok = p.toBase(f.priceCur, f.price); !ok {
+		return false
 	}
 	hour := int64(time.Hour)
 	e.compute = mulDiv(e.price, int64(p.runTime), hour)
-	if o.Tier == TierSpot {
+	if f.spot {
 		rate := p.rules.Spot.AssumedPreemptionRate
-		if o.PreemptionRate != nil {
-			rate = *o.PreemptionRate
+		if f.rateKnown {
+			rate = f.rate
 		} else {
 			e.rateAssumed = true
 		}
@@ -665,16 +663,16 @@ func (p *placer) estimate(o *Offer) (estimate, bool) {
 		e.overhead = mulDiv(e.price, int64(lost), hour)
 	}
 	var egressPrice int64
-	if o.EgressPerGB != nil {
-		if egressPrice, ok = p.rules.rates.toBase(*o.EgressPerGB); !ok {
-			return e, false
+	if f.egressCur >= 0 {
+		if egressPrice, ok = p.toBase(f.egressCur, f.egress); !ok {
+			return false
 		}
 	}
-	for _, in := range p.job.Inputs {
-		if in.Region == o.Region || in.Bytes == 0 {
+	for k, in := range p.job.Inputs {
+		if p.inputRegions[k] == f.region || in.Bytes == 0 {
 			continue
 		}
-		if o.EgressPerGB == nil {
+		if f.egressCur < 0 {
 			e.egressUnknown = true
 			e.egressUnknownBytes = addSat(e.egressUnknownBytes, in.Bytes)
 			continue
@@ -682,7 +680,20 @@ func (p *placer) estimate(o *Offer) (estimate, bool) {
 		e.egress = addSat(e.egress, mulDiv(in.Bytes, egressPrice, bytesPerGB))
 	}
 	e.total = addSat(addSat(e.compute, e.overhead), e.egress)
-	return e, true
+	return true
+}
+
+// toBase converts non-negative micros of the set's currency cur into base
+// micros, as rates.toBase does.
+func (p *placer) toBase(cur int32, micros int64) (int64, bool) {
+	c := &p.currencies[cur]
+	switch {
+	case c.base:
+		return micros, true
+	case !c.known:
+		return 0, false
+	}
+	return mulDiv(micros, c.rate, microsPerUnit), true
 }
 
 // cost expands an estimate into the decision's breakdown.

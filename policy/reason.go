@@ -74,52 +74,51 @@ type reasonKey struct {
 	a, b int64
 }
 
-// denseKeys bounds the direct-indexed part of reasonTable; it covers ids of
-// providers, regions and cards and small counts such as GPUs and vCPU.
-const denseKeys = 1 << 12
-
 // reasonTable words each distinct reason once and hands out its index.
-// Most keys are small (ids, counts), found by direct indexing; the rest,
-// such as prices and costs, go through a map.
+// A decision looks a reason up for every reason of every rejected offer,
+// tens of thousands of times, among a few hundred distinct keys: a small
+// cache indexed by the key's hash answers almost all of them, and a map
+// holds the rest.
 type reasonTable struct {
 	list  []Reason
 	keys  []reasonKey
-	dense [len(reasonCodes)][]int32 // index+1 by key a; 0 when unset
+	cache [1 << reasonCacheBits]int32 // index+1 of a reason by hash of its key; 0 when empty
 	byKey map[reasonKey]int32
+}
+
+const reasonCacheBits = 10
+
+func (k reasonKey) slot() uint64 {
+	h := uint64(k.a)*0x9e3779b97f4a7c15 ^ uint64(k.b)*0xc2b2ae3d27d4eb4f ^ uint64(k.code)*0x165667b19e3779f9
+	return h >> (64 - reasonCacheBits)
+}
+
+// find returns the index of the reason with key k when the cache holds it,
+// or -1; it is the fast path of index, small enough to inline.
+func (t *reasonTable) find(k reasonKey) int32 {
+	if i := t.cache[k.slot()] - 1; i >= 0 && t.keys[i] == k {
+		return i
+	}
+	return -1
 }
 
 // index returns the index of the reason with key k, wording it with word
 // the first time.
 func (t *reasonTable) index(k reasonKey, word func() string) int32 {
-	small := 0 <= k.a && k.a < denseKeys
-	if small {
-		if d := t.dense[k.code]; int(k.a) < len(d) {
-			if i := d[k.a] - 1; i >= 0 && t.keys[i] == k {
-				return i
-			}
-		}
-	}
-	if i, ok := t.byKey[k]; ok {
+	if i := t.find(k); i >= 0 {
 		return i
 	}
-	i := int32(len(t.list))
-	t.list = append(t.list, Reason{Code: reasonCodes[k.code], Message: word()})
-	t.keys = append(t.keys, k)
-	if small {
-		d := t.dense[k.code]
-		if int(k.a) >= len(d) {
-			d = append(d, make([]int32, int(k.a)+1-len(d))...)
-			t.dense[k.code] = d
+	i, ok := t.byKey[k]
+	if !ok {
+		i = int32(len(t.list))
+		t.list = append(t.list, Reason{Code: reasonCodes[k.code], Message: word()})
+		t.keys = append(t.keys, k)
+		if t.byKey == nil {
+			t.byKey = map[reasonKey]int32{}
 		}
-		if d[k.a] == 0 {
-			d[k.a] = i + 1
-			return i
-		}
+		t.byKey[k] = i
 	}
-	if t.byKey == nil {
-		t.byKey = map[reasonKey]int32{}
-	}
-	t.byKey[k] = i
+	t.cache[k.slot()] = i + 1
 	return i
 }
 

@@ -36,14 +36,17 @@ type History struct {
 // old one with what the job and the rules require now. Budgets and price caps
 // apply as in Place.
 func Replace(job Job, offers []Offer, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
-	c, err := compile(rules)
+	return NewOfferSet(offers).Replace(job, rules, previous, history, now)
+}
+
+// Replace decides the job's next placement among the set's offers, as
+// Replace does.
+func (s *OfferSet) Replace(job Job, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
+	p, err := s.placer(job, rules, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	p, err := newPlacer(job, c, now)
-	if err != nil {
-		return Decision{}, err
-	}
+	c := p.rules
 	p.keepResidency(previous)
 	var notes []string
 	avoidFor := c.Replacement.AvoidFor
@@ -71,7 +74,7 @@ func Replace(job Job, offers []Offer, rules Rules, previous Decision, history Hi
 		p.escalate = fmt.Sprintf("spot: escalated to on-demand after %d preemptions within %s", preemptions, c.Replacement.Window)
 		notes = append(notes, p.escalate)
 	}
-	d, err := p.place(offers, previous.Version+1)
+	d, err := p.place(previous.Version + 1)
 	if previous.Chosen != nil && d.Chosen != nil && previous.Chosen.Offer.Pool != d.Chosen.Offer.Pool {
 		notes = append(notes, "moved from pool "+previous.Chosen.Offer.Pool+" to pool "+d.Chosen.Offer.Pool)
 	}
