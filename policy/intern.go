@@ -1,10 +1,12 @@
 package policy
 
+import "hash/maphash"
+
 // intern gives names (providers, regions, cards) small dense ids in the
-// order they are first seen. Placement looks a name up for every offer, and
-// offers repeat a few dozen names thousands of times, so the table hashes
-// the short name inline and probes linearly instead of going through a Go
-// map.
+// order they are first seen. Preparing offers looks names up for every
+// offer, and offers repeat a few dozen names thousands of times, so the
+// table probes linearly in one slice instead of going through a Go map.
+// The hash seed differs between processes; ids do not depend on it.
 type intern struct {
 	names []string
 	slots []int32 // id+1 by hash; 0 is empty
@@ -63,12 +65,6 @@ func (t *intern) grow() {
 	}
 }
 
-// hashName is 32-bit FNV-1a.
-func hashName(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
+var nameSeed = maphash.MakeSeed()
+
+func hashName(s string) uint32 { return uint32(maphash.String(nameSeed, s)) }

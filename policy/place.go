@@ -340,10 +340,15 @@ type ranked struct {
 }
 
 func (a *ranked) less(b *ranked) bool {
+	// cmp.Or would compare the names even when the numbers differ.
 	if c := cmp.Or(
 		cmp.Compare(a.est.total, b.est.total),
 		cmp.Compare(a.avail, b.avail),
 		cmp.Compare(a.card, b.card),
+	); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Or(
 		strings.Compare(a.offer.Pool, b.offer.Pool),
 		strings.Compare(a.offer.Provider, b.offer.Provider),
 		strings.Compare(a.offer.Region, b.offer.Region),

@@ -14,8 +14,9 @@ import (
 )
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
-// configured providers. Offers are cached for OfferTTL so that dispatch does
-// not call providers per job.
+// configured providers. Offers are cached for OfferTTL, prepared as one
+// policy.OfferSet, so that dispatch neither calls providers nor re-reads
+// every offer per job.
 type PolicyPlacer struct {
 	Sources []adapters.OfferSource
 	Rules   policy.Rules
@@ -25,7 +26,7 @@ type PolicyPlacer struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	offers  []policy.Offer
+	offers  *policy.OfferSet
 	fetched time.Time
 }
 
@@ -43,7 +44,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, previous *Placement)
 	if p.Now != nil {
 		now = p.Now()
 	}
-	d, err := policy.Place(pj, offers, p.Rules, now)
+	d, err := offers.Place(pj, p.Rules, now)
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
 		return Placement{}, &RejectionError{Reason: none.Error()}
@@ -68,7 +69,7 @@ func placementOf(d policy.Decision) (Placement, error) {
 	}, nil
 }
 
-func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, error) {
+func (p *PolicyPlacer) currentOffers(ctx context.Context) (*policy.OfferSet, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ttl := p.OfferTTL
@@ -86,8 +87,8 @@ func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, error
 		}
 		all = append(all, offers...)
 	}
-	p.offers, p.fetched = all, time.Now()
-	return all, nil
+	p.offers, p.fetched = policy.NewOfferSet(all), time.Now()
+	return p.offers, nil
 }
 
 // PolicyJob converts a job spec into the placement engine's requirements.
