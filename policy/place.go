@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -507,122 +508,115 @@ var (
 	bitDeadline      uint32 = 1 << atDeadline
 )
 
-// explain appends to why the index of one reason per bit of fail, wording
-// a reason only the first time its key is seen. The key holds exactly the
-// offer's attributes the message names, so equal keys mean equal messages.
+// explain appends to why the index of one reason per bit of fail, in the
+// order the checks run, wording a reason only the first time its key is
+// seen.
 func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
-	o := &p.set.offers[i]
-	j := &p.job
 	t := &p.reasons
-	add := func(code int, a, b int64, word func() string) {
-		k := reasonKey{code, a, b}
-		i := t.find(k)
-		if i < 0 {
-			i = t.index(k, word)
+	for rest := fail; rest != 0; rest &= rest - 1 {
+		k := p.reasonKey(bits.TrailingZeros32(rest), i, f, est)
+		r := t.find(k)
+		if r < 0 {
+			r = t.index(k, func() string { return p.word(k.code, &p.set.offers[i], est) })
 		}
-		why = append(why, i)
-	}
-	if fail&bitInvalid != 0 {
-		// Each invalid offer is worded on its own: its key is unique.
-		add(atInvalid, -1-int64(i), 0, func() string { return "invalid offer: " + o.validate().Error() })
-		return why
-	}
-	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
-	if fail&bitResidency != 0 {
-		add(atResidency, region, int64(f.country), func() string {
-			return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
-				p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
-		})
-	}
-	if fail&bitProviderRule != 0 {
-		add(atProviderRule, provider, 0, func() string { return p.providerRuleReason(o.Provider) })
-	}
-	if fail&bitProvider != 0 {
-		add(atProvider, provider, 0, func() string {
-			return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
-		})
-	}
-	if fail&bitRegion != 0 {
-		add(atRegion, region, 0, func() string {
-			return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
-		})
-	}
-	if fail&bitTier != 0 {
-		tier := int64(0)
-		if f.spot {
-			tier = 1
-		}
-		add(atTier, tier, 0, func() string { return "tier " + string(o.Tier) + ", job accepts " + string(p.tier) })
-	}
-	if fail&bitEscalated != 0 {
-		add(atEscalated, 0, 0, func() string { return p.escalate })
-	}
-	if fail&bitAvoided != 0 {
-		k := p.avoid[o.Pool]
-		add(atAvoided, int64(k), 0, func() string { return p.avoidWhy[k] })
-	}
-	if fail&bitAvailability != 0 {
-		add(atAvailability, 0, 0, func() string { return "no capacity (availability none)" })
-	}
-	if fail&bitCard != 0 {
-		add(atCard, card, 0, func() string {
-			return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
-		})
-	}
-	if fail&bitGPUCount != 0 {
-		add(atGPUCount, int64(f.gpuCount), 0, func() string {
-			return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
-		})
-	}
-	if fail&bitGPUMemory != 0 {
-		add(atGPUMemory, card, int64(f.gpuMemory), func() string {
-			return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
-		})
-	}
-	if fail&bitVCPU != 0 {
-		add(atVCPU, int64(f.vcpu), 0, func() string {
-			return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
-		})
-	}
-	if fail&bitMemory != 0 {
-		add(atMemory, int64(f.memory), 0, func() string {
-			return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
-		})
-	}
-	if fail&bitCurrency != 0 {
-		add(atCurrency, 0, 0, func() string {
-			return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
-		})
-	}
-	if fail&bitPriceCap != 0 {
-		add(atPriceCap, f.price, int64(f.priceCur), func() string {
-			s := "price " + o.PricePerHour.String() + "/h"
-			if o.PricePerHour.Currency != p.rules.BaseCurrency {
-				s += " (" + p.rules.rates.money(est.price).String() + ")"
-			}
-			return s + " over cap " + j.MaxPricePerHour.String() + "/h"
-		})
-	}
-	if fail&bitJobBudget != 0 {
-		add(atJobBudget, est.total, 0, func() string {
-			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the job budget " + j.Budget.String()
-		})
-	}
-	if fail&bitProjectBudget != 0 {
-		add(atProjectBudget, est.total, 0, func() string {
-			b := p.projectBudget
-			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the " +
-				p.rules.rates.money(max(p.projectRemaining, 0)).String() + " left of budget " + b.Project +
-				" (" + b.Period + " cap " + b.Cap.String() + ")"
-		})
-	}
-	if fail&bitDeadline != 0 {
-		add(atDeadline, int64(est.runTime), 0, func() string {
-			return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
-				j.Deadline.UTC().Format(time.RFC3339)
-		})
+		why = append(why, r)
 	}
 	return why
+}
+
+// reasonKey holds exactly the attributes of offer i that the message of
+// reason code names, so equal keys mean equal messages.
+func (p *placer) reasonKey(code, i int, f *offerFacts, est *estimate) reasonKey {
+	k := reasonKey{code: code}
+	switch code {
+	case atInvalid:
+		// Each invalid offer is worded on its own.
+		k.a = -1 - int64(i)
+	case atResidency:
+		k.a, k.b = int64(f.region), int64(f.country)
+	case atProviderRule, atProvider:
+		k.a = int64(f.provider)
+	case atRegion:
+		k.a = int64(f.region)
+	case atTier:
+		if f.spot {
+			k.a = 1
+		}
+	case atAvoided:
+		k.a = int64(p.avoid[p.set.offers[i].Pool])
+	case atCard:
+		k.a = int64(f.card)
+	case atGPUCount:
+		k.a = int64(f.gpuCount)
+	case atGPUMemory:
+		k.a, k.b = int64(f.card), int64(f.gpuMemory)
+	case atVCPU:
+		k.a = int64(f.vcpu)
+	case atMemory:
+		k.a = int64(f.memory)
+	case atPriceCap:
+		k.a, k.b = f.price, int64(f.priceCur)
+	case atJobBudget, atProjectBudget:
+		k.a = est.total
+	case atDeadline:
+		k.a = int64(est.runTime)
+	}
+	return k
+}
+
+// word is the message of reason code for offer o with estimate est.
+func (p *placer) word(code int, o *Offer, est *estimate) string {
+	j := &p.job
+	money := p.rules.rates.money
+	switch code {
+	case atInvalid:
+		return "invalid offer: " + o.validate().Error()
+	case atResidency:
+		return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
+			p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
+	case atProviderRule:
+		return p.providerRuleReason(o.Provider)
+	case atProvider:
+		return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
+	case atRegion:
+		return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
+	case atTier:
+		return "tier " + string(o.Tier) + ", job accepts " + string(p.tier)
+	case atEscalated:
+		return p.escalate
+	case atAvoided:
+		return p.avoidWhy[p.avoid[o.Pool]]
+	case atAvailability:
+		return "no capacity (availability none)"
+	case atCard:
+		return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
+	case atGPUCount:
+		return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
+	case atGPUMemory:
+		return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
+	case atVCPU:
+		return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
+	case atMemory:
+		return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
+	case atCurrency:
+		return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
+	case atPriceCap:
+		s := "price " + o.PricePerHour.String() + "/h"
+		if o.PricePerHour.Currency != p.rules.BaseCurrency {
+			s += " (" + money(est.price).String() + ")"
+		}
+		return s + " over cap " + j.MaxPricePerHour.String() + "/h"
+	case atJobBudget:
+		return "estimated cost " + money(est.total).String() + " over the job budget " + j.Budget.String()
+	case atProjectBudget:
+		b := p.projectBudget
+		return "estimated cost " + money(est.total).String() + " over the " + money(max(p.projectRemaining, 0)).String() +
+			" left of budget " + b.Project + " (" + b.Period + " cap " + b.Cap.String() + ")"
+	case atDeadline:
+		return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
+			j.Deadline.UTC().Format(time.RFC3339)
+	}
+	return string(reasonCodes[code])
 }
 
 // providerRuleReason says which matching rule excludes provider, or "".
