@@ -225,14 +225,5 @@ func (r *rates) toBase(m Money) (int64, bool) {
 	return mulDiv(m.Micros, rate, microsPerUnit), true
 }
 
-// known reports whether amounts in currency can be converted.
-func (r *rates) known(currency string) bool {
-	if currency == r.base {
-		return true
-	}
-	_, ok := r.lookup(currency)
-	return ok
-}
-
 // money wraps base-currency micros as Money.
 func (r *rates) money(micros int64) Money { return Money{Micros: micros, Currency: r.base} }

@@ -373,10 +373,10 @@ func (p *placer) cardRank(card string) int {
 	return -1
 }
 
+// Provider flags: what checkNames found about a provider.
 const (
 	providerJobOK = 1 << iota
 	providerRulesOK
-	providerKnown
 )
 
 // codeIndex is the position of code in reasonCodes.
