@@ -107,15 +107,27 @@ type placer struct {
 	avoidWhy []string
 	escalate string
 
-	// set holds the offers; the slices below are indexed by its ids, so
-	// each name is checked against the job once per decision.
-	set           *OfferSet
-	providerFlags []uint8
-	regionOK      []bool
-	cardRanks     []int
-	currencies    []currencyFacts
-	inputRegions  []int32 // region id per job input; -1 when no offer is there
-	reasons       reasonTable
+	// set holds the offers. The tables below are indexed by its ids and
+	// hold the failure bits of each name, country, tier and availability,
+	// found once per decision, so that checking an offer ORs a few table
+	// entries instead of branching on each check: on varied offers, those
+	// branches would mostly be mispredicted.
+	set          *OfferSet
+	providerBits []uint32
+	regionBits   []uint32 // nil when the job names no regions
+	cardBits     []uint32
+	countryBits  [26*26 + 1]uint32 // by countryIndex+1; 0 is unknown
+	tierBits     [2]uint32         // on-demand, spot
+	availBits    [4]uint32         // by Availability.rank
+	cardRanks    []int
+	currencies   []currencyFacts
+	inputRegions []int32 // region id per job input; -1 when no offer is there
+	// capLimit, budgetLimit and projectLimit are capBase, budgetBase and
+	// projectRemaining, or MaxInt64 when there is none.
+	capLimit, budgetLimit, projectLimit int64
+	runHours                            float64 // runTime.Hours()
+	reasons                             reasonTable
+	keys                                [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
 // currencyFacts says how to convert a currency of the set into base micros.
@@ -195,32 +207,53 @@ func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, err
 			p.projectBudget, p.projectRemaining = b, b.remaining
 		}
 	}
-	p.checkNames()
 	return p, nil
 }
 
-// checkNames checks every provider, region, card and currency of the set
-// against the job and the rules.
-func (p *placer) checkNames() {
+// prepareChecks fills the failure tables from the job, the rules and the
+// replacement state, checking every provider, region, card and currency of
+// the set once.
+func (p *placer) prepareChecks() {
 	s := p.set
-	p.providerFlags = make([]uint8, len(s.providers.names))
+	p.providerBits = make([]uint32, len(s.providers.names))
 	for id, name := range s.providers.names {
-		if matchAny(p.job.Providers, name) {
-			p.providerFlags[id] |= providerJobOK
-		}
-		if p.providerRuleReason(name) == "" {
-			p.providerFlags[id] |= providerRulesOK
-		}
+		p.providerBits[id] = flag(!matchAny(p.job.Providers, name), bitProvider) |
+			flag(p.providerRuleReason(name) != "", bitProviderRule)
 	}
 	if len(p.job.Regions) > 0 {
-		p.regionOK = make([]bool, len(s.regions.names))
+		p.regionBits = make([]uint32, len(s.regions.names))
 		for id, name := range s.regions.names {
-			p.regionOK[id] = matchAny(p.job.Regions, name)
+			p.regionBits[id] = flag(!matchAny(p.job.Regions, name), bitRegion)
 		}
 	}
 	p.cardRanks = make([]int, len(s.cards.names))
+	p.cardBits = make([]uint32, len(s.cards.names))
 	for id, name := range s.cards.names {
 		p.cardRanks[id] = p.cardRank(name)
+		p.cardBits[id] = flag(p.cardRanks[id] < 0, bitCard)
+	}
+	if p.restricted {
+		p.countryBits[0] = bitResidency
+		for c := range 26 * 26 {
+			p.countryBits[c+1] = flag(p.allowed[c/64]&(1<<(c%64)) == 0, bitResidency)
+		}
+	}
+	p.tierBits[0] = flag(p.tier == TierSpot, bitTier)
+	p.tierBits[1] = flag(p.tier == TierOnDemand, bitTier) | flag(p.escalate != "", bitEscalated)
+	p.availBits[Unavailable.rank()] = bitAvailability
+	for c := range p.keys {
+		p.keys[c] = reasonKey{code: c}
+	}
+	p.runHours = p.runTime.Hours()
+	p.capLimit, p.budgetLimit, p.projectLimit = math.MaxInt64, math.MaxInt64, math.MaxInt64
+	if p.capBase >= 0 {
+		p.capLimit = p.capBase
+	}
+	if p.budgetBase >= 0 {
+		p.budgetLimit = p.budgetBase
+	}
+	if p.projectBudget != nil {
+		p.projectLimit = p.projectRemaining
 	}
 	p.currencies = make([]currencyFacts, len(s.currencies.names))
 	for id, name := range s.currencies.names {
@@ -235,6 +268,16 @@ func (p *placer) checkNames() {
 		}
 		p.inputRegions[i] = id
 	}
+}
+
+// flag is bit when cond holds and 0 otherwise; it compiles to a
+// conditional move, not a branch.
+func flag(cond bool, bit uint32) uint32 {
+	var b uint32
+	if cond {
+		b = bit
+	}
+	return b
 }
 
 // setResidencyNames fills the decision's residency from the effective set.
@@ -265,6 +308,7 @@ type estimate struct {
 // Each rejected offer's reasons are found in the same pass, as indexes into
 // the reason table, so the offers are read once.
 func (p *placer) place(version int) (Decision, error) {
+	p.prepareChecks()
 	offers := p.set.offers
 	d := Decision{
 		Version: version, DecidedAt: p.now, Currency: p.rules.BaseCurrency,
@@ -373,12 +417,6 @@ func (p *placer) cardRank(card string) int {
 	return -1
 }
 
-// Provider flags: what checkNames found about a provider.
-const (
-	providerJobOK = 1 << iota
-	providerRulesOK
-)
-
 // codeIndex is the position of code in reasonCodes.
 func codeIndex(code ReasonCode) int {
 	for i, c := range reasonCodes {
@@ -398,69 +436,32 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 		return bitInvalid
 	}
 	j := &p.job
-	var fail uint32
-	if p.restricted && (f.country < 0 || p.allowed[f.country/64]&(1<<(f.country%64)) == 0) {
-		fail |= bitResidency
+	var spot int
+	if f.spot {
+		spot = 1
 	}
-	pv := p.providerFlags[f.provider]
-	if pv&providerRulesOK == 0 {
-		fail |= bitProviderRule
-	}
-	if pv&providerJobOK == 0 {
-		fail |= bitProvider
-	}
-	if p.regionOK != nil && !p.regionOK[f.region] {
-		fail |= bitRegion
-	}
-	if p.tier != TierSpotThenOnDemand && f.spot != (p.tier == TierSpot) {
-		fail |= bitTier
-	}
-	if p.escalate != "" && f.spot {
-		fail |= bitEscalated
+	fail := p.countryBits[f.country+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
+		p.tierBits[spot] | p.availBits[f.avail] |
+		flag(f.gpuCount < j.GPUCount, bitGPUCount) | flag(f.gpuMemory < j.MinGPUMemoryGB, bitGPUMemory) |
+		flag(f.vcpu < j.VCPU, bitVCPU) | flag(f.memory < j.MemoryGB, bitMemory)
+	if p.regionBits != nil {
+		fail |= p.regionBits[f.region]
 	}
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
 			fail |= bitAvoided
 		}
 	}
-	if f.avail == availNone {
-		fail |= bitAvailability
-	}
-	if p.cardRanks[f.card] < 0 {
-		fail |= bitCard
-	}
-	if f.gpuCount < j.GPUCount {
-		fail |= bitGPUCount
-	}
-	if f.gpuMemory < j.MinGPUMemoryGB {
-		fail |= bitGPUMemory
-	}
-	if f.vcpu < j.VCPU {
-		fail |= bitVCPU
-	}
-	if f.memory < j.MemoryGB {
-		fail |= bitMemory
-	}
 	if !p.estimate(f, est) {
 		return fail | bitCurrency
 	}
-	if p.capBase >= 0 && est.price > p.capBase {
-		fail |= bitPriceCap
-	}
-	if p.budgetBase >= 0 && est.total > p.budgetBase {
-		fail |= bitJobBudget
-	}
-	if p.projectBudget != nil && est.total > p.projectRemaining {
-		fail |= bitProjectBudget
-	}
+	fail |= flag(est.price > p.capLimit, bitPriceCap) | flag(est.total > p.budgetLimit, bitJobBudget) |
+		flag(est.total > p.projectLimit, bitProjectBudget)
 	if !j.Deadline.IsZero() && p.now.Add(est.runTime).After(j.Deadline) {
 		fail |= bitDeadline
 	}
 	return fail
 }
-
-// availNone is the rank of Unavailable.
-var availNone = uint8(Unavailable.rank())
 
 // Positions of the reason codes, for reason keys.
 var (
@@ -512,9 +513,10 @@ var (
 // order the checks run, wording a reason only the first time its key is
 // seen.
 func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+	keys := p.reasonKeys(i, f, fail, est)
 	t := &p.reasons
 	for rest := fail; rest != 0; rest &= rest - 1 {
-		k := p.reasonKey(bits.TrailingZeros32(rest), i, f, est)
+		k := keys[bits.TrailingZeros32(rest)]
 		r := t.find(k)
 		if r < 0 {
 			r = t.index(k, func() string { return p.word(k.code, &p.set.offers[i], est) })
@@ -524,43 +526,25 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 	return why
 }
 
-// reasonKey holds exactly the attributes of offer i that the message of
-// reason code names, so equal keys mean equal messages.
-func (p *placer) reasonKey(code, i int, f *offerFacts, est *estimate) reasonKey {
-	k := reasonKey{code: code}
-	switch code {
-	case atInvalid:
-		// Each invalid offer is worded on its own.
-		k.a = -1 - int64(i)
-	case atResidency:
-		k.a, k.b = int64(f.region), int64(f.country)
-	case atProviderRule, atProvider:
-		k.a = int64(f.provider)
-	case atRegion:
-		k.a = int64(f.region)
-	case atTier:
-		if f.spot {
-			k.a = 1
-		}
-	case atAvoided:
-		k.a = int64(p.avoid[p.set.offers[i].Pool])
-	case atCard:
-		k.a = int64(f.card)
-	case atGPUCount:
-		k.a = int64(f.gpuCount)
-	case atGPUMemory:
-		k.a, k.b = int64(f.card), int64(f.gpuMemory)
-	case atVCPU:
-		k.a = int64(f.vcpu)
-	case atMemory:
-		k.a = int64(f.memory)
-	case atPriceCap:
-		k.a, k.b = f.price, int64(f.priceCur)
-	case atJobBudget, atProjectBudget:
-		k.a = est.total
-	case atDeadline:
-		k.a = int64(est.runTime)
+// reasonKeys gives, for every reason code, the key that holds exactly the
+// attributes of offer i its message names, so equal keys mean equal
+// messages. They are filled all at once rather than per reason: a switch
+// on the code would jump somewhere different for almost every reason.
+func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
+	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
+	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
+	// Each invalid offer is worded on its own.
+	k[atInvalid].a = -1 - int64(i)
+	k[atResidency].a, k[atResidency].b = region, int64(f.country)
+	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
+	k[atTier].a = int64(flag(f.spot, 1))
+	if fail&bitAvoided != 0 {
+		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
+	k[atPriceCap].a, k[atPriceCap].b = f.price, int64(f.priceCur)
+	k[atJobBudget].a, k[atProjectBudget].a, k[atDeadline].a = est.total, est.total, int64(est.runTime)
 	return k
 }
 
@@ -653,7 +637,7 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 		} else {
 			e.rateAssumed = true
 		}
-		e.preemptions = rate * p.runTime.Hours()
+		e.preemptions = rate * p.runHours
 		lost := e.preemptions * float64(p.rules.Spot.RestartOverhead)
 		if lost > math.MaxInt64/2 {
 			lost = math.MaxInt64 / 2
