@@ -316,19 +316,21 @@ func (p *placer) place(version int) (Decision, error) {
 	}
 	keep := 1 + p.rules.MaxAlternatives
 	top := make([]ranked, 0, keep+1)
-	type rejectedAt struct {
-		offer, from int32 // from: the first of its reasons in why
-		fail        uint32
-	}
-	rejected := make([]rejectedAt, 0, len(offers))
-	why := make([]int32, 0, 2*len(offers))
+	d.Rejected = make([]Rejection, 0, len(offers))
+	// Reasons are stored in chunks that never grow past their capacity,
+	// so a rejection's reasons never move once written.
+	var why []int32
 	for i := range offers {
 		f := &p.set.facts[i]
 		var est estimate
 		fail := p.check(i, f, &est)
 		if fail != 0 {
-			rejected = append(rejected, rejectedAt{int32(i), int32(len(why)), fail})
+			if cap(why)-len(why) < len(reasonCodes) {
+				why = make([]int32, 0, reasonChunk)
+			}
+			from := len(why)
 			why = p.explain(i, f, fail, &est, why)
+			d.Rejected = append(d.Rejected, Rejection{Offer: i, Reasons: why[from:len(why):len(why)]})
 			continue
 		}
 		d.Feasible++
@@ -347,14 +349,6 @@ func (p *placer) place(version int) (Decision, error) {
 			top = top[:keep]
 		}
 	}
-	d.Rejected = make([]Rejection, len(rejected))
-	for k, r := range rejected {
-		to := int32(len(why))
-		if k+1 < len(rejected) {
-			to = rejected[k+1].from
-		}
-		d.Rejected[k] = Rejection{Offer: int(r.offer), Reasons: why[r.from:to:to]}
-	}
 	d.Reasons = p.reasons.list
 	for k := range top {
 		c := Candidate{Rank: k + 1, Offer: *top[k].offer, Cost: p.cost(top[k].offer, top[k].est)}
@@ -365,9 +359,11 @@ func (p *placer) place(version int) (Decision, error) {
 		}
 	}
 	if d.Chosen == nil {
-		fails := make([]uint32, len(rejected))
-		for k, r := range rejected {
-			fails[k] = r.fail
+		fails := make([]uint32, len(d.Rejected))
+		for k, r := range d.Rejected {
+			for _, reason := range r.Reasons {
+				fails[k] |= 1 << p.reasons.keys[reason].code
+			}
 		}
 		return d, p.refusal(d, fails)
 	}
@@ -485,6 +481,9 @@ var (
 	atProjectBudget = codeIndex(ReasonProjectBudget)
 	atDeadline      = codeIndex(ReasonDeadline)
 )
+
+// reasonChunk is how many reason indexes are allocated at a time.
+const reasonChunk = 4096
 
 // Failure-mask bits, one per reason code.
 var (
