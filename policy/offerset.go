@@ -1,6 +1,9 @@
 package policy
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // OfferSet is a snapshot of offers prepared for placing many jobs. Each
 // offer is validated once and its names (provider, region, card,
@@ -20,8 +23,13 @@ type OfferSet struct {
 // offerFacts is what placement reads of one offer: no pointers, so that
 // checking ten thousand offers walks one compact array.
 type offerFacts struct {
-	invalid  bool
-	spot     bool
+	invalid bool
+	spot    bool
+	// rateKnown is false when the offer states no preemption rate.
+	rateKnown bool
+	// huge is true when a resource count does not fit the int32 fields
+	// below; checks then read the offer itself.
+	huge     bool
 	avail    uint8 // Availability.rank
 	country  int16 // countryIndex, or -1 when unknown
 	provider int32
@@ -31,14 +39,9 @@ type offerFacts struct {
 	// egress price is unknown.
 	priceCur, egressCur int32
 	price, egress       int64 // micros in their own currency
-	// rate is the spot preemption rate; rateKnown is false when the offer
-	// states none.
-	rate      float64
-	rateKnown bool
-	gpuCount  int
-	gpuMemory int
-	vcpu      int
-	memory    int
+	rate                float64
+	gpuCount, gpuMemory int32
+	vcpu, memory        int32
 }
 
 // NewOfferSet prepares offers for placement.
@@ -67,7 +70,11 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if o.PreemptionRate != nil {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
 		}
-		f.gpuCount, f.gpuMemory, f.vcpu, f.memory = o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB
+		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxInt32
+		f.gpuCount, f.gpuMemory, f.vcpu, f.memory = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
+		if f.huge {
+			f.gpuCount, f.gpuMemory, f.vcpu, f.memory = -1, -1, -1, -1
+		}
 	}
 	return s
 }

@@ -437,9 +437,15 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 		spot = 1
 	}
 	fail := p.countryBits[f.country+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
-		p.tierBits[spot] | p.availBits[f.avail] |
-		flag(f.gpuCount < j.GPUCount, bitGPUCount) | flag(f.gpuMemory < j.MinGPUMemoryGB, bitGPUMemory) |
-		flag(f.vcpu < j.VCPU, bitVCPU) | flag(f.memory < j.MemoryGB, bitMemory)
+		p.tierBits[spot] | p.availBits[f.avail]
+	if f.huge {
+		o := &p.set.offers[i]
+		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
+	} else {
+		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
+	}
 	if p.regionBits != nil {
 		fail |= p.regionBits[f.region]
 	}
@@ -542,6 +548,11 @@ func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[
 	}
 	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
 	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
+	if f.huge {
+		o := &p.set.offers[i]
+		k[atGPUMemory].b = int64(o.GPUMemoryGB)
+		k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(o.GPUCount), int64(o.VCPU), int64(o.MemoryGB)
+	}
 	k[atPriceCap].a, k[atPriceCap].b = f.price, int64(f.priceCur)
 	k[atJobBudget].a, k[atProjectBudget].a, k[atDeadline].a = est.total, est.total, int64(est.runTime)
 	return k

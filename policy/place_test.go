@@ -358,3 +358,25 @@ func TestRejectionsShareEachDistinctReasonWordedOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaceComparesResourceCountsBeyondInt32Exactly(t *testing.T) {
+	t.Parallel()
+	job := baseJob()
+	job.VCPU = 1<<31 + 10
+	a, b, c := baseOffer(), baseOffer(), baseOffer()
+	a.Pool, a.VCPU = "a", 1<<31+1
+	b.Pool, b.VCPU = "b", 1<<31+2
+	c.Pool, c.VCPU = "c", 1<<31+10
+	d, err := policy.Place(job, []policy.Offer{a, b, c}, baseRules(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Chosen.Offer.Pool != "c" || len(d.Rejected) != 2 {
+		t.Fatalf("chosen %s, %d rejected; want c, 2", d.Chosen.Offer.Pool, len(d.Rejected))
+	}
+	for i, want := range []string{"2147483649 vCPU, job needs 2147483658", "2147483650 vCPU, job needs 2147483658"} {
+		if got := d.ReasonsOf(d.Rejected[i]); len(got) != 1 || got[0].Message != want {
+			t.Errorf("%s: reasons %+v, want %q", d.Offers[d.Rejected[i].Offer].Pool, got, want)
+		}
+	}
+}
