@@ -130,10 +130,12 @@ type placer struct {
 	keys                                [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
-// currencyFacts says how to convert a currency of the set into base micros.
+// currencyFacts says how to convert a currency of the set into base micros:
+// rate is micros of the base currency per unit, microsPerUnit for the base
+// currency itself, which mulDiv converts exactly.
 type currencyFacts struct {
-	known, base bool
-	rate        int64
+	known bool
+	rate  int64
 }
 
 func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
@@ -258,7 +260,10 @@ func (p *placer) prepareChecks() {
 	p.currencies = make([]currencyFacts, len(s.currencies.names))
 	for id, name := range s.currencies.names {
 		rate, known := p.rules.rates.lookup(name)
-		p.currencies[id] = currencyFacts{known: known || name == p.rules.BaseCurrency, base: name == p.rules.BaseCurrency, rate: rate}
+		if name == p.rules.BaseCurrency {
+			rate, known = microsPerUnit, true
+		}
+		p.currencies[id] = currencyFacts{known: known, rate: rate}
 	}
 	p.inputRegions = make([]int32, len(p.job.Inputs))
 	for i, in := range p.job.Inputs {
@@ -680,10 +685,7 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 // micros, as rates.toBase does.
 func (p *placer) toBase(cur int32, micros int64) (int64, bool) {
 	c := &p.currencies[cur]
-	switch {
-	case c.base:
-		return micros, true
-	case !c.known:
+	if !c.known {
 		return 0, false
 	}
 	return mulDiv(micros, c.rate, microsPerUnit), true
