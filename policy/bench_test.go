@@ -85,6 +85,8 @@ func benchWorld(n, nRules int) (policy.Job, []policy.Offer, policy.Rules) {
 	return job, offers, rules
 }
 
+// BenchmarkPlace is one decision from the raw offers, preparing them
+// included.
 func BenchmarkPlace(b *testing.B) {
 	job, offers, rules := benchWorld(10_000, 50)
 	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
