@@ -55,7 +55,7 @@ test-policy: ## Run the placement policy, adapter and plan tests
 	$(GO) test ./policy/... ./adapters/... && $(GO) test -run Plan ./cmd/gpuq/cli/
 
 .PHONY: bench-policy
-bench-policy: ## Benchmark Place over 10,000 offers and 50 rules
+bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and on a prepared OfferSet
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
 
 TRACES ?= ../shared/traces

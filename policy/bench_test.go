@@ -85,6 +85,8 @@ func benchWorld(n, nRules int) (policy.Job, []policy.Offer, policy.Rules) {
 	return job, offers, rules
 }
 
+// BenchmarkPlace is one decision from the raw offers, preparing them
+// included.
 func BenchmarkPlace(b *testing.B) {
 	job, offers, rules := benchWorld(10_000, 50)
 	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -94,6 +96,23 @@ func BenchmarkPlace(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := policy.Place(job, offers, rules, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlaceOfferSet is a decision among offers prepared once, as the
+// queue's placer keeps them between offer refreshes.
+func BenchmarkPlaceOfferSet(b *testing.B) {
+	job, offers, rules := benchWorld(10_000, 50)
+	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	set := policy.NewOfferSet(offers)
+	if _, err := set.Place(job, rules, now); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := set.Place(job, rules, now); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -58,8 +58,8 @@ func ExamplePlace() {
 		fmt.Printf("plan B %d: %s %s\n", a.Rank, a.Offer.Pool, a.Cost.Total)
 	}
 	for _, r := range d.Rejected {
-		for _, reason := range r.Reasons {
-			fmt.Printf("rejected %s: %s\n", r.Offer.Pool, reason.Message)
+		for _, reason := range d.ReasonsOf(r) {
+			fmt.Printf("rejected %s: %s\n", d.Offers[r.Offer].Pool, reason.Message)
 		}
 	}
 

@@ -79,11 +79,11 @@ func (j Job) Validate() error {
 	default:
 		return fmt.Errorf("job.tier: must be spot, on-demand or spot-then-on-demand, got %q", j.Tier)
 	}
-	if err := checkGlobs("job.providers", j.Providers); err != nil {
-		return err
+	if !validGlobs(j.Providers) {
+		return checkGlobs("job.providers", j.Providers)
 	}
-	if err := checkGlobs("job.regions", j.Regions); err != nil {
-		return err
+	if !validGlobs(j.Regions) {
+		return checkGlobs("job.regions", j.Regions)
 	}
 	for _, f := range []struct {
 		key string
@@ -112,19 +112,28 @@ func (j Job) tier() Tier {
 // checkGlobs refuses malformed patterns, naming key[i].
 func checkGlobs(key string, globs []string) error {
 	for i, g := range globs {
-		if err := checkGlob(fmt.Sprintf("%s[%d]", key, i), g); err != nil {
-			return err
+		if !validGlob(g) {
+			return globError(fmt.Sprintf("%s[%d]", key, i), g)
 		}
 	}
 	return nil
 }
 
-func checkGlob(key, g string) error {
-	if _, err := path.Match(g, ""); err != nil {
-		return fmt.Errorf("%s: malformed glob %q", key, g)
+func validGlobs(globs []string) bool {
+	for _, g := range globs {
+		if !validGlob(g) {
+			return false
+		}
 	}
-	return nil
+	return true
 }
+
+func validGlob(g string) bool {
+	_, err := path.Match(g, "")
+	return err == nil
+}
+
+func globError(key, g string) error { return fmt.Errorf("%s: malformed glob %q", key, g) }
 
 // matchAny reports whether s matches one of globs; empty globs match all.
 func matchAny(globs []string, s string) bool {

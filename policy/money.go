@@ -143,6 +143,11 @@ func mulDiv(a, b, c int64) int64 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 {
+		// The common case; a 64-bit division by a constant c compiles to
+		// a multiplication where mulDiv is inlined.
+		return int64(min(lo/uint64(c), math.MaxInt64))
+	}
 	if hi >= uint64(c) {
 		return math.MaxInt64
 	}
@@ -166,6 +171,42 @@ func addSat(a, b int64) int64 {
 type rates struct {
 	base string
 	rate map[string]int64
+	// few lists the rates too when there are no more than fewRates of
+	// them: placement converts every offer's prices, and comparing a few
+	// three-letter codes is cheaper than hashing one.
+	few []currencyRate
+}
+
+const fewRates = 8
+
+type currencyRate struct {
+	currency string
+	rate     int64
+}
+
+func (r *rates) set(currency string, rate int64) {
+	if _, ok := r.rate[currency]; !ok {
+		r.few = append(r.few, currencyRate{currency, rate})
+	}
+	r.rate[currency] = rate
+	for i := range r.few {
+		if r.few[i].currency == currency {
+			r.few[i].rate = rate
+		}
+	}
+}
+
+func (r *rates) lookup(currency string) (int64, bool) {
+	if len(r.rate) > fewRates {
+		rate, ok := r.rate[currency]
+		return rate, ok
+	}
+	for _, f := range r.few {
+		if f.currency == currency {
+			return f.rate, true
+		}
+	}
+	return 0, false
 }
 
 // toBase converts m into micros of the base currency; ok is false when the
@@ -174,7 +215,7 @@ func (r *rates) toBase(m Money) (int64, bool) {
 	if m.Currency == r.base {
 		return m.Micros, true
 	}
-	rate, ok := r.rate[m.Currency]
+	rate, ok := r.lookup(m.Currency)
 	if !ok {
 		return 0, false
 	}
@@ -182,15 +223,6 @@ func (r *rates) toBase(m Money) (int64, bool) {
 		return -mulDiv(-m.Micros, rate, microsPerUnit), true
 	}
 	return mulDiv(m.Micros, rate, microsPerUnit), true
-}
-
-// known reports whether amounts in currency can be converted.
-func (r *rates) known(currency string) bool {
-	if currency == r.base {
-		return true
-	}
-	_, ok := r.rate[currency]
-	return ok
 }
 
 // money wraps base-currency micros as Money.

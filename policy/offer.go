@@ -56,16 +56,27 @@ type Offer struct {
 // consumer name: it must match ^[A-Za-z0-9_-]+$.
 func ValidPool(pool string) bool {
 	for i := 0; i < len(pool); i++ {
-		c := pool[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		if !poolBytes[pool[i]] {
 			return false
 		}
 	}
 	return pool != ""
 }
 
+// poolBytes marks the bytes a pool name may contain; placement checks every
+// offer's pool, so this is a table rather than a chain of comparisons.
+var poolBytes = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+	}
+	return t
+}()
+
 // Validate checks the offer's shape, naming the field at fault.
-func (o Offer) Validate() error {
+func (o Offer) Validate() error { return o.validate() }
+
+// validate is Validate without copying the offer, for the placement loop.
+func (o *Offer) validate() error {
 	switch {
 	case o.Provider == "":
 		return fmt.Errorf("provider: must be set")

@@ -26,8 +26,16 @@ type Decision struct {
 	// most Rules.MaxAlternatives of them.
 	Alternatives []Candidate `json:"alternatives"`
 	// Feasible counts every feasible offer, kept or not.
-	Feasible  int               `json:"feasible"`
-	Rejected  []Rejection       `json:"rejected"`
+	Feasible int `json:"feasible"`
+	// Offers are the offers the decision was made among, in the order
+	// given. It is the caller's slice, not a copy: it must not be modified
+	// while the decision is in use.
+	Offers []Offer `json:"offers"`
+	// Rejected lists every rejected offer in input order, each with the
+	// indexes of its reasons in Reasons.
+	Rejected []Rejection `json:"rejected"`
+	// Reasons holds every distinct rejection reason once.
+	Reasons   []Reason          `json:"reasons,omitempty"`
 	Residency ResidencyDecision `json:"residency"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -66,16 +74,10 @@ type Cost struct {
 // Place decides where job should run among offers under rules at time now.
 // It returns a *NoPlacementError when no offer is feasible, and a plain
 // error naming the field when the job or the rules are invalid.
+// To place many jobs among the same offers, prepare them once with
+// NewOfferSet.
 func Place(job Job, offers []Offer, rules Rules, now time.Time) (Decision, error) {
-	c, err := compile(rules)
-	if err != nil {
-		return Decision{}, err
-	}
-	p, err := newPlacer(job, c, now)
-	if err != nil {
-		return Decision{}, err
-	}
-	return p.place(offers, 1)
+	return NewOfferSet(offers).Place(job, rules, now)
 }
 
 // placer holds everything about one job that does not depend on the offer.
@@ -99,39 +101,51 @@ type placer struct {
 	projectRemaining int64
 	projectBudget    *compiledBudget
 	runTime          time.Duration
-	// replacement state; nil for a first placement.
-	avoid    map[string]string
+	// replacement state; nil for a first placement. avoid maps a pool to
+	// the index of its reason in avoidWhy.
+	avoid    map[string]int32
+	avoidWhy []string
 	escalate string
 
-	providerMemo map[string]uint8
-	regionMemo   map[string]bool
-	// memo holds one map of worded reasons per reason code.
-	memo [len(reasonCodes)]reasonMemo
+	// set holds the offers. The tables below are indexed by its ids and
+	// hold the failure bits of each name, country, tier and availability,
+	// found once per decision, so that checking an offer ORs a few table
+	// entries instead of branching on each check: on varied offers, those
+	// branches would mostly be mispredicted.
+	set          *OfferSet
+	providerBits []uint32
+	regionBits   []uint32 // nil when the job names no regions
+	cardBits     []uint32
+	countryBits  [26*26 + 1]uint32 // by countryIndex+1; 0 is unknown
+	tierBits     [2]uint32         // on-demand, spot
+	availBits    [4]uint32         // by Availability.rank
+	cardRanks    []int
+	currencies   []currencyFacts
+	inputRegions []int32 // region id per job input; -1 when no offer is there
+	// capLimit, budgetLimit and projectLimit are capBase, budgetBase and
+	// projectRemaining, or MaxInt64 when there is none.
+	capLimit, budgetLimit, projectLimit int64
+	runHours                            float64 // runTime.Hours()
+	reasons                             reasonTable
+	keys                                [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
-// reasonMemo caches worded reasons by one attribute, s or n; an entry is
-// used only when the other attribute matches too.
-type reasonMemo struct {
-	byS map[string]memoEntry
-	byN map[int64]memoEntry
+// currencyFacts says how to convert a currency of the set into base micros:
+// rate is micros of the base currency per unit, microsPerUnit for the base
+// currency itself, which mulDiv converts exactly.
+type currencyFacts struct {
+	known bool
+	rate  int64
 }
 
-type memoEntry struct {
-	s   string
-	n   int64
-	msg string
-}
-
-func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
+func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
 	if err := job.Validate(); err != nil {
 		return nil, err
 	}
 	p := &placer{
-		job: job, rules: c, now: now, tier: job.tier(),
+		job: job, rules: c, set: set, now: now, tier: job.tier(),
 		capBase: -1, budgetBase: -1, projectRemaining: -1,
-		runTime:      job.ExpectedDuration,
-		providerMemo: map[string]uint8{},
-		regionMemo:   map[string]bool{},
+		runTime: job.ExpectedDuration,
 	}
 	if p.runTime == 0 {
 		p.runTime = c.DefaultExpectedDuration
@@ -198,6 +212,79 @@ func newPlacer(job Job, c *compiled, now time.Time) (*placer, error) {
 	return p, nil
 }
 
+// prepareChecks fills the failure tables from the job, the rules and the
+// replacement state, checking every provider, region, card and currency of
+// the set once.
+func (p *placer) prepareChecks() {
+	s := p.set
+	p.providerBits = make([]uint32, len(s.providers.names))
+	for id, name := range s.providers.names {
+		p.providerBits[id] = flag(!matchAny(p.job.Providers, name), bitProvider) |
+			flag(p.providerRuleReason(name) != "", bitProviderRule)
+	}
+	if len(p.job.Regions) > 0 {
+		p.regionBits = make([]uint32, len(s.regions.names))
+		for id, name := range s.regions.names {
+			p.regionBits[id] = flag(!matchAny(p.job.Regions, name), bitRegion)
+		}
+	}
+	p.cardRanks = make([]int, len(s.cards.names))
+	p.cardBits = make([]uint32, len(s.cards.names))
+	for id, name := range s.cards.names {
+		p.cardRanks[id] = p.cardRank(name)
+		p.cardBits[id] = flag(p.cardRanks[id] < 0, bitCard)
+	}
+	if p.restricted {
+		p.countryBits[0] = bitResidency
+		for c := range 26 * 26 {
+			p.countryBits[c+1] = flag(p.allowed[c/64]&(1<<(c%64)) == 0, bitResidency)
+		}
+	}
+	p.tierBits[0] = flag(p.tier == TierSpot, bitTier)
+	p.tierBits[1] = flag(p.tier == TierOnDemand, bitTier) | flag(p.escalate != "", bitEscalated)
+	p.availBits[Unavailable.rank()] = bitAvailability
+	for c := range p.keys {
+		p.keys[c] = reasonKey{code: c}
+	}
+	p.runHours = p.runTime.Hours()
+	p.capLimit, p.budgetLimit, p.projectLimit = math.MaxInt64, math.MaxInt64, math.MaxInt64
+	if p.capBase >= 0 {
+		p.capLimit = p.capBase
+	}
+	if p.budgetBase >= 0 {
+		p.budgetLimit = p.budgetBase
+	}
+	if p.projectBudget != nil {
+		p.projectLimit = p.projectRemaining
+	}
+	p.currencies = make([]currencyFacts, len(s.currencies.names))
+	for id, name := range s.currencies.names {
+		rate, known := p.rules.rates.lookup(name)
+		if name == p.rules.BaseCurrency {
+			rate, known = microsPerUnit, true
+		}
+		p.currencies[id] = currencyFacts{known: known, rate: rate}
+	}
+	p.inputRegions = make([]int32, len(p.job.Inputs))
+	for i, in := range p.job.Inputs {
+		id, ok := s.regions.lookup(in.Region)
+		if !ok {
+			id = -1
+		}
+		p.inputRegions[i] = id
+	}
+}
+
+// flag is bit when cond holds and 0 otherwise; it compiles to a
+// conditional move, not a branch.
+func flag(cond bool, bit uint32) uint32 {
+	var b uint32
+	if cond {
+		b = bit
+	}
+	return b
+}
+
 // setResidencyNames fills the decision's residency from the effective set.
 func (p *placer) setResidencyNames(names []string) {
 	if !p.restricted {
@@ -223,50 +310,51 @@ type estimate struct {
 }
 
 // place checks every offer, ranks the feasible ones and builds the decision.
-func (p *placer) place(offers []Offer, version int) (Decision, error) {
+// Each rejected offer's reasons are found in the same pass, as indexes into
+// the reason table, so the offers are read once.
+func (p *placer) place(version int) (Decision, error) {
+	p.prepareChecks()
+	offers := p.set.offers
 	d := Decision{
 		Version: version, DecidedAt: p.now, Currency: p.rules.BaseCurrency,
-		Residency: p.residency, Alternatives: []Candidate{},
+		Residency: p.residency, Alternatives: []Candidate{}, Offers: offers,
 	}
 	keep := 1 + p.rules.MaxAlternatives
 	top := make([]ranked, 0, keep+1)
-	type rejectedAt struct {
-		offer int32
-		fail  uint32
-	}
-	rejected := make([]rejectedAt, 0, len(offers))
-	nReasons := 0
+	d.Rejected = make([]Rejection, 0, len(offers))
+	// Reasons are stored in chunks that never grow past their capacity,
+	// so a rejection's reasons never move once written.
+	var why []int32
 	for i := range offers {
-		o := &offers[i]
-		fail, est := p.check(o)
+		f := &p.set.facts[i]
+		var est estimate
+		fail := p.check(i, f, &est)
 		if fail != 0 {
-			rejected = append(rejected, rejectedAt{int32(i), fail})
-			nReasons += bits.OnesCount32(fail)
+			if cap(why)-len(why) < len(reasonCodes) {
+				why = make([]int32, 0, reasonChunk)
+			}
+			from := len(why)
+			why = p.explain(i, f, fail, &est, why)
+			d.Rejected = append(d.Rejected, Rejection{Offer: i, Reasons: why[from:len(why):len(why)]})
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: o, est: est, avail: o.Availability.rank(), card: p.cardRank(o.Card)}
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card]}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
 		}
-		at, _ := slices.BinarySearchFunc(top, &r, func(a ranked, b *ranked) int {
-			if a.less(b) {
-				return -1
-			}
-			return 1
-		})
+		// top is short (1 + MaxAlternatives), so a linear search keeps r
+		// on the stack.
+		at := len(top)
+		for at > 0 && r.less(&top[at-1]) {
+			at--
+		}
 		top = slices.Insert(top, at, r)
 		if len(top) > keep {
 			top = top[:keep]
 		}
 	}
-	reasons := make([]Reason, 0, nReasons)
-	d.Rejected = make([]Rejection, len(rejected))
-	for k, r := range rejected {
-		from := len(reasons)
-		reasons = p.explain(&offers[r.offer], r.fail, reasons)
-		d.Rejected[k] = Rejection{Offer: offers[r.offer], Reasons: reasons[from:len(reasons):len(reasons)]}
-	}
+	d.Reasons = p.reasons.list
 	for k := range top {
 		c := Candidate{Rank: k + 1, Offer: *top[k].offer, Cost: p.cost(top[k].offer, top[k].est)}
 		if k == 0 {
@@ -276,7 +364,13 @@ func (p *placer) place(offers []Offer, version int) (Decision, error) {
 		}
 	}
 	if d.Chosen == nil {
-		return d, p.refusal(d)
+		fails := make([]uint32, len(d.Rejected))
+		for k, r := range d.Rejected {
+			for _, reason := range r.Reasons {
+				fails[k] |= 1 << p.reasons.keys[reason].code
+			}
+		}
+		return d, p.refusal(d, fails)
 	}
 	return d, nil
 }
@@ -292,10 +386,15 @@ type ranked struct {
 }
 
 func (a *ranked) less(b *ranked) bool {
+	// cmp.Or would compare the names even when the numbers differ.
 	if c := cmp.Or(
 		cmp.Compare(a.est.total, b.est.total),
 		cmp.Compare(a.avail, b.avail),
 		cmp.Compare(a.card, b.card),
+	); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Or(
 		strings.Compare(a.offer.Pool, b.offer.Pool),
 		strings.Compare(a.offer.Provider, b.offer.Provider),
 		strings.Compare(a.offer.Region, b.offer.Region),
@@ -319,12 +418,6 @@ func (p *placer) cardRank(card string) int {
 	return -1
 }
 
-const (
-	providerJobOK = 1 << iota
-	providerRulesOK
-	providerKnown
-)
-
 // codeIndex is the position of code in reasonCodes.
 func codeIndex(code ReasonCode) int {
 	for i, c := range reasonCodes {
@@ -335,265 +428,194 @@ func codeIndex(code ReasonCode) int {
 	panic("policy: unknown reason code " + code)
 }
 
-// bit is the failure-mask bit of a reason code.
-func bit(code ReasonCode) uint32 { return 1 << codeIndex(code) }
-
-var (
-	bitInvalid       = bit(ReasonInvalidOffer)
-	bitResidency     = bit(ReasonResidency)
-	bitProviderRule  = bit(ReasonProviderRule)
-	bitProvider      = bit(ReasonProvider)
-	bitRegion        = bit(ReasonRegion)
-	bitTier          = bit(ReasonTier)
-	bitEscalated     = bit(ReasonEscalated)
-	bitAvoided       = bit(ReasonAvoided)
-	bitAvailability  = bit(ReasonAvailability)
-	bitCard          = bit(ReasonCard)
-	bitGPUCount      = bit(ReasonGPUCount)
-	bitGPUMemory     = bit(ReasonGPUMemory)
-	bitVCPU          = bit(ReasonVCPU)
-	bitMemory        = bit(ReasonMemory)
-	bitCurrency      = bit(ReasonCurrency)
-	bitPriceCap      = bit(ReasonPriceCap)
-	bitJobBudget     = bit(ReasonJobBudget)
-	bitProjectBudget = bit(ReasonProjectBudget)
-	bitDeadline      = bit(ReasonDeadline)
-)
-
-// check returns the mask of every reason offer o cannot take the job, and
-// the cost estimate when o is priced in a known currency. It allocates
-// nothing: the reasons are worded afterwards, by explain.
-func (p *placer) check(o *Offer) (uint32, estimate) {
-	var est estimate
-	if o.Validate() != nil {
-		return bitInvalid, est
+// check returns the mask of every reason offer i, with facts f, cannot
+// take the job, and fills est when the offer is priced in a known
+// currency. It compares numbers only and allocates nothing: the reasons are
+// worded by explain.
+func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
+	if f.invalid {
+		return bitInvalid
 	}
 	j := &p.job
-	var fail uint32
-	if p.restricted && !p.allowed.has(o.Country) {
-		fail |= bitResidency
+	var spot int
+	if f.spot {
+		spot = 1
 	}
-	pv := p.providerMemo[o.Provider]
-	if pv&providerKnown == 0 {
-		pv = providerKnown
-		if matchAny(j.Providers, o.Provider) {
-			pv |= providerJobOK
-		}
-		if p.providerRuleReason(o.Provider) == "" {
-			pv |= providerRulesOK
-		}
-		p.providerMemo[o.Provider] = pv
+	fail := p.countryBits[f.country+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
+		p.tierBits[spot] | p.availBits[f.avail]
+	if f.huge {
+		o := &p.set.offers[i]
+		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
+	} else {
+		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
 	}
-	if pv&providerRulesOK == 0 {
-		fail |= bitProviderRule
-	}
-	if pv&providerJobOK == 0 {
-		fail |= bitProvider
-	}
-	if len(j.Regions) > 0 {
-		ok, seen := p.regionMemo[o.Region]
-		if !seen {
-			ok = matchAny(j.Regions, o.Region)
-			p.regionMemo[o.Region] = ok
-		}
-		if !ok {
-			fail |= bitRegion
-		}
-	}
-	if p.tier != TierSpotThenOnDemand && o.Tier != p.tier {
-		fail |= bitTier
-	}
-	if p.escalate != "" && o.Tier == TierSpot {
-		fail |= bitEscalated
+	if p.regionBits != nil {
+		fail |= p.regionBits[f.region]
 	}
 	if p.avoid != nil {
-		if _, ok := p.avoid[o.Pool]; ok {
+		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
 			fail |= bitAvoided
 		}
 	}
-	if o.Availability == Unavailable {
-		fail |= bitAvailability
+	if !p.estimate(f, est) {
+		return fail | bitCurrency
 	}
-	if p.cardRank(o.Card) < 0 {
-		fail |= bitCard
-	}
-	if o.GPUCount < j.GPUCount {
-		fail |= bitGPUCount
-	}
-	if o.GPUMemoryGB < j.MinGPUMemoryGB {
-		fail |= bitGPUMemory
-	}
-	if o.VCPU < j.VCPU {
-		fail |= bitVCPU
-	}
-	if o.MemoryGB < j.MemoryGB {
-		fail |= bitMemory
-	}
-	est, ok := p.estimate(o)
-	if !ok {
-		return fail | bitCurrency, est
-	}
-	if p.capBase >= 0 && est.price > p.capBase {
-		fail |= bitPriceCap
-	}
-	if p.budgetBase >= 0 && est.total > p.budgetBase {
-		fail |= bitJobBudget
-	}
-	if p.projectBudget != nil && est.total > p.projectRemaining {
-		fail |= bitProjectBudget
-	}
+	fail |= flag(est.price > p.capLimit, bitPriceCap) | flag(est.total > p.budgetLimit, bitJobBudget) |
+		flag(est.total > p.projectLimit, bitProjectBudget)
 	if !j.Deadline.IsZero() && p.now.Add(est.runTime).After(j.Deadline) {
 		fail |= bitDeadline
 	}
-	return fail, est
+	return fail
 }
 
-// explain appends one worded reason per bit of fail.
-func (p *placer) explain(o *Offer, fail uint32, reasons []Reason) []Reason {
-	j := &p.job
-	var est estimate
-	if fail&(bitPriceCap|bitJobBudget|bitProjectBudget|bitDeadline) != 0 {
-		est, _ = p.estimate(o)
+// Positions of the reason codes, for reason keys.
+var (
+	atInvalid       = codeIndex(ReasonInvalidOffer)
+	atResidency     = codeIndex(ReasonResidency)
+	atProviderRule  = codeIndex(ReasonProviderRule)
+	atProvider      = codeIndex(ReasonProvider)
+	atRegion        = codeIndex(ReasonRegion)
+	atTier          = codeIndex(ReasonTier)
+	atEscalated     = codeIndex(ReasonEscalated)
+	atAvoided       = codeIndex(ReasonAvoided)
+	atAvailability  = codeIndex(ReasonAvailability)
+	atCard          = codeIndex(ReasonCard)
+	atGPUCount      = codeIndex(ReasonGPUCount)
+	atGPUMemory     = codeIndex(ReasonGPUMemory)
+	atVCPU          = codeIndex(ReasonVCPU)
+	atMemory        = codeIndex(ReasonMemory)
+	atCurrency      = codeIndex(ReasonCurrency)
+	atPriceCap      = codeIndex(ReasonPriceCap)
+	atJobBudget     = codeIndex(ReasonJobBudget)
+	atProjectBudget = codeIndex(ReasonProjectBudget)
+	atDeadline      = codeIndex(ReasonDeadline)
+)
+
+// reasonChunk is how many reason indexes are allocated at a time.
+const reasonChunk = 4096
+
+// Failure-mask bits, one per reason code.
+var (
+	bitInvalid       uint32 = 1 << atInvalid
+	bitResidency     uint32 = 1 << atResidency
+	bitProviderRule  uint32 = 1 << atProviderRule
+	bitProvider      uint32 = 1 << atProvider
+	bitRegion        uint32 = 1 << atRegion
+	bitTier          uint32 = 1 << atTier
+	bitEscalated     uint32 = 1 << atEscalated
+	bitAvoided       uint32 = 1 << atAvoided
+	bitAvailability  uint32 = 1 << atAvailability
+	bitCard          uint32 = 1 << atCard
+	bitGPUCount      uint32 = 1 << atGPUCount
+	bitGPUMemory     uint32 = 1 << atGPUMemory
+	bitVCPU          uint32 = 1 << atVCPU
+	bitMemory        uint32 = 1 << atMemory
+	bitCurrency      uint32 = 1 << atCurrency
+	bitPriceCap      uint32 = 1 << atPriceCap
+	bitJobBudget     uint32 = 1 << atJobBudget
+	bitProjectBudget uint32 = 1 << atProjectBudget
+	bitDeadline      uint32 = 1 << atDeadline
+)
+
+// explain appends to why the index of one reason per bit of fail, in the
+// order the checks run, wording a reason only the first time its key is
+// seen.
+func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+	keys := p.reasonKeys(i, f, fail, est)
+	t := &p.reasons
+	for rest := fail; rest != 0; rest &= rest - 1 {
+		k := keys[bits.TrailingZeros32(rest)]
+		r := t.find(k)
+		if r < 0 {
+			r = t.index(k, func() string { return p.word(k.code, &p.set.offers[i], est) })
+		}
+		why = append(why, r)
 	}
-	add := func(b uint32, byN bool, s string, n int64, build func() string) {
-		i := bits.TrailingZeros32(b)
-		reasons = append(reasons, Reason{reasonCodes[i], p.msg(i, byN, s, n, build)})
-	}
-	if fail&bitInvalid != 0 {
-		return append(reasons, Reason{ReasonInvalidOffer, "invalid offer: " + o.Validate().Error()})
-	}
-	if fail&bitResidency != 0 {
-		country, _ := countryIndex(o.Country)
-		add(bitResidency, false, o.Region, int64(country), func() string {
-			return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
-				p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
-		})
-	}
-	if fail&bitProviderRule != 0 {
-		add(bitProviderRule, false, o.Provider, 0, func() string { return p.providerRuleReason(o.Provider) })
-	}
-	if fail&bitProvider != 0 {
-		add(bitProvider, false, o.Provider, 0, func() string {
-			return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
-		})
-	}
-	if fail&bitRegion != 0 {
-		add(bitRegion, false, o.Region, 0, func() string {
-			return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
-		})
-	}
-	if fail&bitTier != 0 {
-		add(bitTier, false, string(o.Tier), 0, func() string {
-			return "tier " + string(o.Tier) + ", job accepts " + string(p.tier)
-		})
-	}
-	if fail&bitEscalated != 0 {
-		reasons = append(reasons, Reason{ReasonEscalated, p.escalate})
-	}
+	return why
+}
+
+// reasonKeys gives, for every reason code, the key that holds exactly the
+// attributes of offer i its message names, so equal keys mean equal
+// messages. They are filled all at once rather than per reason: a switch
+// on the code would jump somewhere different for almost every reason.
+func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
+	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
+	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
+	// Each invalid offer is worded on its own.
+	k[atInvalid].a = -1 - int64(i)
+	k[atResidency].a, k[atResidency].b = region, int64(f.country)
+	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
+	k[atTier].a = int64(flag(f.spot, 1))
 	if fail&bitAvoided != 0 {
-		reasons = append(reasons, Reason{ReasonAvoided, p.avoid[o.Pool]})
+		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
-	if fail&bitAvailability != 0 {
-		reasons = append(reasons, Reason{ReasonAvailability, "no capacity (availability none)"})
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
+	if f.huge {
+		o := &p.set.offers[i]
+		k[atGPUMemory].b = int64(o.GPUMemoryGB)
+		k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(o.GPUCount), int64(o.VCPU), int64(o.MemoryGB)
 	}
-	if fail&bitCard != 0 {
-		add(bitCard, false, o.Card, 0, func() string {
-			return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
-		})
-	}
-	if fail&bitGPUCount != 0 {
-		add(bitGPUCount, true, "", int64(o.GPUCount), func() string {
-			return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
-		})
-	}
-	if fail&bitGPUMemory != 0 {
-		add(bitGPUMemory, false, o.Card, int64(o.GPUMemoryGB), func() string {
-			return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
-		})
-	}
-	if fail&bitVCPU != 0 {
-		add(bitVCPU, true, "", int64(o.VCPU), func() string {
-			return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
-		})
-	}
-	if fail&bitMemory != 0 {
-		add(bitMemory, true, "", int64(o.MemoryGB), func() string {
-			return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
-		})
-	}
-	if fail&bitCurrency != 0 {
-		add(bitCurrency, false, o.PricePerHour.Currency, 0, func() string {
-			return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
-		})
-	}
-	if fail&bitPriceCap != 0 {
-		add(bitPriceCap, true, o.PricePerHour.Currency, priceKey(o.PricePerHour), func() string {
-			s := "price " + o.PricePerHour.String() + "/h"
-			if o.PricePerHour.Currency != p.rules.BaseCurrency {
-				s += " (" + p.rules.rates.money(est.price).String() + ")"
-			}
-			return s + " over cap " + j.MaxPricePerHour.String() + "/h"
-		})
-	}
-	if fail&bitJobBudget != 0 {
-		add(bitJobBudget, true, "", est.total, func() string {
-			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the job budget " + j.Budget.String()
-		})
-	}
-	if fail&bitProjectBudget != 0 {
-		add(bitProjectBudget, true, "", est.total, func() string {
-			b := p.projectBudget
-			return "estimated cost " + p.rules.rates.money(est.total).String() + " over the " +
-				p.rules.rates.money(max(p.projectRemaining, 0)).String() + " left of budget " + b.Project +
-				" (" + b.Period + " cap " + b.Cap.String() + ")"
-		})
-	}
-	if fail&bitDeadline != 0 {
-		add(bitDeadline, true, "", int64(est.runTime), func() string {
-			return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
-				j.Deadline.UTC().Format(time.RFC3339)
-		})
-	}
-	return reasons
+	k[atPriceCap].a, k[atPriceCap].b = f.price, int64(f.priceCur)
+	k[atJobBudget].a, k[atProjectBudget].a, k[atDeadline].a = est.total, est.total, int64(est.runTime)
+	return k
 }
 
-// msg memoises a reason's wording: offers share regions, cards and prices,
-// so most messages are built once per decision.
-func (p *placer) msg(code int, byN bool, s string, n int64, build func() string) string {
-	m := &p.memo[code]
-	var e memoEntry
-	var ok bool
-	if byN {
-		e, ok = m.byN[n]
-	} else {
-		e, ok = m.byS[s]
-	}
-	if ok && e.s == s && e.n == n {
-		return e.msg
-	}
-	e = memoEntry{s, n, build()}
-	if byN {
-		if m.byN == nil {
-			m.byN = map[int64]memoEntry{}
+// word is the message of reason code for offer o with estimate est.
+func (p *placer) word(code int, o *Offer, est *estimate) string {
+	j := &p.job
+	money := p.rules.rates.money
+	switch code {
+	case atInvalid:
+		return "invalid offer: " + o.validate().Error()
+	case atResidency:
+		return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
+			p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
+	case atProviderRule:
+		return p.providerRuleReason(o.Provider)
+	case atProvider:
+		return "provider " + o.Provider + " not in the job's providers (" + strings.Join(j.Providers, ", ") + ")"
+	case atRegion:
+		return "region " + o.Region + " not in the job's regions (" + strings.Join(j.Regions, ", ") + ")"
+	case atTier:
+		return "tier " + string(o.Tier) + ", job accepts " + string(p.tier)
+	case atEscalated:
+		return p.escalate
+	case atAvoided:
+		return p.avoidWhy[p.avoid[o.Pool]]
+	case atAvailability:
+		return "no capacity (availability none)"
+	case atCard:
+		return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
+	case atGPUCount:
+		return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
+	case atGPUMemory:
+		return "card " + o.Card + " has " + strconv.Itoa(o.GPUMemoryGB) + " GB, job needs " + strconv.Itoa(j.MinGPUMemoryGB) + " GB"
+	case atVCPU:
+		return strconv.Itoa(o.VCPU) + " vCPU, job needs " + strconv.Itoa(j.VCPU)
+	case atMemory:
+		return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
+	case atCurrency:
+		return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
+	case atPriceCap:
+		s := "price " + o.PricePerHour.String() + "/h"
+		if o.PricePerHour.Currency != p.rules.BaseCurrency {
+			s += " (" + money(est.price).String() + ")"
 		}
-		m.byN[n] = e
-	} else {
-		if m.byS == nil {
-			m.byS = map[string]memoEntry{}
-		}
-		m.byS[s] = e
+		return s + " over cap " + j.MaxPricePerHour.String() + "/h"
+	case atJobBudget:
+		return "estimated cost " + money(est.total).String() + " over the job budget " + j.Budget.String()
+	case atProjectBudget:
+		b := p.projectBudget
+		return "estimated cost " + money(est.total).String() + " over the " + money(max(p.projectRemaining, 0)).String() +
+			" left of budget " + b.Project + " (" + b.Period + " cap " + b.Cap.String() + ")"
+	case atDeadline:
+		return "expected run time " + est.runTime.Round(time.Minute).String() + " ends after the deadline " +
+			j.Deadline.UTC().Format(time.RFC3339)
 	}
-	return e.msg
-}
-
-// priceKey packs an amount and its currency into one memo key; amounts
-// too large to pack share key -1 and are told apart by the entry check.
-func priceKey(m Money) int64 {
-	if m.Micros < 0 || m.Micros >= 1<<40 || !validCurrency(m.Currency) {
-		return -1
-	}
-	c := int64(m.Currency[0]-'A')*26*26 + int64(m.Currency[1]-'A')*26 + int64(m.Currency[2]-'A')
-	return m.Micros*26*26*26 + c
+	return string(reasonCodes[code])
 }
 
 // providerRuleReason says which matching rule excludes provider, or "".
@@ -613,24 +635,24 @@ func (p *placer) providerRuleReason(provider string) string {
 
 const bytesPerGB = 1_000_000_000
 
-// estimate prices the job on o in base micros; ok is false when a price is
-// in a currency without an exchange rate.
-func (p *placer) estimate(o *Offer) (estimate, bool) {
-	e := estimate{runTime: p.runTime}
+// estimate prices the job on an offer with facts f in base micros; it is
+// false when a price is in a currency without an exchange rate.
+func (p *placer) estimate(f *offerFacts, e *estimate) bool {
+	*e = estimate{runTime: p.runTime}
 	var ok bool
-	if e.price, ok = p.rules.rates.toBase(o.PricePerHour); !ok {
-		return e, false
+	if e.price, ok = p.toBase(f.priceCur, f.price); !ok {
+		return false
 	}
 	hour := int64(time.Hour)
 	e.compute = mulDiv(e.price, int64(p.runTime), hour)
-	if o.Tier == TierSpot {
+	if f.spot {
 		rate := p.rules.Spot.AssumedPreemptionRate
-		if o.PreemptionRate != nil {
-			rate = *o.PreemptionRate
+		if f.rateKnown {
+			rate = f.rate
 		} else {
 			e.rateAssumed = true
 		}
-		e.preemptions = rate * p.runTime.Hours()
+		e.preemptions = rate * p.runHours
 		lost := e.preemptions * float64(p.rules.Spot.RestartOverhead)
 		if lost > math.MaxInt64/2 {
 			lost = math.MaxInt64 / 2
@@ -639,16 +661,16 @@ func (p *placer) estimate(o *Offer) (estimate, bool) {
 		e.overhead = mulDiv(e.price, int64(lost), hour)
 	}
 	var egressPrice int64
-	if o.EgressPerGB != nil {
-		if egressPrice, ok = p.rules.rates.toBase(*o.EgressPerGB); !ok {
-			return e, false
+	if f.egressCur >= 0 {
+		if egressPrice, ok = p.toBase(f.egressCur, f.egress); !ok {
+			return false
 		}
 	}
-	for _, in := range p.job.Inputs {
-		if in.Region == o.Region || in.Bytes == 0 {
+	for k, in := range p.job.Inputs {
+		if p.inputRegions[k] == f.region || in.Bytes == 0 {
 			continue
 		}
-		if o.EgressPerGB == nil {
+		if f.egressCur < 0 {
 			e.egressUnknown = true
 			e.egressUnknownBytes = addSat(e.egressUnknownBytes, in.Bytes)
 			continue
@@ -656,7 +678,17 @@ func (p *placer) estimate(o *Offer) (estimate, bool) {
 		e.egress = addSat(e.egress, mulDiv(in.Bytes, egressPrice, bytesPerGB))
 	}
 	e.total = addSat(addSat(e.compute, e.overhead), e.egress)
-	return e, true
+	return true
+}
+
+// toBase converts non-negative micros of the set's currency cur into base
+// micros, as rates.toBase does.
+func (p *placer) toBase(cur int32, micros int64) (int64, bool) {
+	c := &p.currencies[cur]
+	if !c.known {
+		return 0, false
+	}
+	return mulDiv(micros, c.rate, microsPerUnit), true
 }
 
 // cost expands an estimate into the decision's breakdown.

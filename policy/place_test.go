@@ -3,6 +3,7 @@ package policy_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -137,7 +138,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 			if !errors.As(err, &refusal) {
 				t.Fatalf("Place = %+v, %v; want a NoPlacementError", d.Chosen, err)
 			}
-			got := refusal.Decision.Rejected[0].Reasons
+			got := refusal.Decision.ReasonsOf(refusal.Decision.Rejected[0])
 			for _, r := range got {
 				if r.Code == tt.code {
 					if !strings.Contains(r.Message, tt.message) {
@@ -313,5 +314,69 @@ func TestDecisionRoundTripsThroughJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, d) {
 		t.Errorf("round trip changed the decision:\n%+v\n%+v", back, d)
+	}
+}
+
+func TestRejectionsShareEachDistinctReasonWordedOnce(t *testing.T) {
+	t.Parallel()
+	var offers []policy.Offer
+	for i := range 12 {
+		o := baseOffer()
+		o.Pool, o.Region, o.Country = fmt.Sprintf("us-%d", i), "us-east-1", "US"
+		if i%2 == 1 {
+			o.PricePerHour = money("3.10 EUR")
+		}
+		offers = append(offers, o)
+	}
+	_, err := policy.Place(baseJob(), offers, baseRules(), now)
+	var refusal *policy.NoPlacementError
+	if !errors.As(err, &refusal) {
+		t.Fatalf("err = %v, want a refusal", err)
+	}
+	d := refusal.Decision
+	if len(d.Rejected) != 12 || len(d.Reasons) != 3 {
+		t.Fatalf("%d rejections with %d distinct reasons %+v, want 12 with 3", len(d.Rejected), len(d.Reasons), d.Reasons)
+	}
+	for i, r := range d.Rejected {
+		got := d.ReasonsOf(r)
+		if r.Offer != i || d.Offers[r.Offer].Pool != offers[i].Pool {
+			t.Errorf("rejection %d names offer %d", i, r.Offer)
+		}
+		want := []policy.ReasonCode{policy.ReasonResidency, policy.ReasonRegion}
+		if i%2 == 1 {
+			want = append(want, policy.ReasonPriceCap)
+		}
+		var codes []policy.ReasonCode
+		for _, reason := range got {
+			codes = append(codes, reason.Code)
+		}
+		if !reflect.DeepEqual(codes, want) {
+			t.Errorf("%s reasons %+v, want codes %v", offers[i].Pool, got, want)
+		}
+		if got[0].Message != "region us-east-1 (US) outside residency EU required by rule personal-data and job" {
+			t.Errorf("%s residency reason %q", offers[i].Pool, got[0].Message)
+		}
+	}
+}
+
+func TestPlaceComparesResourceCountsBeyondInt32Exactly(t *testing.T) {
+	t.Parallel()
+	job := baseJob()
+	job.VCPU = 1<<31 + 10
+	a, b, c := baseOffer(), baseOffer(), baseOffer()
+	a.Pool, a.VCPU = "a", 1<<31+1
+	b.Pool, b.VCPU = "b", 1<<31+2
+	c.Pool, c.VCPU = "c", 1<<31+10
+	d, err := policy.Place(job, []policy.Offer{a, b, c}, baseRules(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Chosen.Offer.Pool != "c" || len(d.Rejected) != 2 {
+		t.Fatalf("chosen %s, %d rejected; want c, 2", d.Chosen.Offer.Pool, len(d.Rejected))
+	}
+	for i, want := range []string{"2147483649 vCPU, job needs 2147483658", "2147483650 vCPU, job needs 2147483658"} {
+		if got := d.ReasonsOf(d.Rejected[i]); len(got) != 1 || got[0].Message != want {
+			t.Errorf("%s: reasons %+v, want %q", d.Offers[d.Rejected[i].Offer].Pool, got, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"path"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -207,9 +208,10 @@ func TestPlaceProperties(t *testing.T) {
 		}
 		for _, r := range d.Rejected {
 			if len(r.Reasons) == 0 {
-				t.Fatalf("%s rejected without a reason", r.Offer.Pool)
+				t.Fatalf("%s rejected without a reason", d.Offers[r.Offer].Pool)
 			}
 		}
+		checkReasons(t, d)
 		if d.Chosen == nil {
 			if d.Feasible != 0 || err == nil {
 				t.Fatalf("no choice among %d feasible offers, err %v", d.Feasible, err)
@@ -282,4 +284,55 @@ func TestReplaceNeverWidensResidencyProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestOfferSetDecidesAsPlaceForEveryJobProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		offers := genOffers(t)
+		set := policy.NewOfferSet(offers)
+		// One set serves several jobs under several rule sets.
+		for range 3 {
+			job, rules := genJob(t), genRules(t)
+			want, wantErr := policy.Place(job, offers, rules, now)
+			got, gotErr := set.Place(job, rules, now)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("offer set decided\n%+v, %v\nPlace decided\n%+v, %v", got, gotErr, want, wantErr)
+			}
+			checkReasons(t, got)
+		}
+	})
+}
+
+// checkReasons fails t unless every rejection names reasons in the table,
+// in the order the checks run, and the table words each reason once.
+func checkReasons(t *rapid.T, d policy.Decision) {
+	seen := map[policy.Reason]bool{}
+	for _, r := range d.Reasons {
+		if seen[r] {
+			t.Fatalf("reason %+v worded twice", r)
+		}
+		seen[r] = true
+	}
+	order := map[policy.ReasonCode]int{}
+	for i, c := range []policy.ReasonCode{policy.ReasonInvalidOffer, policy.ReasonResidency, policy.ReasonProviderRule,
+		policy.ReasonProvider, policy.ReasonRegion, policy.ReasonTier, policy.ReasonEscalated, policy.ReasonAvoided,
+		policy.ReasonAvailability, policy.ReasonCard, policy.ReasonGPUCount, policy.ReasonGPUMemory, policy.ReasonVCPU,
+		policy.ReasonMemory, policy.ReasonCurrency, policy.ReasonPriceCap, policy.ReasonJobBudget,
+		policy.ReasonProjectBudget, policy.ReasonDeadline} {
+		order[c] = i
+	}
+	for _, r := range d.Rejected {
+		if r.Offer < 0 || r.Offer >= len(d.Offers) {
+			t.Fatalf("rejection names offer %d of %d", r.Offer, len(d.Offers))
+		}
+		for i, k := range r.Reasons {
+			if k < 0 || int(k) >= len(d.Reasons) {
+				t.Fatalf("%s names reason %d of %d", d.Offers[r.Offer].Pool, k, len(d.Reasons))
+			}
+			if i > 0 && order[d.Reasons[k].Code] <= order[d.Reasons[r.Reasons[i-1]].Code] {
+				t.Fatalf("%s reasons out of order: %+v", d.Offers[r.Offer].Pool, d.ReasonsOf(r))
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -46,10 +47,79 @@ type Reason struct {
 	Message string     `json:"message"`
 }
 
-// Rejection is an offer that cannot take the job, with every reason.
+// Rejection is an offer that cannot take the job. Offer is its index in
+// the decision's Offers; Reasons are indexes into the decision's Reasons,
+// where each distinct reason is worded once: thousands of offers outside a
+// residency class share a handful of messages. Decision.ReasonsOf words
+// them back.
 type Rejection struct {
-	Offer   Offer    `json:"offer"`
-	Reasons []Reason `json:"reasons"`
+	Offer   int     `json:"offer"`
+	Reasons []int32 `json:"reasons"`
+}
+
+// ReasonsOf returns every reason r was rejected, worded, in the order the
+// checks run.
+func (d *Decision) ReasonsOf(r Rejection) []Reason {
+	out := make([]Reason, len(r.Reasons))
+	for i, k := range r.Reasons {
+		out[i] = d.Reasons[k]
+	}
+	return out
+}
+
+// reasonKey identifies one distinct reason: its code and the offer's
+// attributes the message depends on (a and b; their meaning is per code).
+type reasonKey struct {
+	code int
+	a, b int64
+}
+
+// reasonTable words each distinct reason once and hands out its index.
+// A decision looks a reason up for every reason of every rejected offer,
+// tens of thousands of times, among a few hundred distinct keys: a small
+// cache indexed by the key's hash answers almost all of them, and a map
+// holds the rest.
+type reasonTable struct {
+	list  []Reason
+	keys  []reasonKey
+	cache [1 << reasonCacheBits]int32 // index+1 of a reason by hash of its key; 0 when empty
+	byKey map[reasonKey]int32
+}
+
+const reasonCacheBits = 10
+
+func (k reasonKey) slot() uint64 {
+	h := uint64(k.a)*0x9e3779b97f4a7c15 ^ uint64(k.b)*0xc2b2ae3d27d4eb4f ^ uint64(k.code)*0x165667b19e3779f9
+	return h >> (64 - reasonCacheBits)
+}
+
+// find returns the index of the reason with key k when the cache holds it,
+// or -1; it is the fast path of index, small enough to inline.
+func (t *reasonTable) find(k reasonKey) int32 {
+	if i := t.cache[k.slot()] - 1; i >= 0 && t.keys[i] == k {
+		return i
+	}
+	return -1
+}
+
+// index returns the index of the reason with key k, wording it with word
+// the first time.
+func (t *reasonTable) index(k reasonKey, word func() string) int32 {
+	if i := t.find(k); i >= 0 {
+		return i
+	}
+	i, ok := t.byKey[k]
+	if !ok {
+		i = int32(len(t.list))
+		t.list = append(t.list, Reason{Code: reasonCodes[k.code], Message: word()})
+		t.keys = append(t.keys, k)
+		if t.byKey == nil {
+			t.byKey = map[reasonKey]int32{}
+		}
+		t.byKey[k] = i
+	}
+	t.cache[k.slot()] = i + 1
+	return i
 }
 
 // ReasonCount says how many offers a reason rejected.
@@ -106,41 +176,35 @@ func plural(n int, word string) string {
 	return word + "s"
 }
 
-// refusal counts the reasons of rejected and picks the relaxation.
-func (p *placer) refusal(d Decision) *NoPlacementError {
+// refusal counts the reasons of the rejected offers, given as failure
+// masks, and picks the relaxation: the reason that alone rejects the most
+// offers.
+func (p *placer) refusal(d Decision, fails []uint32) *NoPlacementError {
 	e := &NoPlacementError{Offers: len(d.Rejected), Decision: d}
-	counts := map[ReasonCode]int{}
-	alone := map[ReasonCode]int{}
-	for _, r := range d.Rejected {
-		seen := ReasonCode("")
-		only := true
-		for _, reason := range r.Reasons {
-			if reason.Code != seen {
-				counts[reason.Code]++
-				if seen != "" {
-					only = false
-				}
-				seen = reason.Code
-			}
+	var counts, alone [len(reasonCodes)]int
+	for _, fail := range fails {
+		for f := fail; f != 0; f &= f - 1 {
+			counts[bits.TrailingZeros32(f)]++
 		}
-		if only && seen != "" {
-			alone[seen]++
+		if bits.OnesCount32(fail) == 1 {
+			alone[bits.TrailingZeros32(fail)]++
 		}
 	}
-	for _, code := range reasonCodes {
-		if n := counts[code]; n > 0 {
+	for i, code := range reasonCodes {
+		if n := counts[i]; n > 0 {
 			e.Counts = append(e.Counts, ReasonCount{Code: code, Summary: p.summary(code), Offers: n})
 		}
 	}
 	slices.SortStableFunc(e.Counts, func(a, b ReasonCount) int { return b.Offers - a.Offers })
-	best := ReasonCode("")
-	for _, code := range reasonCodes {
-		if alone[code] > alone[best] && code != ReasonInvalidOffer {
-			best = code
+	best := -1
+	for i, code := range reasonCodes {
+		if code != ReasonInvalidOffer && alone[i] > 0 && (best < 0 || alone[i] > alone[best]) {
+			best = i
 		}
 	}
-	if best != "" {
-		e.Relaxation = &Relaxation{Code: best, Constraint: p.constraint(best), Offers: alone[best]}
+	if best >= 0 {
+		code := reasonCodes[best]
+		e.Relaxation = &Relaxation{Code: code, Constraint: p.constraint(code), Offers: alone[best]}
 	}
 	return e
 }

@@ -36,14 +36,17 @@ type History struct {
 // old one with what the job and the rules require now. Budgets and price caps
 // apply as in Place.
 func Replace(job Job, offers []Offer, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
-	c, err := compile(rules)
+	return NewOfferSet(offers).Replace(job, rules, previous, history, now)
+}
+
+// Replace decides the job's next placement among the set's offers, as
+// Replace does.
+func (s *OfferSet) Replace(job Job, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
+	p, err := s.placer(job, rules, now)
 	if err != nil {
 		return Decision{}, err
 	}
-	p, err := newPlacer(job, c, now)
-	if err != nil {
-		return Decision{}, err
-	}
+	c := p.rules
 	p.keepResidency(previous)
 	var notes []string
 	avoidFor := c.Replacement.AvoidFor
@@ -60,21 +63,18 @@ func Replace(job Job, offers []Offer, rules Rules, previous Decision, history Hi
 		if now.Sub(e.At) >= avoidFor {
 			continue
 		}
-		if p.avoid == nil {
-			p.avoid = map[string]string{}
-		}
 		what := "preempted the job"
 		if e.Kind == EventNoCapacity {
 			what = "had no capacity"
 		}
-		p.avoid[e.Pool] = fmt.Sprintf("pool %s %s at %s; avoided until %s", e.Pool, what,
-			e.At.UTC().Format(time.RFC3339), e.At.Add(avoidFor).UTC().Format(time.RFC3339))
+		p.avoidPool(e.Pool, fmt.Sprintf("pool %s %s at %s; avoided until %s", e.Pool, what,
+			e.At.UTC().Format(time.RFC3339), e.At.Add(avoidFor).UTC().Format(time.RFC3339)))
 	}
 	if job.tier() == TierSpotThenOnDemand && preemptions >= c.Replacement.EscalateAfter {
 		p.escalate = fmt.Sprintf("spot: escalated to on-demand after %d preemptions within %s", preemptions, c.Replacement.Window)
 		notes = append(notes, p.escalate)
 	}
-	d, err := p.place(offers, previous.Version+1)
+	d, err := p.place(previous.Version + 1)
 	if previous.Chosen != nil && d.Chosen != nil && previous.Chosen.Offer.Pool != d.Chosen.Offer.Pool {
 		notes = append(notes, "moved from pool "+previous.Chosen.Offer.Pool+" to pool "+d.Chosen.Offer.Pool)
 	}
@@ -104,4 +104,18 @@ func (p *placer) keepResidency(previous Decision) {
 	names = append(names, previous.Residency.Class)
 	p.residency.ImposedBy = append(p.residency.ImposedBy, fmt.Sprintf("placement v%d", previous.Version))
 	p.setResidencyNames(names)
+}
+
+// avoidPool rejects pool for why; a later event replaces an earlier one's
+// reason.
+func (p *placer) avoidPool(pool, why string) {
+	if p.avoid == nil {
+		p.avoid = map[string]int32{}
+	}
+	if k, ok := p.avoid[pool]; ok {
+		p.avoidWhy[k] = why
+		return
+	}
+	p.avoid[pool] = int32(len(p.avoidWhy))
+	p.avoidWhy = append(p.avoidWhy, why)
 }

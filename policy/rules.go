@@ -195,7 +195,7 @@ func compile(r Rules) (*compiled, error) {
 		if !(v > 0) || v > 1e6 {
 			return nil, fmt.Errorf("exchange_rates.%s: must be a positive number, got %v", cur, v)
 		}
-		c.rates.rate[up] = int64(math.Round(v * microsPerUnit))
+		c.rates.set(up, int64(math.Round(v*microsPerUnit)))
 	}
 	for name := range builtinClasses {
 		c.classes[name] = builtinClasses[name]
@@ -217,31 +217,37 @@ func compile(r Rules) (*compiled, error) {
 		}
 		c.classes[up] = set
 	}
+	// Rules are compiled for every decision, so their keys are worded only
+	// for an error.
 	for i, rule := range r.Rules {
-		key := fmt.Sprintf("rules[%d]", i)
+		key := func(field string) string { return fmt.Sprintf("rules[%d].%s", i, field) }
 		if rule.Name == "" {
-			return nil, fmt.Errorf("%s.name: must be set", key)
+			return nil, fmt.Errorf("%s: must be set", key("name"))
 		}
-		if rule.Project != "" {
-			if err := checkGlob(key+".project", rule.Project); err != nil {
-				return nil, err
+		if rule.Project != "" && !validGlob(rule.Project) {
+			return nil, globError(key("project"), rule.Project)
+		}
+		for _, v := range rule.Labels {
+			if validGlob(v) {
+				continue
 			}
-		}
-		for _, k := range sortedKeys(rule.Labels) {
-			if err := checkGlob(key+".labels."+k, rule.Labels[k]); err != nil {
-				return nil, err
+			// Report the first bad label in key order, whatever the map's.
+			for _, k := range sortedKeys(rule.Labels) {
+				if !validGlob(rule.Labels[k]) {
+					return nil, globError(key("labels."+k), rule.Labels[k])
+				}
 			}
 		}
 		if rule.Residency != "" {
 			if _, ok := c.classes[strings.ToUpper(rule.Residency)]; !ok {
-				return nil, fmt.Errorf("%s.residency: undefined residency class %q", key, rule.Residency)
+				return nil, fmt.Errorf("%s: undefined residency class %q", key("residency"), rule.Residency)
 			}
 		}
-		if err := checkGlobs(key+".allow_providers", rule.AllowProviders); err != nil {
-			return nil, err
+		if !validGlobs(rule.AllowProviders) {
+			return nil, checkGlobs(key("allow_providers"), rule.AllowProviders)
 		}
-		if err := checkGlobs(key+".deny_providers", rule.DenyProviders); err != nil {
-			return nil, err
+		if !validGlobs(rule.DenyProviders) {
+			return nil, checkGlobs(key("deny_providers"), rule.DenyProviders)
 		}
 	}
 	for i, b := range r.Budgets {
@@ -249,8 +255,8 @@ func compile(r Rules) (*compiled, error) {
 		if b.Project == "" {
 			return nil, fmt.Errorf("%s.project: must be set", key)
 		}
-		if err := checkGlob(key+".project", b.Project); err != nil {
-			return nil, err
+		if !validGlob(b.Project) {
+			return nil, globError(key+".project", b.Project)
 		}
 		if !slices.Contains(budgetPeriods, b.Period) {
 			return nil, fmt.Errorf("%s.period: must be one of %s, got %q", key, strings.Join(budgetPeriods, ", "), b.Period)

@@ -18,8 +18,9 @@ import (
 )
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
-// configured providers. Offers are cached for OfferTTL so that dispatch does
-// not call providers per job. For a spot-then-on-demand job with a deadline
+// configured providers. Offers are cached for OfferTTL, prepared as one
+// policy.OfferSet, so that dispatch neither calls providers nor re-reads
+// every offer per job. For a spot-then-on-demand job with a deadline
 // it first asks the deadline-aware spot strategy whether the job should run
 // on spot or on on-demand capacity now.
 type PolicyPlacer struct {
@@ -41,6 +42,7 @@ type PolicyPlacer struct {
 
 	mu        sync.Mutex
 	offers    []policy.Offer
+	set       *policy.OfferSet
 	fetched   time.Time
 	histories map[string]*spot.PoolHistory
 }
@@ -52,7 +54,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 	if err != nil {
 		return Placement{}, &RejectionError{Reason: err.Error()}
 	}
-	offers, histories, err := p.currentOffers(ctx)
+	offers, set, histories, err := p.currentOffers(ctx)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -67,13 +69,13 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 	note := p.adviseTier(job, &pj, prior, offers, histories, now)
 	var d policy.Decision
 	if prior == nil {
-		d, err = policy.Place(pj, offers, rules, now)
+		d, err = set.Place(pj, rules, now)
 	} else {
 		var previous policy.Decision
 		if err := json.Unmarshal(prior.Placement.Decision, &previous); err != nil {
 			return Placement{}, fmt.Errorf("reading the previous decision of job %s: %w", job.ID, err)
 		}
-		d, err = policy.Replace(pj, offers, rules, previous, historyOf(prior.Attempts), now)
+		d, err = set.Replace(pj, rules, previous, historyOf(prior.Attempts), now)
 	}
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
@@ -251,15 +253,15 @@ func (p *PolicyPlacer) ttl() time.Duration {
 
 // currentOffers returns the cached offers, refreshing them (and observing
 // each spot pool's availability once) when they are older than OfferTTL.
-func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, map[string]spot.PoolHistory, error) {
+func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, *policy.OfferSet, map[string]spot.PoolHistory, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.offers == nil || time.Since(p.fetched) >= p.ttl() {
+	if p.set == nil || time.Since(p.fetched) >= p.ttl() {
 		var all []policy.Offer
 		for _, s := range p.Sources {
 			offers, err := s.Offers(ctx)
 			if err != nil {
-				return nil, nil, fmt.Errorf("asking %s for offers: %w", s.Name(), err)
+				return nil, nil, nil, fmt.Errorf("asking %s for offers: %w", s.Name(), err)
 			}
 			all = append(all, offers...)
 		}
@@ -277,13 +279,13 @@ func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, map[s
 			}
 			h.Observe(o.Availability != policy.Unavailable)
 		}
-		p.offers, p.fetched = all, time.Now()
+		p.offers, p.set, p.fetched = all, policy.NewOfferSet(all), time.Now()
 	}
 	histories := make(map[string]spot.PoolHistory, len(p.histories))
 	for k, h := range p.histories {
 		histories[k] = *h
 	}
-	return p.offers, histories, nil
+	return p.offers, p.set, histories, nil
 }
 
 // PolicyJob converts a job spec into the placement engine's requirements.

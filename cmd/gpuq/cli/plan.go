@@ -215,10 +215,11 @@ func printRejected(w io.Writer, d policy.Decision) error {
 	t := newTable(w, "REJECTED", "PROVIDER", "REGION", "REASONS")
 	for _, r := range d.Rejected {
 		msgs := make([]string, len(r.Reasons))
-		for i, reason := range r.Reasons {
-			msgs[i] = reason.Message
+		for i, k := range r.Reasons {
+			msgs[i] = d.Reasons[k].Message
 		}
-		t.row(r.Offer.Pool, r.Offer.Provider, r.Offer.Region, strings.Join(msgs, "; "))
+		o := d.Offers[r.Offer]
+		t.row(o.Pool, o.Provider, o.Region, strings.Join(msgs, "; "))
 	}
 	return t.flush()
 }

@@ -75,6 +75,10 @@ func TestPlanJSONIsTheDecision(t *testing.T) {
 	if d.Chosen.Offer.Pool != "hz-fsn-a100" || len(d.Alternatives) != 1 || len(d.Rejected) != 5 || d.Residency.Class != "EU" {
 		t.Errorf("decision = %+v", d)
 	}
+	first := d.Rejected[0]
+	if d.Offers[first.Offer].Pool != "aws-use1-h100" || d.ReasonsOf(first)[0].Message != "region us-east-1 (US) outside residency EU required by rule personal-data and job" {
+		t.Errorf("first rejection %s: %+v", d.Offers[first.Offer].Pool, d.ReasonsOf(first))
+	}
 }
 
 func TestPlanUsesConfiguredPoolsAndPolicyWithoutFlags(t *testing.T) {

@@ -1,0 +1,101 @@
+package policy
+
+import (
+	"math"
+	"time"
+)
+
+// OfferSet is a snapshot of offers prepared for placing many jobs. Each
+// offer is validated once and its names (provider, region, card,
+// currencies) become small ids, so a decision over the set compares numbers
+// rather than strings. A set is read-only once made: any number of
+// decisions may use it at the same time. The offers slice is kept, not
+// copied, and must not be modified while the set is in use.
+type OfferSet struct {
+	offers     []Offer
+	facts      []offerFacts
+	providers  intern
+	regions    intern
+	cards      intern
+	currencies intern
+}
+
+// offerFacts is what placement reads of one offer: no pointers, so that
+// checking ten thousand offers walks one compact array.
+type offerFacts struct {
+	invalid bool
+	spot    bool
+	// rateKnown is false when the offer states no preemption rate.
+	rateKnown bool
+	// huge is true when a resource count does not fit the int32 fields
+	// below; checks then read the offer itself.
+	huge     bool
+	avail    uint8 // Availability.rank
+	country  int16 // countryIndex, or -1 when unknown
+	provider int32
+	region   int32
+	card     int32
+	// priceCur and egressCur are currency ids; egressCur is -1 when the
+	// egress price is unknown.
+	priceCur, egressCur int32
+	price, egress       int64 // micros in their own currency
+	rate                float64
+	gpuCount, gpuMemory int32
+	vcpu, memory        int32
+}
+
+// NewOfferSet prepares offers for placement.
+func NewOfferSet(offers []Offer) *OfferSet {
+	s := &OfferSet{offers: offers, facts: make([]offerFacts, len(offers))}
+	for i := range offers {
+		o, f := &offers[i], &s.facts[i]
+		if o.validate() != nil {
+			f.invalid = true
+			continue
+		}
+		country, ok := countryIndex(o.Country)
+		if !ok {
+			country = -1
+		}
+		f.spot, f.avail, f.country = o.Tier == TierSpot, uint8(o.Availability.rank()), int16(country)
+		f.provider, _ = s.providers.id(o.Provider)
+		f.region, _ = s.regions.id(o.Region)
+		f.card, _ = s.cards.id(o.Card)
+		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency)
+		f.price, f.egressCur = o.PricePerHour.Micros, -1
+		if e := o.EgressPerGB; e != nil {
+			f.egressCur, _ = s.currencies.id(e.Currency)
+			f.egress = e.Micros
+		}
+		if o.PreemptionRate != nil {
+			f.rate, f.rateKnown = *o.PreemptionRate, true
+		}
+		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxInt32
+		f.gpuCount, f.gpuMemory, f.vcpu, f.memory = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
+		if f.huge {
+			f.gpuCount, f.gpuMemory, f.vcpu, f.memory = -1, -1, -1, -1
+		}
+	}
+	return s
+}
+
+// Len is the number of offers in the set.
+func (s *OfferSet) Len() int { return len(s.offers) }
+
+// Place decides where job should run among the set's offers, as Place does.
+func (s *OfferSet) Place(job Job, rules Rules, now time.Time) (Decision, error) {
+	p, err := s.placer(job, rules, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	return p.place(1)
+}
+
+// placer checks rules and job and prepares one decision over the set.
+func (s *OfferSet) placer(job Job, rules Rules, now time.Time) (*placer, error) {
+	c, err := compile(rules)
+	if err != nil {
+		return nil, err
+	}
+	return newPlacer(job, c, s, now)
+}
