@@ -19,6 +19,7 @@ const (
 	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<job>, limits, bounded per job
 
 	SchedulerConsumer = "scheduler"
+	SchedulerAckWait  = 10 * time.Second
 
 	HeaderJobID     = "Gpuq-Job-Id"
 	HeaderPlacement = "Gpuq-Placement"
@@ -98,8 +99,11 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			return fmt.Errorf("creating stream %s: %w", c.Name, err)
 		}
 	}
+	// A batch of submissions is handled in well under a second, so a short
+	// AckWait lets a restarted scheduler take over a killed one's
+	// unacknowledged submissions quickly; handling one twice is harmless.
 	_, err := js.CreateOrUpdateConsumer(ctx, StreamSubmit, jetstream.ConsumerConfig{
-		Durable: SchedulerConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		Durable: SchedulerConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: SchedulerAckWait,
 		MaxAckPending: 10000,
 	})
 	if err != nil {

@@ -509,7 +509,14 @@ func TestSchedulerKilledMidStreamLosesNothingAndDispatchesNothingTwice(t *testin
 		t.Fatal(err)
 	}
 	server()
-	queuetest.Eventually(t, 120*time.Second, "every job to be placed", func() bool {
+	// Submissions the killed scheduler took but did not acknowledge come
+	// back after the consumer's AckWait (10 s); once the submission stream
+	// is empty every one of them has been handled, so the dispatch counts
+	// below are final.
+	queuetest.Eventually(t, 180*time.Second, "every submission to be handled", func() bool {
+		return queuetest.StreamMessages(t, n.JS, queue.StreamSubmit) == 0
+	})
+	queuetest.Eventually(t, 30*time.Second, "every job to be placed", func() bool {
 		var placed int
 		store.DB.QueryRow(`SELECT count(*) FROM jobs WHERE state = 'placed'`).Scan(&placed) //nolint:errcheck // zero on error
 		return placed == jobs
