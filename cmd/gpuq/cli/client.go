@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/workers"
 )
@@ -288,6 +289,18 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	fmt.Fprintf(w, "attempts   %d (errors %d, preemptions %d)\n", j.Attempt, j.Errors, j.Preemptions)
 	if st.Pool != "" {
 		fmt.Fprintf(w, "placement  v%d on pool %s\n", j.PlacementVersion, st.Pool)
+		var d policy.Decision
+		if json.Unmarshal(st.Placement, &d) == nil && d.Chosen != nil {
+			o := d.Chosen.Offer
+			fmt.Fprintf(w, "           %s %s (%s), %s, %s/h, estimated %s; %d of %d offers feasible\n",
+				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Feasible+len(d.Rejected))
+			if d.Residency.Class != "" {
+				fmt.Fprintf(w, "residency  %s, required by %s\n", d.Residency.Class, strings.Join(d.Residency.ImposedBy, ", "))
+			}
+			for _, n := range d.Notes {
+				fmt.Fprintf(w, "note       %s\n", n)
+			}
+		}
 	}
 	if cp := st.LastCheckpoint; cp != nil {
 		fmt.Fprintf(w, "checkpoint seq %d, %d bytes, attempt %d, region %s, %s\n", cp.Seq, cp.Bytes, cp.Attempt, cp.Region, cp.CreatedAt.Format(time.RFC3339))
