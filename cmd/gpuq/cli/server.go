@@ -94,6 +94,7 @@ func newServerCmd() *cobra.Command {
 		},
 	}
 	connFlags(cmd)
+	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	return cmd
 }
 
@@ -111,7 +112,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{}); err != nil {
+	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
 		c.Close()
 		return nil, err
 	}

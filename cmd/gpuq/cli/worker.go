@@ -54,10 +54,10 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{}); err != nil {
+			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
 				return err
 			}
-			w, err := workers.New(cfg, c.nc, c.js, c.store, archiveStore(c))
+			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
 			if err != nil {
 				return err
 			}
@@ -89,6 +89,7 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
 	cmd.Flags().Bool("no-canary", false, "take work without running the NVML canary")
 	cmd.Flags().Int("canary-every-jobs", 0, "rerun the canary after this many jobs (0: never)")
