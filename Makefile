@@ -24,6 +24,10 @@ test: ## Run all tests (real PostgreSQL and embedded JetStream)
 test/gpu: build ## Run `gpuq canary -o json` against this machine's NVIDIA driver (CANARY_FLAGS adds expectations)
 	./$(BIN) canary -o json $(CANARY_FLAGS)
 
+.PHONY: test/race
+test/race: ## Run the control-plane and worker tests under the race detector (worker processes too)
+	$(GO) test -race -count=1 -timeout 20m ./queue/... ./workers/... ./cmd/...
+
 .PHONY: demo
 demo: build ## Run the end-to-end demo on embedded NATS and a private PostgreSQL
 	./$(BIN) demo

@@ -34,7 +34,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gpuqBin = filepath.Join(dir, "gpuq")
-	if out, err := exec.Command("go", "build", "-o", gpuqBin, "github.com/gpuq/gpuq/cmd/gpuq").CombinedOutput(); err != nil {
+	args := []string{"build", "-o", gpuqBin}
+	if raceEnabled {
+		// A race in a worker process stops it at once, so the test that
+		// drove it fails instead of the report going unread.
+		args = append(args, "-race")
+		os.Setenv("GORACE", "halt_on_error=1 exitcode=66")
+	}
+	if out, err := exec.Command("go", append(args, "github.com/gpuq/gpuq/cmd/gpuq")...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building gpuq: %v\n%s", err, out)
 		os.Exit(1)
 	}
