@@ -77,6 +77,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	a := &attempt{w: w, msg: msg, job: job, log: log, io: io}
+	if job.Spec.IsNoop() {
+		// Nothing to start, restore or upload; the success is still recorded
+		// under the attempt before the message is acknowledged.
+		a.complete(nil)
+		return
+	}
 	a.run(ctx, claimed.Checkpoint)
 }
 
@@ -344,6 +350,12 @@ func (a *attempt) succeed() {
 			return
 		}
 	}
+	a.complete(rec)
+}
+
+// complete records the attempt's success (and outputs, if any) and only then
+// acknowledges the message.
+func (a *attempt) complete(rec *queue.ArchiveRecord) {
 	err := a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
 	if errors.Is(err, queue.ErrFenced) {
 		a.log.Warn("fenced out at completion: a newer attempt owns the job; not acknowledging")
