@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,7 +81,12 @@ func (s *Store) inTx(ctx context.Context, fn func(q *db.Queries) ([]Event, error
 
 func recordEvent(ctx context.Context, q *db.Queries, id uuid.UUID, state JobState, attempt int, msg string, exit *int) (Event, error) {
 	err := q.JobEventInsert(ctx, db.JobEventInsertParams{JobID: id, State: db.JobState(state), Attempt: int32(attempt), Message: msg})
-	return Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}, err
+	return eventOf(id, state, attempt, msg, exit), err
+}
+
+// eventOf is the announcement of an event a statement recorded.
+func eventOf(id uuid.UUID, state JobState, attempt int, msg string, exit *int) Event {
+	return Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}
 }
 
 // NewJob is a validated submission about to be recorded.
@@ -88,56 +95,62 @@ type NewJob struct {
 	Spec *Spec
 }
 
-// RecordJobs records a batch of submissions in one transaction. A submission
-// whose id or idempotency key is already recorded inserts nothing; the
-// existing job is returned in its place, so redelivery and re-runs are harmless.
+// RecordJobs records a batch of submissions in one transaction of three
+// statements, whatever the batch size. A submission whose id or idempotency
+// key is already recorded inserts nothing; the existing job is returned in
+// its place, so redelivery and re-runs are harmless.
 func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
+	params := db.JobInsertManyParams{
+		Ids: make([]uuid.UUID, len(jobs)), Projects: make([]string, len(jobs)), Names: make([]string, len(jobs)),
+		IdempotencyKeys: make([]string, len(jobs)), Specs: make([]string, len(jobs)),
+	}
+	var projects []string
+	for i, nj := range jobs {
+		spec, err := json.Marshal(nj.Spec)
+		if err != nil {
+			return nil, err
+		}
+		params.Ids[i], params.Projects[i], params.Names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
+		params.IdempotencyKeys[i], params.Specs[i] = nj.Spec.IdempotencyKey, string(spec)
+		if !slices.Contains(projects, nj.Spec.Project) {
+			projects = append(projects, nj.Spec.Project)
+		}
+	}
+	// Sorted, so that concurrent schedulers lock project rows in one order.
+	slices.Sort(projects)
 	out := make([]*Job, len(jobs))
 	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		var events []Event
-		projects := map[string]bool{}
+		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
+			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
+		}
+		inserted, err := q.JobInsertMany(ctx, params)
+		if err != nil {
+			return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
+		}
+		rows, err := q.JobListByIDs(ctx, params.Ids)
+		if err != nil {
+			return nil, fmt.Errorf("reading %d recorded jobs: %w", len(jobs), err)
+		}
+		byID := make(map[uuid.UUID]db.Job, len(rows))
+		for _, r := range rows {
+			byID[r.ID] = r
+		}
 		for i, nj := range jobs {
-			if !projects[nj.Spec.Project] {
-				if err := q.ProjectEnsure(ctx, nj.Spec.Project); err != nil {
-					return nil, fmt.Errorf("recording project %s: %w", nj.Spec.Project, err)
-				}
-				projects[nj.Spec.Project] = true
+			row, ok := byID[nj.ID]
+			if !ok && nj.Spec.IdempotencyKey != "" {
+				row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
+				ok = err == nil
 			}
-			spec, err := json.Marshal(nj.Spec)
-			if err != nil {
-				return nil, err
-			}
-			n, err := q.JobInsert(ctx, db.JobInsertParams{
-				ID: nj.ID, Project: nj.Spec.Project, Name: nj.Spec.Name,
-				IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: nj.Spec.IdempotencyKey != ""},
-				Spec:           spec,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("recording job %s: %w", nj.ID, err)
-			}
-			var row db.Job
-			if n == 1 {
-				ev, err := recordEvent(ctx, q, nj.ID, StatePending, 0, "submitted", nil)
-				if err != nil {
-					return nil, err
-				}
-				events = append(events, ev)
-				row, err = q.JobGetByID(ctx, nj.ID)
-				if err != nil {
-					return nil, err
-				}
-			} else {
-				row, err = q.JobGetByID(ctx, nj.ID)
-				if errors.Is(err, sql.ErrNoRows) && nj.Spec.IdempotencyKey != "" {
-					row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
-				}
-				if err != nil {
-					return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, err)
-				}
+			if !ok {
+				return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, errors.Join(err, ErrNotFound))
 			}
 			if out[i], err = jobFromRow(row); err != nil {
 				return nil, err
 			}
+		}
+		events := make([]Event, len(inserted))
+		for i, id := range inserted {
+			events[i] = eventOf(id, StatePending, 0, "submitted", nil)
 		}
 		return events, nil
 	})
@@ -154,35 +167,42 @@ type PlacedJob struct {
 }
 
 // RecordPlacements stores each placement and moves its job to placed, in one
-// transaction. Jobs that are no longer pending or placed are left alone.
+// statement. Jobs that are no longer pending or placed are left alone.
 func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) error {
-	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		var events []Event
-		for _, p := range placed {
-			decision := p.Placement.Decision
-			if len(decision) == 0 {
-				decision = []byte("{}")
-			}
-			if err := q.PlacementInsert(ctx, db.PlacementInsertParams{
-				JobID: p.JobID, Version: int32(p.Placement.Version), Pool: p.Placement.Pool,
-				Region: p.Placement.Region, Residency: p.Placement.Residency, Countries: nonNil(p.Placement.Countries), Decision: decision,
-			}); err != nil {
-				return nil, fmt.Errorf("recording placement of job %s: %w", p.JobID, err)
-			}
-			n, err := q.JobSetPlaced(ctx, db.JobSetPlacedParams{ID: p.JobID, PlacementVersion: int32(p.Placement.Version), Pool: sql.NullString{String: p.Placement.Pool, Valid: true}})
-			if err != nil {
-				return nil, fmt.Errorf("placing job %s: %w", p.JobID, err)
-			}
-			if n == 1 {
-				ev, err := recordEvent(ctx, q, p.JobID, StatePlaced, 0, "placed on pool "+p.Placement.Pool, nil)
-				if err != nil {
-					return nil, err
-				}
-				events = append(events, ev)
+	if len(placed) == 0 {
+		return nil
+	}
+	n := len(placed)
+	params := db.JobPlaceManyParams{
+		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: make([]string, n), Regions: make([]string, n),
+		Residencies: make([]string, n), Countries: make([]string, n), Decisions: make([]string, n),
+	}
+	pools := make(map[uuid.UUID]string, n)
+	for i, p := range placed {
+		decision := p.Placement.Decision
+		if len(decision) == 0 {
+			decision = []byte("{}")
+		}
+		for _, c := range p.Placement.Countries {
+			if strings.Contains(c, ",") {
+				return fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
 			}
 		}
-		return events, nil
-	})
+		params.JobIds[i], params.Versions[i], params.Pools[i] = p.JobID, int32(p.Placement.Version), p.Placement.Pool
+		params.Regions[i], params.Residencies[i] = p.Placement.Region, p.Placement.Residency
+		params.Countries[i], params.Decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
+		pools[p.JobID] = p.Placement.Pool
+	}
+	ids, err := s.q.JobPlaceMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("recording %d placements: %w", n, err)
+	}
+	events := make([]Event, len(ids))
+	for i, id := range ids {
+		events[i] = eventOf(id, StatePlaced, 0, "placed on pool "+pools[id], nil)
+	}
+	s.announce(ctx, events)
+	return nil
 }
 
 // Reject finalises a pending job that cannot be placed, with the reason.
@@ -234,56 +254,46 @@ func (e *NotClaimableError) Error() string {
 	return fmt.Sprintf("the job is %s", e.State)
 }
 
-// Claim starts a new attempt of a job, closes any attempt it supersedes, and
-// returns the latest checkpoint, all in one transaction.
+// Claim starts a new attempt of a job and closes any attempt it supersedes,
+// in one statement, and returns the latest checkpoint.
 func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
-	var out Claimed
-	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		row, err := q.JobClaim(ctx, db.JobClaimParams{ID: r.JobID, PlacementVersion: int32(r.PlacementVersion), LeaseSeconds: r.Lease.Seconds()})
+	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool)
+	row, err := s.q.JobClaim(ctx, db.JobClaimParams{
+		ID: r.JobID, PlacementVersion: int32(r.PlacementVersion), LeaseSeconds: r.Lease.Seconds(),
+		WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool, Message: msg,
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
 		if errors.Is(err, sql.ErrNoRows) {
-			info, err := q.JobLeaseRemaining(ctx, r.JobID)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
-			}
-			nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
-			if nc.State == StateRunning {
-				nc.LeaseLeft = time.Duration(info.LeaseSeconds * float64(time.Second))
-			}
-			return nil, nc
+			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
 		}
-		if err := q.AttemptEndLost(ctx, db.AttemptEndLostParams{JobID: r.JobID, Attempt: row.Attempt}); err != nil {
-			return nil, err
+		nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
+		if nc.State == StateRunning {
+			nc.LeaseLeft = time.Duration(info.LeaseSeconds * float64(time.Second))
 		}
-		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool}); err != nil {
-			return nil, fmt.Errorf("recording attempt %d of job %s: %w", row.Attempt, r.JobID, err)
-		}
-		ev, err := recordEvent(ctx, q, r.JobID, StateRunning, int(row.Attempt), fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool), nil)
-		if err != nil {
-			return nil, err
-		}
-		if out.Job, err = jobFromRow(row); err != nil {
-			return nil, err
-		}
-		cp, err := q.CheckpointLatest(ctx, r.JobID)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return nil, err
-		default:
-			c := checkpointFromRow(cp)
-			out.Checkpoint = &c
-		}
-		return []Event{ev}, nil
-	})
+		return nil, nc
+	}
 	if err != nil {
+		return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
+	}
+	var out Claimed
+	if out.Job, err = jobFromRow(row); err != nil {
 		return nil, err
 	}
+	// Once claimed, only this attempt can record checkpoints, so the latest
+	// one read now is the one to resume from.
+	if row.CheckpointSeq > 0 {
+		cp, err := s.q.CheckpointLatest(ctx, r.JobID)
+		if err != nil {
+			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", r.JobID, err)
+		}
+		c := checkpointFromRow(cp)
+		out.Checkpoint = &c
+	}
+	s.announce(ctx, []Event{eventOf(r.JobID, StateRunning, int(row.Attempt), msg, nil)})
 	return &out, nil
 }
 
@@ -321,18 +331,10 @@ func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int,
 	return int(seq), nil
 }
 
-// Succeed records the job's outputs and its success under attempt.
+// Succeed records the job's outputs and its success under attempt: one
+// statement without outputs, a transaction with them.
 func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *ArchiveRecord) error {
-	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		if outputs != nil {
-			n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
-			if err != nil {
-				return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
-			}
-			if n == 0 {
-				return nil, ErrFenced
-			}
-		}
+	succeed := func(q *db.Queries) ([]Event, error) {
 		n, err := q.JobSucceed(ctx, db.JobSucceedParams{ID: id, Attempt: int32(attempt)})
 		if err != nil {
 			return nil, fmt.Errorf("recording success of job %s: %w", id, err)
@@ -341,7 +343,25 @@ func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs 
 			return nil, ErrFenced
 		}
 		zero := 0
-		return endAttempt(ctx, q, id, attempt, OutcomeSucceeded, &zero, StateSucceeded, "succeeded")
+		return []Event{eventOf(id, StateSucceeded, attempt, "succeeded", &zero)}, nil
+	}
+	if outputs == nil {
+		events, err := succeed(s.q)
+		if err != nil {
+			return err
+		}
+		s.announce(ctx, events)
+		return nil
+	}
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
+		if err != nil {
+			return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, ErrFenced
+		}
+		return succeed(q)
 	})
 }
 

@@ -35,50 +35,6 @@ func (q *Queries) AttemptEnd(ctx context.Context, arg AttemptEndParams) error {
 	return err
 }
 
-const attemptEndLost = `-- name: AttemptEndLost :exec
-UPDATE attempts
-SET ended_at = now(), outcome = 'lost'
-WHERE job_id = $1 AND attempt < $2 AND ended_at IS NULL
-`
-
-type AttemptEndLostParams struct {
-	JobID   uuid.UUID
-	Attempt int32
-}
-
-// AttemptEndLost closes the attempts a new claim superseded: their worker
-// stopped heartbeating without saying why.
-func (q *Queries) AttemptEndLost(ctx context.Context, arg AttemptEndLostParams) error {
-	_, err := q.db.ExecContext(ctx, attemptEndLost, arg.JobID, arg.Attempt)
-	return err
-}
-
-const attemptInsert = `-- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool)
-VALUES ($1, $2, $3, $4, $5, $6)
-`
-
-type AttemptInsertParams struct {
-	JobID    uuid.UUID
-	Attempt  int32
-	WorkerID string
-	Host     string
-	Pid      int32
-	Pool     string
-}
-
-func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) error {
-	_, err := q.db.ExecContext(ctx, attemptInsert,
-		arg.JobID,
-		arg.Attempt,
-		arg.WorkerID,
-		arg.Host,
-		arg.Pid,
-		arg.Pool,
-	)
-	return err
-}
-
 const attemptListByJob = `-- name: AttemptListByJob :many
 SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code FROM attempts WHERE job_id = $1 ORDER BY attempt
 `

@@ -7,40 +7,10 @@ package db
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 )
-
-const placementInsert = `-- name: PlacementInsert :exec
-INSERT INTO placements (job_id, version, pool, region, residency, countries, decision)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (job_id, version) DO NOTHING
-`
-
-type PlacementInsertParams struct {
-	JobID     uuid.UUID
-	Version   int32
-	Pool      string
-	Region    string
-	Residency string
-	Countries []string
-	Decision  json.RawMessage
-}
-
-func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams) error {
-	_, err := q.db.ExecContext(ctx, placementInsert,
-		arg.JobID,
-		arg.Version,
-		arg.Pool,
-		arg.Region,
-		arg.Residency,
-		pq.Array(arg.Countries),
-		arg.Decision,
-	)
-	return err
-}
 
 const placementLatest = `-- name: PlacementLatest :one
 SELECT job_id, version, pool, region, residency, countries, decision, created_at FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1

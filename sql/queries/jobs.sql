@@ -1,10 +1,23 @@
--- name: JobInsert :execrows
--- JobInsert records a new job; it inserts nothing when the id or the
--- project's idempotency key already exists, so a redelivered submission is
--- harmless.
-INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
-VALUES (@id, @project, @name, sqlc.narg('idempotency_key'), @spec, 'pending')
-ON CONFLICT DO NOTHING;
+-- name: JobInsertMany :many
+-- JobInsertMany records a batch of new jobs and their "submitted" events in
+-- one statement and returns the ids it inserted; a job whose id or project
+-- idempotency key already exists inserts nothing, so a redelivered submission
+-- is harmless. An empty idempotency key means none.
+WITH ins AS (
+    INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
+    SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'pending'
+    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@projects::text[]) AS project, unnest(@names::text[]) AS name,
+                 unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@specs::text[]) AS spec) AS u
+    ON CONFLICT DO NOTHING
+    RETURNING jobs.id
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT ins.id, 'pending', 0, 'submitted' FROM ins
+)
+SELECT ins.id FROM ins;
+
+-- name: JobListByIDs :many
+SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: JobGetByID :one
 SELECT * FROM jobs WHERE id = @id;
@@ -12,10 +25,31 @@ SELECT * FROM jobs WHERE id = @id;
 -- name: JobGetByIdempotencyKey :one
 SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_key;
 
--- name: JobSetPlaced :execrows
-UPDATE jobs
-SET state = 'placed', placement_version = @placement_version, pool = @pool, updated_at = now()
-WHERE id = @id AND state IN ('pending', 'placed');
+-- name: JobPlaceMany :many
+-- JobPlaceMany records a batch of placements, moves their jobs to placed and
+-- records the "placed" events, in one statement; it returns the jobs it
+-- placed. Jobs that are no longer pending or placed are left alone.
+-- countries holds each placement's country codes joined by commas.
+WITH u AS (
+    SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@versions::int[]) AS version, unnest(@pools::text[]) AS pool,
+           unnest(@regions::text[]) AS region, unnest(@residencies::text[]) AS residency,
+           unnest(@countries::text[]) AS countries, unnest(@decisions::text[]) AS decision
+), p AS (
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, decision)
+    SELECT u.job_id, u.version, u.pool, u.region, u.residency,
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.decision::jsonb
+    FROM u
+    ON CONFLICT (job_id, version) DO NOTHING
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
+    FROM u
+    WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed')
+    RETURNING jobs.id, jobs.pool
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'placed', 0, 'placed on pool ' || j.pool FROM j
+RETURNING job_id;
 
 -- name: JobReject :execrows
 UPDATE jobs
@@ -23,19 +57,40 @@ SET state = 'rejected', reason = @reason, updated_at = now(), finalized_at = now
 WHERE id = @id AND state = 'pending';
 
 -- name: JobClaim :one
--- JobClaim starts a new attempt. It succeeds only for the placement the
--- message was published under, and only when no other attempt holds a live
--- lease: a running job whose lease expired was lost by its worker.
+-- JobClaim starts a new attempt in one statement: it closes the attempts the
+-- claim supersedes as lost, records the new attempt and its "running" event,
+-- and returns the job. It succeeds only for the placement the message was
+-- published under, and only when no other attempt holds a live lease: a
+-- running job whose lease expired was lost by its worker. The row lock taken
+-- by the first CTE makes a concurrent claim find the job running and claim
+-- nothing.
+WITH c AS (
+    SELECT jobs.id, jobs.attempt + 1 AS attempt FROM jobs
+    WHERE jobs.id = @id
+      AND jobs.placement_version = @placement_version
+      AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+    FOR UPDATE
+), lost AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'lost'
+    FROM c
+    WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
+), a AS (
+    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool)
+    SELECT c.id, c.attempt, @worker_id, @host, @pid, @pool FROM c
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT c.id, 'running', c.attempt, @message FROM c
+)
 UPDATE jobs
-SET attempt = attempt + 1,
+SET attempt = c.attempt,
     state = 'running',
-    preemptions = preemptions + CASE WHEN state = 'running' THEN 1 ELSE 0 END,
+    preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
     lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
     updated_at = now()
-WHERE id = @id
-  AND placement_version = @placement_version
-  AND (state = 'placed' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING *;
+FROM c
+WHERE jobs.id = c.id
+RETURNING jobs.*;
 
 -- name: JobLeaseRemaining :one
 -- JobLeaseRemaining tells a worker that could not claim a job why: its state
@@ -55,9 +110,21 @@ UPDATE attempts SET heartbeat_at = now()
 WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 
 -- name: JobSucceed :execrows
-UPDATE jobs
-SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND attempt = @attempt AND state = 'running';
+-- JobSucceed records the success of the job, its attempt and the
+-- "succeeded" event in one statement, under the attempt number; a
+-- superseded attempt changes nothing and affects no rows.
+WITH j AS (
+    UPDATE jobs
+    SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
+    WHERE jobs.id = @id AND jobs.attempt = @attempt AND jobs.state = 'running'
+    RETURNING jobs.id
+), a AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'succeeded', exit_code = 0
+    WHERE attempts.job_id IN (SELECT j.id FROM j) AND attempts.attempt = @attempt AND attempts.ended_at IS NULL
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'succeeded', @attempt, 'succeeded' FROM j;
 
 -- name: JobFail :execrows
 UPDATE jobs
