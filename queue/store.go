@@ -257,44 +257,128 @@ func (e *NotClaimableError) Error() string {
 // Claim starts a new attempt of a job and closes any attempt it supersedes,
 // in one statement, and returns the latest checkpoint.
 func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
-	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool)
-	row, err := s.q.JobClaim(ctx, db.JobClaimParams{
-		ID: r.JobID, PlacementVersion: int32(r.PlacementVersion), LeaseSeconds: r.Lease.Seconds(),
-		WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool, Message: msg,
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
-		}
-		nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
-		if nc.State == StateRunning {
-			nc.LeaseLeft = time.Duration(info.LeaseSeconds * float64(time.Second))
-		}
-		return nil, nc
-	}
+	res, err := s.ClaimMany(ctx, []ClaimRequest{r})
 	if err != nil {
-		return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
-	}
-	var out Claimed
-	if out.Job, err = jobFromRow(row); err != nil {
 		return nil, err
 	}
-	// Once claimed, only this attempt can record checkpoints, so the latest
-	// one read now is the one to resume from.
-	if row.CheckpointSeq > 0 {
-		cp, err := s.q.CheckpointLatest(ctx, r.JobID)
+	return res[0].Claimed, res[0].Err
+}
+
+// ClaimResult is the outcome of one request of ClaimMany: the claimed job, or
+// why it could not be claimed (*NotClaimableError, ErrNotFound).
+type ClaimResult struct {
+	Claimed *Claimed
+	Err     error
+}
+
+// ClaimMany claims a batch of jobs for one worker: every request must name
+// the same worker, host, pid, pool and lease. Distinct jobs are claimed in
+// one statement; a job named twice is claimed (and, the second time, found
+// running) in a statement of its own. The error is for the batch as a whole;
+// each request's own outcome is in its result.
+func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	results := make([]ClaimResult, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		var round, later []int
+		seen := make(map[uuid.UUID]bool, len(pending))
+		for _, i := range pending {
+			if seen[reqs[i].JobID] {
+				later = append(later, i)
+				continue
+			}
+			seen[reqs[i].JobID] = true
+			round = append(round, i)
+		}
+		if err := s.claimRound(ctx, reqs, round, results); err != nil {
+			return nil, err
+		}
+		pending = later
+	}
+	return results, nil
+}
+
+func (s *Store) claimRound(ctx context.Context, reqs []ClaimRequest, round []int, results []ClaimResult) error {
+	first := reqs[round[0]]
+	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", first.Host, first.PID, first.Pool)
+	params := db.JobClaimManyParams{
+		LeaseSeconds: first.Lease.Seconds(), WorkerID: first.WorkerID, Host: first.Host, Pid: int32(first.PID), Pool: first.Pool, Message: msg,
+	}
+	for _, i := range round {
+		r := reqs[i]
+		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease {
+			return fmt.Errorf("claiming job %s: a batch of claims must come from one worker", r.JobID)
+		}
+		params.Ids = append(params.Ids, r.JobID)
+		params.PlacementVersions = append(params.PlacementVersions, int32(r.PlacementVersion))
+	}
+	rows, err := s.q.JobClaimMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("claiming %d jobs: %w", len(round), err)
+	}
+	claimed := make(map[uuid.UUID]db.Job, len(rows))
+	for _, row := range rows {
+		claimed[row.ID] = row
+	}
+	var events []Event
+	for _, i := range round {
+		r := reqs[i]
+		row, ok := claimed[r.JobID]
+		if !ok {
+			results[i].Err = s.whyNotClaimed(ctx, r)
+			continue
+		}
+		c, err := s.claimedFromRow(ctx, row)
 		if err != nil {
-			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", r.JobID, err)
+			return err
+		}
+		results[i].Claimed = c
+		events = append(events, eventOf(r.JobID, StateRunning, int(row.Attempt), msg, nil))
+	}
+	s.announce(ctx, events)
+	return nil
+}
+
+// whyNotClaimed explains a claim that claimed nothing.
+func (s *Store) whyNotClaimed(ctx context.Context, r ClaimRequest) error {
+	info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, err)
+	}
+	nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
+	if nc.State == StateRunning {
+		// This statement runs after the claim's: a lease that ran out in
+		// between still refused the claim, and the job is still to be run,
+		// so the caller must look again, not drop the message.
+		nc.LeaseLeft = max(time.Duration(info.LeaseSeconds*float64(time.Second)), time.Millisecond)
+	}
+	return nc
+}
+
+// claimedFromRow converts a claimed row and reads the checkpoint to resume
+// from. Once claimed, only this attempt can record checkpoints, so the
+// latest one read now is the right one.
+func (s *Store) claimedFromRow(ctx context.Context, row db.Job) (*Claimed, error) {
+	job, err := jobFromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	out := &Claimed{Job: job}
+	if row.CheckpointSeq > 0 {
+		cp, err := s.q.CheckpointLatest(ctx, row.ID)
+		if err != nil {
+			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", row.ID, err)
 		}
 		c := checkpointFromRow(cp)
 		out.Checkpoint = &c
 	}
-	s.announce(ctx, []Event{eventOf(r.JobID, StateRunning, int(row.Attempt), msg, nil)})
-	return &out, nil
+	return out, nil
 }
 
 // Heartbeat extends the attempt's lease. ErrFenced means the attempt lost the
@@ -331,27 +415,20 @@ func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int,
 	return int(seq), nil
 }
 
-// Succeed records the job's outputs and its success under attempt: one
-// statement without outputs, a transaction with them.
+// AttemptRef names one attempt of one job.
+type AttemptRef struct {
+	JobID   uuid.UUID
+	Attempt int
+}
+
+// Succeed records the job's outputs and its success under attempt.
 func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *ArchiveRecord) error {
-	succeed := func(q *db.Queries) ([]Event, error) {
-		n, err := q.JobSucceed(ctx, db.JobSucceedParams{ID: id, Attempt: int32(attempt)})
-		if err != nil {
-			return nil, fmt.Errorf("recording success of job %s: %w", id, err)
-		}
-		if n == 0 {
-			return nil, ErrFenced
-		}
-		zero := 0
-		return []Event{eventOf(id, StateSucceeded, attempt, "succeeded", &zero)}, nil
-	}
 	if outputs == nil {
-		events, err := succeed(s.q)
-		if err != nil {
-			return err
+		recorded, err := s.SucceedMany(ctx, []AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = ErrFenced
 		}
-		s.announce(ctx, events)
-		return nil
+		return err
 	}
 	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
 		n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
@@ -361,8 +438,48 @@ func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs 
 		if n == 0 {
 			return nil, ErrFenced
 		}
-		return succeed(q)
+		recorded, events, err := succeedMany(ctx, q, []AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = ErrFenced
+		}
+		return events, err
 	})
+}
+
+// SucceedMany records the success of a batch of attempts that left no
+// outputs, in one statement. recorded[i] is false when refs[i] no longer
+// owns its job (fenced out); such an attempt must not acknowledge.
+func (s *Store) SucceedMany(ctx context.Context, refs []AttemptRef) (recorded []bool, err error) {
+	recorded, events, err := succeedMany(ctx, s.q, refs)
+	if err != nil {
+		return nil, err
+	}
+	s.announce(ctx, events)
+	return recorded, nil
+}
+
+func succeedMany(ctx context.Context, q *db.Queries, refs []AttemptRef) ([]bool, []Event, error) {
+	params := db.JobSucceedManyParams{Ids: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, r := range refs {
+		params.Ids[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+	}
+	ids, err := q.JobSucceedMany(ctx, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording the success of %d jobs: %w", len(refs), err)
+	}
+	done := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	recorded := make([]bool, len(refs))
+	var events []Event
+	zero := 0
+	for i, r := range refs {
+		if recorded[i] = done[r.JobID]; recorded[i] {
+			events = append(events, eventOf(r.JobID, StateSucceeded, r.Attempt, "succeeded", &zero))
+		}
+	}
+	return recorded, events, nil
 }
 
 func endAttempt(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, outcome string, exit *int, state JobState, msg string) ([]Event, error) {

@@ -518,10 +518,11 @@ func TestSchedulerKilledMidStreamLosesNothingAndDispatchesNothingTwice(t *testin
 		t.Fatal(err)
 	}
 	server()
-	queuetest.Eventually(t, 120*time.Second, "every job to be placed", func() bool {
+	queuetest.Eventually(t, 120*time.Second, "every job to be placed and dispatched", func() bool {
 		var placed int
 		store.DB.QueryRow(`SELECT count(*) FROM jobs WHERE state = 'placed'`).Scan(&placed) //nolint:errcheck // zero on error
-		return placed == jobs
+		// A placement is recorded before its run message is published.
+		return placed == jobs && len(queuetest.RunMessages(t, n.JS)) >= jobs
 	})
 	if got := count(); got != jobs {
 		t.Fatalf("want %d jobs, got %d", jobs, got)

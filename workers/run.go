@@ -42,10 +42,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		ackDone(io, msg, log)
 		return
 	}
-	claimed, err := w.store.Claim(io, queue.ClaimRequest{
+	res, err := w.claims.call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
 	})
+	claimed := res.Claimed
+	if err == nil {
+		err = res.Err
+	}
 	var nc *queue.NotClaimableError
 	switch {
 	case errors.As(err, &nc) && nc.LeaseLeft > 0:
@@ -356,7 +360,16 @@ func (a *attempt) succeed() {
 // complete records the attempt's success (and outputs, if any) and only then
 // acknowledges the message.
 func (a *attempt) complete(rec *queue.ArchiveRecord) {
-	err := a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+	var err error
+	if rec == nil {
+		var recorded bool
+		recorded, err = a.w.successes.call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
+		if err == nil && !recorded {
+			err = queue.ErrFenced
+		}
+	} else {
+		err = a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+	}
 	if errors.Is(err, queue.ErrFenced) {
 		a.log.Warn("fenced out at completion: a newer attempt owns the job; not acknowledging")
 		if rec != nil {

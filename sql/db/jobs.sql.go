@@ -32,13 +32,16 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 	return attempt, err
 }
 
-const jobClaim = `-- name: JobClaim :one
-WITH c AS (
-    SELECT jobs.id, jobs.attempt + 1 AS attempt FROM jobs
-    WHERE jobs.id = $2
-      AND jobs.placement_version = $3
+const jobClaimMany = `-- name: JobClaimMany :many
+WITH u AS (
+    SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version
+), c AS (
+    SELECT jobs.id, jobs.attempt + 1 AS attempt
+    FROM jobs JOIN u ON jobs.id = u.id
+    WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
-    FOR UPDATE
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -62,57 +65,74 @@ WHERE jobs.id = c.id
 RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at
 `
 
-type JobClaimParams struct {
-	LeaseSeconds     float64
-	ID               uuid.UUID
-	PlacementVersion int32
-	WorkerID         string
-	Host             string
-	Pid              int32
-	Pool             string
-	Message          string
+type JobClaimManyParams struct {
+	LeaseSeconds      float64
+	Ids               []uuid.UUID
+	PlacementVersions []int32
+	WorkerID          string
+	Host              string
+	Pid               int32
+	Pool              string
+	Message           string
 }
 
-// JobClaim starts a new attempt in one statement: it closes the attempts the
-// claim supersedes as lost, records the new attempt and its "running" event,
-// and returns the job. It succeeds only for the placement the message was
+// JobClaimMany starts a new attempt of each job of a batch for one worker, in
+// one statement: it closes the attempts each claim supersedes as lost,
+// records the new attempts and their "running" events, and returns the jobs
+// it claimed. A job is claimed only for the placement its message was
 // published under, and only when no other attempt holds a live lease: a
-// running job whose lease expired was lost by its worker. The row lock taken
-// by the first CTE makes a concurrent claim find the job running and claim
-// nothing.
-func (q *Queries) JobClaim(ctx context.Context, arg JobClaimParams) (Job, error) {
-	row := q.db.QueryRowContext(ctx, jobClaim,
+// running job whose lease expired was lost by its worker. The row locks taken
+// by the first CTE make a concurrent claim of the same job find it running
+// and claim nothing. The ids must be distinct.
+func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]Job, error) {
+	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.LeaseSeconds,
-		arg.ID,
-		arg.PlacementVersion,
+		pq.Array(arg.Ids),
+		pq.Array(arg.PlacementVersions),
 		arg.WorkerID,
 		arg.Host,
 		arg.Pid,
 		arg.Pool,
 		arg.Message,
 	)
-	var i Job
-	err := row.Scan(
-		&i.ID,
-		&i.Project,
-		&i.Name,
-		&i.IdempotencyKey,
-		&i.Spec,
-		&i.State,
-		&i.Attempt,
-		&i.Errors,
-		&i.Preemptions,
-		&i.PlacementVersion,
-		&i.CheckpointSeq,
-		&i.Pool,
-		&i.ExitCode,
-		&i.Reason,
-		&i.LeaseExpiresAt,
-		&i.SubmittedAt,
-		&i.UpdatedAt,
-		&i.FinalizedAt,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobCountByState = `-- name: JobCountByState :many
@@ -641,33 +661,54 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 	return result.RowsAffected()
 }
 
-const jobSucceed = `-- name: JobSucceed :execrows
-WITH j AS (
+const jobSucceedMany = `-- name: JobSucceedMany :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt
+), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-    WHERE jobs.id = $2 AND jobs.attempt = $1 AND jobs.state = 'running'
-    RETURNING jobs.id
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'succeeded', exit_code = 0
-    WHERE attempts.job_id IN (SELECT j.id FROM j) AND attempts.attempt = $1 AND attempts.ended_at IS NULL
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
 )
 INSERT INTO job_events (job_id, state, attempt, message)
-SELECT j.id, 'succeeded', $1, 'succeeded' FROM j
+SELECT j.id, 'succeeded', j.attempt, 'succeeded' FROM j
+RETURNING job_id
 `
 
-type JobSucceedParams struct {
-	Attempt int32
-	ID      uuid.UUID
+type JobSucceedManyParams struct {
+	Ids      []uuid.UUID
+	Attempts []int32
 }
 
-// JobSucceed records the success of the job, its attempt and the
-// "succeeded" event in one statement, under the attempt number; a
-// superseded attempt changes nothing and affects no rows.
-func (q *Queries) JobSucceed(ctx context.Context, arg JobSucceedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobSucceed, arg.Attempt, arg.ID)
+// JobSucceedMany records the success of a batch of jobs, their attempts and
+// their "succeeded" events in one statement, each under its attempt number,
+// and returns the jobs it recorded; a superseded attempt changes nothing and
+// is left out of the result.
+func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobSucceedMany, pq.Array(arg.Ids), pq.Array(arg.Attempts))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected()
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var job_id uuid.UUID
+		if err := rows.Scan(&job_id); err != nil {
+			return nil, err
+		}
+		items = append(items, job_id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -56,20 +56,24 @@ UPDATE jobs
 SET state = 'rejected', reason = @reason, updated_at = now(), finalized_at = now()
 WHERE id = @id AND state = 'pending';
 
--- name: JobClaim :one
--- JobClaim starts a new attempt in one statement: it closes the attempts the
--- claim supersedes as lost, records the new attempt and its "running" event,
--- and returns the job. It succeeds only for the placement the message was
+-- name: JobClaimMany :many
+-- JobClaimMany starts a new attempt of each job of a batch for one worker, in
+-- one statement: it closes the attempts each claim supersedes as lost,
+-- records the new attempts and their "running" events, and returns the jobs
+-- it claimed. A job is claimed only for the placement its message was
 -- published under, and only when no other attempt holds a live lease: a
--- running job whose lease expired was lost by its worker. The row lock taken
--- by the first CTE makes a concurrent claim find the job running and claim
--- nothing.
-WITH c AS (
-    SELECT jobs.id, jobs.attempt + 1 AS attempt FROM jobs
-    WHERE jobs.id = @id
-      AND jobs.placement_version = @placement_version
+-- running job whose lease expired was lost by its worker. The row locks taken
+-- by the first CTE make a concurrent claim of the same job find it running
+-- and claim nothing. The ids must be distinct.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version
+), c AS (
+    SELECT jobs.id, jobs.attempt + 1 AS attempt
+    FROM jobs JOIN u ON jobs.id = u.id
+    WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
-    FOR UPDATE
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -109,22 +113,28 @@ WITH j AS (
 UPDATE attempts SET heartbeat_at = now()
 WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 
--- name: JobSucceed :execrows
--- JobSucceed records the success of the job, its attempt and the
--- "succeeded" event in one statement, under the attempt number; a
--- superseded attempt changes nothing and affects no rows.
-WITH j AS (
+-- name: JobSucceedMany :many
+-- JobSucceedMany records the success of a batch of jobs, their attempts and
+-- their "succeeded" events in one statement, each under its attempt number,
+-- and returns the jobs it recorded; a superseded attempt changes nothing and
+-- is left out of the result.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt
+), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-    WHERE jobs.id = @id AND jobs.attempt = @attempt AND jobs.state = 'running'
-    RETURNING jobs.id
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'succeeded', exit_code = 0
-    WHERE attempts.job_id IN (SELECT j.id FROM j) AND attempts.attempt = @attempt AND attempts.ended_at IS NULL
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
 )
 INSERT INTO job_events (job_id, state, attempt, message)
-SELECT j.id, 'succeeded', @attempt, 'succeeded' FROM j;
+SELECT j.id, 'succeeded', j.attempt, 'succeeded' FROM j
+RETURNING job_id;
 
 -- name: JobFail :execrows
 UPDATE jobs
