@@ -62,6 +62,16 @@ test-policy: ## Run the placement policy, adapter and plan tests
 bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and on a prepared OfferSet
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
 
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: build ## Benchmark gpuq side by side with River on embedded NATS and durable PostgreSQL (~20 min; BENCH_FLAGS adds flags)
+	cd bench && $(GO) run . -gpuq ../$(BIN) -repo .. $(BENCH_FLAGS)
+
+.PHONY: bench-quick
+bench-quick: build ## The same benchmarks with small counts, one run each (about a minute)
+	cd bench && $(GO) run . -gpuq ../$(BIN) -repo .. -jobs 3000 -process-jobs 200 -latency-jobs 500 -rate 100 -trials 3 -runs 1 $(BENCH_FLAGS)
+
 TRACES ?= ../shared/traces
 
 .PHONY: sim-report

@@ -44,6 +44,18 @@ type Spec struct {
 // Command is the job's argv. A single string runs through /bin/sh -c.
 type Command []string
 
+// NoopCommand is the command of gpuq's one built-in job: the worker runs it
+// in-process instead of starting a program, through the same fenced claim,
+// durable success record and acknowledgement as any other job. It measures
+// the queue's own cost per job and checks a pool end to end.
+const NoopCommand = "gpuq:noop"
+
+// builtinPrefix marks commands the worker runs in-process.
+const builtinPrefix = "gpuq:"
+
+// IsNoop reports whether the spec is the built-in no-op job.
+func (s *Spec) IsNoop() bool { return len(s.Command) == 1 && s.Command[0] == NoopCommand }
+
 // UnmarshalJSON accepts a list of strings or one shell string.
 func (c *Command) UnmarshalJSON(b []byte) error {
 	var s string
@@ -450,6 +462,8 @@ func (s *Spec) Validate() error {
 		bad("spec.command", "must not be empty: give the program and its arguments, e.g. [python, train.py]")
 	} else if s.Command[0] == "" {
 		bad("spec.command[0]", "must name the program to run")
+	} else if strings.HasPrefix(s.Command[0], builtinPrefix) && !s.IsNoop() {
+		bad("spec.command", "%q is not a built-in job; the only one is [%s], without arguments", strings.Join(s.Command, " "), NoopCommand)
 	}
 	for k := range s.Env {
 		if !envNameRe.MatchString(k) {

@@ -28,6 +28,8 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"bad project", "command: [echo]\nproject: My Project\n", "spec.project", "lower-case"},
 		{"not a mapping", "- a\n- b\n", "spec", "must be a mapping"},
 		{"negative retries", "command: [echo]\nretries: {max_errors: -1}\n", "spec.retries.max_errors", "must be 0–100"},
+		{"unknown built-in", "command: [\"gpuq:sleep\"]\n", "spec.command", "not a built-in job"},
+		{"built-in with arguments", "command: [\"gpuq:noop\", x]\n", "spec.command", "without arguments"},
 		{"oversize", "command: [echo]\nenv: {A: \"" + strings.Repeat("x", 10<<20) + "\"}\n", "spec", "over the 262144-byte limit"},
 	}
 	for _, c := range cases {
@@ -90,6 +92,28 @@ inputs: [{uri: "s3://bucket/imagenet", region: eu-central-1, bytes: 150000000000
 	}
 	if strings.Join(def.Command, " ") != "/bin/sh -c echo hi" {
 		t.Fatalf("a string command runs through the shell, got %q", def.Command)
+	}
+}
+
+func TestNoopIsTheOnlyBuiltInCommand(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		spec string
+		noop bool
+	}{
+		{`command: ["gpuq:noop"]`, true},
+		{`command: "gpuq:noop"`, false}, // a shell string runs /bin/sh, which has no built-ins
+		{`command: [/bin/true]`, false},
+		{`command: [echo, "gpuq:noop"]`, false},
+	}
+	for _, c := range cases {
+		spec, err := ParseSpec([]byte(c.spec))
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		if spec.IsNoop() != c.noop {
+			t.Errorf("%s: IsNoop() = %v, want %v", c.spec, spec.IsNoop(), c.noop)
+		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,7 +81,12 @@ func (s *Store) inTx(ctx context.Context, fn func(q *db.Queries) ([]Event, error
 
 func recordEvent(ctx context.Context, q *db.Queries, id uuid.UUID, state JobState, attempt int, msg string, exit *int) (Event, error) {
 	err := q.JobEventInsert(ctx, db.JobEventInsertParams{JobID: id, State: db.JobState(state), Attempt: int32(attempt), Message: msg})
-	return Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}, err
+	return eventOf(id, state, attempt, msg, exit), err
+}
+
+// eventOf is the announcement of an event a statement recorded.
+func eventOf(id uuid.UUID, state JobState, attempt int, msg string, exit *int) Event {
+	return Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}
 }
 
 // NewJob is a validated submission about to be recorded.
@@ -88,56 +95,62 @@ type NewJob struct {
 	Spec *Spec
 }
 
-// RecordJobs records a batch of submissions in one transaction. A submission
-// whose id or idempotency key is already recorded inserts nothing; the
-// existing job is returned in its place, so redelivery and re-runs are harmless.
+// RecordJobs records a batch of submissions in one transaction of three
+// statements, whatever the batch size. A submission whose id or idempotency
+// key is already recorded inserts nothing; the existing job is returned in
+// its place, so redelivery and re-runs are harmless.
 func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
+	params := db.JobInsertManyParams{
+		Ids: make([]uuid.UUID, len(jobs)), Projects: make([]string, len(jobs)), Names: make([]string, len(jobs)),
+		IdempotencyKeys: make([]string, len(jobs)), Specs: make([]string, len(jobs)),
+	}
+	var projects []string
+	for i, nj := range jobs {
+		spec, err := json.Marshal(nj.Spec)
+		if err != nil {
+			return nil, err
+		}
+		params.Ids[i], params.Projects[i], params.Names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
+		params.IdempotencyKeys[i], params.Specs[i] = nj.Spec.IdempotencyKey, string(spec)
+		if !slices.Contains(projects, nj.Spec.Project) {
+			projects = append(projects, nj.Spec.Project)
+		}
+	}
+	// Sorted, so that concurrent schedulers lock project rows in one order.
+	slices.Sort(projects)
 	out := make([]*Job, len(jobs))
 	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		var events []Event
-		projects := map[string]bool{}
+		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
+			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
+		}
+		inserted, err := q.JobInsertMany(ctx, params)
+		if err != nil {
+			return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
+		}
+		rows, err := q.JobListByIDs(ctx, params.Ids)
+		if err != nil {
+			return nil, fmt.Errorf("reading %d recorded jobs: %w", len(jobs), err)
+		}
+		byID := make(map[uuid.UUID]db.Job, len(rows))
+		for _, r := range rows {
+			byID[r.ID] = r
+		}
 		for i, nj := range jobs {
-			if !projects[nj.Spec.Project] {
-				if err := q.ProjectEnsure(ctx, nj.Spec.Project); err != nil {
-					return nil, fmt.Errorf("recording project %s: %w", nj.Spec.Project, err)
-				}
-				projects[nj.Spec.Project] = true
+			row, ok := byID[nj.ID]
+			if !ok && nj.Spec.IdempotencyKey != "" {
+				row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
+				ok = err == nil
 			}
-			spec, err := json.Marshal(nj.Spec)
-			if err != nil {
-				return nil, err
-			}
-			n, err := q.JobInsert(ctx, db.JobInsertParams{
-				ID: nj.ID, Project: nj.Spec.Project, Name: nj.Spec.Name,
-				IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: nj.Spec.IdempotencyKey != ""},
-				Spec:           spec,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("recording job %s: %w", nj.ID, err)
-			}
-			var row db.Job
-			if n == 1 {
-				ev, err := recordEvent(ctx, q, nj.ID, StatePending, 0, "submitted", nil)
-				if err != nil {
-					return nil, err
-				}
-				events = append(events, ev)
-				row, err = q.JobGetByID(ctx, nj.ID)
-				if err != nil {
-					return nil, err
-				}
-			} else {
-				row, err = q.JobGetByID(ctx, nj.ID)
-				if errors.Is(err, sql.ErrNoRows) && nj.Spec.IdempotencyKey != "" {
-					row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
-				}
-				if err != nil {
-					return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, err)
-				}
+			if !ok {
+				return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, errors.Join(err, ErrNotFound))
 			}
 			if out[i], err = jobFromRow(row); err != nil {
 				return nil, err
 			}
+		}
+		events := make([]Event, len(inserted))
+		for i, id := range inserted {
+			events[i] = eventOf(id, StatePending, 0, "submitted", nil)
 		}
 		return events, nil
 	})
@@ -154,49 +167,51 @@ type PlacedJob struct {
 }
 
 // RecordPlacements moves each job to its next placement and stores the
-// placement with its decision, in one transaction. A job that is running or
-// finished, or was placed again meanwhile, is left alone; the returned slice
-// holds the placements that took effect.
+// placement with its decision and price, in one statement. A job that is
+// running or finished, or was placed again meanwhile, is left alone; the
+// returned slice holds the placements that took effect.
 func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]PlacedJob, error) {
-	var done []PlacedJob
-	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		done = done[:0]
-		var events []Event
-		for _, p := range placed {
-			n, err := q.JobSetPlaced(ctx, db.JobSetPlacedParams{ID: p.JobID, PlacementVersion: int32(p.Placement.Version), Pool: sql.NullString{String: p.Placement.Pool, Valid: true}})
-			if err != nil {
-				return nil, fmt.Errorf("placing job %s: %w", p.JobID, err)
-			}
-			if n == 0 {
-				continue
-			}
-			decision := p.Placement.Decision
-			if len(decision) == 0 {
-				decision = []byte("{}")
-			}
-			if err := q.PlacementInsert(ctx, db.PlacementInsertParams{
-				JobID: p.JobID, Version: int32(p.Placement.Version), Pool: p.Placement.Pool,
-				Region: p.Placement.Region, Residency: p.Placement.Residency, Countries: nonNil(p.Placement.Countries),
-				PriceMicros: p.Placement.PriceMicros, Currency: p.Placement.Currency, Decision: decision,
-			}); err != nil {
-				return nil, fmt.Errorf("recording placement of job %s: %w", p.JobID, err)
-			}
-			msg := "placed on pool " + p.Placement.Pool
-			if p.Placement.Version > 1 {
-				msg = fmt.Sprintf("re-placed on pool %s (placement %d)", p.Placement.Pool, p.Placement.Version)
-			}
-			ev, err := recordEvent(ctx, q, p.JobID, StatePlaced, 0, msg, nil)
-			if err != nil {
-				return nil, err
-			}
-			events = append(events, ev)
-			done = append(done, p)
-		}
-		return events, nil
-	})
-	if err != nil {
-		return nil, err
+	if len(placed) == 0 {
+		return nil, nil
 	}
+	n := len(placed)
+	params := db.JobPlaceManyParams{
+		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: make([]string, n), Regions: make([]string, n),
+		Residencies: make([]string, n), Countries: make([]string, n), PriceMicros: make([]int64, n),
+		Currencies: make([]string, n), Decisions: make([]string, n),
+	}
+	byID := make(map[uuid.UUID]PlacedJob, n)
+	for i, p := range placed {
+		decision := p.Placement.Decision
+		if len(decision) == 0 {
+			decision = []byte("{}")
+		}
+		for _, c := range p.Placement.Countries {
+			if strings.Contains(c, ",") {
+				return nil, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
+			}
+		}
+		params.JobIds[i], params.Versions[i], params.Pools[i] = p.JobID, int32(p.Placement.Version), p.Placement.Pool
+		params.Regions[i], params.Residencies[i] = p.Placement.Region, p.Placement.Residency
+		params.Countries[i], params.Decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
+		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
+		byID[p.JobID] = p
+	}
+	ids, err := s.q.JobPlaceMany(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("recording %d placements: %w", n, err)
+	}
+	done := make([]PlacedJob, len(ids))
+	events := make([]Event, len(ids))
+	for i, id := range ids {
+		p := byID[id]
+		msg := "placed on pool " + p.Placement.Pool
+		if p.Placement.Version > 1 {
+			msg = fmt.Sprintf("re-placed on pool %s (placement %d)", p.Placement.Pool, p.Placement.Version)
+		}
+		done[i], events[i] = p, eventOf(id, StatePlaced, 0, msg, nil)
+	}
+	s.announce(ctx, events)
 	return done, nil
 }
 
@@ -253,59 +268,132 @@ func (e *NotClaimableError) Error() string {
 	return fmt.Sprintf("the job is %s", e.State)
 }
 
-// Claim starts a new attempt of a job, closes any attempt it supersedes, and
-// returns the latest checkpoint, all in one transaction.
+// Claim starts a new attempt of a job and closes any attempt it supersedes,
+// in one statement, and returns the latest checkpoint.
 func (s *Store) Claim(ctx context.Context, r ClaimRequest) (*Claimed, error) {
-	var out Claimed
-	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		row, err := q.JobClaim(ctx, db.JobClaimParams{ID: r.JobID, PlacementVersion: int32(r.PlacementVersion), LeaseSeconds: r.Lease.Seconds()})
-		if errors.Is(err, sql.ErrNoRows) {
-			info, err := q.JobLeaseRemaining(ctx, r.JobID)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
-			}
-			nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
-			if nc.State == StateRunning {
-				nc.LeaseLeft = time.Duration(info.LeaseSeconds * float64(time.Second))
-			}
-			return nil, nc
-		}
-		if err != nil {
-			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
-		}
-		if err := q.AttemptEndLost(ctx, db.AttemptEndLostParams{JobID: r.JobID, Attempt: row.Attempt}); err != nil {
-			return nil, err
-		}
-		if err := q.AttemptInsert(ctx, db.AttemptInsertParams{JobID: r.JobID, Attempt: row.Attempt, WorkerID: r.WorkerID, Host: r.Host, Pid: int32(r.PID), Pool: r.Pool,
-			NodeID: r.NodeID, CanaryRunID: sql.NullInt64{Int64: r.CanaryRunID, Valid: r.CanaryRunID != 0},
-			PlacementVersion: int32(r.PlacementVersion)}); err != nil {
-			return nil, fmt.Errorf("recording attempt %d of job %s: %w", row.Attempt, r.JobID, err)
-		}
-		ev, err := recordEvent(ctx, q, r.JobID, StateRunning, int(row.Attempt), fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool), nil)
-		if err != nil {
-			return nil, err
-		}
-		if out.Job, err = jobFromRow(row); err != nil {
-			return nil, err
-		}
-		cp, err := q.CheckpointLatest(ctx, r.JobID)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return nil, err
-		default:
-			c := checkpointFromRow(cp)
-			out.Checkpoint = &c
-		}
-		return []Event{ev}, nil
-	})
+	res, err := s.ClaimMany(ctx, []ClaimRequest{r})
 	if err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return res[0].Claimed, res[0].Err
+}
+
+// ClaimResult is the outcome of one request of ClaimMany: the claimed job, or
+// why it could not be claimed (*NotClaimableError, ErrNotFound).
+type ClaimResult struct {
+	Claimed *Claimed
+	Err     error
+}
+
+// ClaimMany claims a batch of jobs for one worker: every request must name
+// the same worker, host, pid, pool and lease. Distinct jobs are claimed in
+// one statement; a job named twice is claimed (and, the second time, found
+// running) in a statement of its own. The error is for the batch as a whole;
+// each request's own outcome is in its result.
+func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	results := make([]ClaimResult, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		var round, later []int
+		seen := make(map[uuid.UUID]bool, len(pending))
+		for _, i := range pending {
+			if seen[reqs[i].JobID] {
+				later = append(later, i)
+				continue
+			}
+			seen[reqs[i].JobID] = true
+			round = append(round, i)
+		}
+		if err := s.claimRound(ctx, reqs, round, results); err != nil {
+			return nil, err
+		}
+		pending = later
+	}
+	return results, nil
+}
+
+func (s *Store) claimRound(ctx context.Context, reqs []ClaimRequest, round []int, results []ClaimResult) error {
+	first := reqs[round[0]]
+	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", first.Host, first.PID, first.Pool)
+	params := db.JobClaimManyParams{
+		LeaseSeconds: first.Lease.Seconds(), WorkerID: first.WorkerID, Host: first.Host, Pid: int32(first.PID), Pool: first.Pool, Message: msg,
+		NodeID: first.NodeID, CanaryRunID: sql.NullInt64{Int64: first.CanaryRunID, Valid: first.CanaryRunID != 0},
+	}
+	for _, i := range round {
+		r := reqs[i]
+		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease {
+			return fmt.Errorf("claiming job %s: a batch of claims must come from one worker", r.JobID)
+		}
+		params.Ids = append(params.Ids, r.JobID)
+		params.PlacementVersions = append(params.PlacementVersions, int32(r.PlacementVersion))
+	}
+	rows, err := s.q.JobClaimMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("claiming %d jobs: %w", len(round), err)
+	}
+	claimed := make(map[uuid.UUID]db.Job, len(rows))
+	for _, row := range rows {
+		claimed[row.ID] = row
+	}
+	var events []Event
+	for _, i := range round {
+		r := reqs[i]
+		row, ok := claimed[r.JobID]
+		if !ok {
+			results[i].Err = s.whyNotClaimed(ctx, r)
+			continue
+		}
+		c, err := s.claimedFromRow(ctx, row)
+		if err != nil {
+			return err
+		}
+		results[i].Claimed = c
+		events = append(events, eventOf(r.JobID, StateRunning, int(row.Attempt), msg, nil))
+	}
+	s.announce(ctx, events)
+	return nil
+}
+
+// whyNotClaimed explains a claim that claimed nothing.
+func (s *Store) whyNotClaimed(ctx context.Context, r ClaimRequest) error {
+	info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, err)
+	}
+	nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
+	if nc.State == StateRunning {
+		// This statement runs after the claim's: a lease that ran out in
+		// between still refused the claim, and the job is still to be run,
+		// so the caller must look again, not drop the message.
+		nc.LeaseLeft = max(time.Duration(info.LeaseSeconds*float64(time.Second)), time.Millisecond)
+	}
+	return nc
+}
+
+// claimedFromRow converts a claimed row and reads the checkpoint to resume
+// from. Once claimed, only this attempt can record checkpoints, so the
+// latest one read now is the right one.
+func (s *Store) claimedFromRow(ctx context.Context, row db.Job) (*Claimed, error) {
+	job, err := jobFromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	out := &Claimed{Job: job}
+	if row.CheckpointSeq > 0 {
+		cp, err := s.q.CheckpointLatest(ctx, row.ID)
+		if err != nil {
+			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", row.ID, err)
+		}
+		c := checkpointFromRow(cp)
+		out.Checkpoint = &c
+	}
+	return out, nil
 }
 
 // Heartbeat extends the attempt's lease. ErrFenced means the attempt lost the
@@ -342,28 +430,71 @@ func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int,
 	return int(seq), nil
 }
 
+// AttemptRef names one attempt of one job.
+type AttemptRef struct {
+	JobID   uuid.UUID
+	Attempt int
+}
+
 // Succeed records the job's outputs and its success under attempt.
 func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *ArchiveRecord) error {
-	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
-		if outputs != nil {
-			n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
-			if err != nil {
-				return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
-			}
-			if n == 0 {
-				return nil, ErrFenced
-			}
+	if outputs == nil {
+		recorded, err := s.SucceedMany(ctx, []AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = ErrFenced
 		}
-		n, err := q.JobSucceed(ctx, db.JobSucceedParams{ID: id, Attempt: int32(attempt)})
+		return err
+	}
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
 		if err != nil {
-			return nil, fmt.Errorf("recording success of job %s: %w", id, err)
+			return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
 		}
 		if n == 0 {
 			return nil, ErrFenced
 		}
-		zero := 0
-		return endAttempt(ctx, q, id, attempt, OutcomeSucceeded, &zero, StateSucceeded, "succeeded")
+		recorded, events, err := succeedMany(ctx, q, []AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = ErrFenced
+		}
+		return events, err
 	})
+}
+
+// SucceedMany records the success of a batch of attempts that left no
+// outputs, in one statement. recorded[i] is false when refs[i] no longer
+// owns its job (fenced out); such an attempt must not acknowledge.
+func (s *Store) SucceedMany(ctx context.Context, refs []AttemptRef) (recorded []bool, err error) {
+	recorded, events, err := succeedMany(ctx, s.q, refs)
+	if err != nil {
+		return nil, err
+	}
+	s.announce(ctx, events)
+	return recorded, nil
+}
+
+func succeedMany(ctx context.Context, q *db.Queries, refs []AttemptRef) ([]bool, []Event, error) {
+	params := db.JobSucceedManyParams{Ids: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, r := range refs {
+		params.Ids[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+	}
+	ids, err := q.JobSucceedMany(ctx, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording the success of %d jobs: %w", len(refs), err)
+	}
+	done := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	recorded := make([]bool, len(refs))
+	var events []Event
+	zero := 0
+	for i, r := range refs {
+		if recorded[i] = done[r.JobID]; recorded[i] {
+			events = append(events, eventOf(r.JobID, StateSucceeded, r.Attempt, "succeeded", &zero))
+		}
+	}
+	return recorded, events, nil
 }
 
 func endAttempt(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, outcome string, exit *int, state JobState, msg string) ([]Event, error) {

@@ -219,3 +219,59 @@ func TestCancelFinalisesOnlyUnfinishedJobs(t *testing.T) {
 		t.Fatalf("unknown job: want ErrNotFound, got %v", err)
 	}
 }
+
+func TestClaimManyClaimsEachJobOnceAndSucceedManyFencesStaleAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	a, b, done := placedJob(t, s), placedJob(t, s), placedJob(t, s)
+	req := func(id uuid.UUID) queue.ClaimRequest {
+		return queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Hour, WorkerID: "w", Host: "h", PID: 1, Pool: "p"}
+	}
+	if _, err := claim(t, s, done, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// a is named twice, as a redelivered message would name it.
+	res, err := s.ClaimMany(ctx, []queue.ClaimRequest{req(a), req(b), req(a), req(done), req(uuid.New())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc *queue.NotClaimableError
+	switch {
+	case res[0].Err != nil || res[0].Claimed.Job.Attempt != 1:
+		t.Fatalf("a: want attempt 1, got %+v", res[0])
+	case res[1].Err != nil || res[1].Claimed.Job.Attempt != 1:
+		t.Fatalf("b: want attempt 1, got %+v", res[1])
+	case !errors.As(res[2].Err, &nc) || nc.LeaseLeft <= 0:
+		t.Fatalf("a named again must find it running under a live lease, got %v", res[2].Err)
+	case !errors.As(res[3].Err, &nc) || nc.LeaseLeft <= 0:
+		t.Fatalf("a job claimed earlier must not be claimed again, got %v", res[3].Err)
+	case !errors.Is(res[4].Err, queue.ErrNotFound):
+		t.Fatalf("an unknown job: want ErrNotFound, got %v", res[4].Err)
+	}
+	if _, err := s.ClaimMany(ctx, []queue.ClaimRequest{req(a), {JobID: b, PlacementVersion: 1, Lease: time.Hour, WorkerID: "other"}}); err == nil {
+		t.Fatal("a batch mixing two workers must be refused")
+	}
+	expireLease(t, s, b)
+	if _, err := claim(t, s, b, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := s.SucceedMany(ctx, []queue.AttemptRef{{JobID: a, Attempt: 1}, {JobID: b, Attempt: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !recorded[0] || recorded[1] {
+		t.Fatalf("want a recorded and b's superseded attempt 1 fenced, got %v", recorded)
+	}
+	if j, _ := s.Job(ctx, b); j.State != queue.StateRunning || j.Attempt != 2 {
+		t.Fatalf("a fenced success must not touch the job: %+v", j)
+	}
+	attempts, err := s.Attempts(ctx, a)
+	if err != nil || len(attempts) != 1 || attempts[0].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("a: want one succeeded attempt, got %+v (%v)", attempts, err)
+	}
+	attempts, err = s.Attempts(ctx, b)
+	if err != nil || len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeLost || attempts[1].EndedAt != nil {
+		t.Fatalf("b: want attempt 1 lost and attempt 2 running, got %+v (%v)", attempts, err)
+	}
+}

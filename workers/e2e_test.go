@@ -278,6 +278,23 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 	})
 }
 
+func TestBuiltInNoopSucceedsThroughTheClaimAndIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, time.Second)
+	ids := []uuid.UUID{c.submit(t, "command: [\"gpuq:noop\"]\n"), c.submit(t, "command: [\"gpuq:noop\"]\n")}
+	for _, id := range ids {
+		job := c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+		attempts := c.attempts(t, id)
+		if job.Attempt != 1 || len(attempts) != 1 || attempts[0].Outcome != queue.OutcomeSucceeded || attempts[0].EndedAt == nil {
+			t.Fatalf("want one attempt recorded as succeeded, got job %+v attempts %+v", job, attempts)
+		}
+	}
+	queuetest.Eventually(t, 5*time.Second, "the run messages to be acknowledged", func() bool {
+		return len(queuetest.RunMessages(t, c.n.JS)) == 0
+	})
+}
+
 func TestKilledWorkerIsReplacedAndTheJobResumesFromItsLatestCheckpoint(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)

@@ -42,11 +42,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		ackDone(io, msg, log)
 		return
 	}
-	claimed, err := w.store.Claim(io, queue.ClaimRequest{
+	res, err := w.claims.call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
 		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(),
 	})
+	claimed := res.Claimed
+	if err == nil {
+		err = res.Err
+	}
 	var nc *queue.NotClaimableError
 	switch {
 	case errors.As(err, &nc) && nc.LeaseLeft > 0:
@@ -78,6 +82,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	a := &attempt{w: w, msg: msg, job: job, log: log, io: io}
+	if job.Spec.IsNoop() {
+		// Nothing to start, restore or upload; the success is still recorded
+		// under the attempt before the message is acknowledged.
+		a.complete(nil)
+		return
+	}
 	a.run(ctx, claimed.Checkpoint)
 }
 
@@ -345,7 +355,22 @@ func (a *attempt) succeed() {
 			return
 		}
 	}
-	err := a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+	a.complete(rec)
+}
+
+// complete records the attempt's success (and outputs, if any) and only then
+// acknowledges the message.
+func (a *attempt) complete(rec *queue.ArchiveRecord) {
+	var err error
+	if rec == nil {
+		var recorded bool
+		recorded, err = a.w.successes.call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
+		if err == nil && !recorded {
+			err = queue.ErrFenced
+		}
+	} else {
+		err = a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+	}
 	if errors.Is(err, queue.ErrFenced) {
 		a.log.Warn("fenced out at completion: a newer attempt owns the job; not acknowledging")
 		if rec != nil {

@@ -110,6 +110,10 @@ func (c Config) validate() error {
 	return nil
 }
 
+// maxPulls bounds a worker's outstanding pull requests, well inside the
+// consumer's MaxWaiting.
+const maxPulls = 8
+
 // Worker pulls a pool's jobs and runs them.
 type Worker struct {
 	cfg      Config
@@ -123,6 +127,8 @@ type Worker struct {
 	canary *canaryGate
 	// ownDataDir is true when the worker made its data directory up.
 	ownDataDir bool
+	claims     *batcher[queue.ClaimRequest, queue.ClaimResult]
+	successes  *batcher[queue.AttemptRef, bool]
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
@@ -136,7 +142,8 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, 
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir}, nil
+	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir,
+		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany)}, nil
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
@@ -155,6 +162,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	w.cfg.Logger.Info("worker ready", "pool", w.cfg.Pool, "slots", w.cfg.Slots, "region", w.cfg.Region, "worker", w.cfg.WorkerID, "node", w.cfg.NodeID)
+	// The batchers outlive every attempt: they stop after running.Wait.
+	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBatchers()
+	go w.claims.run(batchCtx)
+	go w.successes.run(batchCtx)
 	var running sync.WaitGroup
 	defer running.Wait()
 	if w.ownDataDir {
@@ -162,6 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer os.RemoveAll(w.cfg.DataDir)
 	}
 	slots := make(chan struct{}, w.cfg.Slots)
+	pulls := make(chan struct{}, maxPulls)
 	for ctx.Err() == nil {
 		if w.canary != nil {
 			ready, err := w.canaryReady(ctx)
@@ -187,10 +200,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			break
 		}
+		select {
+		case pulls <- struct{}{}:
+		case <-ctx.Done():
+			for range n {
+				<-slots
+			}
+			continue
+		}
 		fetchCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
 		if err != nil {
 			cancel()
+			<-pulls
 			for range n {
 				<-slots
 			}
@@ -204,27 +226,36 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			if ctx.Err() != nil {
-				// Pulled after the notice: hand it straight back.
-				msg.Nak() //nolint:errcheck // redelivered after AckWait otherwise
-				<-slots
-				continue
+		// The batch is consumed in the background, so that a slot freed
+		// meanwhile is offered in a new pull at once rather than after this
+		// one ends. The puller counts as running until it has started every
+		// attempt it pulled, so running.Wait sees them all.
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() { <-pulls }()
+			defer cancel()
+			got := 0
+			for msg := range batch.Messages() {
+				got++
+				if ctx.Err() != nil {
+					// Pulled after the notice: hand it straight back.
+					msg.Nak() //nolint:errcheck // redelivered after AckWait otherwise
+					<-slots
+					continue
+				}
+				running.Add(1)
+				go func() {
+					defer running.Done()
+					defer func() { <-slots }()
+					w.handle(ctx, msg)
+					w.jobDone()
+				}()
 			}
-			running.Add(1)
-			go func() {
-				defer running.Done()
-				defer func() { <-slots }()
-				w.handle(ctx, msg)
-				w.jobDone()
-			}()
-		}
-		cancel()
-		for range n - got {
-			<-slots
-		}
+			for range n - got {
+				<-slots
+			}
+		}()
 	}
 	return nil
 }

@@ -36,60 +36,6 @@ func (q *Queries) AttemptEnd(ctx context.Context, arg AttemptEndParams) error {
 	return err
 }
 
-const attemptEndLost = `-- name: AttemptEndLost :exec
-UPDATE attempts
-SET ended_at = now(), outcome = 'lost'
-WHERE job_id = $1 AND attempt < $2 AND ended_at IS NULL
-`
-
-type AttemptEndLostParams struct {
-	JobID   uuid.UUID
-	Attempt int32
-}
-
-// AttemptEndLost closes the attempts a new claim superseded: their worker
-// stopped heartbeating without saying why.
-func (q *Queries) AttemptEndLost(ctx context.Context, arg AttemptEndLostParams) error {
-	_, err := q.db.ExecContext(ctx, attemptEndLost, arg.JobID, arg.Attempt)
-	return err
-}
-
-const attemptInsert = `-- name: AttemptInsert :exec
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8,
-       COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
-FROM (SELECT 1) one
-LEFT JOIN placements p ON p.job_id = $1 AND p.version = $9
-`
-
-type AttemptInsertParams struct {
-	JobID            uuid.UUID
-	Attempt          int32
-	WorkerID         string
-	Host             string
-	Pid              int32
-	Pool             string
-	NodeID           string
-	CanaryRunID      sql.NullInt64
-	PlacementVersion int32
-}
-
-// AttemptInsert starts an attempt at the price of the placement it runs under.
-func (q *Queries) AttemptInsert(ctx context.Context, arg AttemptInsertParams) error {
-	_, err := q.db.ExecContext(ctx, attemptInsert,
-		arg.JobID,
-		arg.Attempt,
-		arg.WorkerID,
-		arg.Host,
-		arg.Pid,
-		arg.Pool,
-		arg.NodeID,
-		arg.CanaryRunID,
-		arg.PlacementVersion,
-	)
-	return err
-}
-
 const attemptListByJob = `-- name: AttemptListByJob :many
 SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency FROM attempts WHERE job_id = $1 ORDER BY attempt
 `

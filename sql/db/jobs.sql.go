@@ -8,9 +8,9 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
 
 const jobCancel = `-- name: JobCancel :one
@@ -32,52 +32,116 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 	return attempt, err
 }
 
-const jobClaim = `-- name: JobClaim :one
+const jobClaimMany = `-- name: JobClaimMany :many
+WITH u AS (
+    SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version
+), c AS (
+    SELECT jobs.id, jobs.attempt + 1 AS attempt
+    FROM jobs JOIN u ON jobs.id = u.id
+    WHERE jobs.placement_version = u.placement_version
+      AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs
+), lost AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'lost'
+    FROM c
+    WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
+), a AS (
+    -- Each attempt runs at the price of the placement it was claimed under.
+    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
+    SELECT c.id, c.attempt, $4, $5, $6, $7, $8, $9,
+           COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+    FROM c
+    JOIN u ON u.id = c.id
+    LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT c.id, 'running', c.attempt, $10 FROM c
+)
 UPDATE jobs
-SET attempt = attempt + 1,
+SET attempt = c.attempt,
     state = 'running',
-    preemptions = preemptions + CASE WHEN state = 'running' THEN 1 ELSE 0 END,
+    preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
     lease_expires_at = now() + make_interval(secs => $1::float8),
     updated_at = now()
-WHERE id = $2
-  AND placement_version = $3
-  AND (state = 'placed' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at
+FROM c
+WHERE jobs.id = c.id
+RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at
 `
 
-type JobClaimParams struct {
-	LeaseSeconds     float64
-	ID               uuid.UUID
-	PlacementVersion int32
+type JobClaimManyParams struct {
+	LeaseSeconds      float64
+	Ids               []uuid.UUID
+	PlacementVersions []int32
+	WorkerID          string
+	Host              string
+	Pid               int32
+	Pool              string
+	NodeID            string
+	CanaryRunID       sql.NullInt64
+	Message           string
 }
 
-// JobClaim starts a new attempt. It succeeds only for the placement the
-// message was published under, and only when no other attempt holds a live
-// lease: a running job whose lease expired was lost by its worker.
-func (q *Queries) JobClaim(ctx context.Context, arg JobClaimParams) (Job, error) {
-	row := q.db.QueryRowContext(ctx, jobClaim, arg.LeaseSeconds, arg.ID, arg.PlacementVersion)
-	var i Job
-	err := row.Scan(
-		&i.ID,
-		&i.Project,
-		&i.Name,
-		&i.IdempotencyKey,
-		&i.Spec,
-		&i.State,
-		&i.Attempt,
-		&i.Errors,
-		&i.Preemptions,
-		&i.PlacementVersion,
-		&i.CheckpointSeq,
-		&i.Pool,
-		&i.ExitCode,
-		&i.Reason,
-		&i.LeaseExpiresAt,
-		&i.SubmittedAt,
-		&i.UpdatedAt,
-		&i.FinalizedAt,
+// JobClaimMany starts a new attempt of each job of a batch for one worker, in
+// one statement: it closes the attempts each claim supersedes as lost,
+// records the new attempts and their "running" events, and returns the jobs
+// it claimed. A job is claimed only for the placement its message was
+// published under, and only when no other attempt holds a live lease: a
+// running job whose lease expired was lost by its worker. The row locks taken
+// by the first CTE make a concurrent claim of the same job find it running
+// and claim nothing. The ids must be distinct.
+func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]Job, error) {
+	rows, err := q.db.QueryContext(ctx, jobClaimMany,
+		arg.LeaseSeconds,
+		pq.Array(arg.Ids),
+		pq.Array(arg.PlacementVersions),
+		arg.WorkerID,
+		arg.Host,
+		arg.Pid,
+		arg.Pool,
+		arg.NodeID,
+		arg.CanaryRunID,
+		arg.Message,
 	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobCountByState = `-- name: JobCountByState :many
@@ -229,35 +293,60 @@ func (q *Queries) JobHeartbeat(ctx context.Context, arg JobHeartbeatParams) (int
 	return result.RowsAffected()
 }
 
-const jobInsert = `-- name: JobInsert :execrows
-INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
-VALUES ($1, $2, $3, $4, $5, 'pending')
-ON CONFLICT DO NOTHING
+const jobInsertMany = `-- name: JobInsertMany :many
+WITH ins AS (
+    INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
+    SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'pending'
+    FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS project, unnest($3::text[]) AS name,
+                 unnest($4::text[]) AS idempotency_key, unnest($5::text[]) AS spec) AS u
+    ON CONFLICT DO NOTHING
+    RETURNING jobs.id
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT ins.id, 'pending', 0, 'submitted' FROM ins
+)
+SELECT ins.id FROM ins
 `
 
-type JobInsertParams struct {
-	ID             uuid.UUID
-	Project        string
-	Name           string
-	IdempotencyKey sql.NullString
-	Spec           json.RawMessage
+type JobInsertManyParams struct {
+	Ids             []uuid.UUID
+	Projects        []string
+	Names           []string
+	IdempotencyKeys []string
+	Specs           []string
 }
 
-// JobInsert records a new job; it inserts nothing when the id or the
-// project's idempotency key already exists, so a redelivered submission is
-// harmless.
-func (q *Queries) JobInsert(ctx context.Context, arg JobInsertParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobInsert,
-		arg.ID,
-		arg.Project,
-		arg.Name,
-		arg.IdempotencyKey,
-		arg.Spec,
+// JobInsertMany records a batch of new jobs and their "submitted" events in
+// one statement and returns the ids it inserted; a job whose id or project
+// idempotency key already exists inserts nothing, so a redelivered submission
+// is harmless. An empty idempotency key means none.
+func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobInsertMany,
+		pq.Array(arg.Ids),
+		pq.Array(arg.Projects),
+		pq.Array(arg.Names),
+		pq.Array(arg.IdempotencyKeys),
+		pq.Array(arg.Specs),
 	)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected()
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobLeaseRemaining = `-- name: JobLeaseRemaining :one
@@ -297,6 +386,52 @@ type JobListParams struct {
 
 func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]Job, error) {
 	rows, err := q.db.QueryContext(ctx, jobList, arg.State, arg.Project, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListByIDs = `-- name: JobListByIDs :many
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = ANY($1::uuid[])
+`
+
+func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]Job, error) {
+	rows, err := q.db.QueryContext(ctx, jobListByIDs, pq.Array(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +545,84 @@ func (q *Queries) JobMarkDead(ctx context.Context, arg JobMarkDeadParams) (int64
 	return result.RowsAffected()
 }
 
+const jobPlaceMany = `-- name: JobPlaceMany :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS job_id, unnest($2::int[]) AS version, unnest($3::text[]) AS pool,
+           unnest($4::text[]) AS region, unnest($5::text[]) AS residency,
+           unnest($6::text[]) AS countries, unnest($7::bigint[]) AS price_micros,
+           unnest($8::text[]) AS currency, unnest($9::text[]) AS decision
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
+    FROM u
+    WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
+    RETURNING jobs.id, jobs.pool, jobs.placement_version
+), p AS (
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+    SELECT u.job_id, u.version, u.pool, u.region, u.residency,
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb
+    FROM u JOIN j ON j.id = u.job_id
+    ON CONFLICT (job_id, version) DO NOTHING
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'placed', 0,
+       CASE WHEN j.placement_version > 1 THEN 're-placed on pool ' || j.pool || ' (placement ' || j.placement_version || ')'
+            ELSE 'placed on pool ' || j.pool END
+FROM j
+RETURNING job_id
+`
+
+type JobPlaceManyParams struct {
+	JobIds      []uuid.UUID
+	Versions    []int32
+	Pools       []string
+	Regions     []string
+	Residencies []string
+	Countries   []string
+	PriceMicros []int64
+	Currencies  []string
+	Decisions   []string
+}
+
+// JobPlaceMany moves a batch of waiting jobs to their next placement, records
+// the placements (with the chosen price, which the attempts under them
+// accrue) and the "placed" events, in one statement; it returns the jobs it
+// placed. A job that is running or finished, or was placed again meanwhile,
+// is left alone and gets no placement row. countries holds each placement's
+// country codes joined by commas.
+func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobPlaceMany,
+		pq.Array(arg.JobIds),
+		pq.Array(arg.Versions),
+		pq.Array(arg.Pools),
+		pq.Array(arg.Regions),
+		pq.Array(arg.Residencies),
+		pq.Array(arg.Countries),
+		pq.Array(arg.PriceMicros),
+		pq.Array(arg.Currencies),
+		pq.Array(arg.Decisions),
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var job_id uuid.UUID
+		if err := rows.Scan(&job_id); err != nil {
+			return nil, err
+		}
+		items = append(items, job_id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobReject = `-- name: JobReject :execrows
 UPDATE jobs
 SET state = 'rejected', reason = $1, updated_at = now(), finalized_at = now()
@@ -467,48 +680,54 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 	return result.RowsAffected()
 }
 
-const jobSetPlaced = `-- name: JobSetPlaced :execrows
-UPDATE jobs
-SET state = 'placed', placement_version = $1, pool = $2, updated_at = now()
-WHERE id = $3 AND state IN ('pending', 'placed') AND placement_version = $4- 1
+const jobSucceedMany = `-- name: JobSucceedMany :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt
+), j AS (
+    UPDATE jobs
+    SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.attempt
+), a AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'succeeded', exit_code = 0
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'succeeded', j.attempt, 'succeeded' FROM j
+RETURNING job_id
 `
 
-type JobSetPlacedParams struct {
-	PlacementVersion int32
-	Pool             sql.NullString
-	ID               uuid.UUID
+type JobSucceedManyParams struct {
+	Ids      []uuid.UUID
+	Attempts []int32
 }
 
-// JobSetPlaced moves a waiting job to its next placement; it changes nothing
-// when the job is running or finished, or was placed again meanwhile.
-func (q *Queries) JobSetPlaced(ctx context.Context, arg JobSetPlacedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobSetPlaced,
-		arg.PlacementVersion,
-		arg.Pool,
-		arg.ID,
-		arg.PlacementVersion,
-	)
+// JobSucceedMany records the success of a batch of jobs, their attempts and
+// their "succeeded" events in one statement, each under its attempt number,
+// and returns the jobs it recorded; a superseded attempt changes nothing and
+// is left out of the result.
+func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobSucceedMany, pq.Array(arg.Ids), pq.Array(arg.Attempts))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected()
-}
-
-const jobSucceed = `-- name: JobSucceed :execrows
-UPDATE jobs
-SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $1 AND attempt = $2 AND state = 'running'
-`
-
-type JobSucceedParams struct {
-	ID      uuid.UUID
-	Attempt int32
-}
-
-func (q *Queries) JobSucceed(ctx context.Context, arg JobSucceedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobSucceed, arg.ID, arg.Attempt)
-	if err != nil {
-		return 0, err
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var job_id uuid.UUID
+		if err := rows.Scan(&job_id); err != nil {
+			return nil, err
+		}
+		items = append(items, job_id)
 	}
-	return result.RowsAffected()
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -7,44 +7,10 @@ package db
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 )
-
-const placementInsert = `-- name: PlacementInsert :exec
-INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (job_id, version) DO NOTHING
-`
-
-type PlacementInsertParams struct {
-	JobID       uuid.UUID
-	Version     int32
-	Pool        string
-	Region      string
-	Residency   string
-	Countries   []string
-	PriceMicros int64
-	Currency    string
-	Decision    json.RawMessage
-}
-
-func (q *Queries) PlacementInsert(ctx context.Context, arg PlacementInsertParams) error {
-	_, err := q.db.ExecContext(ctx, placementInsert,
-		arg.JobID,
-		arg.Version,
-		arg.Pool,
-		arg.Region,
-		arg.Residency,
-		pq.Array(arg.Countries),
-		arg.PriceMicros,
-		arg.Currency,
-		arg.Decision,
-	)
-	return err
-}
 
 const placementLatest = `-- name: PlacementLatest :one
 SELECT job_id, version, pool, region, residency, countries, decision, created_at, price_micros, currency FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1

@@ -7,13 +7,15 @@ package db
 
 import (
 	"context"
+
+	"github.com/lib/pq"
 )
 
-const projectEnsure = `-- name: ProjectEnsure :exec
-INSERT INTO projects (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
+const projectEnsureMany = `-- name: ProjectEnsureMany :exec
+INSERT INTO projects (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING
 `
 
-func (q *Queries) ProjectEnsure(ctx context.Context, name string) error {
-	_, err := q.db.ExecContext(ctx, projectEnsure, name)
+func (q *Queries) ProjectEnsureMany(ctx context.Context, names []string) error {
+	_, err := q.db.ExecContext(ctx, projectEnsureMany, pq.Array(names))
 	return err
 }

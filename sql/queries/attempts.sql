@@ -1,22 +1,7 @@
--- name: AttemptInsert :exec
--- AttemptInsert starts an attempt at the price of the placement it runs under.
-INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
-SELECT @job_id, @attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
-       COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
-FROM (SELECT 1) one
-LEFT JOIN placements p ON p.job_id = @job_id AND p.version = @placement_version;
-
 -- name: AttemptEnd :exec
 UPDATE attempts
 SET ended_at = now(), outcome = @outcome, exit_code = sqlc.narg('exit_code')
 WHERE job_id = @job_id AND attempt = @attempt AND ended_at IS NULL;
-
--- name: AttemptEndLost :exec
--- AttemptEndLost closes the attempts a new claim superseded: their worker
--- stopped heartbeating without saying why.
-UPDATE attempts
-SET ended_at = now(), outcome = 'lost'
-WHERE job_id = @job_id AND attempt < @attempt AND ended_at IS NULL;
 
 -- name: AttemptListByJob :many
 SELECT * FROM attempts WHERE job_id = @job_id ORDER BY attempt;

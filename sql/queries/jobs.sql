@@ -1,10 +1,23 @@
--- name: JobInsert :execrows
--- JobInsert records a new job; it inserts nothing when the id or the
--- project's idempotency key already exists, so a redelivered submission is
--- harmless.
-INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
-VALUES (@id, @project, @name, sqlc.narg('idempotency_key'), @spec, 'pending')
-ON CONFLICT DO NOTHING;
+-- name: JobInsertMany :many
+-- JobInsertMany records a batch of new jobs and their "submitted" events in
+-- one statement and returns the ids it inserted; a job whose id or project
+-- idempotency key already exists inserts nothing, so a redelivered submission
+-- is harmless. An empty idempotency key means none.
+WITH ins AS (
+    INSERT INTO jobs (id, project, name, idempotency_key, spec, state)
+    SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'pending'
+    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@projects::text[]) AS project, unnest(@names::text[]) AS name,
+                 unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@specs::text[]) AS spec) AS u
+    ON CONFLICT DO NOTHING
+    RETURNING jobs.id
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT ins.id, 'pending', 0, 'submitted' FROM ins
+)
+SELECT ins.id FROM ins;
+
+-- name: JobListByIDs :many
+SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: JobGetByID :one
 SELECT * FROM jobs WHERE id = @id;
@@ -12,32 +25,87 @@ SELECT * FROM jobs WHERE id = @id;
 -- name: JobGetByIdempotencyKey :one
 SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_key;
 
--- name: JobSetPlaced :execrows
--- JobSetPlaced moves a waiting job to its next placement; it changes nothing
--- when the job is running or finished, or was placed again meanwhile.
-UPDATE jobs
-SET state = 'placed', placement_version = @placement_version, pool = @pool, updated_at = now()
-WHERE id = @id AND state IN ('pending', 'placed') AND placement_version = @placement_version - 1;
+-- name: JobPlaceMany :many
+-- JobPlaceMany moves a batch of waiting jobs to their next placement, records
+-- the placements (with the chosen price, which the attempts under them
+-- accrue) and the "placed" events, in one statement; it returns the jobs it
+-- placed. A job that is running or finished, or was placed again meanwhile,
+-- is left alone and gets no placement row. countries holds each placement's
+-- country codes joined by commas.
+WITH u AS (
+    SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@versions::int[]) AS version, unnest(@pools::text[]) AS pool,
+           unnest(@regions::text[]) AS region, unnest(@residencies::text[]) AS residency,
+           unnest(@countries::text[]) AS countries, unnest(@price_micros::bigint[]) AS price_micros,
+           unnest(@currencies::text[]) AS currency, unnest(@decisions::text[]) AS decision
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
+    FROM u
+    WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
+    RETURNING jobs.id, jobs.pool, jobs.placement_version
+), p AS (
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+    SELECT u.job_id, u.version, u.pool, u.region, u.residency,
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb
+    FROM u JOIN j ON j.id = u.job_id
+    ON CONFLICT (job_id, version) DO NOTHING
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'placed', 0,
+       CASE WHEN j.placement_version > 1 THEN 're-placed on pool ' || j.pool || ' (placement ' || j.placement_version || ')'
+            ELSE 'placed on pool ' || j.pool END
+FROM j
+RETURNING job_id;
 
 -- name: JobReject :execrows
 UPDATE jobs
 SET state = 'rejected', reason = @reason, updated_at = now(), finalized_at = now()
 WHERE id = @id AND state = 'pending';
 
--- name: JobClaim :one
--- JobClaim starts a new attempt. It succeeds only for the placement the
--- message was published under, and only when no other attempt holds a live
--- lease: a running job whose lease expired was lost by its worker.
+-- name: JobClaimMany :many
+-- JobClaimMany starts a new attempt of each job of a batch for one worker, in
+-- one statement: it closes the attempts each claim supersedes as lost,
+-- records the new attempts and their "running" events, and returns the jobs
+-- it claimed. A job is claimed only for the placement its message was
+-- published under, and only when no other attempt holds a live lease: a
+-- running job whose lease expired was lost by its worker. The row locks taken
+-- by the first CTE make a concurrent claim of the same job find it running
+-- and claim nothing. The ids must be distinct.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version
+), c AS (
+    SELECT jobs.id, jobs.attempt + 1 AS attempt
+    FROM jobs JOIN u ON jobs.id = u.id
+    WHERE jobs.placement_version = u.placement_version
+      AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs
+), lost AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'lost'
+    FROM c
+    WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
+), a AS (
+    -- Each attempt runs at the price of the placement it was claimed under.
+    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
+    SELECT c.id, c.attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
+           COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+    FROM c
+    JOIN u ON u.id = c.id
+    LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT c.id, 'running', c.attempt, @message FROM c
+)
 UPDATE jobs
-SET attempt = attempt + 1,
+SET attempt = c.attempt,
     state = 'running',
-    preemptions = preemptions + CASE WHEN state = 'running' THEN 1 ELSE 0 END,
+    preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
     lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
     updated_at = now()
-WHERE id = @id
-  AND placement_version = @placement_version
-  AND (state = 'placed' OR (state = 'running' AND lease_expires_at < now()))
-RETURNING *;
+FROM c
+WHERE jobs.id = c.id
+RETURNING jobs.*;
 
 -- name: JobLeaseRemaining :one
 -- JobLeaseRemaining tells a worker that could not claim a job why: its state
@@ -56,10 +124,28 @@ WITH j AS (
 UPDATE attempts SET heartbeat_at = now()
 WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 
--- name: JobSucceed :execrows
-UPDATE jobs
-SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND attempt = @attempt AND state = 'running';
+-- name: JobSucceedMany :many
+-- JobSucceedMany records the success of a batch of jobs, their attempts and
+-- their "succeeded" events in one statement, each under its attempt number,
+-- and returns the jobs it recorded; a superseded attempt changes nothing and
+-- is left out of the result.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt
+), j AS (
+    UPDATE jobs
+    SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.attempt
+), a AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'succeeded', exit_code = 0
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
+)
+INSERT INTO job_events (job_id, state, attempt, message)
+SELECT j.id, 'succeeded', j.attempt, 'succeeded' FROM j
+RETURNING job_id;
 
 -- name: JobFail :execrows
 UPDATE jobs

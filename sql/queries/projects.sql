@@ -1,2 +1,2 @@
--- name: ProjectEnsure :exec
-INSERT INTO projects (name) VALUES (@name) ON CONFLICT (name) DO NOTHING;
+-- name: ProjectEnsureMany :exec
+INSERT INTO projects (name) SELECT unnest(@names::text[]) ON CONFLICT (name) DO NOTHING;

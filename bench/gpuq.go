@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/workers"
+)
+
+// benchPool is the one pool every benchmark job is placed on.
+var benchPool = local.PoolConfig{Pool: "bench", Region: "eu-bench-1", Country: "DE", Card: "cpu", VCPU: 64, MemoryGB: 256, Tier: "on-demand", PricePerHour: "0.10", Currency: "EUR"}
+
+// quiet is the logger of the in-process scheduler and workers: per-job
+// lines would measure the terminal, not the queue.
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// plane is a gpuq control plane and in-process workers on one database, each
+// with its own NATS connection and PostgreSQL pool, as separate processes
+// would have.
+type plane struct {
+	store   *queue.Store // the scheduler's; used to read results
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	closers []func()
+}
+
+func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots int, ackWait time.Duration) (*plane, error) {
+	p := &plane{}
+	ctx, p.cancel = context.WithCancelCause(ctx)
+	open := func() (*nats.Conn, jetstream.JetStream, *queue.Store, error) {
+		nc, js, err := s.connect()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		st, err := queue.OpenStore(ctx, dbURL)
+		if err != nil {
+			nc.Close()
+			return nil, nil, nil, err
+		}
+		st.Events = &queue.EventPublisher{JS: js, Logger: quiet}
+		p.closers = append(p.closers, func() { st.Close(); nc.Close() })
+		return nc, js, st, nil
+	}
+	_, js, store, err := open()
+	if err != nil {
+		return nil, err
+	}
+	p.store = store
+	provider, err := local.New([]local.PoolConfig{benchPool})
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	sched := &queue.Scheduler{JS: js, Store: store, Placer: &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := sched.Run(ctx); err != nil {
+			quiet.Error("scheduler stopped", "err", err)
+		}
+	}()
+	for i := range nWorkers {
+		nc, js, st, err := open()
+		if err != nil {
+			p.Stop()
+			return nil, err
+		}
+		dir, err := os.MkdirTemp(s.dir, "worker-")
+		if err != nil {
+			p.Stop()
+			return nil, err
+		}
+		w, err := workers.New(workers.Config{
+			Pool: benchPool.Pool, Slots: slots, Region: benchPool.Region, Country: benchPool.Country,
+			WorkerID: fmt.Sprintf("bench-%d", i), AckWait: ackWait, DataDir: dir, Logger: quiet,
+		}, nc, js, st, &workers.ObjectStore{JS: js})
+		if err != nil {
+			p.Stop()
+			return nil, err
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := w.Run(ctx); err != nil {
+				quiet.Error("worker stopped", "err", err)
+			}
+		}()
+	}
+	return p, nil
+}
+
+// session starts a measurement on clean streams and a fresh database: a
+// control plane with nWorkers in-process workers, and a client connection of
+// its own. stop ends it all.
+func (s *stack) session(ctx context.Context, nWorkers, slots int, ackWait time.Duration) (p *plane, nc *nats.Conn, js jetstream.JetStream, dbURL string, stop func(), err error) {
+	if err := s.resetStreams(ctx); err != nil {
+		return nil, nil, nil, "", nil, err
+	}
+	if dbURL, err = s.freshDB(ctx, "gpuq", true); err != nil {
+		return nil, nil, nil, "", nil, err
+	}
+	if p, err = s.startPlane(ctx, dbURL, nWorkers, slots, ackWait); err != nil {
+		return nil, nil, nil, "", nil, err
+	}
+	if nc, js, err = s.connect(); err != nil {
+		p.Stop()
+		return nil, nil, nil, "", nil, err
+	}
+	return p, nc, js, dbURL, func() { nc.Close(); p.Stop() }, nil
+}
+
+// Stop stops the workers as a shutdown would and closes the connections.
+func (p *plane) Stop() {
+	p.cancel(workers.ErrPreempted)
+	p.wg.Wait()
+	for _, c := range p.closers {
+		c()
+	}
+}
+
+// specFor parses a benchmark job's spec.
+func specFor(command string) *queue.Spec {
+	s, err := queue.ParseSpec([]byte("name: bench\nproject: bench\ncommand: " + command + "\n"))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// submitAll submits n jobs through queue.Submit from concurrency goroutines
+// and returns once JetStream has stored every one.
+func submitAll(ctx context.Context, js jetstream.JetStream, spec *queue.Spec, n, concurrency int) error {
+	var next atomic.Int64
+	errc := make(chan error, concurrency)
+	for range concurrency {
+		go func() {
+			for next.Add(1) <= int64(n) {
+				if _, err := queue.Submit(ctx, js, spec); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var first error
+	for range concurrency {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// publishAll publishes n submissions straight to JetStream with a bounded
+// window of asynchronous publishes, as a raw NATS client would, and waits for
+// every acknowledgement.
+func publishAll(ctx context.Context, js jetstream.JetStream, spec *queue.Spec, n int) error {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		msg := nats.NewMsg(queue.SubmitSubject(spec.Project))
+		msg.Data = body
+		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i))
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return errors.New("publish acknowledgements did not arrive within 5 minutes")
+	}
+}
+
+// measureSubmit times n durably accepted submissions; the scheduler is not
+// running, so only the submission path is measured.
+func (s *stack) measureSubmit(ctx context.Context, n, concurrency int, direct bool) (float64, error) {
+	if err := s.resetStreams(ctx); err != nil {
+		return 0, err
+	}
+	nc, js, err := s.connect()
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	spec := specFor(`["gpuq:noop"]`)
+	start := time.Now()
+	if direct {
+		err = publishAll(ctx, js, spec, n)
+	} else {
+		err = submitAll(ctx, js, spec, n, concurrency)
+	}
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if got, err := s.streamMsgs(ctx, queue.StreamSubmit); err != nil || got != uint64(n) {
+		return 0, fmt.Errorf("want %d stored submissions, got %d (%v)", n, got, err)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// e2eResult is one end-to-end run.
+type e2eResult struct {
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// measureE2E submits n jobs running command while the workers run, and
+// times until every job's success is recorded in PostgreSQL and every run
+// message is acknowledged. It then checks that each job has exactly one
+// succeeded attempt.
+func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slots, concurrency int) (e2eResult, error) {
+	p, _, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second)
+	if err != nil {
+		return e2eResult{}, err
+	}
+	defer stop()
+	start := time.Now()
+	if err := submitAll(ctx, js, specFor(command), n, concurrency); err != nil {
+		return e2eResult{}, err
+	}
+	err = poll(ctx, 50*time.Millisecond, time.Duration(n)*20*time.Millisecond+time.Minute, "every job to succeed", func() (bool, error) {
+		var done, bad int
+		if err := p.store.DB.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state IN ('failed', 'dead', 'rejected', 'cancelled')) FROM jobs`).Scan(&done, &bad); err != nil {
+			return false, err
+		}
+		if bad > 0 {
+			return false, fmt.Errorf("%d jobs ended unsuccessfully", bad)
+		}
+		if done < n {
+			return false, nil
+		}
+		left, err := s.streamMsgs(ctx, queue.StreamRun)
+		return left == 0, err
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return e2eResult{}, err
+	}
+	if err := checkRecorded(ctx, p.store.DB, n); err != nil {
+		return e2eResult{}, err
+	}
+	return e2eResult{JobsPerSec: float64(n) / elapsed.Seconds(), Seconds: elapsed.Seconds()}, nil
+}
+
+// checkRecorded verifies that n jobs succeeded, each with exactly one
+// attempt, recorded as succeeded.
+func checkRecorded(ctx context.Context, db *sql.DB, n int) error {
+	var jobs, attempts, good int
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs WHERE state = 'succeeded'),
+		(SELECT count(*) FROM attempts), (SELECT count(*) FROM attempts WHERE outcome = 'succeeded' AND ended_at IS NOT NULL)`).Scan(&jobs, &attempts, &good)
+	if err != nil {
+		return err
+	}
+	if jobs != n || good != n {
+		return fmt.Errorf("want %d succeeded jobs and attempts recorded, got %d jobs, %d succeeded attempts of %d", n, jobs, good, attempts)
+	}
+	return nil
+}
+
+// latencyResult is one dispatch latency run, in milliseconds.
+type latencyResult struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+	// PlacedP50 is submit → the "placed" event (the scheduler's share);
+	// the rest is the worker's pull and claim.
+	PlacedP50 float64 `json:"placed_p50_ms"`
+}
+
+// measureLatency submits n no-op jobs at rate per second to warm, idle
+// workers and measures, per job, the time from the start of queue.Submit to
+// the moment the bench receives the job's "running" event, which the worker
+// announces after its claim is committed: an upper bound of submit → start.
+func (s *stack) measureLatency(ctx context.Context, n, warmup int, rate float64, nWorkers, slots int) (latencyResult, error) {
+	_, nc, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer stop()
+	var mu sync.Mutex
+	started, placed := map[uuid.UUID]time.Time{}, map[uuid.UUID]time.Time{}
+	sub, err := nc.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
+		at := time.Now()
+		var ev queue.Event
+		if json.Unmarshal(m.Data, &ev) != nil {
+			return
+		}
+		seen := map[queue.JobState]map[uuid.UUID]time.Time{queue.StateRunning: started, queue.StatePlaced: placed}[ev.State]
+		mu.Lock()
+		if _, ok := seen[ev.JobID]; seen != nil && !ok {
+			seen[ev.JobID] = at
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // closing
+	spec := specFor(`["gpuq:noop"]`)
+	submitted := map[uuid.UUID]time.Time{}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	var measured []uuid.UUID
+	for i := range warmup + n {
+		<-tick.C
+		at := time.Now()
+		sub, err := queue.Submit(ctx, js, spec)
+		if err != nil {
+			return latencyResult{}, err
+		}
+		submitted[sub.JobID] = at
+		if i >= warmup {
+			measured = append(measured, sub.JobID)
+		}
+	}
+	err = poll(ctx, 50*time.Millisecond, time.Minute, "every job to start", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range measured {
+			if _, ok := started[id]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	ms, placedMs := make([]float64, len(measured)), make([]float64, len(measured))
+	mu.Lock()
+	for i, id := range measured {
+		ms[i] = float64(started[id].Sub(submitted[id])) / float64(time.Millisecond)
+		placedMs[i] = float64(placed[id].Sub(submitted[id])) / float64(time.Millisecond)
+	}
+	mu.Unlock()
+	return latencyResult{P50: percentile(ms, 50), P99: percentile(ms, 99), Max: percentile(ms, 100), PlacedP50: percentile(placedMs, 50)}, nil
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// options are the command line flags.
+type options struct {
+	jobs        int
+	processJobs int
+	latencyJobs int
+	rate        float64
+	trials      int
+	runs        int
+	workers     int
+	slots       int
+	submitters  int
+	ackWait     time.Duration
+	grace       time.Duration
+	gpuq        string
+	repo        string
+	out         string
+	only        string
+	cpuProfile  string
+	riverConns  int
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.jobs, "jobs", 100_000, "jobs per submission and end-to-end throughput run (gpuq and River)")
+	flag.IntVar(&o.processJobs, "process-jobs", 2_000, "jobs per end-to-end run with real processes (/bin/true)")
+	flag.IntVar(&o.latencyJobs, "latency-jobs", 2_000, "jobs per dispatch latency run")
+	flag.Float64Var(&o.rate, "rate", 200, "submissions per second in the dispatch latency run")
+	flag.IntVar(&o.trials, "trials", 20, "recovery trials per kind (SIGKILL, notice)")
+	flag.IntVar(&o.runs, "runs", 3, "measured runs per figure; the table shows their median")
+	flag.IntVar(&o.workers, "workers", 2, "in-process gpuq workers in the throughput and latency runs")
+	flag.IntVar(&o.slots, "slots", 32, "job slots per gpuq worker; River gets workers×slots MaxWorkers")
+	flag.IntVar(&o.submitters, "submitters", 64, "goroutines calling queue.Submit concurrently")
+	flag.DurationVar(&o.ackWait, "ack-wait", 2*time.Second, "AckWait (and lease) of the worker processes in the recovery runs")
+	flag.DurationVar(&o.grace, "grace", 5*time.Second, "grace after a notice in the recovery runs")
+	flag.StringVar(&o.gpuq, "gpuq", "../bin/gpuq", "the gpuq binary the recovery runs start as worker processes")
+	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy benchmark)")
+	flag.StringVar(&o.out, "out", "results", "directory for the JSON results")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,recovery,placement,river (default all)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (scheduler and workers run in this process)")
+	flag.IntVar(&o.riverConns, "river-conns", 32, "River's pgx pool size (each gpuq process's pool holds up to 32 connections)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// report is what the run writes as JSON.
+type report struct {
+	StartedAt time.Time      `json:"started_at"`
+	Machine   machine        `json:"machine"`
+	Settings  map[string]any `json:"settings"`
+	Figures   []figure       `json:"figures"`
+	Runs      map[string]any `json:"runs"`
+}
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	GoVersion  string `json:"go_version"`
+	PostgreSQL string `json:"postgresql"`
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+}
+
+// figure is one row of the table.
+type figure struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Target string  `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+	Note   string  `json:"note,omitempty"`
+}
+
+func run(ctx context.Context, o options) error {
+	want := func(name string) bool {
+		return o.only == "" || slices.Contains(strings.Split(o.only, ","), name)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	dir, err := os.MkdirTemp("", "gpuq-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rep := report{StartedAt: time.Now().UTC(), Runs: map[string]any{}, Settings: map[string]any{
+		"jobs": o.jobs, "process_jobs": o.processJobs, "latency_jobs": o.latencyJobs, "rate_per_sec": o.rate,
+		"trials": o.trials, "runs": o.runs, "gpuq_workers": o.workers, "gpuq_slots_per_worker": o.slots,
+		"river_max_workers": o.workers * o.slots, "river_pool_conns": o.riverConns, "submitters": o.submitters,
+		"ack_wait": o.ackWait.String(), "grace": o.grace.String(), "postgresql": "private cluster, fsync=on, synchronous_commit=on",
+	}}
+	rep.Machine = machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadavg()}
+	progress("starting PostgreSQL (fsync on) and NATS in %s", dir)
+	s, err := startStack(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rep.Machine.PostgreSQL = s.pgVersion(ctx)
+	add := func(f figure) { rep.Figures = append(rep.Figures, f) }
+	warm := max(o.jobs/20, 200)
+
+	if want("submit") {
+		for _, direct := range []bool{false, true} {
+			name := "submission via queue.Submit"
+			if direct {
+				name = "submission via direct JetStream publish"
+			}
+			vals, err := repeat(o.runs, name, func(i int) (float64, error) {
+				if i == 0 {
+					if _, err := s.measureSubmit(ctx, warm, o.submitters, direct); err != nil {
+						return 0, err
+					}
+				}
+				return s.measureSubmit(ctx, o.jobs, o.submitters, direct)
+			})
+			if err != nil {
+				return err
+			}
+			rep.Runs[name] = vals
+			add(figure{Name: name, Value: median(vals), Unit: "jobs/s"})
+		}
+	}
+	var gpuqE2E, riverE2E float64
+	e2e := func(name, command string, n int) error {
+		vals, err := repeat(o.runs, name, func(i int) (float64, error) {
+			if i == 0 {
+				if _, err := s.measureE2E(ctx, command, min(warm, n), o.workers, o.slots, o.submitters); err != nil {
+					return 0, err
+				}
+			}
+			r, err := s.measureE2E(ctx, command, n, o.workers, o.slots, o.submitters)
+			return r.JobsPerSec, err
+		})
+		if err != nil {
+			return err
+		}
+		rep.Runs[name] = vals
+		if command == `["gpuq:noop"]` {
+			gpuqE2E = median(vals)
+		}
+		add(figure{Name: name, Value: median(vals), Unit: "jobs/s", Note: fmt.Sprintf("%d jobs, %d workers × %d slots", n, o.workers, o.slots)})
+		return nil
+	}
+	if want("e2e") {
+		if err := e2e("end-to-end gpuq, in-process no-op", `["gpuq:noop"]`, o.jobs); err != nil {
+			return err
+		}
+	}
+	if want("river") {
+		// River's defaults fetch at most MaxWorkers jobs per 100 ms
+		// FetchCooldown; the second variant lowers it to River's minimum so
+		// that the comparison is against River at its fastest.
+		for _, cooldown := range []time.Duration{0, time.Millisecond} {
+			name, setting := "end-to-end River, no-op, defaults", "FetchCooldown 100ms (default)"
+			if cooldown > 0 {
+				name, setting = "end-to-end River, no-op, FetchCooldown 1ms", "FetchCooldown 1ms (minimum)"
+			}
+			vals, err := repeat(o.runs, name, func(i int) (float64, error) {
+				if i == 0 {
+					if _, err := s.measureRiver(ctx, warm, o.workers*o.slots, o.riverConns, cooldown); err != nil {
+						return 0, err
+					}
+				}
+				r, err := s.measureRiver(ctx, o.jobs, o.workers*o.slots, o.riverConns, cooldown)
+				return r.JobsPerSec, err
+			})
+			if err != nil {
+				return err
+			}
+			rep.Runs[name] = vals
+			riverE2E = max(riverE2E, median(vals))
+			add(figure{Name: name, Value: median(vals), Unit: "jobs/s", Note: fmt.Sprintf("%d jobs, MaxWorkers %d, %s, InsertMany ×%d", o.jobs, o.workers*o.slots, setting, riverInsertBatch)})
+		}
+	}
+	if gpuqE2E > 0 && riverE2E > 0 {
+		ratio := gpuqE2E / riverE2E
+		add(figure{Name: "end-to-end ratio gpuq / River", Value: ratio, Unit: "×", Target: "≥ 1.0", Met: ptr(ratio >= 1), Note: "against the faster River variant"})
+	}
+	if want("process") {
+		if err := e2e("end-to-end gpuq, process /bin/true", `[/bin/true]`, o.processJobs); err != nil {
+			return err
+		}
+	}
+	if want("latency") {
+		name := "dispatch latency"
+		var p50s, p99s, placedP50s []float64
+		_, err := repeat(o.runs, name, func(int) (float64, error) {
+			r, err := s.measureLatency(ctx, o.latencyJobs, max(o.latencyJobs/10, 50), o.rate, o.workers, o.slots)
+			p50s, p99s, placedP50s = append(p50s, r.P50), append(p99s, r.P99), append(placedP50s, r.PlacedP50)
+			return r.P50, err
+		})
+		if err != nil {
+			return err
+		}
+		rep.Runs[name] = map[string]any{"p50_ms": p50s, "p99_ms": p99s, "placed_p50_ms": placedP50s}
+		note := fmt.Sprintf("%d jobs at %.0f/s, submit → running event", o.latencyJobs, o.rate)
+		add(figure{Name: "dispatch latency p50", Value: median(p50s), Unit: "ms", Target: "≤ 5", Met: ptr(median(p50s) <= 5), Note: note})
+		add(figure{Name: "dispatch latency p99", Value: median(p99s), Unit: "ms", Target: "≤ 25", Met: ptr(median(p99s) <= 25), Note: note})
+		add(figure{Name: "  of which submit → placed p50", Value: median(placedP50s), Unit: "ms", Note: "the scheduler's share"})
+	}
+	if want("recovery") {
+		gpuqBin, err := filepath.Abs(o.gpuq)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(gpuqBin); err != nil {
+			return fmt.Errorf("the recovery runs need the gpuq binary (make build): %w", err)
+		}
+		kill, err := s.measureRecovery(ctx, gpuqBin, syscall.SIGKILL, o.trials, o.ackWait, o.grace)
+		if err != nil {
+			return err
+		}
+		rep.Runs["recovery after SIGKILL"] = kill
+		limit := float64(o.ackWait+time.Second) / float64(time.Millisecond)
+		add(figure{Name: "recovery after SIGKILL p50", Value: kill.P50, Unit: "ms", Target: fmt.Sprintf("≤ AckWait + 1 s = %.0f", limit), Met: ptr(kill.P50 <= limit), Note: fmt.Sprintf("%d trials, max %.0f ms", kill.Trials, kill.Max)})
+		notice, err := s.measureRecovery(ctx, gpuqBin, syscall.SIGTERM, o.trials, o.ackWait, o.grace)
+		if err != nil {
+			return err
+		}
+		rep.Runs["recovery after a notice"] = notice
+		add(figure{Name: "recovery after a notice p50", Value: notice.P50, Unit: "ms", Target: "≤ 1000", Met: ptr(notice.P50 <= 1000), Note: fmt.Sprintf("%d trials, max %.0f ms", notice.Trials, notice.Max)})
+	}
+	if want("placement") {
+		progress("placement: go test -bench BenchmarkPlace ./policy/ (-count %d)", o.runs)
+		vals, err := measurePlacement(ctx, o.repo, o.runs)
+		if err != nil {
+			return err
+		}
+		rep.Runs["placement"] = vals
+		add(figure{Name: "placement decision, 10,000 offers", Value: median(vals), Unit: "ms", Note: "policy.BenchmarkPlace, 50 rules"})
+	}
+	rep.Machine.LoadAfter = loadavg()
+	printTable(os.Stdout, rep)
+	return writeJSON(o.out, rep)
+}
+
+// repeat runs measure runs times and returns the figures.
+func repeat(runs int, name string, measure func(i int) (float64, error)) ([]float64, error) {
+	var vals []float64
+	for i := range runs {
+		v, err := measure(i)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		progress("%s: run %d/%d: %.1f", name, i+1, runs, v)
+		vals = append(vals, v)
+	}
+	return vals, nil
+}
+
+func printTable(w *os.File, rep report) {
+	fmt.Fprintf(w, "\ngpuq benchmark, %s, %d CPUs, PostgreSQL %s (fsync on), load %s → %s\n\n", rep.StartedAt.Format(time.RFC3339), rep.Machine.CPUs, rep.Machine.PostgreSQL, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tVALUE\tUNIT\tTARGET\tMET\tNOTE")
+	for _, f := range rep.Figures {
+		met := ""
+		if f.Met != nil {
+			met = map[bool]string{true: "yes", false: "NO"}[*f.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, format(f.Value), f.Unit, f.Target, met, f.Note)
+	}
+	tw.Flush()
+}
+
+func format(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func writeJSON(dir string, rep report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, rep.StartedAt.Format("20060102T150405Z")+".json")
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	progress("wrote %s", path)
+	return nil
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// median of vals (not modified).
+func median(vals []float64) float64 { return percentile(vals, 50) }
+
+// percentile by the nearest-rank method; 100 is the maximum.
+func percentile(vals []float64, p float64) float64 {
+	if len(vals) == 0 {
+		return 0
+	}
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	rank := int(p/100*float64(len(s))+0.999999) - 1
+	return s[min(max(rank, 0), len(s)-1)]
+}
+
+func ptr[T any](v T) *T { return &v }
