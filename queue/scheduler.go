@@ -134,11 +134,12 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	recorded, err := s.Store.RecordJobs(ctx, jobs)
+	// Recording, placing and rejecting the batch is one transaction.
+	recorded, placed, err := s.Store.RecordAndPlace(ctx, jobs, s.decide)
 	if err != nil {
 		return err
 	}
-	if err := s.placeAndPublish(ctx, recorded); err != nil {
+	if err := s.publish(ctx, recorded, placed); err != nil {
 		return err
 	}
 	for _, m := range valid {
@@ -149,43 +150,67 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	return nil
 }
 
-// placeAndPublish places pending jobs, records the placements, and publishes
-// the run messages of every placed job (new or found placed after a crash).
-func (s *Scheduler) placeAndPublish(ctx context.Context, jobs []*Job) error {
+// decide places the pending jobs of a batch and collects the rejections.
+func (s *Scheduler) decide(ctx context.Context, jobs []*Job) ([]PlacedJob, map[uuid.UUID]string, error) {
 	var placed []PlacedJob
-	var orders []RunOrder
+	rejected := map[uuid.UUID]string{}
 	for _, j := range jobs {
-		switch j.State {
-		case StatePending:
-			p, err := s.Placer.Place(ctx, j, nil)
-			var rej *RejectionError
-			if errors.As(err, &rej) {
-				if err := s.Store.Reject(ctx, j.ID, rej.Reason); err != nil {
-					return err
-				}
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("placing job %s: %w", j.ID, err)
-			}
-			p.Version = j.PlacementVersion + 1
-			placed = append(placed, PlacedJob{JobID: j.ID, Placement: p})
-		case StatePlaced:
-			p, err := s.Store.LatestPlacement(ctx, j.ID)
-			if err != nil {
-				return err
-			}
-			orders = append(orders, orderFor(j.ID, *p))
+		if j.State != StatePending {
+			continue
+		}
+		p, err := s.Placer.Place(ctx, j, nil)
+		var rej *RejectionError
+		if errors.As(err, &rej) {
+			rejected[j.ID] = rej.Reason
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("placing job %s: %w", j.ID, err)
+		}
+		p.Version = j.PlacementVersion + 1
+		placed = append(placed, PlacedJob{JobID: j.ID, Placement: p})
+	}
+	return placed, rejected, nil
+}
+
+// publish sends the run messages of the placements that just took effect and
+// of jobs found already placed (a submission redelivered after a crash,
+// whose publish may not have happened).
+func (s *Scheduler) publish(ctx context.Context, recorded []*Job, placed []PlacedJob) error {
+	orders := make([]RunOrder, 0, len(placed))
+	for _, p := range placed {
+		orders = append(orders, orderFor(p.JobID, p.Placement))
+	}
+	for _, j := range recorded {
+		if j.State != StatePlaced {
+			continue
+		}
+		p, err := s.Store.LatestPlacement(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		orders = append(orders, orderFor(j.ID, *p))
+	}
+	return publishOrders(ctx, s.JS, orders, "")
+}
+
+// placeAndPublish places pending jobs found by the reconciler, records the
+// placements and rejections, and publishes the run messages.
+func (s *Scheduler) placeAndPublish(ctx context.Context, jobs []*Job) error {
+	placed, rejected, err := s.decide(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	for id, reason := range rejected {
+		if err := s.Store.Reject(ctx, id, reason); err != nil {
+			return err
 		}
 	}
 	done, err := s.Store.RecordPlacements(ctx, placed)
 	if err != nil {
 		return err
 	}
-	for _, p := range done {
-		orders = append(orders, orderFor(p.JobID, p.Placement))
-	}
-	return publishOrders(ctx, s.JS, orders, "")
+	return s.publish(ctx, nil, done)
 }
 
 func orderFor(id uuid.UUID, p Placement) RunOrder {

@@ -100,6 +100,19 @@ type NewJob struct {
 // key is already recorded inserts nothing; the existing job is returned in
 // its place, so redelivery and re-runs are harmless.
 func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
+	recorded, _, err := s.RecordAndPlace(ctx, jobs, nil)
+	return recorded, err
+}
+
+// Placing decides, for jobs just recorded, which to place where and which to
+// reject with what reason. It runs inside the recording transaction, so a
+// batch costs one commit.
+type Placing func(ctx context.Context, jobs []*Job) (placed []PlacedJob, rejected map[uuid.UUID]string, err error)
+
+// RecordAndPlace records a batch of submissions like RecordJobs and, in the
+// same transaction, the placements and rejections place decides for them.
+// It returns the recorded jobs and the placements that took effect.
+func (s *Store) RecordAndPlace(ctx context.Context, jobs []NewJob, place Placing) ([]*Job, []PlacedJob, error) {
 	params := db.JobInsertManyParams{
 		Ids: make([]uuid.UUID, len(jobs)), Projects: make([]string, len(jobs)), Names: make([]string, len(jobs)),
 		IdempotencyKeys: make([]string, len(jobs)), Specs: make([]string, len(jobs)),
@@ -108,7 +121,7 @@ func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
 	for i, nj := range jobs {
 		spec, err := json.Marshal(nj.Spec)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		params.Ids[i], params.Projects[i], params.Names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
 		params.IdempotencyKeys[i], params.Specs[i] = nj.Spec.IdempotencyKey, string(spec)
@@ -119,6 +132,7 @@ func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
 	// Sorted, so that concurrent schedulers lock project rows in one order.
 	slices.Sort(projects)
 	out := make([]*Job, len(jobs))
+	var done []PlacedJob
 	err := s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
 		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
 			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
@@ -152,12 +166,34 @@ func (s *Store) RecordJobs(ctx context.Context, jobs []NewJob) ([]*Job, error) {
 		for i, id := range inserted {
 			events[i] = eventOf(id, StatePending, 0, "submitted", nil)
 		}
-		return events, nil
+		if place == nil {
+			return events, nil
+		}
+		placed, rejected, err := place(ctx, out)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range out {
+			reason, ok := rejected[j.ID]
+			if !ok {
+				continue
+			}
+			n, err := q.JobReject(ctx, db.JobRejectParams{ID: j.ID, Reason: reason})
+			if err != nil {
+				return nil, fmt.Errorf("rejecting job %s: %w", j.ID, err)
+			}
+			if n == 1 {
+				events = append(events, eventOf(j.ID, StateRejected, 0, reason, nil))
+			}
+		}
+		var placedEvents []Event
+		done, placedEvents, err = placeMany(ctx, q, placed)
+		return append(events, placedEvents...), err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, done, nil
 }
 
 // PlacedJob is a placement about to be recorded.
@@ -171,8 +207,17 @@ type PlacedJob struct {
 // running or finished, or was placed again meanwhile, is left alone; the
 // returned slice holds the placements that took effect.
 func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]PlacedJob, error) {
+	done, events, err := placeMany(ctx, s.q, placed)
+	if err != nil {
+		return nil, err
+	}
+	s.announce(ctx, events)
+	return done, nil
+}
+
+func placeMany(ctx context.Context, q *db.Queries, placed []PlacedJob) ([]PlacedJob, []Event, error) {
 	if len(placed) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	n := len(placed)
 	params := db.JobPlaceManyParams{
@@ -188,7 +233,7 @@ func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]Pla
 		}
 		for _, c := range p.Placement.Countries {
 			if strings.Contains(c, ",") {
-				return nil, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
+				return nil, nil, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
 			}
 		}
 		params.JobIds[i], params.Versions[i], params.Pools[i] = p.JobID, int32(p.Placement.Version), p.Placement.Pool
@@ -197,9 +242,9 @@ func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]Pla
 		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
 		byID[p.JobID] = p
 	}
-	ids, err := s.q.JobPlaceMany(ctx, params)
+	ids, err := q.JobPlaceMany(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("recording %d placements: %w", n, err)
+		return nil, nil, fmt.Errorf("recording %d placements: %w", n, err)
 	}
 	done := make([]PlacedJob, len(ids))
 	events := make([]Event, len(ids))
@@ -211,8 +256,7 @@ func (s *Store) RecordPlacements(ctx context.Context, placed []PlacedJob) ([]Pla
 		}
 		done[i], events[i] = p, eventOf(id, StatePlaced, 0, msg, nil)
 	}
-	s.announce(ctx, events)
-	return done, nil
+	return done, events, nil
 }
 
 // Reject finalises a pending job that cannot be placed, with the reason.
