@@ -44,10 +44,11 @@ generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations
 	$(SQLC) generate
 
 .PHONY: verify
-verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet complains
+verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet complains (bench/ included)
 	$(SQLC) diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 .PHONY: lint
 lint: ## gofmt and go vet
