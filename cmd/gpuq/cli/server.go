@@ -73,7 +73,7 @@ func shutdownContext(parent context.Context) (context.Context, context.CancelFun
 func newServerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run the control plane (scheduler and reconciler) against NATS and PostgreSQL",
+		Short: "Run the control plane (scheduler, reconciler, replacer) against NATS and PostgreSQL",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
