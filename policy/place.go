@@ -126,8 +126,15 @@ type placer struct {
 	// projectRemaining, or MaxInt64 when there is none.
 	capLimit, budgetLimit, projectLimit int64
 	runHours                            float64 // runTime.Hours()
-	reasons                             reasonTable
-	keys                                [len(reasonCodes)]reasonKey // reasonKeys' result
+	// An offer already rejected for something else is priced in full only
+	// when its cost may break a budget: when the job has a deadline, or
+	// when costBound reaches boundLimit. outBytes holds, per region id,
+	// the input bytes that would leave other regions into it.
+	boundOnly  bool
+	boundLimit float64
+	outBytes   []float64
+	reasons    reasonTable
+	keys       [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
 // currencyFacts says how to convert a currency of the set into base micros:
@@ -136,6 +143,8 @@ type placer struct {
 type currencyFacts struct {
 	known bool
 	rate  int64
+	// perMicro is rate in base micros per micro, for costBound.
+	perMicro float64
 }
 
 func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
@@ -263,8 +272,12 @@ func (p *placer) prepareChecks() {
 		if name == p.rules.BaseCurrency {
 			rate, known = microsPerUnit, true
 		}
-		p.currencies[id] = currencyFacts{known: known, rate: rate}
+		p.currencies[id] = currencyFacts{known: known, rate: rate, perMicro: float64(rate) / microsPerUnit}
 	}
+	p.boundOnly = p.job.Deadline.IsZero()
+	// The bound is within a relative 1e-9 of exact for any amount that
+	// fits in int64, far wider than float64's rounding.
+	p.boundLimit = float64(min(p.budgetLimit, p.projectLimit)) * (1 - 1e-9)
 	p.inputRegions = make([]int32, len(p.job.Inputs))
 	for i, in := range p.job.Inputs {
 		id, ok := s.regions.lookup(in.Region)
@@ -272,6 +285,14 @@ func (p *placer) prepareChecks() {
 			id = -1
 		}
 		p.inputRegions[i] = id
+	}
+	p.outBytes = make([]float64, len(s.regions.names))
+	for r := range p.outBytes {
+		for k, in := range p.job.Inputs {
+			if p.inputRegions[k] != int32(r) {
+				p.outBytes[r] += float64(max(in.Bytes, 0))
+			}
+		}
 	}
 }
 
@@ -457,6 +478,16 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
 			fail |= bitAvoided
+		}
+	}
+	if fail != 0 && p.boundOnly {
+		if !p.currencies[f.priceCur].known || f.egressCur >= 0 && !p.currencies[f.egressCur].known {
+			return fail | bitCurrency
+		}
+		est.price, _ = p.toBase(f.priceCur, f.price)
+		fail |= flag(est.price > p.capLimit, bitPriceCap)
+		if p.costBound(f, est.price) < p.boundLimit {
+			return fail
 		}
 	}
 	if !p.estimate(f, est) {
@@ -679,6 +710,27 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 	}
 	e.total = addSat(addSat(e.compute, e.overhead), e.egress)
 	return true
+}
+
+// costBound is at least the total estimate would find for an offer with
+// facts f and base price per hour price, in known currencies: the same
+// model in float64 without rounding down, with every input outside the
+// offer's region charged at its egress price, and a 1e-9 margin over
+// float64's rounding. It is NaN or +Inf where the model overflows.
+func (p *placer) costBound(f *offerFacts, price int64) float64 {
+	hours := p.runHours
+	if f.spot {
+		rate := p.rules.Spot.AssumedPreemptionRate
+		if f.rateKnown {
+			rate = f.rate
+		}
+		hours += rate * p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
+	}
+	b := float64(price) * hours
+	if f.egressCur >= 0 {
+		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outBytes[f.region] / bytesPerGB
+	}
+	return b * (1 + 1e-9)
 }
 
 // toBase converts non-negative micros of the set's currency cur into base
