@@ -128,13 +128,16 @@ type placer struct {
 	runHours                            float64 // runTime.Hours()
 	// An offer already rejected for something else is priced in full only
 	// when its cost may break a budget: when the job has a deadline, or
-	// when costBound reaches boundLimit. outBytes holds, per region id,
-	// the input bytes that would leave other regions into it.
+	// when costBound reaches boundLimit.
 	boundOnly  bool
 	boundLimit float64
-	outBytes   []float64
-	reasons    reasonTable
-	keys       [len(reasonCodes)]reasonKey // reasonKeys' result
+	// spotHours is the run time in hours lost per unit of preemption rate;
+	// outGB holds, per region id, the input GB that would leave other
+	// regions into it.
+	spotHours float64
+	outGB     []float64
+	reasons   reasonTable
+	keys      [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
 // currencyFacts says how to convert a currency of the set into base micros:
@@ -286,11 +289,12 @@ func (p *placer) prepareChecks() {
 		}
 		p.inputRegions[i] = id
 	}
-	p.outBytes = make([]float64, len(s.regions.names))
-	for r := range p.outBytes {
+	p.spotHours = p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
+	p.outGB = make([]float64, len(s.regions.names))
+	for r := range p.outGB {
 		for k, in := range p.job.Inputs {
 			if p.inputRegions[k] != int32(r) {
-				p.outBytes[r] += float64(max(in.Bytes, 0))
+				p.outGB[r] += float64(max(in.Bytes, 0)) / bytesPerGB
 			}
 		}
 	}
@@ -724,11 +728,11 @@ func (p *placer) costBound(f *offerFacts, price int64) float64 {
 		if f.rateKnown {
 			rate = f.rate
 		}
-		hours += rate * p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
+		hours += rate * p.spotHours
 	}
 	b := float64(price) * hours
 	if f.egressCur >= 0 {
-		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outBytes[f.region] / bytesPerGB
+		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outGB[f.region]
 	}
 	return b * (1 + 1e-9)
 }
