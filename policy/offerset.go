@@ -29,20 +29,33 @@ type offerFacts struct {
 	rateKnown bool
 	// huge is true when a resource count does not fit the int32 fields
 	// below; checks then read the offer itself.
-	huge     bool
-	avail    uint8 // Availability.rank
-	country  int16 // countryIndex, or -1 when unknown
-	provider int32
-	region   int32
-	card     int32
+	huge  bool
+	avail uint8 // Availability.rank
+	// attrs holds the offer's ids and counts by attr* position, so that
+	// a reason's attributes are found by position; see explain.
+	attrs [attrCount]int32
 	// priceCur and egressCur are currency ids; egressCur is -1 when the
 	// egress price is unknown.
 	priceCur, egressCur int32
 	price, egress       int64 // micros in their own currency
 	rate                float64
-	gpuCount, gpuMemory int32
-	vcpu, memory        int32
 }
+
+// Positions in offerFacts.attrs.
+const (
+	attrNone     = iota // always 0
+	attrProvider        // provider id
+	attrRegion          // region id
+	attrCard            // card id
+	attrCountry         // countryIndex, or -1 when unknown
+	attrSpot            // 1 for spot, 0 for on-demand
+	// The counts are -1 when huge.
+	attrGPUCount
+	attrGPUMemory
+	attrVCPU
+	attrMemory
+	attrCount
+)
 
 // NewOfferSet prepares offers for placement.
 func NewOfferSet(offers []Offer) *OfferSet {
@@ -57,10 +70,12 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if !ok {
 			country = -1
 		}
-		f.spot, f.avail, f.country = o.Tier == TierSpot, uint8(o.Availability.rank()), int16(country)
-		f.provider, _ = s.providers.id(o.Provider)
-		f.region, _ = s.regions.id(o.Region)
-		f.card, _ = s.cards.id(o.Card)
+		a := &f.attrs
+		f.spot, f.avail, a[attrCountry] = o.Tier == TierSpot, uint8(o.Availability.rank()), int32(country)
+		a[attrSpot] = int32(flag(f.spot, 1))
+		a[attrProvider], _ = s.providers.id(o.Provider)
+		a[attrRegion], _ = s.regions.id(o.Region)
+		a[attrCard], _ = s.cards.id(o.Card)
 		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency)
 		f.price, f.egressCur = o.PricePerHour.Micros, -1
 		if e := o.EgressPerGB; e != nil {
@@ -71,9 +86,9 @@ func NewOfferSet(offers []Offer) *OfferSet {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
 		}
 		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxInt32
-		f.gpuCount, f.gpuMemory, f.vcpu, f.memory = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
+		a[attrGPUCount], a[attrGPUMemory], a[attrVCPU], a[attrMemory] = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
 		if f.huge {
-			f.gpuCount, f.gpuMemory, f.vcpu, f.memory = -1, -1, -1, -1
+			a[attrGPUCount], a[attrGPUMemory], a[attrVCPU], a[attrMemory] = -1, -1, -1, -1
 		}
 	}
 	return s

@@ -137,7 +137,13 @@ type placer struct {
 	spotHours float64
 	outGB     []float64
 	reasons   reasonTable
-	keys      [len(reasonCodes)]reasonKey // reasonKeys' result
+	// byAttr answers most reasons by the offer's attributes alone: for
+	// codes whose message depends on reasonAttrA and reasonAttrB only,
+	// byAttr[code][attrs[reasonAttrA[code]]] holds the reason's index
+	// once some offer with those attributes was explained. It is nil for
+	// the other codes.
+	byAttr [len(reasonCodes)][]attrSlot
+	keys   [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
 // currencyFacts says how to convert a currency of the set into base micros:
@@ -255,6 +261,7 @@ func (p *placer) prepareChecks() {
 	p.tierBits[0] = flag(p.tier == TierSpot, bitTier)
 	p.tierBits[1] = flag(p.tier == TierOnDemand, bitTier) | flag(p.escalate != "", bitEscalated)
 	p.availBits[Unavailable.rank()] = bitAvailability
+	p.prepareByAttr()
 	for c := range p.keys {
 		p.keys[c] = reasonKey{code: c}
 	}
@@ -364,7 +371,7 @@ func (p *placer) place(version int) (Decision, error) {
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card]}
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.attrs[attrCard]]}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
 		}
@@ -466,18 +473,18 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 	if f.spot {
 		spot = 1
 	}
-	fail := p.countryBits[f.country+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
+	fail := p.countryBits[f.attrs[attrCountry]+1] | p.providerBits[f.attrs[attrProvider]] | p.cardBits[f.attrs[attrCard]] |
 		p.tierBits[spot] | p.availBits[f.avail]
 	if f.huge {
 		o := &p.set.offers[i]
 		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
 			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
 	} else {
-		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
-			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
+		fail |= flag(int(f.attrs[attrGPUCount]) < j.GPUCount, bitGPUCount) | flag(int(f.attrs[attrGPUMemory]) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.attrs[attrVCPU]) < j.VCPU, bitVCPU) | flag(int(f.attrs[attrMemory]) < j.MemoryGB, bitMemory)
 	}
 	if p.regionBits != nil {
-		fail |= p.regionBits[f.region]
+		fail |= p.regionBits[f.attrs[attrRegion]]
 	}
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
@@ -554,10 +561,75 @@ var (
 	bitDeadline      uint32 = 1 << atDeadline
 )
 
+// attrSlot is a reason found by attributes: b is the attribute at
+// reasonAttrB, i the reason's index+1, or 0 while none is known.
+type attrSlot struct {
+	b, i int32
+}
+
+// reasonAttrA and reasonAttrB name, per code, the attributes its reason's
+// key holds, as reasonKeys fills it; attrNone stands for 0.
+var reasonAttrA, reasonAttrB = func() (a, b [len(reasonCodes)]int) {
+	a[atResidency], b[atResidency] = attrRegion, attrCountry
+	a[atProviderRule], a[atProvider], a[atRegion], a[atTier] = attrProvider, attrProvider, attrRegion, attrSpot
+	a[atCard], a[atGPUMemory], b[atGPUMemory] = attrCard, attrCard, attrGPUMemory
+	a[atGPUCount], a[atVCPU], a[atMemory] = attrGPUCount, attrVCPU, attrMemory
+	return a, b
+}()
+
+// countSlots is how many distinct GPU, vCPU and memory counts byAttr
+// holds; larger counts take the general path.
+const countSlots = 256
+
+// prepareByAttr sizes byAttr for the set's ids.
+func (p *placer) prepareByAttr() {
+	s := p.set
+	sizes := [...]struct{ code, n int }{
+		{atResidency, len(s.regions.names)}, {atProviderRule, len(s.providers.names)},
+		{atProvider, len(s.providers.names)}, {atRegion, len(s.regions.names)}, {atTier, 2},
+		{atEscalated, 1}, {atAvailability, 1}, {atCard, len(s.cards.names)},
+		{atGPUCount, countSlots}, {atGPUMemory, len(s.cards.names)}, {atVCPU, countSlots},
+		{atMemory, countSlots}, {atCurrency, 1},
+	}
+	total := 0
+	for _, z := range sizes {
+		total += z.n
+	}
+	slots := make([]attrSlot, total)
+	for _, z := range sizes {
+		p.byAttr[z.code], slots = slots[:z.n:z.n], slots[z.n:]
+	}
+}
+
 // explain appends to why the index of one reason per bit of fail, in the
+// order the checks run. Most are found in byAttr by the offer's
+// attributes; the others through their reason keys.
+func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+	if f.huge {
+		return p.explainByKey(i, f, fail, est, why)
+	}
+	for rest := fail; rest != 0; rest &= rest - 1 {
+		c := bits.TrailingZeros32(rest)
+		a, b := f.attrs[reasonAttrA[c]], f.attrs[reasonAttrB[c]]
+		slots := p.byAttr[c]
+		if uint(a) < uint(len(slots)) {
+			if s := &slots[a]; s.i > 0 && s.b == b {
+				why = append(why, s.i-1)
+				continue
+			}
+		}
+		why = p.explainByKey(i, f, 1<<c, est, why)
+		if uint(a) < uint(len(slots)) {
+			slots[a] = attrSlot{b: b, i: why[len(why)-1] + 1}
+		}
+	}
+	return why
+}
+
+// explainByKey appends to why the index of one reason per bit of fail, in the
 // order the checks run, wording a reason only the first time its key is
 // seen.
-func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+func (p *placer) explainByKey(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
 	keys := p.reasonKeys(i, f, fail, est)
 	t := &p.reasons
 	for rest := fail; rest != 0; rest &= rest - 1 {
@@ -577,17 +649,17 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 // on the code would jump somewhere different for almost every reason.
 func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
 	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
-	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
+	provider, region, card := int64(f.attrs[attrProvider]), int64(f.attrs[attrRegion]), int64(f.attrs[attrCard])
 	// Each invalid offer is worded on its own.
 	k[atInvalid].a = -1 - int64(i)
-	k[atResidency].a, k[atResidency].b = region, int64(f.country)
+	k[atResidency].a, k[atResidency].b = region, int64(f.attrs[attrCountry])
 	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
 	k[atTier].a = int64(flag(f.spot, 1))
 	if fail&bitAvoided != 0 {
 		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
-	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
-	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.attrs[attrGPUMemory])
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.attrs[attrGPUCount]), int64(f.attrs[attrVCPU]), int64(f.attrs[attrMemory])
 	if f.huge {
 		o := &p.set.offers[i]
 		k[atGPUMemory].b = int64(o.GPUMemoryGB)
@@ -702,7 +774,7 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 		}
 	}
 	for k, in := range p.job.Inputs {
-		if p.inputRegions[k] == f.region || in.Bytes == 0 {
+		if p.inputRegions[k] == f.attrs[attrRegion] || in.Bytes == 0 {
 			continue
 		}
 		if f.egressCur < 0 {
@@ -732,7 +804,7 @@ func (p *placer) costBound(f *offerFacts, price int64) float64 {
 	}
 	b := float64(price) * hours
 	if f.egressCur >= 0 {
-		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outGB[f.region]
+		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outGB[f.attrs[attrRegion]]
 	}
 	return b * (1 + 1e-9)
 }
