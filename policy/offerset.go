@@ -18,6 +18,11 @@ type OfferSet struct {
 	regions    intern
 	cards      intern
 	currencies intern
+	// maxRate is the highest preemption rate a spot offer states, and
+	// maxEgress the highest egress price per currency id: they bound the
+	// cost of every offer at once.
+	maxRate   float64
+	maxEgress []int64
 }
 
 // offerFacts is what placement reads of one offer: no pointers, so that
@@ -81,9 +86,16 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if e := o.EgressPerGB; e != nil {
 			f.egressCur, _ = s.currencies.id(e.Currency)
 			f.egress = e.Micros
+			for int(f.egressCur) >= len(s.maxEgress) {
+				s.maxEgress = append(s.maxEgress, 0)
+			}
+			s.maxEgress[f.egressCur] = max(s.maxEgress[f.egressCur], f.egress)
 		}
 		if o.PreemptionRate != nil {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
+			if f.spot {
+				s.maxRate = max(s.maxRate, f.rate)
+			}
 		}
 		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxInt32
 		a[attrGPUCount], a[attrGPUMemory], a[attrVCPU], a[attrMemory] = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)

@@ -131,6 +131,9 @@ type placer struct {
 	// when costBound reaches boundLimit.
 	boundOnly  bool
 	boundLimit float64
+	// boundPrice is a base price per hour below which no offer of the set
+	// can reach boundLimit, whatever its egress price and preemption rate.
+	boundPrice float64
 	// spotHours is the run time in hours lost per unit of preemption rate;
 	// outGB holds, per region id, the input GB that would leave other
 	// regions into it.
@@ -298,13 +301,24 @@ func (p *placer) prepareChecks() {
 	}
 	p.spotHours = p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
 	p.outGB = make([]float64, len(s.regions.names))
+	var maxGB float64
 	for r := range p.outGB {
 		for k, in := range p.job.Inputs {
 			if p.inputRegions[k] != int32(r) {
 				p.outGB[r] += float64(max(in.Bytes, 0)) / bytesPerGB
 			}
 		}
+		maxGB = max(maxGB, p.outGB[r])
 	}
+	// costBound is at most price × maxHours + maxEgress before its margin.
+	maxHours := p.runHours + max(s.maxRate, p.rules.Spot.AssumedPreemptionRate)*p.spotHours
+	var maxEgress float64
+	for c, e := range s.maxEgress {
+		if p.currencies[c].known {
+			maxEgress = max(maxEgress, float64(e)*p.currencies[c].perMicro*maxGB)
+		}
+	}
+	p.boundPrice = (p.boundLimit/(1+2e-9) - maxEgress) / maxHours
 }
 
 // flag is bit when cond holds and 0 otherwise; it compiles to a
@@ -497,7 +511,7 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 		}
 		est.price, _ = p.toBase(f.priceCur, f.price)
 		fail |= flag(est.price > p.capLimit, bitPriceCap)
-		if p.costBound(f, est.price) < p.boundLimit {
+		if float64(est.price) < p.boundPrice || p.costBound(f, est.price) < p.boundLimit {
 			return fail
 		}
 	}
