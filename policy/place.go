@@ -140,12 +140,9 @@ type placer struct {
 	spotHours float64
 	outGB     []float64
 	reasons   reasonTable
-	// byAttr answers most reasons by the offer's attributes alone: for
-	// codes whose message depends on reasonAttrA and reasonAttrB only,
-	// byAttr[code][attrs[reasonAttrA[code]]] holds the reason's index
-	// once some offer with those attributes was explained. It is nil for
-	// the other codes.
-	byAttr [len(reasonCodes)][]attrSlot
+	// byAttr answers most reasons by the offer's attributes alone; see
+	// attrLookup.
+	byAttr [len(reasonCodes)]attrLookup
 	keys   [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
@@ -581,6 +578,15 @@ type attrSlot struct {
 	b, i int32
 }
 
+// attrLookup finds the reasons of one code whose message depends on the
+// offer's attributes at positions a and b only: slots[attrs[a]] holds the
+// reason's index once some offer with those attributes was explained.
+// slots is nil for the other codes.
+type attrLookup struct {
+	a, b  uint8
+	slots []attrSlot
+}
+
 // reasonAttrA and reasonAttrB name, per code, the attributes its reason's
 // key holds, as reasonKeys fills it; attrNone stands for 0.
 var reasonAttrA, reasonAttrB = func() (a, b [len(reasonCodes)]int) {
@@ -611,7 +617,8 @@ func (p *placer) prepareByAttr() {
 	}
 	slots := make([]attrSlot, total)
 	for _, z := range sizes {
-		p.byAttr[z.code], slots = slots[:z.n:z.n], slots[z.n:]
+		p.byAttr[z.code] = attrLookup{a: uint8(reasonAttrA[z.code]), b: uint8(reasonAttrB[z.code]), slots: slots[:z.n:z.n]}
+		slots = slots[z.n:]
 	}
 }
 
@@ -624,8 +631,9 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 	}
 	for rest := fail; rest != 0; rest &= rest - 1 {
 		c := bits.TrailingZeros32(rest)
-		a, b := f.attrs[reasonAttrA[c]], f.attrs[reasonAttrB[c]]
-		slots := p.byAttr[c]
+		l := &p.byAttr[c]
+		a, b := f.attrs[l.a], f.attrs[l.b]
+		slots := l.slots
 		if uint(a) < uint(len(slots)) {
 			if s := &slots[a]; s.i > 0 && s.b == b {
 				why = append(why, s.i-1)
