@@ -14,10 +14,11 @@ import (
 type OfferSet struct {
 	offers     []Offer
 	facts      []offerFacts
-	providers  intern
-	regions    intern
-	cards      intern
-	currencies intern
+	providers  intern[string]
+	regions    intern[string]
+	cards      intern[string]
+	currencies intern[string]
+	prices     intern[priceKey]
 	// maxRate is the highest preemption rate a spot offer states, and
 	// maxEgress the highest egress price per currency id: they bound the
 	// cost of every offer at once.
@@ -48,7 +49,7 @@ type offerFacts struct {
 
 // Positions in offerFacts.attrs.
 const (
-	attrNone     = iota // always 0
+	attrPrice    = iota // id of the price per hour with its currency
 	attrProvider        // provider id
 	attrRegion          // region id
 	attrCard            // card id
@@ -78,13 +79,15 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		a := &f.attrs
 		f.spot, f.avail, a[attrCountry] = o.Tier == TierSpot, uint8(o.Availability.rank()), int32(country)
 		a[attrSpot] = int32(flag(f.spot, 1))
-		a[attrProvider], _ = s.providers.id(o.Provider)
-		a[attrRegion], _ = s.regions.id(o.Region)
-		a[attrCard], _ = s.cards.id(o.Card)
-		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency)
+		a[attrProvider], _ = s.providers.id(o.Provider, hashName(o.Provider))
+		a[attrRegion], _ = s.regions.id(o.Region, hashName(o.Region))
+		a[attrCard], _ = s.cards.id(o.Card, hashName(o.Card))
+		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency, hashName(o.PricePerHour.Currency))
 		f.price, f.egressCur = o.PricePerHour.Micros, -1
+		price := priceKey{micros: f.price, cur: f.priceCur}
+		a[attrPrice], _ = s.prices.id(price, price.hash())
 		if e := o.EgressPerGB; e != nil {
-			f.egressCur, _ = s.currencies.id(e.Currency)
+			f.egressCur, _ = s.currencies.id(e.Currency, hashName(e.Currency))
 			f.egress = e.Micros
 			for int(f.egressCur) >= len(s.maxEgress) {
 				s.maxEgress = append(s.maxEgress, 0)

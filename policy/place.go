@@ -290,7 +290,7 @@ func (p *placer) prepareChecks() {
 	p.boundLimit = float64(min(p.budgetLimit, p.projectLimit)) * (1 - 1e-9)
 	p.inputRegions = make([]int32, len(p.job.Inputs))
 	for i, in := range p.job.Inputs {
-		id, ok := s.regions.lookup(in.Region)
+		id, ok := s.regions.lookup(in.Region, hashName(in.Region))
 		if !ok {
 			id = -1
 		}
@@ -573,7 +573,7 @@ var (
 )
 
 // attrSlot is a reason found by attributes: b is the attribute at
-// reasonAttrB, i the reason's index+1, or 0 while none is known.
+// attrLookup.b, i the reason's index+1, or 0 while none is known.
 type attrSlot struct {
 	b, i int32
 }
@@ -587,38 +587,44 @@ type attrLookup struct {
 	slots []attrSlot
 }
 
-// reasonAttrA and reasonAttrB name, per code, the attributes its reason's
-// key holds, as reasonKeys fills it; attrNone stands for 0.
-var reasonAttrA, reasonAttrB = func() (a, b [len(reasonCodes)]int) {
-	a[atResidency], b[atResidency] = attrRegion, attrCountry
-	a[atProviderRule], a[atProvider], a[atRegion], a[atTier] = attrProvider, attrProvider, attrRegion, attrSpot
-	a[atCard], a[atGPUMemory], b[atGPUMemory] = attrCard, attrCard, attrGPUMemory
-	a[atGPUCount], a[atVCPU], a[atMemory] = attrGPUCount, attrVCPU, attrMemory
-	return a, b
-}()
-
 // countSlots is how many distinct GPU, vCPU and memory counts byAttr
 // holds; larger counts take the general path.
 const countSlots = 256
 
-// prepareByAttr sizes byAttr for the set's ids.
+// priceSlots is how many distinct prices byAttr holds; prices first seen
+// later take the general path.
+const priceSlots = 1024
+
+// prepareByAttr sizes byAttr for the set's ids. Each code's attributes
+// are those reasonKeys puts in its key; a code with one attribute checks it
+// as b too, and a code with none uses the tier, whose two slots then hold
+// the same reason.
 func (p *placer) prepareByAttr() {
 	s := p.set
-	sizes := [...]struct{ code, n int }{
-		{atResidency, len(s.regions.names)}, {atProviderRule, len(s.providers.names)},
-		{atProvider, len(s.providers.names)}, {atRegion, len(s.regions.names)}, {atTier, 2},
-		{atEscalated, 1}, {atAvailability, 1}, {atCard, len(s.cards.names)},
-		{atGPUCount, countSlots}, {atGPUMemory, len(s.cards.names)}, {atVCPU, countSlots},
-		{atMemory, countSlots}, {atCurrency, 1},
+	lookups := [...]struct{ code, a, b, n int }{
+		{atResidency, attrRegion, attrCountry, len(s.regions.names)},
+		{atProviderRule, attrProvider, attrProvider, len(s.providers.names)},
+		{atProvider, attrProvider, attrProvider, len(s.providers.names)},
+		{atRegion, attrRegion, attrRegion, len(s.regions.names)},
+		{atTier, attrSpot, attrSpot, 2},
+		{atEscalated, attrSpot, attrSpot, 2},
+		{atAvailability, attrSpot, attrSpot, 2},
+		{atCard, attrCard, attrCard, len(s.cards.names)},
+		{atGPUCount, attrGPUCount, attrGPUCount, countSlots},
+		{atGPUMemory, attrCard, attrGPUMemory, len(s.cards.names)},
+		{atVCPU, attrVCPU, attrVCPU, countSlots},
+		{atMemory, attrMemory, attrMemory, countSlots},
+		{atCurrency, attrSpot, attrSpot, 2},
+		{atPriceCap, attrPrice, attrPrice, min(len(s.prices.names), priceSlots)},
 	}
 	total := 0
-	for _, z := range sizes {
-		total += z.n
+	for _, l := range lookups {
+		total += l.n
 	}
 	slots := make([]attrSlot, total)
-	for _, z := range sizes {
-		p.byAttr[z.code] = attrLookup{a: uint8(reasonAttrA[z.code]), b: uint8(reasonAttrB[z.code]), slots: slots[:z.n:z.n]}
-		slots = slots[z.n:]
+	for _, l := range lookups {
+		p.byAttr[l.code] = attrLookup{a: uint8(l.a), b: uint8(l.b), slots: slots[:l.n:l.n]}
+		slots = slots[l.n:]
 	}
 }
 
