@@ -2,27 +2,30 @@ package policy
 
 import "hash/maphash"
 
-// intern gives names (providers, regions, cards) small dense ids in the
-// order they are first seen. Preparing offers looks names up for every
-// offer, and offers repeat a few dozen names thousands of times, so the
-// table probes linearly in one slice instead of going through a Go map.
-// The hash seed differs between processes; ids do not depend on it.
-type intern struct {
-	names []string
-	slots []int32 // id+1 by hash; 0 is empty
+// intern gives keys (provider, region and card names, prices) small dense
+// ids in the order they are first seen. Preparing offers looks keys up for
+// every offer, and offers repeat a few dozen keys thousands of times, so
+// the table probes linearly in one slice instead of going through a Go
+// map. Callers hash the key: hashName for names, whose seed differs
+// between processes; ids do not depend on it.
+type intern[K comparable] struct {
+	names  []K
+	hashes []uint32 // by id
+	slots  []int32  // id+1 by hash; 0 is empty
 }
 
-// id returns name's id and whether it was seen before.
-func (t *intern) id(name string) (int32, bool) {
+// id returns the id of name, whose hash is h, and whether it was seen
+// before.
+func (t *intern[K]) id(name K, h uint32) (int32, bool) {
 	if len(t.slots) == 0 {
 		t.slots = make([]int32, 64)
 	}
 	mask := uint32(len(t.slots) - 1)
-	for i := hashName(name) & mask; ; i = (i + 1) & mask {
+	for i := h & mask; ; i = (i + 1) & mask {
 		s := t.slots[i]
 		if s == 0 {
 			id := int32(len(t.names))
-			t.names = append(t.names, name)
+			t.names, t.hashes = append(t.names, name), append(t.hashes, h)
 			t.slots[i] = id + 1
 			if 2*len(t.names) > len(t.slots) {
 				t.grow()
@@ -35,13 +38,13 @@ func (t *intern) id(name string) (int32, bool) {
 	}
 }
 
-// lookup returns name's id without adding it.
-func (t *intern) lookup(name string) (int32, bool) {
+// lookup returns the id of name, whose hash is h, without adding it.
+func (t *intern[K]) lookup(name K, h uint32) (int32, bool) {
 	if len(t.slots) == 0 {
 		return 0, false
 	}
 	mask := uint32(len(t.slots) - 1)
-	for i := hashName(name) & mask; ; i = (i + 1) & mask {
+	for i := h & mask; ; i = (i + 1) & mask {
 		s := t.slots[i]
 		if s == 0 {
 			return 0, false
@@ -53,11 +56,11 @@ func (t *intern) lookup(name string) (int32, bool) {
 }
 
 // grow doubles the table, keeping it at most half full.
-func (t *intern) grow() {
+func (t *intern[K]) grow() {
 	t.slots = make([]int32, 2*len(t.slots))
 	mask := uint32(len(t.slots) - 1)
-	for id, name := range t.names {
-		i := hashName(name) & mask
+	for id, h := range t.hashes {
+		i := h & mask
 		for t.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
@@ -68,3 +71,13 @@ func (t *intern) grow() {
 var nameSeed = maphash.MakeSeed()
 
 func hashName(s string) uint32 { return uint32(maphash.String(nameSeed, s)) }
+
+// priceKey is a price per hour in micros of the currency with id cur.
+type priceKey struct {
+	micros int64
+	cur    int32
+}
+
+func (k priceKey) hash() uint32 {
+	return uint32((uint64(k.micros) ^ uint64(k.cur)<<56) * 0x9e3779b97f4a7c15 >> 32)
+}

@@ -14,10 +14,16 @@ import (
 type OfferSet struct {
 	offers     []Offer
 	facts      []offerFacts
-	providers  intern
-	regions    intern
-	cards      intern
-	currencies intern
+	providers  intern[string]
+	regions    intern[string]
+	cards      intern[string]
+	currencies intern[string]
+	prices     intern[priceKey]
+	// maxRate is the highest preemption rate a spot offer states, and
+	// maxEgress the highest egress price per currency id: they bound the
+	// cost of every offer at once.
+	maxRate   float64
+	maxEgress []int64
 }
 
 // offerFacts is what placement reads of one offer: no pointers, so that
@@ -29,20 +35,33 @@ type offerFacts struct {
 	rateKnown bool
 	// huge is true when a resource count does not fit the int32 fields
 	// below; checks then read the offer itself.
-	huge     bool
-	avail    uint8 // Availability.rank
-	country  int16 // countryIndex, or -1 when unknown
-	provider int32
-	region   int32
-	card     int32
+	huge  bool
+	avail uint8 // Availability.rank
+	// attrs holds the offer's ids and counts by attr* position, so that
+	// a reason's attributes are found by position; see explain.
+	attrs [attrCount]int32
 	// priceCur and egressCur are currency ids; egressCur is -1 when the
 	// egress price is unknown.
 	priceCur, egressCur int32
 	price, egress       int64 // micros in their own currency
 	rate                float64
-	gpuCount, gpuMemory int32
-	vcpu, memory        int32
 }
+
+// Positions in offerFacts.attrs.
+const (
+	attrPrice    = iota // id of the price per hour with its currency
+	attrProvider        // provider id
+	attrRegion          // region id
+	attrCard            // card id
+	attrCountry         // countryIndex, or -1 when unknown
+	attrSpot            // 1 for spot, 0 for on-demand
+	// The counts are -1 when huge.
+	attrGPUCount
+	attrGPUMemory
+	attrVCPU
+	attrMemory
+	attrCount
+)
 
 // NewOfferSet prepares offers for placement.
 func NewOfferSet(offers []Offer) *OfferSet {
@@ -57,23 +76,34 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if !ok {
 			country = -1
 		}
-		f.spot, f.avail, f.country = o.Tier == TierSpot, uint8(o.Availability.rank()), int16(country)
-		f.provider, _ = s.providers.id(o.Provider)
-		f.region, _ = s.regions.id(o.Region)
-		f.card, _ = s.cards.id(o.Card)
-		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency)
+		a := &f.attrs
+		f.spot, f.avail, a[attrCountry] = o.Tier == TierSpot, uint8(o.Availability.rank()), int32(country)
+		a[attrSpot] = int32(flag(f.spot, 1))
+		a[attrProvider], _ = s.providers.id(o.Provider, hashName(o.Provider))
+		a[attrRegion], _ = s.regions.id(o.Region, hashName(o.Region))
+		a[attrCard], _ = s.cards.id(o.Card, hashName(o.Card))
+		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency, hashName(o.PricePerHour.Currency))
 		f.price, f.egressCur = o.PricePerHour.Micros, -1
+		price := priceKey{micros: f.price, cur: f.priceCur}
+		a[attrPrice], _ = s.prices.id(price, price.hash())
 		if e := o.EgressPerGB; e != nil {
-			f.egressCur, _ = s.currencies.id(e.Currency)
+			f.egressCur, _ = s.currencies.id(e.Currency, hashName(e.Currency))
 			f.egress = e.Micros
+			for int(f.egressCur) >= len(s.maxEgress) {
+				s.maxEgress = append(s.maxEgress, 0)
+			}
+			s.maxEgress[f.egressCur] = max(s.maxEgress[f.egressCur], f.egress)
 		}
 		if o.PreemptionRate != nil {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
+			if f.spot {
+				s.maxRate = max(s.maxRate, f.rate)
+			}
 		}
 		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxInt32
-		f.gpuCount, f.gpuMemory, f.vcpu, f.memory = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
+		a[attrGPUCount], a[attrGPUMemory], a[attrVCPU], a[attrMemory] = int32(o.GPUCount), int32(o.GPUMemoryGB), int32(o.VCPU), int32(o.MemoryGB)
 		if f.huge {
-			f.gpuCount, f.gpuMemory, f.vcpu, f.memory = -1, -1, -1, -1
+			a[attrGPUCount], a[attrGPUMemory], a[attrVCPU], a[attrMemory] = -1, -1, -1, -1
 		}
 	}
 	return s

@@ -126,8 +126,24 @@ type placer struct {
 	// projectRemaining, or MaxInt64 when there is none.
 	capLimit, budgetLimit, projectLimit int64
 	runHours                            float64 // runTime.Hours()
-	reasons                             reasonTable
-	keys                                [len(reasonCodes)]reasonKey // reasonKeys' result
+	// An offer already rejected for something else is priced in full only
+	// when its cost may break a budget: when the job has a deadline, or
+	// when costBound reaches boundLimit.
+	boundOnly  bool
+	boundLimit float64
+	// boundPrice is a base price per hour below which no offer of the set
+	// can reach boundLimit, whatever its egress price and preemption rate.
+	boundPrice float64
+	// spotHours is the run time in hours lost per unit of preemption rate;
+	// outGB holds, per region id, the input GB that would leave other
+	// regions into it.
+	spotHours float64
+	outGB     []float64
+	reasons   reasonTable
+	// byAttr answers most reasons by the offer's attributes alone; see
+	// attrLookup.
+	byAttr [len(reasonCodes)]attrLookup
+	keys   [len(reasonCodes)]reasonKey // reasonKeys' result
 }
 
 // currencyFacts says how to convert a currency of the set into base micros:
@@ -136,6 +152,8 @@ type placer struct {
 type currencyFacts struct {
 	known bool
 	rate  int64
+	// perMicro is rate in base micros per micro, for costBound.
+	perMicro float64
 }
 
 func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
@@ -243,6 +261,7 @@ func (p *placer) prepareChecks() {
 	p.tierBits[0] = flag(p.tier == TierSpot, bitTier)
 	p.tierBits[1] = flag(p.tier == TierOnDemand, bitTier) | flag(p.escalate != "", bitEscalated)
 	p.availBits[Unavailable.rank()] = bitAvailability
+	p.prepareByAttr()
 	for c := range p.keys {
 		p.keys[c] = reasonKey{code: c}
 	}
@@ -263,16 +282,40 @@ func (p *placer) prepareChecks() {
 		if name == p.rules.BaseCurrency {
 			rate, known = microsPerUnit, true
 		}
-		p.currencies[id] = currencyFacts{known: known, rate: rate}
+		p.currencies[id] = currencyFacts{known: known, rate: rate, perMicro: float64(rate) / microsPerUnit}
 	}
+	p.boundOnly = p.job.Deadline.IsZero()
+	// The bound is within a relative 1e-9 of exact for any amount that
+	// fits in int64, far wider than float64's rounding.
+	p.boundLimit = float64(min(p.budgetLimit, p.projectLimit)) * (1 - 1e-9)
 	p.inputRegions = make([]int32, len(p.job.Inputs))
 	for i, in := range p.job.Inputs {
-		id, ok := s.regions.lookup(in.Region)
+		id, ok := s.regions.lookup(in.Region, hashName(in.Region))
 		if !ok {
 			id = -1
 		}
 		p.inputRegions[i] = id
 	}
+	p.spotHours = p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
+	p.outGB = make([]float64, len(s.regions.names))
+	var maxGB float64
+	for r := range p.outGB {
+		for k, in := range p.job.Inputs {
+			if p.inputRegions[k] != int32(r) {
+				p.outGB[r] += float64(max(in.Bytes, 0)) / bytesPerGB
+			}
+		}
+		maxGB = max(maxGB, p.outGB[r])
+	}
+	// costBound is at most price × maxHours + maxEgress before its margin.
+	maxHours := p.runHours + max(s.maxRate, p.rules.Spot.AssumedPreemptionRate)*p.spotHours
+	var maxEgress float64
+	for c, e := range s.maxEgress {
+		if p.currencies[c].known {
+			maxEgress = max(maxEgress, float64(e)*p.currencies[c].perMicro*maxGB)
+		}
+	}
+	p.boundPrice = (p.boundLimit/(1+2e-9) - maxEgress) / maxHours
 }
 
 // flag is bit when cond holds and 0 otherwise; it compiles to a
@@ -339,7 +382,7 @@ func (p *placer) place(version int) (Decision, error) {
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card]}
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.attrs[attrCard]]}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
 		}
@@ -441,22 +484,32 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 	if f.spot {
 		spot = 1
 	}
-	fail := p.countryBits[f.country+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
+	fail := p.countryBits[f.attrs[attrCountry]+1] | p.providerBits[f.attrs[attrProvider]] | p.cardBits[f.attrs[attrCard]] |
 		p.tierBits[spot] | p.availBits[f.avail]
 	if f.huge {
 		o := &p.set.offers[i]
 		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
 			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
 	} else {
-		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
-			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
+		fail |= flag(int(f.attrs[attrGPUCount]) < j.GPUCount, bitGPUCount) | flag(int(f.attrs[attrGPUMemory]) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.attrs[attrVCPU]) < j.VCPU, bitVCPU) | flag(int(f.attrs[attrMemory]) < j.MemoryGB, bitMemory)
 	}
 	if p.regionBits != nil {
-		fail |= p.regionBits[f.region]
+		fail |= p.regionBits[f.attrs[attrRegion]]
 	}
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
 			fail |= bitAvoided
+		}
+	}
+	if fail != 0 && p.boundOnly {
+		if !p.currencies[f.priceCur].known || f.egressCur >= 0 && !p.currencies[f.egressCur].known {
+			return fail | bitCurrency
+		}
+		est.price, _ = p.toBase(f.priceCur, f.price)
+		fail |= flag(est.price > p.capLimit, bitPriceCap)
+		if float64(est.price) < p.boundPrice || p.costBound(f, est.price) < p.boundLimit {
+			return fail
 		}
 	}
 	if !p.estimate(f, est) {
@@ -519,10 +572,92 @@ var (
 	bitDeadline      uint32 = 1 << atDeadline
 )
 
+// attrSlot is a reason found by attributes: b is the attribute at
+// attrLookup.b, i the reason's index+1, or 0 while none is known.
+type attrSlot struct {
+	b, i int32
+}
+
+// attrLookup finds the reasons of one code whose message depends on the
+// offer's attributes at positions a and b only: slots[attrs[a]] holds the
+// reason's index once some offer with those attributes was explained.
+// slots is nil for the other codes.
+type attrLookup struct {
+	a, b  uint8
+	slots []attrSlot
+}
+
+// countSlots is how many distinct GPU, vCPU and memory counts byAttr
+// holds; larger counts take the general path.
+const countSlots = 256
+
+// priceSlots is how many distinct prices byAttr holds; prices first seen
+// later take the general path.
+const priceSlots = 1024
+
+// prepareByAttr sizes byAttr for the set's ids. Each code's attributes
+// are those reasonKeys puts in its key; a code with one attribute checks it
+// as b too, and a code with none uses the tier, whose two slots then hold
+// the same reason.
+func (p *placer) prepareByAttr() {
+	s := p.set
+	lookups := [...]struct{ code, a, b, n int }{
+		{atResidency, attrRegion, attrCountry, len(s.regions.names)},
+		{atProviderRule, attrProvider, attrProvider, len(s.providers.names)},
+		{atProvider, attrProvider, attrProvider, len(s.providers.names)},
+		{atRegion, attrRegion, attrRegion, len(s.regions.names)},
+		{atTier, attrSpot, attrSpot, 2},
+		{atEscalated, attrSpot, attrSpot, 2},
+		{atAvailability, attrSpot, attrSpot, 2},
+		{atCard, attrCard, attrCard, len(s.cards.names)},
+		{atGPUCount, attrGPUCount, attrGPUCount, countSlots},
+		{atGPUMemory, attrCard, attrGPUMemory, len(s.cards.names)},
+		{atVCPU, attrVCPU, attrVCPU, countSlots},
+		{atMemory, attrMemory, attrMemory, countSlots},
+		{atCurrency, attrSpot, attrSpot, 2},
+		{atPriceCap, attrPrice, attrPrice, min(len(s.prices.names), priceSlots)},
+	}
+	total := 0
+	for _, l := range lookups {
+		total += l.n
+	}
+	slots := make([]attrSlot, total)
+	for _, l := range lookups {
+		p.byAttr[l.code] = attrLookup{a: uint8(l.a), b: uint8(l.b), slots: slots[:l.n:l.n]}
+		slots = slots[l.n:]
+	}
+}
+
 // explain appends to why the index of one reason per bit of fail, in the
+// order the checks run. Most are found in byAttr by the offer's
+// attributes; the others through their reason keys.
+func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+	if f.huge {
+		return p.explainByKey(i, f, fail, est, why)
+	}
+	for rest := fail; rest != 0; rest &= rest - 1 {
+		c := bits.TrailingZeros32(rest)
+		l := &p.byAttr[c]
+		a, b := f.attrs[l.a], f.attrs[l.b]
+		slots := l.slots
+		if uint(a) < uint(len(slots)) {
+			if s := &slots[a]; s.i > 0 && s.b == b {
+				why = append(why, s.i-1)
+				continue
+			}
+		}
+		why = p.explainByKey(i, f, 1<<c, est, why)
+		if uint(a) < uint(len(slots)) {
+			slots[a] = attrSlot{b: b, i: why[len(why)-1] + 1}
+		}
+	}
+	return why
+}
+
+// explainByKey appends to why the index of one reason per bit of fail, in the
 // order the checks run, wording a reason only the first time its key is
 // seen.
-func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
+func (p *placer) explainByKey(i int, f *offerFacts, fail uint32, est *estimate, why []int32) []int32 {
 	keys := p.reasonKeys(i, f, fail, est)
 	t := &p.reasons
 	for rest := fail; rest != 0; rest &= rest - 1 {
@@ -542,17 +677,17 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 // on the code would jump somewhere different for almost every reason.
 func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
 	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
-	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
+	provider, region, card := int64(f.attrs[attrProvider]), int64(f.attrs[attrRegion]), int64(f.attrs[attrCard])
 	// Each invalid offer is worded on its own.
 	k[atInvalid].a = -1 - int64(i)
-	k[atResidency].a, k[atResidency].b = region, int64(f.country)
+	k[atResidency].a, k[atResidency].b = region, int64(f.attrs[attrCountry])
 	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
 	k[atTier].a = int64(flag(f.spot, 1))
 	if fail&bitAvoided != 0 {
 		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
-	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
-	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.attrs[attrGPUMemory])
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.attrs[attrGPUCount]), int64(f.attrs[attrVCPU]), int64(f.attrs[attrMemory])
 	if f.huge {
 		o := &p.set.offers[i]
 		k[atGPUMemory].b = int64(o.GPUMemoryGB)
@@ -667,7 +802,7 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 		}
 	}
 	for k, in := range p.job.Inputs {
-		if p.inputRegions[k] == f.region || in.Bytes == 0 {
+		if p.inputRegions[k] == f.attrs[attrRegion] || in.Bytes == 0 {
 			continue
 		}
 		if f.egressCur < 0 {
@@ -679,6 +814,27 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 	}
 	e.total = addSat(addSat(e.compute, e.overhead), e.egress)
 	return true
+}
+
+// costBound is at least the total estimate would find for an offer with
+// facts f and base price per hour price, in known currencies: the same
+// model in float64 without rounding down, with every input outside the
+// offer's region charged at its egress price, and a 1e-9 margin over
+// float64's rounding. It is NaN or +Inf where the model overflows.
+func (p *placer) costBound(f *offerFacts, price int64) float64 {
+	hours := p.runHours
+	if f.spot {
+		rate := p.rules.Spot.AssumedPreemptionRate
+		if f.rateKnown {
+			rate = f.rate
+		}
+		hours += rate * p.spotHours
+	}
+	b := float64(price) * hours
+	if f.egressCur >= 0 {
+		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outGB[f.attrs[attrRegion]]
+	}
+	return b * (1 + 1e-9)
 }
 
 // toBase converts non-negative micros of the set's currency cur into base

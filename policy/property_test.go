@@ -336,3 +336,37 @@ func checkReasons(t *rapid.T, d policy.Decision) {
 		}
 	}
 }
+
+// TestRejectedOffersCarryBudgetReasonsProperty checks that an offer
+// rejected for anything carries a budget reason exactly when the reference
+// cost model puts it over that budget.
+func TestRejectedOffersCarryBudgetReasonsProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		job, offers, rules := genJob(t), genOffers(t), genRules(t)
+		d, err := policy.Place(job, offers, rules, now)
+		if refusal := (*policy.NoPlacementError)(nil); errors.As(err, &refusal) {
+			d = refusal.Decision
+		} else if err != nil {
+			t.Fatalf("Place: %v", err)
+		}
+		for _, r := range d.Rejected {
+			o := d.Offers[r.Offer]
+			has := map[policy.ReasonCode]bool{}
+			for _, reason := range d.ReasonsOf(r) {
+				has[reason.Code] = true
+			}
+			total := referenceTotal(job, o)
+			if want := job.Budget != nil && total > toEUR(*job.Budget); has[policy.ReasonJobBudget] != want {
+				t.Fatalf("%s costs %d, job budget %v: job budget reason %v, want %v", o.Pool, total, job.Budget, has[policy.ReasonJobBudget], want)
+			}
+			over := false
+			for _, b := range rules.Budgets {
+				over = over || b.Project == job.Project && total > toEUR(b.Cap)-toEUR(b.Spent)
+			}
+			if has[policy.ReasonProjectBudget] != over {
+				t.Fatalf("%s costs %d: project budget reason %v, want %v", o.Pool, total, has[policy.ReasonProjectBudget], over)
+			}
+		}
+	})
+}

@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// TestExplainByAttrMatchesKeysProperty checks that finding reasons by the
+// offers' attribute ids gives the same reasons as building their keys,
+// both when an attribute is first seen and when it is found again.
+func TestExplainByAttrMatchesKeysProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		offers := make([]Offer, rapid.IntRange(1, 40).Draw(t, "offers"))
+		for i := range offers {
+			count := rapid.SampledFrom([]int{1, 2, 8, 300, math.MaxInt32 + 1}).Draw(t, "count")
+			offers[i] = Offer{
+				Provider: rapid.SampledFrom([]string{"aws", "gcp", "cheapgpu"}).Draw(t, "provider"),
+				Pool:     rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(t, "pool"),
+				Region:   rapid.SampledFrom([]string{"r1", "r2"}).Draw(t, "region"),
+				Country:  rapid.SampledFrom([]string{"DE", "US", "FR", ""}).Draw(t, "country"),
+				Card:     rapid.SampledFrom([]string{"H100", "L4"}).Draw(t, "card"),
+				GPUCount: count, GPUMemoryGB: rapid.SampledFrom([]int{24, 80}).Draw(t, "gpu_mem"),
+				VCPU: count * 4, MemoryGB: count * 16,
+				Tier:         rapid.SampledFrom([]Tier{TierSpot, TierOnDemand}).Draw(t, "tier"),
+				PricePerHour: Money{Micros: rapid.Int64Range(0, 5_000_000).Draw(t, "price"), Currency: rapid.SampledFrom([]string{"EUR", "USD", "GBP"}).Draw(t, "currency")},
+				Availability: rapid.SampledFrom([]Availability{Available, Unavailable}).Draw(t, "avail"),
+			}
+		}
+		rules := Rules{ExchangeRates: map[string]float64{"USD": 0.9}, Rules: []Rule{{Name: "deny", Project: "*", DenyProviders: []string{"cheap*"}}}}
+		job := Job{
+			Project: "p", GPUCount: 4, Cards: []string{"H100"}, MinGPUMemoryGB: 100, VCPU: 16, MemoryGB: 64,
+			Residency: "EU", Tier: rapid.SampledFrom([]Tier{TierSpot, TierOnDemand}).Draw(t, "job_tier"),
+			Providers: []string{"aws", "cheapgpu"}, Regions: []string{"r1"},
+			MaxPricePerHour: &Money{Micros: 2_000_000, Currency: "EUR"}, Budget: &Money{Micros: 5_000_000, Currency: "EUR"},
+			ExpectedDuration: 3 * time.Hour,
+		}
+		if rapid.Bool().Draw(t, "deadline") {
+			job.Deadline = testNow().Add(2 * time.Hour)
+		}
+		p, err := NewOfferSet(offers).placer(job, rules, testNow())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.prepareChecks()
+		for round := range 2 {
+			for i := range offers {
+				f := &p.set.facts[i]
+				var est estimate
+				fail := p.check(i, f, &est)
+				got := p.explain(i, f, fail, &est, nil)
+				want := p.explainByKey(i, f, fail, &est, nil)
+				if !slices.Equal(got, want) {
+					t.Fatalf("round %d, offer %d: by attributes %v, by keys %v", round, i, got, want)
+				}
+			}
+		}
+	})
+}
+
+// testNow is the time the internal tests decide at.
+func testNow() time.Time { return time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) }
