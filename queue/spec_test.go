@@ -128,7 +128,8 @@ func TestJobIDForIdempotencyKeyIsStablePerProject(t *testing.T) {
 	if JobIDFor(a) == JobIDFor(c) {
 		t.Fatal("the same key in another project must name another job")
 	}
-	if JobIDFor(&Spec{Project: "p"}) == JobIDFor(&Spec{Project: "p"}) {
+	first, second := JobIDFor(&Spec{Project: "p"}), JobIDFor(&Spec{Project: "p"})
+	if first == second {
 		t.Fatal("submissions without a key must get fresh ids")
 	}
 }

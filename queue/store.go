@@ -827,10 +827,3 @@ func timePtr(t sql.NullTime) *time.Time {
 	v := t.Time
 	return &v
 }
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}

@@ -32,11 +32,10 @@ type Options struct {
 
 // Cluster is a running private PostgreSQL cluster.
 type Cluster struct {
-	dir    string
-	port   int
-	bin    string
-	runAs  *user.User
-	stderr bytes.Buffer
+	dir   string
+	port  int
+	bin   string
+	runAs *user.User
 }
 
 // BinDir finds the directory that holds initdb and pg_ctl: PATH first, then
