@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path"
 	"slices"
@@ -62,7 +63,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 	if p.Now != nil {
 		now = p.Now()
 	}
-	rules, err := p.rulesWithSpend(ctx, job.Project, now)
+	rules, err := p.rulesWithSpend(ctx, pj.Project, now)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -104,7 +105,7 @@ func (p *PolicyPlacer) rulesWithSpend(ctx context.Context, project string, now t
 		if ok, _ := path.Match(b.Project, project); !ok {
 			continue
 		}
-		spend, err := p.Spend(ctx, project, periodStart(b.Period, now))
+		spend, err := p.spendSince(ctx, project, periodStart(b.Period, now))
 		if err != nil {
 			return rules, err
 		}
@@ -122,6 +123,46 @@ func (p *PolicyPlacer) rulesWithSpend(ctx context.Context, project string, now t
 		rules.Budgets[i].Spent = policy.Money{Micros: total, Currency: base}
 	}
 	return rules, nil
+}
+
+// spendCache holds the spend read while placing one batch of submissions, so
+// that a batch of one project costs one query; it lives no longer than the
+// batch.
+type spendCache struct {
+	mu    sync.Mutex
+	spend map[string]map[string]int64
+}
+
+type spendCacheKey struct{}
+
+// withSpendCache returns a context whose placements share spend reads.
+func withSpendCache(ctx context.Context) context.Context {
+	return context.WithValue(ctx, spendCacheKey{}, &spendCache{spend: map[string]map[string]int64{}})
+}
+
+// spendSince returns a copy of the project's spend since a time, read once
+// per batch when ctx carries a batch's cache.
+func (p *PolicyPlacer) spendSince(ctx context.Context, project string, since time.Time) (map[string]int64, error) {
+	cache, _ := ctx.Value(spendCacheKey{}).(*spendCache)
+	key := project + "\x00" + since.String()
+	if cache != nil {
+		cache.mu.Lock()
+		spend, ok := cache.spend[key]
+		cache.mu.Unlock()
+		if ok {
+			return maps.Clone(spend), nil
+		}
+	}
+	spend, err := p.Spend(ctx, project, since)
+	if err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		cache.mu.Lock()
+		cache.spend[key] = maps.Clone(spend)
+		cache.mu.Unlock()
+	}
+	return spend, nil
 }
 
 func toBase(micros int64, currency, base string, rates map[string]float64) (int64, bool) {

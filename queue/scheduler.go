@@ -152,6 +152,7 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 
 // decide places the pending jobs of a batch and collects the rejections.
 func (s *Scheduler) decide(ctx context.Context, jobs []*Job) ([]PlacedJob, map[uuid.UUID]string, error) {
+	ctx = withSpendCache(ctx)
 	var placed []PlacedJob
 	rejected := map[uuid.UUID]string{}
 	for _, j := range jobs {

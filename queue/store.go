@@ -411,8 +411,10 @@ func (s *Store) whyNotClaimed(ctx context.Context, r ClaimRequest) error {
 		return fmt.Errorf("claiming job %s: %w", r.JobID, err)
 	}
 	nc := &NotClaimableError{State: JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
-	if nc.State == StateRunning {
-		// This statement runs after the claim's: a lease that ran out in
+	if nc.State == StateRunning && !nc.Stale {
+		// A stale message can never be claimed (placement versions only
+		// grow), so only a current one waits for the lease. This statement
+		// runs after the claim's: a lease that ran out in
 		// between still refused the claim, and the job is still to be run,
 		// so the caller must look again, not drop the message.
 		nc.LeaseLeft = max(time.Duration(info.LeaseSeconds*float64(time.Second)), time.Millisecond)
@@ -771,19 +773,6 @@ func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map
 	out := make(map[string]int64, len(rows))
 	for _, r := range rows {
 		out[r.Currency] = r.Micros
-	}
-	return out, nil
-}
-
-// CountByState returns how many jobs are in each state.
-func (s *Store) CountByState(ctx context.Context) (map[JobState]int, error) {
-	rows, err := s.q.JobCountByState(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[JobState]int{}
-	for _, r := range rows {
-		out[JobState(r.State)] = int(r.Jobs)
 	}
 	return out, nil
 }

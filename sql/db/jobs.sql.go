@@ -144,38 +144,6 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 	return items, nil
 }
 
-const jobCountByState = `-- name: JobCountByState :many
-SELECT state, count(*) AS jobs FROM jobs GROUP BY state ORDER BY state
-`
-
-type JobCountByStateRow struct {
-	State JobState
-	Jobs  int64
-}
-
-func (q *Queries) JobCountByState(ctx context.Context) ([]JobCountByStateRow, error) {
-	rows, err := q.db.QueryContext(ctx, jobCountByState)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []JobCountByStateRow
-	for rows.Next() {
-		var i JobCountByStateRow
-		if err := rows.Scan(&i.State, &i.Jobs); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs
 SET state = 'failed', errors = errors + 1, exit_code = $1, reason = $2,

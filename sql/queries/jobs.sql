@@ -193,6 +193,3 @@ WHERE (state = 'pending' AND updated_at < now() - make_interval(secs => @pending
    OR (state = 'running' AND lease_expires_at < now() - make_interval(secs => @placed_seconds::float8))
 ORDER BY updated_at
 LIMIT @max_rows;
-
--- name: JobCountByState :many
-SELECT state, count(*) AS jobs FROM jobs GROUP BY state ORDER BY state;

@@ -231,6 +231,8 @@ type JobStatus struct {
 	Placement      json.RawMessage   `json:"placement,omitempty"`
 	Pool           string            `json:"pool,omitempty"`
 	LastLogLines   []string          `json:"last_log_lines,omitempty"`
+	// History is the job's audit trail: every state change, oldest first.
+	History []queue.Event `json:"history"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -255,6 +257,9 @@ func jobStatus(ctx context.Context, c *clients, id uuid.UUID) (*JobStatus, error
 	}
 	st := &JobStatus{Job: job}
 	if st.Attempts, err = c.store.Attempts(ctx, id); err != nil {
+		return nil, err
+	}
+	if st.History, err = c.store.EventsOf(ctx, id); err != nil {
 		return nil, err
 	}
 	cps, err := c.store.Checkpoints(ctx, id)
@@ -319,6 +324,16 @@ func printStatus(w io.Writer, st *JobStatus) error {
 				outcome = "running"
 			}
 			t.row(a.Attempt, a.Host, a.PID, a.Pool, a.StartedAt.Format(time.TimeOnly), outcome, exit)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if len(st.History) > 0 {
+		fmt.Fprintln(w)
+		t := newTable(w, "AT", "STATE", "ATTEMPT", "EVENT")
+		for _, ev := range st.History {
+			t.row(ev.At.Format(time.TimeOnly+".000"), ev.State, ev.Attempt, ev.Message)
 		}
 		if err := t.flush(); err != nil {
 			return err
