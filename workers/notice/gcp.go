@@ -61,7 +61,7 @@ func (w *gcpWatcher) watchKey(ctx context.Context, key string) *Notice {
 				w.cfg.Logger.Warn("reading GCP metadata", "key", key, "err", err)
 				failing = true
 			}
-			etag = "" // read the current value again, without waiting
+			etag = ""              // read the current value again, without waiting
 			sleep(ctx, w.cfg.Poll) //nolint:errcheck // the loop checks ctx
 			continue
 		}
