@@ -455,6 +455,25 @@ func (s *Store) Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease 
 	return nil
 }
 
+// RecordNotice records, under attempt, that the provider announced the
+// worker's machine goes away: an event on the job's trail says why, at once,
+// so that the replacer and the autoscaler can act before the machine is gone.
+// It refreshes the lease like a heartbeat; the attempt's outcome is recorded
+// when the job is handed back.
+func (s *Store) RecordNotice(ctx context.Context, id uuid.UUID, attempt int, reason string, lease time.Duration) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
+		n, err := q.JobHeartbeat(ctx, db.JobHeartbeatParams{ID: id, Attempt: int32(attempt), LeaseSeconds: lease.Seconds()})
+		if err != nil {
+			return nil, fmt.Errorf("recording the notice of job %s attempt %d: %w", id, attempt, err)
+		}
+		if n == 0 {
+			return nil, ErrFenced
+		}
+		ev, err := recordEvent(ctx, q, id, StateRunning, attempt, "preemption notice: "+reason, nil)
+		return []Event{ev}, err
+	})
+}
+
 // ArchiveRecord describes a packed archive in a checkpoint store.
 type ArchiveRecord struct {
 	Bytes    int64

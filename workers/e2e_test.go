@@ -60,7 +60,7 @@ type cluster struct {
 	dbURL string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	store, url := queuetest.Store(t, n)
@@ -81,7 +81,7 @@ func newCluster(t *testing.T) *cluster {
 
 // startWorker launches `gpuq worker` for the test pool; its output is shown
 // if the test fails.
-func (c *cluster) startWorker(t *testing.T, ackWait, grace time.Duration, extra ...string) *local.Instance {
+func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra ...string) *local.Instance {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "worker.log")
 	logFile, err := os.Create(logPath)
@@ -107,7 +107,7 @@ func (c *cluster) startWorker(t *testing.T, ackWait, grace time.Duration, extra 
 	return inst
 }
 
-func (c *cluster) submit(t *testing.T, spec string) uuid.UUID {
+func (c *cluster) submit(t testing.TB, spec string) uuid.UUID {
 	t.Helper()
 	s, err := queue.ParseSpec([]byte(spec))
 	if err != nil {
@@ -145,7 +145,7 @@ func (c *cluster) waitState(t *testing.T, id uuid.UUID, want queue.JobState, tim
 	return j
 }
 
-func (c *cluster) attempts(t *testing.T, id uuid.UUID) []queue.Attempt {
+func (c *cluster) attempts(t testing.TB, id uuid.UUID) []queue.Attempt {
 	t.Helper()
 	a, err := c.store.Attempts(context.Background(), id)
 	if err != nil {
@@ -154,7 +154,7 @@ func (c *cluster) attempts(t *testing.T, id uuid.UUID) []queue.Attempt {
 	return a
 }
 
-func (c *cluster) checkpoints(t *testing.T, id uuid.UUID) []queue.Checkpoint {
+func (c *cluster) checkpoints(t testing.TB, id uuid.UUID) []queue.Checkpoint {
 	t.Helper()
 	cps, err := c.store.Checkpoints(context.Background(), id)
 	if err != nil {

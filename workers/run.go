@@ -177,15 +177,27 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 
 	var waitErr error
 	exitedInGrace := true
+	noticed := make(chan struct{})
+	close(noticed)
 	select {
 	case waitErr = <-exited:
 	case <-jobCtx.Done():
 		pgid := -cmd.Process.Pid
-		if context.Cause(jobCtx) == ErrPreempted {
+		if cause := context.Cause(jobCtx); errors.Is(cause, ErrPreempted) {
 			syscall.Kill(pgid, syscall.SIGTERM) //nolint:errcheck // it may have exited already
+			p := preemptionOf(cause)
+			noticed = make(chan struct{})
+			go func() {
+				// The control plane learns of the notice now, not when
+				// the job has exited.
+				defer close(noticed)
+				if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, p.Reason, w.cfg.AckWait); err != nil {
+					a.log.Warn("recording the preemption notice", "err", err)
+				}
+			}()
 			select {
 			case waitErr = <-exited:
-			case <-time.After(w.cfg.Grace):
+			case <-time.After(w.graceFor(p)):
 				exitedInGrace = false
 				syscall.Kill(pgid, syscall.SIGKILL) //nolint:errcheck // it may have exited already
 				waitErr = <-exited
@@ -201,16 +213,17 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	logs.close()
 	code := exitCode(waitErr)
 
-	switch cause {
-	case queue.ErrFenced:
+	<-noticed
+	switch {
+	case cause == queue.ErrFenced:
 		a.log.Warn("fenced out: a newer attempt owns the job; not acknowledging")
 		a.w.store.EndAttempt(a.io, job.ID, job.Attempt, queue.OutcomeFenced, code) //nolint:errcheck // informational only
-	case ErrCancelled:
+	case cause == ErrCancelled:
 		a.w.store.EndAttempt(a.io, job.ID, job.Attempt, queue.OutcomeCancelled, code) //nolint:errcheck // informational only
 		ackDone(a.io, a.msg, a.log)
-	case ErrPreempted:
-		a.preempted(exitedInGrace)
-	case ErrTimeout:
+	case errors.Is(cause, ErrPreempted):
+		a.preempted(exitedInGrace, preemptionOf(cause).Reason)
+	case cause == ErrTimeout:
 		a.finishError(code, fmt.Sprintf("timed out after %s", time.Duration(job.Spec.Timeout)), queue.OutcomeTimeout)
 	default:
 		if code != nil && *code == 0 {
@@ -418,7 +431,7 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 // saved (or, when it exited within the grace period without saving, the
 // directory as it left it) is recorded, then the message is naked so that
 // another worker resumes it at once.
-func (a *attempt) preempted(exitedInGrace bool) {
+func (a *attempt) preempted(exitedInGrace bool, reason string) {
 	a.saveMu.Lock()
 	saved := a.saves
 	a.saveMu.Unlock()
@@ -429,7 +442,7 @@ func (a *attempt) preempted(exitedInGrace bool) {
 			}
 		}
 	}
-	a.release(queue.OutcomePreempted, nil, "preempted: handed back after the notice", 0)
+	a.release(queue.OutcomePreempted, nil, "preempted: "+reason, 0)
 }
 
 // release hands the job back to its pool for another attempt.

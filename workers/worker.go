@@ -47,6 +47,11 @@ type Config struct {
 	// Grace is how long a job gets after SIGTERM to save its final
 	// checkpoint and exit. Default 20s.
 	Grace time.Duration
+	// NoticeReserve is the time kept, after a job's grace and before a
+	// provider's notice deadline, for recording the hand-back: a notice
+	// that leaves less than Grace + NoticeReserve shortens the job's grace.
+	// Default 1s.
+	NoticeReserve time.Duration
 	// DataDir holds each attempt's checkpoint and output directories.
 	// Default: a directory under the system temporary directory.
 	DataDir string
@@ -79,6 +84,9 @@ func (c Config) WithDefaults() Config {
 	if c.Grace == 0 {
 		c.Grace = 20 * time.Second
 	}
+	if c.NoticeReserve == 0 {
+		c.NoticeReserve = time.Second
+	}
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(os.TempDir(), "gpuq-worker-"+c.WorkerID)
 	}
@@ -106,6 +114,9 @@ func (c Config) validate() error {
 	}
 	if c.Grace <= 0 {
 		return fmt.Errorf("worker.grace: must be positive, got %s", c.Grace)
+	}
+	if c.NoticeReserve < 0 {
+		return fmt.Errorf("worker.notice-reserve: must not be negative, got %s", c.NoticeReserve)
 	}
 	return nil
 }
@@ -147,10 +158,12 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, 
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
-// ErrPreempted (a notice or SIGTERM), the worker stops pulling, hands each
-// running job SIGTERM and Grace to save its final checkpoint, records it, and
-// naks the job so that another worker resumes it at once. Run returns when
-// every job has been handed back.
+// ErrPreempted (SIGTERM) or a *Preemption (a provider's notice), the worker
+// stops pulling, records the notice against each running attempt at once,
+// hands each running job SIGTERM and Grace (cut to fit the notice's
+// deadline) to save its final checkpoint, records it, and naks the job so
+// that another worker resumes it at once. Run returns when every job has
+// been handed back.
 func (w *Worker) Run(ctx context.Context) error {
 	cons, err := queue.EnsurePoolConsumer(context.WithoutCancel(ctx), w.js, w.cfg.Pool, w.cfg.AckWait)
 	if err != nil {

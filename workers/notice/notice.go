@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 )
@@ -180,6 +181,12 @@ func (c Config) validate() error {
 	}
 	if c.Poll < 10*time.Millisecond || c.Poll > time.Minute {
 		return fmt.Errorf("notice.poll: must be 10ms–1m, got %s", c.Poll)
+	}
+	if c.Endpoint != "" {
+		u, err := url.Parse(c.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("notice.endpoint: must be an http(s) URL with a host, got %q", c.Endpoint)
+		}
 	}
 	if c.Grace < 0 {
 		return fmt.Errorf("notice.grace: must not be negative, got %s", c.Grace)

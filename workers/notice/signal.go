@@ -24,7 +24,11 @@ func (w *signalWatcher) Watch(ctx context.Context) (*Notice, error) {
 	select {
 	case sig := <-sigs:
 		now := time.Now()
-		n := &Notice{Kind: SIGTERM, Received: now, Reason: fmt.Sprintf("%v received", sig)}
+		name := sig.String()
+		if sig == syscall.SIGTERM {
+			name = "SIGTERM"
+		}
+		n := &Notice{Kind: SIGTERM, Received: now, Reason: name + " received"}
 		if w.cfg.Grace > 0 {
 			n.Deadline = now.Add(w.cfg.Grace)
 			n.Reason += fmt.Sprintf("; SIGKILL follows after %s", w.cfg.Grace)

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/workers"
 	"github.com/gpuq/gpuq/workers/canary"
+	"github.com/gpuq/gpuq/workers/notice"
 )
 
 func newWorkerCmd() *cobra.Command {
@@ -22,8 +26,10 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Pull and run the jobs of one pool",
 		Long: `worker pulls jobs from its pool's consumer, claims each one fenced by attempt number,
 restores its latest checkpoint, runs it, and acknowledges only after its completion is recorded.
-SIGTERM (a preemption notice or a shutdown) stops pulling, forwards SIGTERM to the running jobs,
-waits up to --grace for their final checkpoint, records it and hands the jobs back at once.`,
+A preemption notice (--notice: the provider's metadata service, or SIGTERM on container clouds)
+or a shutdown (SIGTERM, SIGINT) stops pulling, forwards SIGTERM to the running jobs, waits up to
+--grace (cut to fit the notice's deadline) for their final checkpoint, records it with the
+provider's reason and hands the jobs back at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -49,6 +55,10 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 					RetryAfter: v.GetDuration("canary-retry-after"), QuarantineAfter: v.GetInt("quarantine-after"),
 				}}
 			}
+			watch, err := noticeWatcher(v, cfg.Logger)
+			if err != nil {
+				return err
+			}
 			c, err := dial(cmd.Context(), v, true)
 			if err != nil {
 				return err
@@ -63,8 +73,13 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 			}
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
+			stops := []os.Signal{syscall.SIGINT}
+			if watch.kind != notice.SIGTERM {
+				// The SIGTERM watcher turns SIGTERM into a notice itself.
+				stops = append(stops, syscall.SIGTERM)
+			}
 			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			signal.Notify(sigs, stops...)
 			defer signal.Stop(sigs)
 			go func() {
 				select {
@@ -73,7 +88,26 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 				case <-ctx.Done():
 				}
 			}()
+			var noticed atomic.Pointer[notice.Notice]
+			go func() {
+				n, err := watch.watcher.Watch(ctx)
+				if err != nil {
+					return
+				}
+				cfg.Logger.Warn("preemption notice: handing work back", "notice", n.Kind, "reason", n.Reason, "deadline", n.Deadline)
+				noticed.Store(n)
+				cancel(&workers.Preemption{Reason: n.Reason, Deadline: n.Deadline})
+			}()
 			err = w.Run(ctx)
+			if n := noticed.Load(); n != nil {
+				// Every final checkpoint is recorded: the provider may
+				// take the machine now.
+				ackCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if aerr := n.Ack(ackCtx); aerr != nil {
+					cfg.Logger.Warn("acknowledging the preemption notice", "err", aerr)
+				}
+				stop()
+			}
 			if errors.Is(err, workers.ErrQuarantined) {
 				return &ExitError{Code: exitQuarantined, Err: err}
 			}
@@ -91,6 +125,13 @@ waits up to --grace for their final checkpoint, records it and hands the jobs ba
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
+	cmd.Flags().String("provider", "local", "provider of the worker's pool; chooses the default --notice")
+	cmd.Flags().String("notice", "", "preemption notice to watch: aws, gcp, azure, sigterm or none (default: the provider's)")
+	// The endpoint is configurable because the documented addresses are
+	// link-local and only answer on the provider's machines: tests point
+	// the watcher at a fake, and AWS's IPv6-only instances use
+	// http://[fd00:ec2::254].
+	cmd.Flags().String("notice-endpoint", "", "base URL of the provider's metadata service (default: the provider's documented address)")
 	cmd.Flags().Bool("no-canary", false, "take work without running the NVML canary")
 	cmd.Flags().Int("canary-every-jobs", 0, "rerun the canary after this many jobs (0: never)")
 	cmd.Flags().Duration("canary-every", 30*time.Minute, "rerun the canary after this long (0: never)")
@@ -140,4 +181,29 @@ once the checkpoint is durable; do not modify the directory until it returns.`,
 	}
 	cmd.AddCommand(save)
 	return cmd
+}
+
+// workerNotice is the preemption signal a worker watches.
+type workerNotice struct {
+	kind    notice.Kind
+	watcher notice.Watcher
+}
+
+// noticeWatcher builds the watcher --notice names, or the one of the pool's
+// --provider.
+func noticeWatcher(v *viper.Viper, logger *slog.Logger) (*workerNotice, error) {
+	kind, grace, err := notice.ForProvider(v.GetString("provider"))
+	if s := v.GetString("notice"); s != "" {
+		if kind, err = notice.ParseKind(s); err != nil {
+			return nil, err
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	w, err := notice.New(notice.Config{Kind: kind, Endpoint: v.GetString("notice-endpoint"), Grace: grace, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return &workerNotice{kind: kind, watcher: w}, nil
 }

@@ -1,0 +1,51 @@
+package workers
+
+import (
+	"errors"
+	"time"
+)
+
+// Preemption is the cause a worker's context is cancelled with when its
+// provider announced that the machine goes away. errors.Is reports it as
+// ErrPreempted, so it takes the same "final checkpoint, record, hand back"
+// path as SIGTERM, carrying the provider's reason and deadline.
+type Preemption struct {
+	// Reason in the provider's terms; recorded as the attempt's reason.
+	Reason string
+	// Deadline is when the provider takes the machine; zero when unknown.
+	Deadline time.Time
+}
+
+func (p *Preemption) Error() string { return "preempted: " + p.Reason }
+
+// Is makes a Preemption match ErrPreempted.
+func (p *Preemption) Is(target error) bool { return target == ErrPreempted }
+
+// preemptionOf is the preemption cause carries; a bare ErrPreempted (a
+// shutdown) has a generic reason and no deadline.
+func preemptionOf(cause error) Preemption {
+	var p *Preemption
+	if errors.As(cause, &p) {
+		return *p
+	}
+	return Preemption{Reason: "handed back after the notice"}
+}
+
+// graceFor is how long a job gets after SIGTERM: Grace, cut short so that
+// the job's exit and the hand-back fit before the provider's deadline with
+// NoticeReserve to spare.
+func (w *Worker) graceFor(p Preemption) time.Duration {
+	grace := w.cfg.Grace
+	if p.Deadline.IsZero() {
+		return grace
+	}
+	left := time.Until(p.Deadline) - w.cfg.NoticeReserve
+	if left < grace {
+		grace = max(left, minGrace)
+	}
+	return grace
+}
+
+// minGrace is the least a job gets after SIGTERM, even past a deadline:
+// its final checkpoint may still beat the provider.
+const minGrace = 500 * time.Millisecond
