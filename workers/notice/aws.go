@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // The IMDSv2 paths and headers the AWS watcher uses, as EC2's instance
@@ -75,7 +77,7 @@ func (w *awsWatcher) poll(ctx context.Context, warned *bool) (*Notice, error) {
 		if err := json.Unmarshal(body, &a); err != nil {
 			return nil, fmt.Errorf("%s: %w", awsActionPath, err)
 		}
-		n := &Notice{Kind: AWS, Received: time.Now(), Reason: "AWS spot interruption: " + a.Action}
+		n := &Notice{Notice: adapters.Notice{Kind: adapters.NoticePreempt, Source: AWS, Reason: "AWS spot interruption: " + a.Action}, Received: time.Now()}
 		if t, err := time.Parse(time.RFC3339, a.Time); err == nil {
 			n.Deadline = t
 			n.Reason += " at " + t.UTC().Format(time.RFC3339)
@@ -92,7 +94,7 @@ func (w *awsWatcher) poll(ctx context.Context, warned *bool) (*Notice, error) {
 			json.Unmarshal(body, &r) //nolint:errcheck // the warning stands without its time
 			at, _ := time.Parse(time.RFC3339, r.NoticeTime)
 			*warned = true
-			w.cfg.OnWarning(Warning{Kind: AWS, Reason: "AWS rebalance recommendation: elevated risk of spot interruption", At: at})
+			w.cfg.OnWarning(Warning{Source: AWS, Reason: "AWS rebalance recommendation: elevated risk of spot interruption", At: at})
 		} else if err != errNotYet {
 			return nil, err
 		}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // Azure Instance Metadata Service paths, version and timings, as the
@@ -19,9 +21,6 @@ const (
 	azureNamePath    = "/metadata/instance/compute/name"
 	azureAPIVersion  = "2020-07-01"
 	azureIMDSVersion = "2021-02-01"
-	// azurePreemptNotice is the documented minimum notice of a Preempt
-	// event, used when NotBefore is empty.
-	azurePreemptNotice = 30 * time.Second
 )
 
 // azureDocument is a Scheduled Events document.
@@ -113,16 +112,20 @@ func (w *azureWatcher) poll(ctx context.Context, warned map[string]bool) (*Notic
 		switch ev.EventType {
 		case "Preempt", "Terminate":
 			if ev.NotBefore == "" {
-				at = now.Add(azurePreemptNotice)
+				at = now.Add(Azure.DefaultGrace())
 			}
 			id := ev.EventID
-			return &Notice{Kind: Azure, Received: now, Deadline: at,
-				Reason: fmt.Sprintf("Azure scheduled event %s (%s, %s)", ev.EventType, ev.EventSource, ev.EventStatus),
-				ack:    func(ctx context.Context) error { return w.start(ctx, id) }}, nil
+			kind := adapters.NoticePreempt
+			if ev.EventType == "Terminate" {
+				kind = adapters.NoticeMaintenance
+			}
+			return &Notice{Received: now, Notice: adapters.Notice{Kind: kind, Source: Azure, Deadline: at,
+				Reason: fmt.Sprintf("Azure scheduled event %s (%s, %s)", ev.EventType, ev.EventSource, ev.EventStatus)},
+				ack: func(ctx context.Context) error { return w.start(ctx, id) }}, nil
 		default:
 			if !warned[ev.EventID] {
 				warned[ev.EventID] = true
-				w.cfg.OnWarning(Warning{Kind: Azure, Reason: "Azure scheduled event " + ev.EventType, At: at})
+				w.cfg.OnWarning(Warning{Source: Azure, Reason: "Azure scheduled event " + ev.EventType, At: at})
 			}
 		}
 	}

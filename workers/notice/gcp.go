@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // Compute Engine metadata keys and timings, as its metadata server
@@ -78,11 +80,13 @@ func (w *gcpWatcher) watchKey(ctx context.Context, key string) *Notice {
 		now := time.Now()
 		switch {
 		case key == gcpPreempted && value == "TRUE":
-			return &Notice{Kind: GCP, Received: now, Deadline: now.Add(gcpPreemptNotice), Reason: "GCP preemption: instance/preempted is TRUE"}
+			return &Notice{Received: now, Notice: adapters.Notice{Kind: adapters.NoticePreempt, Source: GCP,
+				Deadline: now.Add(gcpPreemptNotice), Reason: "GCP preemption: instance/preempted is TRUE"}}
 		case key == gcpMaintenance && strings.HasPrefix(value, "TERMINATE"):
-			return &Notice{Kind: GCP, Received: now, Deadline: now.Add(gcpMaintainNotice), Reason: "GCP host maintenance: " + value}
+			return &Notice{Received: now, Notice: adapters.Notice{Kind: adapters.NoticeMaintenance, Source: GCP,
+				Deadline: now.Add(gcpMaintainNotice), Reason: "GCP host maintenance: " + value}}
 		case key == gcpMaintenance && value != "NONE" && value != "":
-			w.cfg.OnWarning(Warning{Kind: GCP, Reason: "GCP host maintenance: " + value, At: now.Add(gcpMaintainNotice)})
+			w.cfg.OnWarning(Warning{Source: GCP, Reason: "GCP host maintenance: " + value, At: now.Add(gcpMaintainNotice)})
 		}
 	}
 	return nil

@@ -9,37 +9,38 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
-// Kind names a provider's preemption signal; it is the value of
-// `gpuq worker --notice`.
-type Kind string
+// Kind is the signal a worker watches: the value of `gpuq worker --notice`.
+type Kind = adapters.NoticeSource
 
 // The signals a worker can watch.
 const (
 	// AWS: the EC2 instance metadata service (IMDSv2) spot interruption
 	// notice, two minutes ahead, and the rebalance recommendation.
-	AWS Kind = "aws"
+	AWS = adapters.NoticeAWS
 	// GCP: the Compute Engine metadata server's instance/preempted key
 	// (30 seconds ahead) and instance/maintenance-event.
-	GCP Kind = "gcp"
+	GCP = adapters.NoticeGCP
 	// Azure: Scheduled Events' Preempt event (at least 30 seconds ahead),
 	// acknowledged once the work is handed back.
-	Azure Kind = "azure"
+	Azure = adapters.NoticeAzure
 	// SIGTERM: the container runtime's SIGTERM, followed by SIGKILL after
 	// the provider's grace period.
-	SIGTERM Kind = "sigterm"
+	SIGTERM = adapters.NoticeSIGTERM
 	// None: no notice; SIGTERM still hands work back, as a shutdown.
-	None Kind = "none"
+	None = adapters.NoticeNone
 )
 
 // ParseKind checks a --notice value.
 func ParseKind(s string) (Kind, error) {
-	switch k := Kind(s); k {
-	case AWS, GCP, Azure, SIGTERM, None:
-		return k, nil
+	k, err := adapters.ParseNoticeSource(s)
+	if err != nil {
+		return "", fmt.Errorf("notice: %w", err)
 	}
-	return "", fmt.Errorf("notice: must be aws, gcp, azure, sigterm or none, got %q", s)
+	return k, nil
 }
 
 // ForProvider is the signal the machines of a provider get and, for
@@ -70,13 +71,10 @@ func ForProvider(provider string) (Kind, time.Duration, error) {
 // RunPodGrace is the time RunPod leaves between SIGTERM and SIGKILL.
 const RunPodGrace = 5 * time.Second
 
-// Notice is a provider's announcement that the machine goes away.
+// Notice is a provider's announcement that the machine goes away, as the
+// worker acts on it.
 type Notice struct {
-	Kind Kind
-	// Reason in the provider's terms, recorded as the attempt's reason.
-	Reason string
-	// Deadline is when the provider takes the machine; zero when unknown.
-	Deadline time.Time
+	adapters.Notice
 	// Received is when the watcher saw the notice.
 	Received time.Time
 
@@ -97,7 +95,7 @@ func (n *Notice) Ack(ctx context.Context) error {
 // back: an AWS rebalance recommendation, a GCP live migration, an Azure
 // reboot or freeze.
 type Warning struct {
-	Kind   Kind
+	Source Kind
 	Reason string
 	// At is when the provider says the event happens; zero when unknown.
 	At time.Time
@@ -166,7 +164,7 @@ func (c Config) WithDefaults() Config {
 	if c.OnWarning == nil {
 		log := c.Logger
 		c.OnWarning = func(w Warning) {
-			log.Warn("early preemption warning", "notice", w.Kind, "reason", w.Reason, "at", w.At)
+			log.Warn("early preemption warning", "notice", w.Source, "reason", w.Reason, "at", w.At)
 		}
 	}
 	if c.Client == nil {
@@ -176,7 +174,10 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if _, err := ParseKind(string(c.Kind)); err != nil {
+	if _, err := ParseKind(string(c.Kind)); err != nil || c.Kind == "" {
+		if err == nil {
+			err = fmt.Errorf("notice: must be set")
+		}
 		return err
 	}
 	if c.Poll < 10*time.Millisecond || c.Poll > time.Minute {

@@ -101,7 +101,7 @@ func TestAWSSpotInterruptionArrivesWithinASecondWithItsDeadline(t *testing.T) {
 	imds.Rebalance(time.Now())
 	eventually(t, "the rebalance warning", func() bool { return len(warns.list()) == 1 })
 	noNotice(t, got, 700*time.Millisecond) // a recommendation hands nothing back
-	if w := warns.list()[0]; w.Kind != notice.AWS || !strings.Contains(w.Reason, "rebalance") {
+	if w := warns.list()[0]; w.Source != notice.AWS || !strings.Contains(w.Reason, "rebalance") {
 		t.Fatalf("want a rebalance warning, got %+v", w)
 	}
 	// The session token expires meanwhile: the watcher must renew it.
@@ -109,7 +109,7 @@ func TestAWSSpotInterruptionArrivesWithinASecondWithItsDeadline(t *testing.T) {
 	at := time.Now().Add(2 * time.Minute).Truncate(time.Second)
 	imds.Interrupt("terminate", at)
 	n := within(t, got, time.Now(), time.Second)
-	if n.Kind != notice.AWS || !n.Deadline.Equal(at) || !strings.Contains(n.Reason, "terminate") {
+	if n.Source != notice.AWS || !n.Deadline.Equal(at) || !strings.Contains(n.Reason, "terminate") {
 		t.Fatalf("want a terminate notice with deadline %s, got %+v", at, n)
 	}
 	if len(warns.list()) != 1 {
@@ -129,7 +129,7 @@ func TestGCPPreemptionArrivesAtOnceThroughWaitForChange(t *testing.T) {
 	md.Set("preempted", "TRUE")
 	// Poll is a minute: only a hanging read delivers this in time.
 	n := within(t, got, announced, time.Second)
-	if n.Kind != notice.GCP || !strings.Contains(n.Reason, "preempted") {
+	if n.Source != notice.GCP || !strings.Contains(n.Reason, "preempted") {
 		t.Fatalf("want a preemption notice, got %+v", n)
 	}
 	if left := time.Until(n.Deadline); left < 28*time.Second || left > 30*time.Second {
@@ -174,7 +174,7 @@ func TestAzurePreemptIsANoticeForThisVMAndIsAcknowledged(t *testing.T) {
 	noNotice(t, got, 700*time.Millisecond) // another VM's preemption is not ours
 	deadline := imds.Preempt("evict-1")
 	n := within(t, got, time.Now(), time.Second)
-	if n.Kind != notice.Azure || !n.Deadline.Equal(deadline) || !strings.Contains(n.Reason, "Preempt") {
+	if n.Source != notice.Azure || !n.Deadline.Equal(deadline) || !strings.Contains(n.Reason, "Preempt") {
 		t.Fatalf("want a Preempt notice with deadline %s, got %+v", deadline, n)
 	}
 	if len(imds.Started()) != 0 {

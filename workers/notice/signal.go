@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // signalWatcher turns the container runtime's SIGTERM into a notice whose
@@ -28,7 +30,7 @@ func (w *signalWatcher) Watch(ctx context.Context) (*Notice, error) {
 		if sig == syscall.SIGTERM {
 			name = "SIGTERM"
 		}
-		n := &Notice{Kind: SIGTERM, Received: now, Reason: name + " received"}
+		n := &Notice{Received: now, Notice: adapters.Notice{Kind: adapters.NoticePreempt, Source: SIGTERM, Reason: name + " received"}}
 		if w.cfg.Grace > 0 {
 			n.Deadline = now.Add(w.cfg.Grace)
 			n.Reason += fmt.Sprintf("; SIGKILL follows after %s", w.cfg.Grace)

@@ -94,7 +94,7 @@ provider's reason and hands the jobs back at once.`,
 				if err != nil {
 					return
 				}
-				cfg.Logger.Warn("preemption notice: handing work back", "notice", n.Kind, "reason", n.Reason, "deadline", n.Deadline)
+				cfg.Logger.Warn("preemption notice: handing work back", "notice", n.Source, "kind", n.Kind, "reason", n.Reason, "deadline", n.Deadline)
 				noticed.Store(n)
 				cancel(&workers.Preemption{Reason: n.Reason, Deadline: n.Deadline})
 			}()
