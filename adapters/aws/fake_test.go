@@ -50,7 +50,7 @@ type fakeEC2 struct {
 
 type fakeType struct {
 	vcpus, memMiB, gpuCount, gpuMemMiB int
-	gpuName                           string
+	gpuName                            string
 }
 
 type fakeInstance struct {
