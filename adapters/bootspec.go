@@ -41,7 +41,8 @@ type BootSpec struct {
 	// scheme nats, tls, ws or wss, with no user or password in it.
 	NATSURL string
 	// Credential is the instance's own NATS credential, scoped to its pool
-	// and issued by the control plane: one line of printable ASCII.
+	// and issued by the control plane: one line of printable ASCII. Empty
+	// only where the NATS server asks for none (gpuq dev's embedded one).
 	Credential Secret
 	// Executable is the gpuq binary on the machine; default
 	// /usr/local/bin/gpuq (where deploy/ installs it).
@@ -87,9 +88,6 @@ func (b BootSpec) Validate() error {
 	}
 	if err := validNATSURL(b.NATSURL); err != nil {
 		return fmt.Errorf("nats_url: %w", err)
-	}
-	if b.Credential.IsZero() {
-		return fmt.Errorf("credential: must be set (the instance's NATS credential)")
 	}
 	if c := b.Credential.Reveal(); len(c) > maxCredential || strings.IndexFunc(c, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
 		return fmt.Errorf("credential: want one line of printable ASCII of at most %d bytes", maxCredential)
@@ -170,11 +168,11 @@ func (b BootSpec) Command() []string {
 // pairs in a fixed order. Hand it only to the process or provider that
 // starts the worker; never log it.
 func (b BootSpec) Environ() []string {
-	return []string{
-		EnvNATSURL + "=" + b.NATSURL,
-		EnvNATSCredential + "=" + b.Credential.Reveal(),
-		EnvInstanceID + "=" + b.InstanceID,
+	env := []string{EnvNATSURL + "=" + b.NATSURL}
+	if !b.Credential.IsZero() {
+		env = append(env, EnvNATSCredential+"="+b.Credential.Reveal())
 	}
+	return append(env, EnvInstanceID+"="+b.InstanceID)
 }
 
 // String describes the spec without its credential.
