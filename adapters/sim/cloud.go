@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,7 +50,9 @@ type Cloud struct {
 	logger  *slog.Logger
 	// onEvent, when set, hears of every event.
 	onEvent func(Event)
-	start   time.Time
+	// start is when the virtual clock started (unix nanoseconds): at New,
+	// and again when Run begins.
+	start atomic.Int64
 
 	mu        sync.Mutex
 	instances map[string]*instance
@@ -91,8 +94,9 @@ func New(cfg Config, workers *local.Launcher, logger *slog.Logger, onEvent func(
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cloud{cfg: cfg, pools: map[string]*pool{}, workers: workers, logger: logger, onEvent: onEvent,
-		start: time.Now(), instances: map[string]*instance{}, faults: map[Op][]fault{}, calls: map[Op][]time.Time{},
+		instances: map[string]*instance{}, faults: map[Op][]fault{}, calls: map[Op][]time.Time{},
 		pageSize: cfg.PageSize}
+	c.start.Store(time.Now().UnixNano())
 	for _, p := range pools {
 		c.pools[p.Pool] = p
 		c.order = append(c.order, p.Pool)
@@ -102,7 +106,7 @@ func New(cfg Config, workers *local.Launcher, logger *slog.Logger, onEvent func(
 
 // Virtual is the virtual time: how far into the traces the clock is.
 func (c *Cloud) Virtual() time.Duration {
-	return c.cfg.Start + time.Duration(float64(time.Since(c.start))*c.cfg.Speed)
+	return c.cfg.Start + time.Duration(float64(time.Since(time.Unix(0, c.start.Load())))*c.cfg.Speed)
 }
 
 // Tick is pool's trace tick now (-1 for a pool without a trace).
@@ -236,8 +240,13 @@ func (c *Cloud) offers(pageToken string) ([]policy.Offer, string, error) {
 	for _, name := range c.order {
 		p := c.pools[name]
 		o := p.offer
-		if capa := p.capacity(v); capa >= 0 && c.live(name) >= capa {
+		// Capacity the pool holds for instances already running is still
+		// capacity: their workers take the pool's jobs.
+		switch capa := p.capacity(v); {
+		case capa == 0:
 			o.Availability = policy.Unavailable
+		case capa > 0 && c.live(name) >= capa:
+			o.Availability = policy.Scarce
 		}
 		all = append(all, o)
 	}
@@ -415,6 +424,8 @@ func (c *Cloud) stop(in *instance, end adapters.InstanceState, reason string, no
 // Run moves the cloud along its clock until ctx ends, then stops every
 // worker (SIGTERM, SIGKILL after the pool's grace) and returns.
 func (c *Cloud) Run(ctx context.Context) error {
+	// The clock starts with the cloud, whatever came between New and Run.
+	c.start.Store(time.Now().UnixNano())
 	t := time.NewTicker(c.cfg.Step)
 	defer t.Stop()
 	for {
