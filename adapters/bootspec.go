@@ -187,6 +187,25 @@ func (b BootSpec) LogValue() slog.Value {
 		slog.String("nats_url", b.NATSURL), slog.String("credential", b.Credential.String()))
 }
 
+// envFile is /etc/gpuq/worker.env: systemd's EnvironmentFile reads
+// double-quoted values with backslash escapes.
+func (b BootSpec) envFile() []string {
+	var lines []string
+	for _, kv := range b.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v)
+		lines = append(lines, k+"=\""+v+"\"")
+	}
+	return lines
+}
+
+func (b BootSpec) unit() string { return "gpuq-worker@" + b.Pool + ".service" }
+
+// dropIn overrides the unit's command line with the spec's.
+func (b BootSpec) dropIn() []string {
+	return []string{"[Service]", "ExecStart=", "ExecStart=" + strings.Join(b.Command(), " ")}
+}
+
 // CloudInit renders the spec as cloud-init user data for a VM whose image
 // carries gpuq and deploy/systemd/gpuq-worker@.service: it writes the
 // worker's environment to /etc/gpuq/worker.env (mode 0600), overrides the
@@ -200,17 +219,38 @@ func (b BootSpec) CloudInit() (string, error) {
 	s.WriteString("# gpuq worker " + b.InstanceID + " for pool " + b.Pool + "\n")
 	s.WriteString("write_files:\n")
 	s.WriteString("  - path: /etc/gpuq/worker.env\n    permissions: \"0600\"\n    content: |\n")
-	for _, kv := range b.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		// systemd's EnvironmentFile reads double-quoted values with
-		// backslash escapes.
-		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v)
-		s.WriteString("      " + k + "=\"" + v + "\"\n")
+	for _, l := range b.envFile() {
+		s.WriteString("      " + l + "\n")
 	}
-	unit := "gpuq-worker@" + b.Pool + ".service"
-	s.WriteString("  - path: /etc/systemd/system/" + unit + ".d/boot.conf\n    permissions: \"0644\"\n    content: |\n")
-	s.WriteString("      [Service]\n      ExecStart=\n      ExecStart=" + strings.Join(b.Command(), " ") + "\n")
-	s.WriteString("runcmd:\n  - [systemctl, daemon-reload]\n  - [systemctl, enable, --now, \"" + unit + "\"]\n")
+	s.WriteString("  - path: /etc/systemd/system/" + b.unit() + ".d/boot.conf\n    permissions: \"0644\"\n    content: |\n")
+	for _, l := range b.dropIn() {
+		s.WriteString("      " + l + "\n")
+	}
+	s.WriteString("runcmd:\n  - [systemctl, daemon-reload]\n  - [systemctl, enable, --now, \"" + b.unit() + "\"]\n")
+	return s.String(), nil
+}
+
+// StartupScript renders the spec as a shell script for VM providers that
+// run a script at first boot instead of cloud-init; it does what CloudInit
+// does.
+func (b BootSpec) StartupScript() (string, error) {
+	if err := b.Validate(); err != nil {
+		return "", err
+	}
+	const eof = "GPUQ_BOOT_EOF"
+	var s strings.Builder
+	s.WriteString("#!/bin/sh\n# gpuq worker " + b.InstanceID + " for pool " + b.Pool + "\nset -eu\n")
+	s.WriteString("umask 077\nmkdir -p /etc/gpuq\ncat > /etc/gpuq/worker.env <<'" + eof + "'\n")
+	for _, l := range b.envFile() {
+		s.WriteString(l + "\n")
+	}
+	s.WriteString(eof + "\numask 022\n")
+	dir := "/etc/systemd/system/" + b.unit() + ".d"
+	s.WriteString("mkdir -p " + dir + "\ncat > " + dir + "/boot.conf <<'" + eof + "'\n")
+	for _, l := range b.dropIn() {
+		s.WriteString(l + "\n")
+	}
+	s.WriteString(eof + "\nsystemctl daemon-reload\nsystemctl enable --now " + b.unit() + "\n")
 	return s.String(), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -119,5 +120,40 @@ func TestContainerNeedsAnImage(t *testing.T) {
 	b.Image = ""
 	if _, err := b.Container(); err == nil || !strings.HasPrefix(err.Error(), "image: must be set") {
 		t.Errorf("Container = %v", err)
+	}
+}
+
+func TestBootSpecRendersAStartupScript(t *testing.T) {
+	t.Parallel()
+	got, err := bootSpec().StartupScript()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#!/bin/sh\n", "umask 077\n", "cat > /etc/gpuq/worker.env <<'GPUQ_BOOT_EOF'\n",
+		`GPUQ_NATS_CREDENTIAL="` + testCredential + `"` + "\n",
+		"ExecStart=/usr/local/bin/gpuq worker --pool h100-eu", "systemctl enable --now gpuq-worker@h100-eu.service\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("startup script lacks %q:\n%s", want, got)
+		}
+	}
+	// The script must be valid shell.
+	if out, err := exec.Command("sh", "-n", "-c", got).CombinedOutput(); err != nil {
+		t.Errorf("sh -n: %v\n%s", err, out)
+	}
+}
+
+func TestSecretInAnUnexportedFieldDoesNotPrint(t *testing.T) {
+	t.Parallel()
+	type holder struct{ secret adapters.Secret }
+	h := holder{secret: adapters.NewSecret(testCredential)}
+	for _, s := range []string{fmt.Sprintf("%v", h), fmt.Sprintf("%+v", h), fmt.Sprintf("%#v", h), fmt.Sprintf("%+v", &h)} {
+		if strings.Contains(s, testCredential) {
+			t.Errorf("printed %s", s)
+		}
+	}
+	if h.secret.Reveal() != testCredential {
+		t.Errorf("Reveal lost the value")
 	}
 }
