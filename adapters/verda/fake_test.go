@@ -379,4 +379,3 @@ func (f *fakeVerda) AddUnknownLocation() bool {
 	f.locations = append(f.locations, map[string]string{"code": "XYZ-01", "name": "New site", "country_code": ""})
 	return true
 }
-
