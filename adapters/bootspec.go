@@ -41,7 +41,8 @@ type BootSpec struct {
 	// scheme nats, tls, ws or wss, with no user or password in it.
 	NATSURL string
 	// Credential is the instance's own NATS credential, scoped to its pool
-	// and issued by the control plane: one line of printable ASCII.
+	// and issued by the control plane: one line of printable ASCII. Empty
+	// only where the NATS server asks for none (gpuq dev's embedded one).
 	Credential Secret
 	// Executable is the gpuq binary on the machine; default
 	// /usr/local/bin/gpuq (where deploy/ installs it).
@@ -87,9 +88,6 @@ func (b BootSpec) Validate() error {
 	}
 	if err := validNATSURL(b.NATSURL); err != nil {
 		return fmt.Errorf("nats_url: %w", err)
-	}
-	if b.Credential.IsZero() {
-		return fmt.Errorf("credential: must be set (the instance's NATS credential)")
 	}
 	if c := b.Credential.Reveal(); len(c) > maxCredential || strings.IndexFunc(c, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
 		return fmt.Errorf("credential: want one line of printable ASCII of at most %d bytes", maxCredential)
@@ -170,11 +168,11 @@ func (b BootSpec) Command() []string {
 // pairs in a fixed order. Hand it only to the process or provider that
 // starts the worker; never log it.
 func (b BootSpec) Environ() []string {
-	return []string{
-		EnvNATSURL + "=" + b.NATSURL,
-		EnvNATSCredential + "=" + b.Credential.Reveal(),
-		EnvInstanceID + "=" + b.InstanceID,
+	env := []string{EnvNATSURL + "=" + b.NATSURL}
+	if !b.Credential.IsZero() {
+		env = append(env, EnvNATSCredential+"="+b.Credential.Reveal())
 	}
+	return append(env, EnvInstanceID+"="+b.InstanceID)
 }
 
 // String describes the spec without its credential.
@@ -187,6 +185,25 @@ func (b BootSpec) String() string {
 func (b BootSpec) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("instance", b.InstanceID), slog.String("pool", b.Pool),
 		slog.String("nats_url", b.NATSURL), slog.String("credential", b.Credential.String()))
+}
+
+// envFile is /etc/gpuq/worker.env: systemd's EnvironmentFile reads
+// double-quoted values with backslash escapes.
+func (b BootSpec) envFile() []string {
+	var lines []string
+	for _, kv := range b.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v)
+		lines = append(lines, k+"=\""+v+"\"")
+	}
+	return lines
+}
+
+func (b BootSpec) unit() string { return "gpuq-worker@" + b.Pool + ".service" }
+
+// dropIn overrides the unit's command line with the spec's.
+func (b BootSpec) dropIn() []string {
+	return []string{"[Service]", "ExecStart=", "ExecStart=" + strings.Join(b.Command(), " ")}
 }
 
 // CloudInit renders the spec as cloud-init user data for a VM whose image
@@ -202,17 +219,38 @@ func (b BootSpec) CloudInit() (string, error) {
 	s.WriteString("# gpuq worker " + b.InstanceID + " for pool " + b.Pool + "\n")
 	s.WriteString("write_files:\n")
 	s.WriteString("  - path: /etc/gpuq/worker.env\n    permissions: \"0600\"\n    content: |\n")
-	for _, kv := range b.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		// systemd's EnvironmentFile reads double-quoted values with
-		// backslash escapes.
-		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v)
-		s.WriteString("      " + k + "=\"" + v + "\"\n")
+	for _, l := range b.envFile() {
+		s.WriteString("      " + l + "\n")
 	}
-	unit := "gpuq-worker@" + b.Pool + ".service"
-	s.WriteString("  - path: /etc/systemd/system/" + unit + ".d/boot.conf\n    permissions: \"0644\"\n    content: |\n")
-	s.WriteString("      [Service]\n      ExecStart=\n      ExecStart=" + strings.Join(b.Command(), " ") + "\n")
-	s.WriteString("runcmd:\n  - [systemctl, daemon-reload]\n  - [systemctl, enable, --now, \"" + unit + "\"]\n")
+	s.WriteString("  - path: /etc/systemd/system/" + b.unit() + ".d/boot.conf\n    permissions: \"0644\"\n    content: |\n")
+	for _, l := range b.dropIn() {
+		s.WriteString("      " + l + "\n")
+	}
+	s.WriteString("runcmd:\n  - [systemctl, daemon-reload]\n  - [systemctl, enable, --now, \"" + b.unit() + "\"]\n")
+	return s.String(), nil
+}
+
+// StartupScript renders the spec as a shell script for VM providers that
+// run a script at first boot instead of cloud-init; it does what CloudInit
+// does.
+func (b BootSpec) StartupScript() (string, error) {
+	if err := b.Validate(); err != nil {
+		return "", err
+	}
+	const eof = "GPUQ_BOOT_EOF"
+	var s strings.Builder
+	s.WriteString("#!/bin/sh\n# gpuq worker " + b.InstanceID + " for pool " + b.Pool + "\nset -eu\n")
+	s.WriteString("umask 077\nmkdir -p /etc/gpuq\ncat > /etc/gpuq/worker.env <<'" + eof + "'\n")
+	for _, l := range b.envFile() {
+		s.WriteString(l + "\n")
+	}
+	s.WriteString(eof + "\numask 022\n")
+	dir := "/etc/systemd/system/" + b.unit() + ".d"
+	s.WriteString("mkdir -p " + dir + "\ncat > " + dir + "/boot.conf <<'" + eof + "'\n")
+	for _, l := range b.dropIn() {
+		s.WriteString(l + "\n")
+	}
+	s.WriteString(eof + "\nsystemctl daemon-reload\nsystemctl enable --now " + b.unit() + "\n")
 	return s.String(), nil
 }
 

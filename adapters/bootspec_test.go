@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -91,7 +92,6 @@ func TestBootSpecRefusesBadFieldsNamingThem(t *testing.T) {
 		{"postgres as nats url", func(b *adapters.BootSpec) { b.NATSURL = "postgres://db:5432/gpuq" }, "nats_url: want a nats://"},
 		{"password in nats url", func(b *adapters.BootSpec) { b.NATSURL = "nats://u:p@h:4222" }, "nats_url: must not carry a user or password"},
 		{"shell in args", func(b *adapters.BootSpec) { b.WorkerArgs = []string{"$(reboot)"} }, "worker_args[0]:"},
-		{"no credential", func(b *adapters.BootSpec) { b.Credential = adapters.Secret{} }, "credential: must be set"},
 		{"multi-line credential", func(b *adapters.BootSpec) { b.Credential = adapters.NewSecret("a\nb") }, "credential: want one line"},
 		{"lower-case country", func(b *adapters.BootSpec) { b.Country = "fi" }, "country:"},
 		{"bad instance id", func(b *adapters.BootSpec) { b.InstanceID = "i 1" }, "instance_id:"},
@@ -120,5 +120,40 @@ func TestContainerNeedsAnImage(t *testing.T) {
 	b.Image = ""
 	if _, err := b.Container(); err == nil || !strings.HasPrefix(err.Error(), "image: must be set") {
 		t.Errorf("Container = %v", err)
+	}
+}
+
+func TestBootSpecRendersAStartupScript(t *testing.T) {
+	t.Parallel()
+	got, err := bootSpec().StartupScript()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#!/bin/sh\n", "umask 077\n", "cat > /etc/gpuq/worker.env <<'GPUQ_BOOT_EOF'\n",
+		`GPUQ_NATS_CREDENTIAL="` + testCredential + `"` + "\n",
+		"ExecStart=/usr/local/bin/gpuq worker --pool h100-eu", "systemctl enable --now gpuq-worker@h100-eu.service\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("startup script lacks %q:\n%s", want, got)
+		}
+	}
+	// The script must be valid shell.
+	if out, err := exec.Command("sh", "-n", "-c", got).CombinedOutput(); err != nil {
+		t.Errorf("sh -n: %v\n%s", err, out)
+	}
+}
+
+func TestSecretInAnUnexportedFieldDoesNotPrint(t *testing.T) {
+	t.Parallel()
+	type holder struct{ secret adapters.Secret }
+	h := holder{secret: adapters.NewSecret(testCredential)}
+	for _, s := range []string{fmt.Sprintf("%v", h), fmt.Sprintf("%+v", h), fmt.Sprintf("%#v", h), fmt.Sprintf("%+v", &h)} {
+		if strings.Contains(s, testCredential) {
+			t.Errorf("printed %s", s)
+		}
+	}
+	if h.secret.Reveal() != testCredential {
+		t.Errorf("Reveal lost the value")
 	}
 }

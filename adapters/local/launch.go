@@ -80,12 +80,12 @@ func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, erro
 			args = append(args, "--expect-count", strconv.Itoa(pool.GPUCount))
 		}
 	}
-	return l.start(ctx, pool.Pool, args, nil)
+	return l.Start(ctx, pool.Pool, args, nil)
 }
 
-// start runs the executable with args, then l.Args, in this process's
-// environment plus env and l.Env.
-func (l *Launcher) start(_ context.Context, pool string, args, env []string) (*Instance, error) {
+// Start runs the executable with args, then l.Args, in this process's
+// environment plus env and l.Env: one instance of pool.
+func (l *Launcher) Start(_ context.Context, pool string, args, env []string) (*Instance, error) {
 	exe := l.Executable
 	if exe == "" {
 		var err error

@@ -63,7 +63,7 @@ func (p *Provider) Launch(ctx context.Context, req adapters.LaunchRequest) (adap
 			args = append(args, "--expect-count", strconv.Itoa(o.GPUCount))
 		}
 	}
-	inst, err := p.Workers.start(ctx, req.Pool, args, req.Boot.Environ())
+	inst, err := p.Workers.Start(ctx, req.Pool, args, req.Boot.Environ())
 	if err != nil {
 		return adapters.Instance{}, p.fail("launch", req.Pool, adapters.ErrProviderDown, err)
 	}
