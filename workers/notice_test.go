@@ -189,6 +189,33 @@ func TestRunPodSIGTERMHandsTheJobBackWithinItsFiveSeconds(t *testing.T) {
 	r.check(t, announced, announced.Add(5*time.Second), "SIGTERM received; SIGKILL follows after 5s")
 }
 
+func TestNoticeDeadlineCutsTheGraceOfAJobThatIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	// --grace 20s, but RunPod SIGKILLs 5 s after SIGTERM: the worker must
+	// stop waiting for the job in time to hand it back before that.
+	w := c.startWorker(t, 30*time.Second, 20*time.Second, "--provider", "runpod")
+	id := c.submit(t, "name: stubborn\ncommand: [/bin/sh, -c, 'echo 1 > \"$GPUQ_CHECKPOINT_DIR/step\"; gpuq checkpoint save; trap \"sleep 60\" TERM; while true; do sleep 0.2; done']\n")
+	queuetest.Eventually(t, 30*time.Second, "the job's first checkpoint", func() bool { return len(c.checkpoints(t, id)) > 0 })
+	announced := time.Now()
+	if err := w.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 30*time.Second, "attempt 1 to be handed back", func() bool {
+		a := c.attempts(t, id)
+		return len(a) > 0 && a[0].EndedAt != nil
+	})
+	a := c.attempts(t, id)[0]
+	took := a.EndedAt.Sub(announced)
+	t.Logf("handed back %s after SIGTERM (--grace 20s)", took.Round(time.Millisecond))
+	if a.Outcome != queue.OutcomePreempted || took >= 5*time.Second {
+		t.Fatalf("want the job handed back as preempted within RunPod's 5 s, got %q after %s", a.Outcome, took)
+	}
+	if err := w.Wait(); err != nil || time.Since(announced) >= 5*time.Second {
+		t.Fatalf("the worker must exit cleanly before RunPod's SIGKILL, exited %s after SIGTERM: %v", time.Since(announced), err)
+	}
+}
+
 // BenchmarkNoticeToHandBack measures, for each watcher, the time from a
 // provider announcing a preemption to the worker having recorded the job's
 // final checkpoint and handed it back (the attempt ended as preempted),
