@@ -455,21 +455,22 @@ func (s *Store) Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease 
 	return nil
 }
 
-// RecordNotice records, under attempt, that the provider announced the
-// worker's machine goes away: an event on the job's trail says why, at once,
-// so that the replacer and the autoscaler can act before the machine is gone.
-// It refreshes the lease like a heartbeat; the attempt's outcome is recorded
+// RecordNotice records, under attempt, a provider's warning about the
+// worker's machine (a preemption notice, or an early warning such as a
+// rebalance recommendation) as an event on the job's trail, at once, so that
+// the replacer and the autoscaler can act before the machine is gone. It
+// refreshes the lease like a heartbeat; the attempt's outcome is recorded
 // when the job is handed back.
-func (s *Store) RecordNotice(ctx context.Context, id uuid.UUID, attempt int, reason string, lease time.Duration) error {
+func (s *Store) RecordNotice(ctx context.Context, id uuid.UUID, attempt int, message string, lease time.Duration) error {
 	return s.inTx(ctx, func(q *db.Queries) ([]Event, error) {
 		n, err := q.JobHeartbeat(ctx, db.JobHeartbeatParams{ID: id, Attempt: int32(attempt), LeaseSeconds: lease.Seconds()})
 		if err != nil {
-			return nil, fmt.Errorf("recording the notice of job %s attempt %d: %w", id, attempt, err)
+			return nil, fmt.Errorf("recording a notice of job %s attempt %d: %w", id, attempt, err)
 		}
 		if n == 0 {
 			return nil, ErrFenced
 		}
-		ev, err := recordEvent(ctx, q, id, StateRunning, attempt, "preemption notice: "+reason, nil)
+		ev, err := recordEvent(ctx, q, id, StateRunning, attempt, message, nil)
 		return []Event{ev}, err
 	})
 }

@@ -144,7 +144,11 @@ func TestAWSSpotInterruptionNoticeHandsTheJobBackBeforeTheDeadline(t *testing.T)
 	imds := noticetest.NewAWS(t)
 	r := startNoticeRun(t, "--notice", "aws", "--notice-endpoint", imds.URL)
 	imds.Rebalance(time.Now())
-	time.Sleep(700 * time.Millisecond)
+	queuetest.Eventually(t, 10*time.Second, "the early warning on the job's trail", func() bool {
+		var n int
+		r.c.store.DB.QueryRow(`SELECT count(*) FROM job_events WHERE job_id = $1 AND message LIKE 'early warning: AWS rebalance recommendation%'`, r.job).Scan(&n) //nolint:errcheck // zero on error
+		return n == 1
+	})
 	if a := r.c.attempts(t, r.job); a[0].EndedAt != nil {
 		t.Fatal("a rebalance recommendation is an early warning; it must not hand the job back")
 	}

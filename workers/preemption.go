@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -49,3 +50,34 @@ func (w *Worker) graceFor(p Preemption) time.Duration {
 // minGrace is the least a job gets after SIGTERM, even past a deadline:
 // its final checkpoint may still beat the provider.
 const minGrace = 500 * time.Millisecond
+
+// Warn records an early warning (an AWS rebalance recommendation, a live
+// migration) on the trail of every job running here, so that the control
+// plane hears of it; nothing is handed back.
+func (w *Worker) Warn(ctx context.Context, reason string) {
+	w.runningMu.Lock()
+	attempts := make([]*attempt, 0, len(w.running))
+	for a := range w.running {
+		attempts = append(attempts, a)
+	}
+	w.runningMu.Unlock()
+	for _, a := range attempts {
+		if err := w.store.RecordNotice(ctx, a.job.ID, a.job.Attempt, "early warning: "+reason, w.cfg.AckWait); err != nil {
+			a.log.Warn("recording an early warning", "err", err)
+		}
+	}
+}
+
+// track adds a (on) or removes it from the running attempts.
+func (w *Worker) track(a *attempt, on bool) {
+	w.runningMu.Lock()
+	defer w.runningMu.Unlock()
+	if w.running == nil {
+		w.running = map[*attempt]struct{}{}
+	}
+	if on {
+		w.running[a] = struct{}{}
+	} else {
+		delete(w.running, a)
+	}
+}

@@ -170,6 +170,8 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		return
 	}
 	a.log.Info("job started", "pid", cmd.Process.Pid, "resumed", from != nil)
+	w.track(a, true)
+	defer w.track(a, false)
 	hbDone := make(chan struct{})
 	go a.heartbeat(jobCtx, hbDone)
 	exited := make(chan error, 1)
@@ -191,7 +193,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 				// The control plane learns of the notice now, not when
 				// the job has exited.
 				defer close(noticed)
-				if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, p.Reason, w.cfg.AckWait); err != nil {
+				if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, "preemption notice: "+p.Reason, w.cfg.AckWait); err != nil {
 					a.log.Warn("recording the preemption notice", "err", err)
 				}
 			}()

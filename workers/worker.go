@@ -138,8 +138,11 @@ type Worker struct {
 	canary *canaryGate
 	// ownDataDir is true when the worker made its data directory up.
 	ownDataDir bool
-	claims     *batcher[queue.ClaimRequest, queue.ClaimResult]
-	successes  *batcher[queue.AttemptRef, bool]
+	// running holds the attempts whose job process is up, for Warn.
+	runningMu sync.Mutex
+	running   map[*attempt]struct{}
+	claims    *batcher[queue.ClaimRequest, queue.ClaimResult]
+	successes *batcher[queue.AttemptRef, bool]
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.

@@ -55,7 +55,14 @@ provider's reason and hands the jobs back at once.`,
 					RetryAfter: v.GetDuration("canary-retry-after"), QuarantineAfter: v.GetInt("quarantine-after"),
 				}}
 			}
-			watch, err := noticeWatcher(v, cfg.Logger)
+			// Early warnings go on the running jobs' trails once the
+			// worker exists; the watcher starts after it.
+			var worker *workers.Worker
+			warn := func(wn notice.Warning) {
+				cfg.Logger.Warn("early preemption warning", "notice", wn.Source, "reason", wn.Reason, "at", wn.At)
+				worker.Warn(context.WithoutCancel(cmd.Context()), wn.Reason)
+			}
+			watch, err := noticeWatcher(v, cfg.Logger, warn)
 			if err != nil {
 				return err
 			}
@@ -71,6 +78,7 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
+			worker = w
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
 			stops := []os.Signal{syscall.SIGINT}
@@ -191,7 +199,7 @@ type workerNotice struct {
 
 // noticeWatcher builds the watcher --notice names, or the one of the pool's
 // --provider.
-func noticeWatcher(v *viper.Viper, logger *slog.Logger) (*workerNotice, error) {
+func noticeWatcher(v *viper.Viper, logger *slog.Logger, onWarning func(notice.Warning)) (*workerNotice, error) {
 	kind, grace, err := notice.ForProvider(v.GetString("provider"))
 	if s := v.GetString("notice"); s != "" {
 		if kind, err = notice.ParseKind(s); err != nil {
@@ -201,7 +209,8 @@ func noticeWatcher(v *viper.Viper, logger *slog.Logger) (*workerNotice, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := notice.New(notice.Config{Kind: kind, Endpoint: v.GetString("notice-endpoint"), Grace: grace, Logger: logger})
+	w, err := notice.New(notice.Config{Kind: kind, Endpoint: v.GetString("notice-endpoint"), Grace: grace,
+		OnWarning: onWarning, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
