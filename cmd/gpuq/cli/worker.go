@@ -140,6 +140,7 @@ provider's reason and hands the jobs back at once.`,
 	// the watcher at a fake, and AWS's IPv6-only instances use
 	// http://[fd00:ec2::254].
 	cmd.Flags().String("notice-endpoint", "", "base URL of the provider's metadata service (default: the provider's documented address)")
+	cmd.Flags().Duration("notice-grace", 0, "with --notice sigterm: the provider's time between SIGTERM and SIGKILL (default: the provider's, RunPod 5s)")
 	cmd.Flags().Bool("no-canary", false, "take work without running the NVML canary")
 	cmd.Flags().Int("canary-every-jobs", 0, "rerun the canary after this many jobs (0: never)")
 	cmd.Flags().Duration("canary-every", 30*time.Minute, "rerun the canary after this long (0: never)")
@@ -208,6 +209,9 @@ func noticeWatcher(v *viper.Viper, logger *slog.Logger, onWarning func(notice.Wa
 	}
 	if err != nil {
 		return nil, err
+	}
+	if g := v.GetDuration("notice-grace"); g != 0 {
+		grace = g
 	}
 	w, err := notice.New(notice.Config{Kind: kind, Endpoint: v.GetString("notice-endpoint"), Grace: grace,
 		OnWarning: onWarning, Logger: logger})
