@@ -174,10 +174,14 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 func decide(ctx context.Context, placer Placer, jobs []*queue.Job) (queue.Decided, error) {
 	ctx = withSpendCache(ctx)
 	d := queue.Decided{Rejected: map[uuid.UUID]string{}}
+	seen := make(map[uuid.UUID]bool, len(jobs))
 	for _, j := range jobs {
-		if j.State != queue.StatePending {
+		// A batch may carry one job twice (a resent submission); one
+		// decision is enough.
+		if j.State != queue.StatePending || seen[j.ID] {
 			continue
 		}
+		seen[j.ID] = true
 		p, err := placer.Place(ctx, j, nil)
 		var rej *queue.RejectionError
 		if errors.As(err, &rej) {
