@@ -82,6 +82,12 @@ func TestStaleAttemptCanNeitherRecordNorComplete(t *testing.T) {
 	if err := s.Heartbeat(ctx, id, stale, time.Minute); !errors.Is(err, queue.ErrFenced) {
 		t.Errorf("stale heartbeat: want ErrFenced, got %v", err)
 	}
+	if err := s.RecordNotice(ctx, id, stale, "preemption notice: x", time.Minute); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("stale notice: want ErrFenced, got %v", err)
+	}
+	if err := s.RecordNotice(ctx, id, second.Job.Attempt, "preemption notice: x", time.Minute); err != nil {
+		t.Errorf("the current attempt's notice: %v", err)
+	}
 	if err := s.Succeed(ctx, id, stale, nil); !errors.Is(err, queue.ErrFenced) {
 		t.Errorf("stale success: want ErrFenced, got %v", err)
 	}
