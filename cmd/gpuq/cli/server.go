@@ -101,7 +101,7 @@ func newServerCmd() *cobra.Command {
 
 // startControlPlane migrates, creates the streams and runs the scheduler and
 // reconciler in the background until ctx ends. Placement uses sources, or
-// the local pools of the config when there are none.
+// the providers of the config when there are none (configuredSources).
 func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger, sources ...adapters.OfferSource) (*clients, error) {
 	dbURL, err := required(v, "database-url")
 	if err != nil {
@@ -118,25 +118,18 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
-	var placer *queue.PolicyPlacer
-	if len(sources) > 0 {
-		rules, err := loadRules(v)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		placer = &queue.PolicyPlacer{Sources: sources, Rules: rules}
-	} else {
-		pools, err := poolsOrDefault(v)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		if placer, err = placerFor(v, pools); err != nil {
+	if len(sources) == 0 {
+		if sources, err = configuredSources(v); err != nil {
 			c.Close()
 			return nil, err
 		}
 	}
+	rules, err := loadRules(v)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	placer := &queue.PolicyPlacer{Sources: sources, Rules: rules}
 	placer.Spend = c.store.Spend // budgets are charged with recorded spend
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
