@@ -44,7 +44,8 @@ type Describer interface {
 // Terminator releases instances.
 type Terminator interface {
 	// Terminate releases the instance. Terminating an instance that is
-	// already gone is not an error.
+	// already gone, or that the provider no longer knows, is not an error:
+	// most providers forget terminated instances.
 	Terminate(ctx context.Context, providerID string) error
 }
 

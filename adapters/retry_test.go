@@ -150,3 +150,23 @@ func TestParsePriceRoundsToMicros(t *testing.T) {
 		t.Errorf("bad currency accepted")
 	}
 }
+
+func TestLaunchIdempotentLooksForTheMachineAfterATimeout(t *testing.T) {
+	t.Parallel()
+	created := 0
+	create := func(ctx context.Context) (adapters.Instance, error) {
+		created++
+		// The provider rents the machine but answers too late.
+		<-ctx.Done()
+		return adapters.Instance{}, ctx.Err()
+	}
+	find := func(context.Context, string) (adapters.Instance, bool, error) {
+		return adapters.Instance{ProviderID: "m-late"}, created > 0, nil
+	}
+	cfg := fastRetry
+	cfg.AttemptTimeout = 20 * time.Millisecond
+	inst, err := adapters.LaunchIdempotent(context.Background(), cfg, launchRequest(), create, find)
+	if err != nil || inst.ProviderID != "m-late" || created != 1 {
+		t.Errorf("LaunchIdempotent = %+v, %v after %d creates; want m-late after 1", inst, err, created)
+	}
+}

@@ -97,7 +97,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	t.Run("LaunchIsIdempotentUnderADroppedResponse", func(t *testing.T) { t.Parallel(); droppedResponse(t, newTarget(t)) })
 	t.Run("LaunchWithTheSameTokenRentsOneMachine", func(t *testing.T) { t.Parallel(); sameToken(t, newTarget(t)) })
 	t.Run("TypedErrors", func(t *testing.T) { t.Parallel(); typedErrors(t, newTarget) })
-	t.Run("UnknownInstanceIsNotFound", func(t *testing.T) { t.Parallel(); unknownInstance(t, newTarget(t)) })
+	t.Run("UnknownInstanceIsNotFoundAndTerminatingItIsDone", func(t *testing.T) { t.Parallel(); unknownInstance(t, newTarget(t)) })
 	t.Run("LaunchIntoAnUnknownPoolIsInvalid", func(t *testing.T) { t.Parallel(); unknownPool(t, newTarget(t)) })
 	t.Run("RateLimitsAreHonoured", func(t *testing.T) { t.Parallel(); rateLimit(t, newTarget(t)) })
 	t.Run("PaginationIsFollowed", func(t *testing.T) { t.Parallel(); pagination(t, newTarget(t)) })
@@ -380,6 +380,9 @@ func unknownInstance(t *testing.T, tg Target) {
 	_, err := tg.Provider.Describe(ctx(t), "does-not-exist-0000")
 	if !errors.Is(err, adapters.ErrNotFound) {
 		t.Errorf("Describe(unknown) = %v, want ErrNotFound", err)
+	}
+	if err := tg.Provider.Terminate(ctx(t), "does-not-exist-0000"); err != nil {
+		t.Errorf("Terminate(unknown) = %v, want nil: an instance the provider no longer knows is gone", err)
 	}
 }
 

@@ -131,7 +131,7 @@ func (p *Provider) Instances(ctx context.Context, f adapters.InstanceFilter) ([]
 
 // Terminate sends the worker SIGTERM (it hands its jobs back after their
 // final checkpoint) and SIGKILL when it has not exited after the
-// launcher's StopTimeout.
+// launcher's StopTimeout. An id it never launched is already gone.
 func (p *Provider) Terminate(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -143,9 +143,6 @@ func (p *Provider) Terminate(ctx context.Context, id string) error {
 		go stop(m.inst, p.Workers.stopTimeout())
 	}
 	p.mu.Unlock()
-	if !ok {
-		return p.fail("terminate", "", adapters.ErrNotFound, fmt.Errorf("no instance %q", id))
-	}
 	return nil
 }
 

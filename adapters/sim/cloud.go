@@ -73,6 +73,7 @@ type instance struct {
 	adapters.Instance
 	boot     adapters.BootSpec
 	bootAt   time.Duration // virtual time it comes up
+	createdV time.Duration // virtual time it was created
 	proc     *local.Instance
 	killAt   time.Time // real time of SIGKILL while stopping
 	endState adapters.InstanceState
@@ -297,7 +298,7 @@ func (c *Cloud) create(ctx context.Context, req adapters.LaunchRequest) (adapter
 			Provider: ProviderName, ProviderID: id, Pool: req.Pool, State: adapters.StatePending,
 			LaunchedAt: time.Now(), PricePerHour: p.offer.PricePerHour, ClientToken: req.ClientToken, Tags: req.Tags(),
 		},
-		boot: req.Boot, bootAt: v + p.BootDelay,
+		boot: req.Boot, bootAt: v + p.BootDelay, createdV: v,
 	}
 	c.instances[id] = in
 	if p.BootDelay == 0 {
@@ -456,6 +457,10 @@ func (c *Cloud) step(ctx context.Context) {
 		case in.State == adapters.StatePending && v >= in.bootAt:
 			c.boot(ctx, in)
 		case in.proc == nil:
+		case in.State == adapters.StateRunning && c.pools[in.Pool].MaxDuration > 0 && v-in.createdV >= c.pools[in.Pool].MaxDuration:
+			reason := fmt.Sprintf("maximum duration %s reached", c.pools[in.Pool].MaxDuration)
+			c.stop(in, adapters.StateTerminated, reason, adapters.NoticeSource(c.pools[in.Pool].Notice))
+			events = append(events, Event{Instance: id, Pool: in.Pool, Tick: -1, State: adapters.StateTerminated, Reason: reason})
 		case in.State == adapters.StateRunning && exited(in.proc):
 			in.State, in.Reason = adapters.StateFailed, "worker exited: "+exitReason(in.proc)
 			events = append(events, Event{Instance: id, Pool: in.Pool, Tick: -1, State: in.State, Reason: in.Reason})

@@ -51,6 +51,10 @@ type PoolConfig struct {
 	// Grace is the real time between the notice and SIGKILL: real, since
 	// the worker and its job are real processes. Default 10s.
 	Grace time.Duration `json:"grace" yaml:"grace" mapstructure:"grace"`
+	// MaxDuration is the virtual time after which the cloud ends an
+	// instance, with its notice, as providers with a runtime cap do; 0
+	// means none. The pool's offer states it.
+	MaxDuration time.Duration `json:"max_duration" yaml:"max_duration" mapstructure:"max_duration"`
 }
 
 // Config is a simulated cloud.
@@ -147,7 +151,7 @@ func (c Config) pool(key string, pc PoolConfig) (*pool, error) {
 	o := policy.Offer{
 		Provider: ProviderName, Pool: pc.Pool, Region: pc.Region, Country: pc.Country, Card: pc.Card,
 		GPUCount: pc.GPUCount, GPUMemoryGB: pc.GPUMemoryGB, VCPU: pc.VCPU, MemoryGB: pc.MemoryGB,
-		Tier: policy.Tier(pc.Tier), Availability: policy.Available,
+		Tier: policy.Tier(pc.Tier), Availability: policy.Available, MaxDuration: pc.MaxDuration,
 	}
 	if pc.Region == "" {
 		return nil, fmt.Errorf("%s.region: must be set", key)
@@ -171,6 +175,9 @@ func (c Config) pool(key string, pc PoolConfig) (*pool, error) {
 	}
 	if pc.BootDelay < 0 {
 		return nil, fmt.Errorf("%s.boot_delay: must not be negative, got %s", key, pc.BootDelay)
+	}
+	if pc.MaxDuration < 0 {
+		return nil, fmt.Errorf("%s.max_duration: must be 0 (none) or more, got %s", key, pc.MaxDuration)
 	}
 	if pc.Grace <= 0 {
 		return nil, fmt.Errorf("%s.grace: must be positive, got %s", key, pc.Grace)

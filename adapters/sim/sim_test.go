@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,4 +154,39 @@ func TestSpotPoolIsPreemptedWhenItsTraceFalls(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("instance not preempted at the trace's first 0")
+}
+
+func TestInstanceEndsAtItsPoolsMaximumDuration(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []sim.Event
+	c := startCloud(t, sim.Config{Speed: 3600, Step: 10 * time.Millisecond, Pools: []sim.PoolConfig{
+		{Pool: "capped", Region: "r", Country: "US", Card: "cpu", PricePerHour: "1", BootDelay: time.Second, MaxDuration: 30 * time.Minute, Grace: 200 * time.Millisecond},
+	}}, func(e sim.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	p := c.Provider(fastRetry)
+	offers, err := p.Offers(context.Background())
+	if err != nil || len(offers) != 1 || offers[0].MaxDuration != 30*time.Minute {
+		t.Fatalf("offers = %+v, %v; want the cap stated", offers, err)
+	}
+	req := adapters.LaunchRequest{Pool: "capped", ClientToken: "t1", Boot: adapters.BootSpec{InstanceID: "i1", Pool: "capped", Region: "r", Country: "US", NATSURL: "nats://127.0.0.1:4222"}}
+	inst, err := p.Launch(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30 virtual minutes at 3600x: half a second.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := p.Describe(context.Background(), inst.ProviderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == adapters.StateTerminated {
+			if !strings.Contains(got.Reason, "maximum duration 30m0s reached") {
+				t.Errorf("reason = %q", got.Reason)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("instance still up past its maximum duration")
 }

@@ -66,7 +66,7 @@ func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
 				i, p.Currency, base, p.Currency, p.Currency)
 		}
 	}
-	d := &simDev{workers: &local.Launcher{Slots: v.GetInt("slots")}, slots: v.GetInt("slots"), logger: logger}
+	d := &simDev{workers: &local.Launcher{}, slots: v.GetInt("slots"), logger: logger}
 	if d.cloud, err = sim.New(cfg, d.workers, logger, nil); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
@@ -126,6 +126,13 @@ func (d *simDev) keepInstance(ctx context.Context, pool sim.PoolConfig, natsURL 
 			}
 			if err == nil {
 				d.logger.Warn("sim: instance gone; launching the next when the pool has capacity", "pool", pool.Pool, "instance", inst.ProviderID, "state", got.State, "reason", got.Reason)
+			}
+			if err == nil && got.State == adapters.StateFailed {
+				// A worker that died on its own (a crash, a quarantined
+				// node) is not relaunched at once, so a crash loop stays slow.
+				if !sleepCtx(ctx, 10*time.Second) {
+					return
+				}
 			}
 			break
 		}

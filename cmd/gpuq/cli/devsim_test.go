@@ -106,15 +106,12 @@ func TestDevOnTheSimulatedCloudResumesAJobItsSpotTracePreempts(t *testing.T) {
 	const speed = 64
 
 	dir := t.TempDir()
-	config := writeFile(t, "gpuq.yaml", `sim:
-  pools:
-    - {pool: v100-spot, region: us-east-1c, country: US, card: V100, gpu_count: 1, gpu_memory_gb: 16, vcpu: 8, memory_gb: 61,
-       tier: spot, price_per_hour: "0.92", currency: USD, trace: `+traceFile+`, grace: 8s}
-    - {pool: v100, region: us-east-1c, country: US, card: V100, gpu_count: 1, gpu_memory_gb: 16, vcpu: 8, memory_gb: 61,
-       tier: on-demand, price_per_hour: "3.06", currency: USD, grace: 8s}
-policy:
-  exchange_rates: {USD: 0.92}
-`)
+	// The example config the README and its own header describe: a spot
+	// pool on this trace and an on-demand pool beside it.
+	config, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "sim.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := buildGpuq(t)
 	// The simulation flags make a week of trace pass in minutes; --slots 1
 	// keeps one job per worker on a small machine.

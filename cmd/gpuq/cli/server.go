@@ -99,7 +99,7 @@ func newServerCmd() *cobra.Command {
 
 // startControlPlane migrates, creates the streams and runs the scheduler and
 // reconciler in the background until ctx ends. Placement uses sources, or
-// the local pools of the config when there are none.
+// the configured providers (offerSources) when there are none.
 func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger, sources ...adapters.OfferSource) (*clients, error) {
 	dbURL, err := required(v, "database-url")
 	if err != nil {
