@@ -96,3 +96,53 @@ func TestOffersRefusesBadFlags(t *testing.T) {
 		t.Errorf("offers --region [x = %v", err)
 	}
 }
+
+// runpodCatalogue answers the RunPod adapter's GpuLowestPrice query as
+// RunPod's GraphQL API does.
+func runpodCatalogue(t *testing.T, key string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Query string }
+		json.NewDecoder(r.Body).Decode(&req) //nolint:errcheck // checked below
+		if r.Header.Get("Authorization") != "Bearer "+key || !strings.HasPrefix(req.Query, "query GpuLowestPrice") {
+			w.WriteHeader(401)
+			return
+		}
+		w.Write([]byte(`{"data": {"gpuTypes": [{"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "lowestPrice":
+			{"minimumBidPrice": 0.25, "uninterruptablePrice": 0.44, "stockStatus": "High", "minVcpu": 9, "minMemory": 50}}]}}`)) //nolint:errcheck // test server
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestOffersListsRunPodAndAWSFromTheirConfigKeys(t *testing.T) {
+	t.Setenv("RUNPOD_API_KEY", "rpa-test-key")
+	srv := runpodCatalogue(t, "rpa-test-key")
+	cfg := writeFile(t, "gpuq.yaml", `policy:
+  exchange_rates: {USD: 0.92}
+providers:
+  runpod:
+    endpoint: `+srv.URL+`
+    pools: [{pool: rp-is-a40, gpu_type_id: NVIDIA A40, card: A40, data_center_id: EUR-IS-1, tier: on-demand}]
+`)
+	out, errOut, err := runCLI(t, "offers", "--config", cfg, "--provider", "runpod", "-o", "json")
+	if err != nil {
+		t.Fatalf("offers: %v\n%s", err, errOut)
+	}
+	var rows []OfferRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("want one RunPod offer, got %v\n%s", err, out)
+	}
+	if r := rows[0]; r.Pool != "rp-is-a40" || r.Country != "IS" || r.QuotedPricePerHour.String() != "0.44 USD" || r.PricePerHour.String() != "0.4048 EUR" {
+		t.Errorf("RunPod offer = %+v, want rp-is-a40 in IS at 0.44 USD (0.4048 EUR)", r)
+	}
+	bad := writeFile(t, "bad.yaml", `providers:
+  aws:
+    pools: [{pool: aws-fra, region: eu-central-1, instance_type: g6.xlarge, tier: spot}]
+`)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	if _, _, err := runCLI(t, "offers", "--config", bad); err == nil || !strings.Contains(err.Error(), "providers.aws.pools[0].image_id") {
+		t.Errorf("an AWS pool without an AMI must be refused naming providers.aws.pools[0].image_id, got %v", err)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/aws"
 	"github.com/gpuq/gpuq/adapters/hivenet"
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/adapters/runpod"
 	"github.com/gpuq/gpuq/adapters/verda"
 )
 
@@ -33,6 +35,25 @@ type hivenetSettings struct {
 	ImageID   string `mapstructure:"image_id"`
 	Currency  string `mapstructure:"currency"`
 	PageSize  int    `mapstructure:"page_size"`
+}
+
+// awsSettings is the config key providers.aws. The keys may sit in the
+// config file or in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+// AWS_SESSION_TOKEN.
+type awsSettings struct {
+	AccessKeyID     string           `mapstructure:"access_key_id"`
+	SecretAccessKey string           `mapstructure:"secret_access_key"`
+	SessionToken    string           `mapstructure:"session_token"`
+	Endpoint        string           `mapstructure:"endpoint"`
+	Pools           []aws.PoolConfig `mapstructure:"pools"`
+}
+
+// runpodSettings is the config key providers.runpod; the API key may sit
+// in the config file (api_key) or in RUNPOD_API_KEY.
+type runpodSettings struct {
+	APIKey   string              `mapstructure:"api_key"`
+	Endpoint string              `mapstructure:"endpoint"`
+	Pools    []runpod.PoolConfig `mapstructure:"pools"`
 }
 
 // configuredSources returns the offer sources the config names: the local
@@ -76,6 +97,29 @@ func configuredSources(v *viper.Viper) ([]adapters.OfferSource, error) {
 		}
 		p, err := hivenet.New(hivenet.Config{BaseURL: s.BaseURL, APIKey: adapters.NewSecret(s.APIKey), ImageType: s.ImageType,
 			ImageID: s.ImageID, Currency: s.Currency, PageSize: s.PageSize})
+		if err != nil {
+			return nil, fmt.Errorf("providers.%w", err)
+		}
+		sources = append(sources, p)
+	}
+	if v.IsSet("providers.aws") {
+		var s awsSettings
+		if err := v.UnmarshalKey("providers.aws", &s, configDecodeHook()); err != nil {
+			return nil, fmt.Errorf("config key providers.aws: %w", err)
+		}
+		p, err := aws.New(aws.Config{AccessKeyID: s.AccessKeyID, SecretAccessKey: adapters.NewSecret(s.SecretAccessKey),
+			SessionToken: adapters.NewSecret(s.SessionToken), Endpoint: s.Endpoint, Pools: s.Pools})
+		if err != nil {
+			return nil, fmt.Errorf("providers.%w", err)
+		}
+		sources = append(sources, p)
+	}
+	if v.IsSet("providers.runpod") {
+		var s runpodSettings
+		if err := v.UnmarshalKey("providers.runpod", &s, configDecodeHook()); err != nil {
+			return nil, fmt.Errorf("config key providers.runpod: %w", err)
+		}
+		p, err := runpod.New(runpod.Config{APIKey: adapters.NewSecret(s.APIKey), Endpoint: s.Endpoint, Pools: s.Pools})
 		if err != nil {
 			return nil, fmt.Errorf("providers.%w", err)
 		}
