@@ -17,6 +17,11 @@ import "time"
 //     covers outages and not the whole rest of the job, and a pool that
 //     flickers back for a moment does not cost a restart.
 //
+// When moving between pools costs something (State.Move), it prefers the
+// pool that holds the checkpoint, and moves to another only when the
+// restart plus the transfer fits in the slack and the egress is less than
+// what a mean run of capacity in that pool saves over on-demand.
+//
 // The history is what the pools did before the decision, from before the
 // job's start on: the live scheduler keeps one PoolHistory per pool for as
 // long as it runs, and the simulator replays the traces before the job's
@@ -53,9 +58,9 @@ func (g Gpuq) Decide(s State) Action {
 	}
 	slack := s.Slack()
 	margin := scale(g.Margin, s.Overhead) + s.Tick
-	pool := longestUp(s)
+	pool := g.pick(s)
 	if s.Current.Kind == OnDemand {
-		if pool >= 0 && slack-s.Overhead >= margin &&
+		if pool >= 0 && slack-s.startOverhead(Placement{Kind: Spot, Pool: pool}) >= margin &&
 			time.Duration(s.Pools[pool].History.Run)*s.Tick >= scale(g.Settle, s.Overhead) {
 			return guard(s, spotIn(pool, "spot is back and the restart fits in the slack"))
 		}
@@ -67,7 +72,70 @@ func (g Gpuq) Decide(s State) Action {
 	if slack > g.reserve(s)+margin {
 		return guard(s, wait("no spot capacity, slack above the reserve"))
 	}
-	return guard(s, onDemand("no spot capacity, slack down to the reserve"))
+	a := onDemand("no spot capacity, slack down to the reserve")
+	if s.Checkpoint == "" {
+		a.Pool = mostUp(s)
+	}
+	return guard(s, a)
+}
+
+// pick returns the available pool to run spot in, or -1: the checkpoint's
+// when it has capacity and moving costs something, else the one up longest
+// among those worth moving to.
+func (g Gpuq) pick(s State) int {
+	if s.Move.zero() {
+		return longestUp(s)
+	}
+	if i := s.checkpoint(); i >= 0 && s.Pools[i].Available {
+		return i
+	}
+	best := -1
+	for i, p := range s.Pools {
+		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
+			continue
+		}
+		if s.moves(i) && !g.worthMoving(s, i) {
+			continue
+		}
+		best = i
+	}
+	return best
+}
+
+// worthMoving reports whether a move to pool i pays: the restart and the
+// transfer leave slack, and the egress is less than what a mean run of
+// capacity there (at most the work left) saves over on-demand. Without
+// prices only the slack counts.
+func (g Gpuq) worthMoving(s State, i int) bool {
+	if s.Slack()-s.Overhead-s.Move.Time < scale(g.Margin, s.Overhead)+s.Tick {
+		return false
+	}
+	if s.Prices.OnDemand == 0 {
+		return true
+	}
+	run := min(g.poolMeanRun(s, i), s.Compute-s.Done)
+	saved := float64(s.Prices.OnDemand-s.Prices.Spot) * run.Hours()
+	return saved > float64(s.Move.Micros)
+}
+
+// poolMeanRun is the mean run of capacity of pool i, with PriorRun counted
+// as two runs seen before.
+func (g Gpuq) poolMeanRun(s State, i int) time.Duration {
+	h := s.Pools[i].History
+	up := time.Duration(h.UpTicks)*s.Tick + 2*g.PriorRun
+	return max(up/time.Duration(h.UpRuns+2), s.Tick)
+}
+
+// mostUp returns the pool with the most capacity seen so far: where to start
+// on-demand before there is a checkpoint, so that spot later needs no move.
+func mostUp(s State) int {
+	best := 0
+	for i, p := range s.Pools {
+		if p.History.UpTicks > s.Pools[best].History.UpTicks {
+			best = i
+		}
+	}
+	return best
 }
 
 // reserve is the slack kept for restarts to come and for outages late in the
