@@ -19,8 +19,11 @@ import "time"
 //
 // When moving between pools costs something (State.Move), it prefers the
 // pool that holds the checkpoint, and moves to another only when the
-// restart plus the transfer fits in the slack and the egress is less than
-// what a mean run of capacity in that pool saves over on-demand.
+// restart plus the transfer fits in the slack and the move (egress, and the
+// restart on spot) costs less than both what a mean run of capacity there
+// saves over on-demand and what waiting for the checkpoint's pool would
+// cost: on-demand for whatever part of its expected outage the slack above
+// the reserve cannot absorb.
 //
 // The history is what the pools did before the decision, from before the
 // job's start on: the live scheduler keeps one PoolHistory per pool for as
@@ -47,7 +50,7 @@ type Gpuq struct {
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 3, PriorRun: time.Hour}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -102,20 +105,48 @@ func (g Gpuq) pick(s State) int {
 	return best
 }
 
-// worthMoving reports whether a move to pool i pays: the restart and the
-// transfer leave slack, and the egress is less than what a mean run of
-// capacity there (at most the work left) saves over on-demand. Without
-// prices only the slack counts.
+// worthMoving reports whether a move to pool i pays. The restart and the
+// transfer must leave slack. With prices known, the move's egress and its
+// restart on spot must cost less than waiting for the checkpoint's pool to
+// come back: nothing while the outage it can expect fits in the slack above
+// the reserve (or while on-demand, nothing more than staying there), else
+// on-demand for the rest of it; and less than what a mean run of capacity
+// in pool i (at most the work left) saves over on-demand.
 func (g Gpuq) worthMoving(s State, i int) bool {
-	if s.Slack()-s.Overhead-s.Move.Time < scale(g.Margin, s.Overhead)+s.Tick {
+	margin := scale(g.Margin, s.Overhead) + s.Tick
+	if s.Slack()-s.Overhead-s.Move.Time < margin {
 		return false
 	}
 	if s.Prices.OnDemand == 0 {
 		return true
 	}
+	spotHour := float64(s.Prices.Spot)
+	saveHour := float64(s.Prices.OnDemand - s.Prices.Spot)
+	cost := float64(s.Move.Micros) + spotHour*(s.Overhead+s.Move.Time).Hours()
 	run := min(g.poolMeanRun(s, i), s.Compute-s.Done)
-	saved := float64(s.Prices.OnDemand-s.Prices.Spot) * run.Hours()
-	return saved > float64(s.Move.Micros)
+	if saveHour*run.Hours() <= cost {
+		return false
+	}
+	home := s.checkpoint()
+	if home < 0 {
+		return true
+	}
+	outage := expectedOutage(s, home)
+	if s.Current.Kind != OnDemand {
+		outage -= max(s.Slack()-g.reserve(s)-margin, 0)
+	}
+	return saveHour*outage.Hours() > cost
+}
+
+// expectedOutage is how much longer pool i can be expected to stay without
+// capacity: its mean outage so far, or as long again as the current one
+// when that is longer (outages are heavy-tailed too).
+func expectedOutage(s State, i int) time.Duration {
+	h := s.Pools[i].History
+	downTicks := h.Ticks - h.UpTicks
+	downRuns := max(h.UpRuns, 1)
+	mean := time.Duration(downTicks) * s.Tick / time.Duration(downRuns)
+	return max(mean, time.Duration(h.Run)*s.Tick)
 }
 
 // poolMeanRun is the mean run of capacity of pool i, with PriorRun counted
