@@ -293,6 +293,9 @@ func TestJobAndTraceErrorsNameTheField(t *testing.T) {
 		{"no compute", []Trace{a}, Job{Deadline: time.Minute}, handPrices, "job.compute"},
 		{"deadline too short", []Trace{a}, Job{Compute: 2 * time.Minute, Deadline: 2 * time.Minute, Overhead: time.Second}, handPrices, "job.deadline"},
 		{"past the trace", []Trace{a}, Job{Compute: time.Minute, Deadline: 2 * time.Minute, Start: 3 * time.Minute}, handPrices, "runs past the end"},
+		{"negative transfer", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute, Move: Move{Time: -time.Second}}, handPrices, "job.move.time"},
+		{"negative egress", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute, Move: Move{Micros: -1}}, handPrices, "job.move.micros"},
+		{"one name twice", []Trace{a, a}, Job{Compute: time.Minute, Deadline: time.Minute}, handPrices, "appears twice"},
 		{"no on-demand price", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute}, Prices{Currency: "USD"}, "prices.on_demand"},
 		{"no currency", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute}, Prices{OnDemand: 1}, "prices.currency"},
 	}
@@ -362,6 +365,10 @@ func TestAdviseRejectsABadStateNamingTheField(t *testing.T) {
 		{"past the deadline", func(s *State) { s.Elapsed = 21 * time.Hour }, "state.elapsed"},
 		{"current pool unknown", func(s *State) { s.Current = Placement{Kind: Spot, Pool: 5} }, "state.current.pool"},
 		{"duplicate pool", func(s *State) { s.Pools[1].ID = s.Pools[0].ID }, "state.pools[1].id"},
+		{"checkpoint in no pool", func(s *State) { s.Checkpoint = "aws/eu-west-1a/v100/spot" }, "state.checkpoint"},
+		{"negative move", func(s *State) { s.Move.Micros = -1 }, "state.move"},
+		{"warm-up over overhead and transfer", func(s *State) { s.Move.Time = time.Minute; s.Warmup = 14 * time.Minute }, "state.warmup"},
+		{"negative price", func(s *State) { s.Prices.Spot = -1 }, "state.prices"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -249,6 +249,8 @@ func (s State) validate() error {
 		return fmt.Errorf("state.overhead: must be ≥ 0, got %v", s.Overhead)
 	case s.Move.Time < 0 || s.Move.Micros < 0:
 		return fmt.Errorf("state.move: must not be negative, got %+v", s.Move)
+	case s.Prices.OnDemand < 0 || s.Prices.Spot < 0:
+		return fmt.Errorf("state.prices: must not be negative, got %+v", s.Prices)
 	case s.Warmup < 0 || s.Warmup > s.Overhead+s.Move.Time:
 		return fmt.Errorf("state.warmup: must be within 0–%v, got %v", s.Overhead+s.Move.Time, s.Warmup)
 	case s.Elapsed < 0 || s.Elapsed > s.Deadline:
