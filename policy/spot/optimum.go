@@ -28,9 +28,28 @@ func Optimum(traces []Trace, job Job, prices Prices) (Result, error) {
 type start struct {
 	to    int   // the state it lands in, warm
 	pool  int   // the spot pool it needs capacity in, or -1 for on-demand
-	ticks int   // ticks spent paying the overhead; 0 when there is none
+	ticks int   // ticks spent until it is warm: at least 1
 	gain  int64 // progress made in those ticks
-	extra int64 // the move's egress, in tickCost units
+	cost  int64 // holding it for those ticks, and the move's egress
+	// Per tick: where it lands, or nil when it cannot start then.
+	layer []int64
+}
+
+// frontier holds the cheapest way found to finish the job.
+type frontier struct {
+	best int64
+	c    int64 // compute, in quanta
+	ns   int   // states per progress value
+}
+
+// put lowers the cost of reaching state s with progress p in layer to v, or
+// of finishing when p reaches the compute.
+func (f *frontier) put(layer []int64, p int64, s int, v int64) {
+	if p >= f.c {
+		f.best = min(f.best, v)
+	} else if x := int(p)*f.ns + s; layer[x] > v {
+		layer[x] = v
+	}
 }
 
 func (m model) optimum(prices Prices) Result {
@@ -78,12 +97,11 @@ func (m model) optimum(prices Prices) Result {
 	maxTicks := 0
 	for z := -1; z < nz; z++ {
 		add := func(to, pool int, over, extra int64) {
-			st := start{to: to, pool: pool, extra: extra}
-			if over > 0 {
-				st.ticks = int(ceilDiv(over, m.k))
-				st.gain = int64(st.ticks)*m.k - over
-				maxTicks = max(maxTicks, st.ticks)
-			}
+			// Without overhead a start is warm after one tick of full gain.
+			st := start{to: to, pool: pool, ticks: max(int(ceilDiv(over, m.k)), 1)}
+			st.gain = int64(st.ticks)*m.k - over
+			st.cost = int64(st.ticks)*price[to] + extra
+			maxTicks = max(maxTicks, st.ticks)
 			starts[z+1] = append(starts[z+1], st)
 		}
 		if z < 0 {
@@ -124,65 +142,70 @@ func (m model) optimum(prices Prices) Result {
 		}
 		dirty[l] = [2]int64{c, -1}
 	}
-	best := int64(unreachable)
-	land := func(l int, p int64, s int, v int64) {
-		if p >= c {
-			best = min(best, v)
-			return
-		}
-		if x := int(p)*ns + s; layers[l][x] > v {
-			layers[l][x] = v
-			dirty[l][0] = min(dirty[l][0], p)
-			dirty[l][1] = max(dirty[l][1], p)
-		}
+	f := &frontier{best: unreachable, c: c, ns: ns}
+	mark := func(l int, lo, hi int64) {
+		dirty[l][0] = min(dirty[l][0], max(lo, 0))
+		dirty[l][1] = max(dirty[l][1], min(hi, c-1))
 	}
-	land(0, 0, idleIn(-1), 0)
+	layers[0][idleIn(-1)] = 0
+	mark(0, 0, 0)
 
 	open := make([]bool, ns) // instances that can run during this tick
 	low := make([]int64, nz+1)
 	for t := 0; t < m.ticks; t++ {
 		l := t % nl
-		cur := layers[l]
-		next := (t + 1) % nl
+		cur, next := layers[l], layers[(t+1)%nl]
 		for z := range nz {
 			open[od0+z] = true
 		}
 		for j := range n {
 			open[sp0+j] = upRun[j][t] > 0
 		}
-		lo := max(dirty[l][0], c-int64(m.ticks-t)*m.k)
-		for p := lo; p <= dirty[l][1]; p++ {
+		for _, sts := range starts {
+			for x := range sts {
+				st := &sts[x]
+				st.layer = nil
+				if t+st.ticks <= m.ticks && (st.pool < 0 || int(upRun[st.pool][t]) >= st.ticks) {
+					st.layer = layers[(t+st.ticks)%nl]
+				}
+			}
+		}
+		lo, hi := max(dirty[l][0], c-int64(m.ticks-t)*m.k), dirty[l][1]
+		for p := lo; p <= hi; p++ {
 			row := cur[int(p)*ns : int(p)*ns+ns]
 			for z := range low {
 				low[z] = unreachable
 			}
 			for s, v := range row {
-				if v < unreachable {
-					low[zone[s]+1] = min(low[zone[s]+1], v)
+				if z := zone[s] + 1; v < low[z] {
+					low[z] = v
 				}
 			}
 			for zi, v := range low {
 				if v >= unreachable {
 					continue
 				}
-				land(next, p, idleIn(zi-1), v)
-				for _, st := range starts[zi] {
-					switch {
-					case st.ticks == 0:
-						if open[st.to] {
-							land(next, p+m.k, st.to, v+price[st.to]+st.extra)
-						}
-					case t+st.ticks > m.ticks:
-					case st.pool >= 0 && int(upRun[st.pool][t]) < st.ticks:
-					default:
-						land((t+st.ticks)%nl, p+st.gain, st.to, v+int64(st.ticks)*price[st.to]+st.extra)
+				f.put(next, p, idleIn(zi-1), v)
+				for x := range starts[zi] {
+					if st := &starts[zi][x]; st.layer != nil {
+						f.put(st.layer, p+st.gain, st.to, v+st.cost)
 					}
 				}
 			}
 			// Keep the instance held, already past its overhead.
 			for s := od0; s < ns; s++ {
 				if v := row[s]; v < unreachable && open[s] {
-					land(next, p+m.k, s, v+price[s])
+					f.put(next, p+m.k, s, v+price[s])
+				}
+			}
+		}
+		if lo <= hi {
+			mark((t+1)%nl, lo, hi+m.k)
+			for _, sts := range starts {
+				for _, st := range sts {
+					if st.layer != nil {
+						mark((t+st.ticks)%nl, lo+st.gain, hi+st.gain)
+					}
 				}
 			}
 		}
@@ -193,8 +216,8 @@ func (m model) optimum(prices Prices) Result {
 	}
 	return Result{
 		Strategy:    "optimum",
-		CostMicros:  m.micros(best),
+		CostMicros:  m.micros(f.best),
 		Currency:    prices.Currency,
-		DeadlineMet: best < unreachable,
+		DeadlineMet: f.best < unreachable,
 	}
 }
