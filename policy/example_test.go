@@ -24,7 +24,7 @@ func ExamplePlace() {
 		},
 	}
 	limit := eur("2.50")
-	job := policy.Job{
+	job := policy.Requirements{
 		Project:          "imaging",
 		Labels:           map[string]string{"data": "personal"},
 		GPUCount:         1,

@@ -88,8 +88,8 @@ func genRules(t *rapid.T) policy.Rules {
 	return r
 }
 
-func genJob(t *rapid.T) policy.Job {
-	j := policy.Job{
+func genJob(t *rapid.T) policy.Requirements {
+	j := policy.Requirements{
 		Project:          rapid.SampledFrom(propProjects).Draw(t, "project"),
 		Labels:           map[string]string{"data": rapid.SampledFrom([]string{"personal", "public"}).Draw(t, "job_label")},
 		GPUCount:         rapid.IntRange(0, 4).Draw(t, "job_gpus"),
@@ -128,7 +128,7 @@ func inClass(rules policy.Rules, class, country string) bool {
 	return ok && c.Contains(country)
 }
 
-func ruleMatches(r policy.Rule, j policy.Job) bool {
+func ruleMatches(r policy.Rule, j policy.Requirements) bool {
 	if r.Project != "" {
 		if ok, _ := path.Match(r.Project, j.Project); !ok {
 			return false
@@ -143,7 +143,7 @@ func ruleMatches(r policy.Rule, j policy.Job) bool {
 }
 
 // referenceTotal is the documented cost model, computed independently.
-func referenceTotal(j policy.Job, o policy.Offer) int64 {
+func referenceTotal(j policy.Requirements, o policy.Offer) int64 {
 	price := toEUR(o.PricePerHour)
 	mul := func(a, b, c int64) int64 {
 		return new(big.Int).Div(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)), big.NewInt(c)).Int64()
@@ -166,7 +166,7 @@ func referenceTotal(j policy.Job, o policy.Offer) int64 {
 }
 
 // checkFeasible fails t when o breaks a constraint job and rules impose.
-func checkFeasible(t *rapid.T, j policy.Job, rules policy.Rules, o policy.Offer) {
+func checkFeasible(t *rapid.T, j policy.Requirements, rules policy.Rules, o policy.Offer) {
 	if j.Residency != "" && !inClass(rules, j.Residency, o.Country) {
 		t.Fatalf("%s in %q is outside the job's residency %s", o.Pool, o.Country, j.Residency)
 	}

@@ -11,10 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
-	"github.com/gpuq/gpuq/adapters"
-	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -55,7 +54,8 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := policy.Place(job, offers, rules, time.Now().UTC())
+	now := time.Now().UTC()
+	d, err := control.Decide(control.Question{Job: job, SubmittedAt: now, Rules: rules, Offers: offers, Now: now})
 	var refusal *policy.NoPlacementError
 	if errors.As(err, &refusal) {
 		out := cmd.OutOrStdout()
@@ -120,8 +120,9 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 	return rules, nil
 }
 
-// loadOffers reads --offers, or asks the configured local pools.
-func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, error) {
+// loadOffers reads --offers, or else asks the same offer sources the
+// scheduler places among.
+func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, error) {
 	if path := v.GetString("offers"); path != "" {
 		f := viper.New()
 		f.SetConfigFile(path)
@@ -139,31 +140,27 @@ func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, error) {
 				return nil, fmt.Errorf("offers file %s: offers[%d].%w", path, i, err)
 			}
 		}
-		return file.Offers, nil
+		return control.NewOffers(file.Offers), nil
 	}
-	pools, err := localPools(v)
+	sources, err := offerSources(v)
 	if err != nil {
 		return nil, err
 	}
-	provider, err := local.New(pools)
-	if err != nil {
-		return nil, err
-	}
-	return adapters.CollectOffers(cmd.Context(), provider)
+	return control.CollectOffers(cmd.Context(), sources)
 }
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
 // submit and converts it into placement requirements.
-func planJobFromFile(path string) (policy.Job, error) {
+func planJobFromFile(path string) (policy.Requirements, error) {
 	data, err := readLimited(path, queue.MaxSpecBytes+1)
 	if err != nil {
-		return policy.Job{}, fmt.Errorf("reading job spec: %w", err)
+		return policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
 	}
 	spec, err := queue.ParseSpec(data)
 	if err != nil {
-		return policy.Job{}, fmt.Errorf("job spec %s: %w", path, err)
+		return policy.Requirements{}, fmt.Errorf("job spec %s: %w", path, err)
 	}
-	job, err := queue.PolicyJob(spec)
+	job, err := control.PolicyJob(spec)
 	if err != nil {
 		return job, fmt.Errorf("job spec %s: %w", path, err)
 	}
@@ -173,7 +170,7 @@ func planJobFromFile(path string) (policy.Job, error) {
 	return job, nil
 }
 
-// specKey renames policy.Job's field names in err to the job spec's keys.
+// specKey renames policy.Requirements's field names in err to the job spec's keys.
 func specKey(err error) error {
 	r := strings.NewReplacer(
 		"job.gpu_count", "resources.gpu.count", "job.min_gpu_memory_gb", "resources.gpu.memory_gb",

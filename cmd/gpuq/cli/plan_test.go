@@ -152,3 +152,18 @@ func TestPlanRefusesBadInputNamingTheKey(t *testing.T) {
 		})
 	}
 }
+
+// With no --offers and no pools configured, plan reads the offers of the
+// pools `gpuq dev` runs by default, as the scheduler next to it does.
+func TestPlanWithoutPoolsUsesTheSchedulersDefaultPools(t *testing.T) {
+	t.Parallel()
+	job := writeFile(t, "job.yaml", "project: vision\ncommand: [/bin/true]\nplacement: {tier: on-demand}\n")
+	config := writeFile(t, "gpuq.yaml", "output: table\n")
+	out, _, err := runCLI(t, "plan", "-f", job, "--config", config)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "chosen:     local-cpu (local eu-local-1 DE") {
+		t.Errorf("output:\n%s", out)
+	}
+}
