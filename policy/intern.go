@@ -81,3 +81,16 @@ type priceKey struct {
 func (k priceKey) hash() uint32 {
 	return uint32((uint64(k.micros) ^ uint64(k.cur)<<56) * 0x9e3779b97f4a7c15 >> 32)
 }
+
+// cardKey is an offer's card name and, when the name does not say it, the
+// card's memory (-1 when it does): "A100" with 40 GB and "A100" with 80 GB
+// match different requirements, "A100-80GB" matches the same ones whatever
+// memory the offer states.
+type cardKey struct {
+	name  string
+	memGB int64
+}
+
+func (k cardKey) hash() uint32 {
+	return hashName(k.name) ^ uint32(uint64(k.memGB)*0x9e3779b97f4a7c15>>32)
+}

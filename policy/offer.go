@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Availability is a provider's statement about capacity in a pool.
 type Availability string
@@ -92,9 +95,66 @@ func (o *Offer) validate() error {
 		return fmt.Errorf("preemption_rate: must be 0 or more, got %v", *o.PreemptionRate)
 	case o.GPUCount < 0 || o.GPUMemoryGB < 0 || o.VCPU < 0 || o.MemoryGB < 0:
 		return fmt.Errorf("gpu_count, gpu_memory_gb, vcpu, memory_gb: must be 0 or more")
+	case o.Country != "" && !isCountryCode(o.Country):
+		return fmt.Errorf("country: want an upper-case ISO 3166-1 alpha-2 code such as DE, got %q", o.Country)
 	}
 	if o.Availability.rank() == 3 && o.Availability != Unavailable {
 		return fmt.Errorf("availability: must be available, scarce, none or unknown, got %q", o.Availability)
 	}
 	return nil
+}
+
+// HasGPU reports whether the offer is a GPU pool: it has GPUs, or names a
+// card other than "cpu".
+func (o *Offer) HasGPU() bool {
+	return o.GPUCount > 0 || o.Card != "" && !strings.EqualFold(o.Card, "cpu")
+}
+
+// NormalizeCountry returns an ISO 3166-1 alpha-2 code in upper case ("de"
+// → "DE"), or an error when code is not two letters. The empty code stays
+// empty: it means the country is unknown.
+func NormalizeCountry(code string) (string, error) {
+	up := strings.ToUpper(strings.TrimSpace(code))
+	if up != "" && !isCountryCode(up) {
+		return code, fmt.Errorf("want an ISO 3166-1 alpha-2 code such as DE, got %q", code)
+	}
+	return up, nil
+}
+
+func isCountryCode(code string) bool {
+	_, ok := countryIndex(code)
+	return ok
+}
+
+// NormalizeOffers checks offers as one set, as they arrive from a file or
+// from the providers, naming the entry at fault: `offers[3].country: …`.
+// It upper-cases country codes in place, validates each offer, and refuses
+// two offers with the same pool: a pool id names one NATS subject and one
+// consumer, so two offers under it would send a job to either.
+func NormalizeOffers(offers []Offer) error {
+	seen := make(map[string]int, len(offers))
+	for i := range offers {
+		o := &offers[i]
+		country, err := NormalizeCountry(o.Country)
+		if err != nil {
+			return fmt.Errorf("offers[%d].country: %w", i, err)
+		}
+		o.Country = country
+		if err := o.validate(); err != nil {
+			return fmt.Errorf("offers[%d].%w", i, err)
+		}
+		if j, dup := seen[o.Pool]; dup {
+			return fmt.Errorf("offers[%d].pool and offers[%d].pool: both are %q (%s %s %s and %s %s %s); a pool id must name one pool",
+				j, i, o.Pool, offers[j].Provider, offers[j].Region, orUnknown(offers[j].Country), o.Provider, o.Region, orUnknown(o.Country))
+		}
+		seen[o.Pool] = i
+	}
+	return nil
+}
+
+func orUnknown(country string) string {
+	if country == "" {
+		return "country unknown"
+	}
+	return country
 }

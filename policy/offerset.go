@@ -16,14 +16,12 @@ type OfferSet struct {
 	facts      []offerFacts
 	providers  intern[string]
 	regions    intern[string]
-	cards      intern[string]
+	cards      intern[cardKey]
 	currencies intern[string]
 	prices     intern[priceKey]
-	// maxRate is the highest preemption rate a spot offer states, and
-	// maxEgress the highest egress price per currency id: they bound the
-	// cost of every offer at once.
-	maxRate   float64
-	maxEgress []int64
+	// maxRate is the highest preemption rate a spot offer states: it
+	// bounds the cost of every offer at once.
+	maxRate float64
 }
 
 // offerFacts is what placement reads of one offer: no pointers, so that
@@ -31,6 +29,7 @@ type OfferSet struct {
 type offerFacts struct {
 	invalid bool
 	spot    bool
+	gpu     bool // Offer.HasGPU
 	// rateKnown is false when the offer states no preemption rate.
 	rateKnown bool
 	// huge is true when a resource count does not fit the int32 fields
@@ -52,7 +51,7 @@ const (
 	attrPrice    = iota // id of the price per hour with its currency
 	attrProvider        // provider id
 	attrRegion          // region id
-	attrCard            // card id
+	attrCard            // card id: the card's name, and its memory when the name does not say it
 	attrCountry         // countryIndex, or -1 when unknown
 	attrSpot            // 1 for spot, 0 for on-demand
 	// The counts are -1 when huge.
@@ -81,7 +80,12 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		a[attrSpot] = int32(flag(f.spot, 1))
 		a[attrProvider], _ = s.providers.id(o.Provider, hashName(o.Provider))
 		a[attrRegion], _ = s.regions.id(o.Region, hashName(o.Region))
-		a[attrCard], _ = s.cards.id(o.Card, hashName(o.Card))
+		card := cardKey{name: o.Card, memGB: -1}
+		if !cardNamesMemory(o.Card) {
+			card.memGB = int64(o.GPUMemoryGB)
+		}
+		a[attrCard], _ = s.cards.id(card, card.hash())
+		f.gpu = o.HasGPU()
 		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency, hashName(o.PricePerHour.Currency))
 		f.price, f.egressCur = o.PricePerHour.Micros, -1
 		price := priceKey{micros: f.price, cur: f.priceCur}
@@ -89,10 +93,6 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if e := o.EgressPerGB; e != nil {
 			f.egressCur, _ = s.currencies.id(e.Currency, hashName(e.Currency))
 			f.egress = e.Micros
-			for int(f.egressCur) >= len(s.maxEgress) {
-				s.maxEgress = append(s.maxEgress, 0)
-			}
-			s.maxEgress[f.egressCur] = max(s.maxEgress[f.egressCur], f.egress)
 		}
 		if o.PreemptionRate != nil {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
