@@ -58,11 +58,13 @@ func (p *placer) sourcePrice(in Input, region, provider int32) int64 {
 	price := int64(-1)
 	for i := range p.set.facts {
 		f := &p.set.facts[i]
-		if f.invalid || f.attrs[attrRegion] != region || provider >= 0 && f.attrs[attrProvider] != provider || f.egressCur < 0 {
+		if f.invalid || f.attrs[attrRegion] != region || provider >= 0 && f.attrs[attrProvider] != provider {
 			continue
 		}
-		if v, ok := p.toBase(f.egressCur, f.egress); ok {
-			price = max(price, v)
+		if e := p.set.offers[i].EgressPerGB; e != nil {
+			if v, ok := p.rules.rates.toBase(*e); ok {
+				price = max(price, v)
+			}
 		}
 	}
 	return price

@@ -1,8 +1,8 @@
 package policy
 
-import "hash/maphash"
+import "math/rand/v2"
 
-// intern gives keys (provider, region and card names, prices) small dense
+// intern gives keys (provider, region and card names) small dense
 // ids in the order they are first seen. Preparing offers looks keys up for
 // every offer, and offers repeat a few dozen keys thousands of times, so
 // the table probes linearly in one slice instead of going through a Go
@@ -68,29 +68,40 @@ func (t *intern[K]) grow() {
 	}
 }
 
-var nameSeed = maphash.MakeSeed()
+// nameSeed is random per process, so that names chosen to collide in one
+// process do not collide in the next.
+var nameSeed = rand.Uint64() | 1
 
-func hashName(s string) uint32 { return uint32(maphash.String(nameSeed, s)) }
-
-// priceKey is a price per hour in micros of the currency with id cur.
-type priceKey struct {
-	micros int64
-	cur    int32
+// hashName hashes a short name. Names are a few bytes long and a set
+// hashes four of them per offer, so it reads eight bytes at a time inline
+// rather than calling into hash/maphash.
+func hashName(s string) uint32 {
+	h := nameSeed ^ uint64(len(s))*0x9e3779b97f4a7c15
+	for len(s) >= 8 {
+		w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		h = (h ^ w) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+		s = s[8:]
+	}
+	var w uint64
+	for i := 0; i < len(s); i++ {
+		w |= uint64(s[i]) << (8 * i)
+	}
+	h = (h ^ w) * 0x94d049bb133111eb
+	return uint32((h ^ h>>29) >> 32)
 }
 
-func (k priceKey) hash() uint32 {
-	return uint32((uint64(k.micros) ^ uint64(k.cur)<<56) * 0x9e3779b97f4a7c15 >> 32)
-}
-
-// cardKey is an offer's card name and, when the name does not say it, the
-// card's memory (-1 when it does): "A100" with 40 GB and "A100" with 80 GB
-// match different requirements, "A100-80GB" matches the same ones whatever
-// memory the offer states.
+// cardKey is an offer's card name, by its id among the set's card names,
+// and, when the name does not say it, the card's memory (-1 when it
+// does): "A100" with 40 GB and "A100" with 80 GB match different
+// requirements, "A100-80GB" matches the same ones whatever memory the
+// offer states.
 type cardKey struct {
-	name  string
+	name  int32
 	memGB int64
 }
 
 func (k cardKey) hash() uint32 {
-	return hashName(k.name) ^ uint32(uint64(k.memGB)*0x9e3779b97f4a7c15>>32)
+	return uint32((uint64(k.memGB)*0x9e3779b97f4a7c15 ^ uint64(k.name)) * 0xbf58476d1ce4e5b9 >> 32)
 }

@@ -15,18 +15,27 @@ const (
 	AvailabilityUnknown Availability = "unknown"
 )
 
-// rank orders availabilities for ranking: lower is better.
+// rank orders availabilities for ranking: lower is better; 3 is none or
+// anything unknown. Every offer is ranked, so it switches on the length
+// before comparing.
 func (a Availability) rank() int {
-	switch a {
-	case Available:
-		return 0
-	case Scarce:
-		return 1
-	case AvailabilityUnknown, "":
+	switch len(a) {
+	case len(Available):
+		if a == Available {
+			return 0
+		}
+	case len(Scarce):
+		if a == Scarce {
+			return 1
+		}
+	case len(AvailabilityUnknown):
+		if a == AvailabilityUnknown {
+			return 2
+		}
+	case 0:
 		return 2
-	default:
-		return 3
 	}
+	return 3
 }
 
 // Offer is what a provider says it can rent now in one pool.

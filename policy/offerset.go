@@ -16,9 +16,12 @@ type OfferSet struct {
 	facts      []offerFacts
 	providers  intern[string]
 	regions    intern[string]
+	cardNames  intern[string]
 	cards      intern[cardKey]
+	// namesMemory says, by card name id, whether the name carries its
+	// memory ("A100-80GB").
+	namesMemory []bool
 	currencies intern[string]
-	prices     intern[priceKey]
 	// maxRate is the highest preemption rate a spot offer states: it
 	// bounds the cost of every offer at once.
 	maxRate float64
@@ -39,17 +42,14 @@ type offerFacts struct {
 	// attrs holds the offer's ids and counts by attr* position, so that
 	// a reason's attributes are found by position; see explain.
 	attrs [attrCount]int32
-	// priceCur and egressCur are currency ids; egressCur is -1 when the
-	// egress price is unknown.
-	priceCur, egressCur int32
-	price, egress       int64 // micros in their own currency
-	rate                float64
+	priceCur int32 // currency id
+	price    int64 // micros in their own currency
+	rate     float64
 }
 
 // Positions in offerFacts.attrs.
 const (
-	attrPrice    = iota // id of the price per hour with its currency
-	attrProvider        // provider id
+	attrProvider = iota // provider id
 	attrRegion          // region id
 	attrCard            // card id: the card's name, and its memory when the name does not say it
 	attrCountry         // countryIndex, or -1 when unknown
@@ -80,20 +80,18 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		a[attrSpot] = int32(flag(f.spot, 1))
 		a[attrProvider], _ = s.providers.id(o.Provider, hashName(o.Provider))
 		a[attrRegion], _ = s.regions.id(o.Region, hashName(o.Region))
-		card := cardKey{name: o.Card, memGB: -1}
-		if !cardNamesMemory(o.Card) {
+		name, seen := s.cardNames.id(o.Card, hashName(o.Card))
+		if !seen {
+			s.namesMemory = append(s.namesMemory, cardNamesMemory(o.Card))
+		}
+		card := cardKey{name: name, memGB: -1}
+		if !s.namesMemory[name] {
 			card.memGB = int64(o.GPUMemoryGB)
 		}
 		a[attrCard], _ = s.cards.id(card, card.hash())
 		f.gpu = o.HasGPU()
-		f.priceCur, _ = s.currencies.id(o.PricePerHour.Currency, hashName(o.PricePerHour.Currency))
-		f.price, f.egressCur = o.PricePerHour.Micros, -1
-		price := priceKey{micros: f.price, cur: f.priceCur}
-		a[attrPrice], _ = s.prices.id(price, price.hash())
-		if e := o.EgressPerGB; e != nil {
-			f.egressCur, _ = s.currencies.id(e.Currency, hashName(e.Currency))
-			f.egress = e.Micros
-		}
+		f.priceCur = s.currency(o.PricePerHour.Currency)
+		f.price = o.PricePerHour.Micros
 		if o.PreemptionRate != nil {
 			f.rate, f.rateKnown = *o.PreemptionRate, true
 			if f.spot {
@@ -107,6 +105,18 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		}
 	}
 	return s
+}
+
+// currency returns the id of a currency code. A set holds a handful of
+// currencies, so comparing the three letters with each beats hashing them.
+func (s *OfferSet) currency(code string) int32 {
+	for id, c := range s.currencies.names {
+		if c == code {
+			return int32(id)
+		}
+	}
+	id, _ := s.currencies.id(code, hashName(code))
+	return id
 }
 
 // Len is the number of offers in the set.

@@ -282,7 +282,7 @@ func (p *placer) prepareChecks() {
 		wants[i] = CardTokens(c)
 	}
 	for id, card := range s.cards.names {
-		p.cardRanks[id] = cardRank(wants, card)
+		p.cardRanks[id] = cardRank(wants, s.cardNames.names[card.name], card.memGB)
 		p.cardBits[id] = flag(p.cardRanks[id] < 0, bitCard)
 	}
 	if p.job.GPUCount == 0 {
@@ -470,13 +470,14 @@ func (a *ranked) less(b *ranked) bool {
 }
 
 // cardRank is the position of the first of the job's card requirements
-// (as tokens) that the offer's card meets; any card ranks 0 when the job
+// (as tokens) that an offer's card, named name with memGB GB (-1 when the
+// name says it), meets; any card ranks 0 when the job
 // accepts any, and -1 means none is met.
-func cardRank(wants [][]string, card cardKey) int {
+func cardRank(wants [][]string, name string, memGB int64) int {
 	if len(wants) == 0 {
 		return 0
 	}
-	have := offerCardTokens(card.name, card.memGB)
+	have := offerCardTokens(name, memGB)
 	for i, want := range wants {
 		if len(want) > 0 && tokensWithin(want, have) {
 			return i
@@ -618,10 +619,6 @@ type attrLookup struct {
 // holds; larger counts take the general path.
 const countSlots = 256
 
-// priceSlots is how many distinct prices byAttr holds; prices first seen
-// later take the general path.
-const priceSlots = 1024
-
 // prepareByAttr sizes byAttr for the set's ids. Each code's attributes
 // are those reasonKeys puts in its key; a code with one attribute checks it
 // as b too, and a code with none uses the tier, whose two slots then hold
@@ -643,7 +640,6 @@ func (p *placer) prepareByAttr() {
 		{atVCPU, attrVCPU, attrVCPU, countSlots},
 		{atMemory, attrMemory, attrMemory, countSlots},
 		{atCurrency, attrSpot, attrSpot, 2},
-		{atPriceCap, attrPrice, attrPrice, min(len(s.prices.names), priceSlots)},
 	}
 	total := 0
 	for _, l := range lookups {
