@@ -13,9 +13,9 @@ import (
 // is a pure function of the job, the offers and the rules, so the full
 // list is recomputed on demand by placing again with the same inputs.
 type Compact struct {
-	Version   int       `json:"version"`
-	DecidedAt time.Time `json:"decided_at"`
-	Currency  string    `json:"currency"`
+	Version   int        `json:"version"`
+	DecidedAt time.Time  `json:"decided_at"`
+	Currency  string     `json:"currency"`
 	Chosen    *Candidate `json:"chosen,omitempty"`
 	// Alternatives are the first of the decision's alternatives.
 	Alternatives []Candidate `json:"alternatives"`

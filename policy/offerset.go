@@ -12,16 +12,16 @@ import (
 // decisions may use it at the same time. The offers slice is kept, not
 // copied, and must not be modified while the set is in use.
 type OfferSet struct {
-	offers     []Offer
-	facts      []offerFacts
-	providers  intern[string]
-	regions    intern[string]
-	cardNames  intern[string]
-	cards      intern[cardKey]
+	offers    []Offer
+	facts     []offerFacts
+	providers intern[string]
+	regions   intern[string]
+	cardNames intern[string]
+	cards     intern[cardKey]
 	// namesMemory says, by card name id, whether the name carries its
 	// memory ("A100-80GB").
 	namesMemory []bool
-	currencies intern[string]
+	currencies  intern[string]
 	// maxRate is the highest preemption rate a spot offer states: it
 	// bounds the cost of every offer at once.
 	maxRate float64
@@ -41,7 +41,7 @@ type offerFacts struct {
 	avail uint8 // Availability.rank
 	// attrs holds the offer's ids and counts by attr* position, so that
 	// a reason's attributes are found by position; see explain.
-	attrs [attrCount]int32
+	attrs    [attrCount]int32
 	priceCur int32 // currency id
 	price    int64 // micros in their own currency
 	rate     float64
