@@ -228,7 +228,7 @@ func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, err
 	}
 	if job.Residency != "" {
 		if _, ok := c.classes[strings.ToUpper(job.Residency)]; !ok {
-			return nil, fmt.Errorf("job.residency: undefined residency class %q", job.Residency)
+			return nil, fmt.Errorf("job.residency: undefined residency class %q; known classes: %s", job.Residency, c.classNames())
 		}
 		narrow(job.Residency, "job")
 	}

@@ -262,7 +262,7 @@ func compile(r Rules) (*compiled, error) {
 		}
 		if rule.Residency != "" {
 			if _, ok := c.classes[strings.ToUpper(rule.Residency)]; !ok {
-				return nil, fmt.Errorf("%s: undefined residency class %q", key("residency"), rule.Residency)
+				return nil, fmt.Errorf("%s: undefined residency class %q; known classes: %s", key("residency"), rule.Residency, c.classNames())
 			}
 		}
 		if !validGlobs(rule.AllowProviders) {
@@ -337,6 +337,17 @@ func compile(r Rules) (*compiled, error) {
 		return nil, fmt.Errorf("max_alternatives: must be 0 or more, got %d", r.MaxAlternatives)
 	}
 	return c, nil
+}
+
+// classNames lists the residency classes defined, built-ins first.
+func (c *compiled) classNames() string {
+	names := []string{"EU", "EEA", "CH", "UK"}
+	for _, n := range sortedKeys(c.classes) {
+		if _, builtin := builtinClasses[n]; !builtin {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // matches reports whether rule applies to job.
