@@ -200,7 +200,7 @@ func readPlanFile(kind, path string) (*viper.Viper, error) {
 }
 
 // invalidKeys matches mapstructure's report of unknown keys: "'rules[0]' has
-// invalid keys: foo, bar", with '' for the top level.
+// invalid keys: foo, bar", with ” for the top level.
 var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.+)`)
 
 // unknownKeys rewrites mapstructure's unknown-key errors in err to name
