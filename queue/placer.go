@@ -306,6 +306,9 @@ func (p *PolicyPlacer) currentOffers(ctx context.Context) ([]policy.Offer, *poli
 			}
 			all = append(all, offers...)
 		}
+		if err := policy.NormalizeOffers(all); err != nil {
+			return nil, nil, nil, fmt.Errorf("checking the providers' offers: %w", err)
+		}
 		if p.histories == nil {
 			p.histories = map[string]*spot.PoolHistory{}
 		}
