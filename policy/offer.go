@@ -87,6 +87,18 @@ var poolBytes = func() (t [256]bool) {
 // Validate checks the offer's shape, naming the field at fault.
 func (o Offer) Validate() error { return o.validate() }
 
+// valid reports whether validate finds nothing wrong, given the offer's
+// countryIndex and Availability.rank, which preparing a set needs anyway;
+// it builds no error, so that a set of valid offers is prepared quickly.
+func (o *Offer) valid(countryOK bool, avail int) bool {
+	return o.Provider != "" && ValidPool(o.Pool) && (o.Tier == TierSpot || o.Tier == TierOnDemand) &&
+		o.PricePerHour.Micros >= 0 && validCurrency(o.PricePerHour.Currency) &&
+		(o.EgressPerGB == nil || o.EgressPerGB.Micros >= 0 && validCurrency(o.EgressPerGB.Currency)) &&
+		(o.PreemptionRate == nil || *o.PreemptionRate >= 0) &&
+		min(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) >= 0 &&
+		(o.Country == "" || countryOK) && (avail < 3 || o.Availability == Unavailable)
+}
+
 // validate is Validate without copying the offer, for the placement loop.
 func (o *Offer) validate() error {
 	switch {

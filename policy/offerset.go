@@ -67,16 +67,17 @@ func NewOfferSet(offers []Offer) *OfferSet {
 	s := &OfferSet{offers: offers, facts: make([]offerFacts, len(offers))}
 	for i := range offers {
 		o, f := &offers[i], &s.facts[i]
-		if o.validate() != nil {
+		country, ok := countryIndex(o.Country)
+		avail := o.Availability.rank()
+		if !o.valid(ok, avail) {
 			f.invalid = true
 			continue
 		}
-		country, ok := countryIndex(o.Country)
 		if !ok {
 			country = -1
 		}
 		a := &f.attrs
-		f.spot, f.avail, a[attrCountry] = o.Tier == TierSpot, uint8(o.Availability.rank()), int32(country)
+		f.spot, f.avail, a[attrCountry] = o.Tier == TierSpot, uint8(avail), int32(country)
 		a[attrSpot] = int32(flag(f.spot, 1))
 		a[attrProvider], _ = s.providers.id(o.Provider, hashName(o.Provider))
 		a[attrRegion], _ = s.regions.id(o.Region, hashName(o.Region))
