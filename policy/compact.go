@@ -12,6 +12,11 @@ import (
 // repeating a few reasons; the compact form is a few kilobytes. Placement
 // is a pure function of the job, the offers and the rules, so the full
 // list is recomputed on demand by placing again with the same inputs.
+//
+// Its JSON shares the decision's names only where the meaning is the same
+// (version, chosen, alternatives, residency, …), so a stored compact form
+// reads back as a Decision without its rejections, as Replace needs of a
+// previous decision.
 type Compact struct {
 	Version   int        `json:"version"`
 	DecidedAt time.Time  `json:"decided_at"`
@@ -22,11 +27,11 @@ type Compact struct {
 	Feasible     int         `json:"feasible"`
 	// Offers is the number of offers the decision was made among;
 	// Rejected how many of them were rejected.
-	Offers   int `json:"offers"`
-	Rejected int `json:"rejected"`
+	Offers   int `json:"offer_count"`
+	Rejected int `json:"rejected_count"`
 	// Reasons counts the rejected offers by reason code, in the order the
 	// checks run; an offer rejected for several reasons counts under each.
-	Reasons   []ReasonTally     `json:"reasons,omitempty"`
+	Reasons   []ReasonTally     `json:"rejections,omitempty"`
 	Residency ResidencyDecision `json:"residency"`
 	Notes     []string          `json:"notes,omitempty"`
 }

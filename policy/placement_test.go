@@ -412,3 +412,28 @@ func TestCompactDecisionOfTenThousandOffersIsKilobytes(t *testing.T) {
 		t.Errorf("full %d bytes, compact %d bytes: want the compact form under 32 KiB", len(full), len(compact))
 	}
 }
+
+// A stored compact decision serves Replace as the previous decision: it
+// keeps the residency and the version.
+func TestCompactDecisionReadsBackAsThePreviousDecision(t *testing.T) {
+	t.Parallel()
+	job := policy.Job{Project: "x", GPUCount: 1, Residency: "EU"}
+	offers := []policy.Offer{offer("fsn", "H100", 1, 80, "1 EUR"), offer("use1", "H100", 1, 80, "1 EUR", func(o *policy.Offer) { o.Country = "US" })}
+	d, err := policy.Place(job, offers, policy.Rules{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(d.Compact(10, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var previous policy.Decision
+	if err := json.Unmarshal(data, &previous); err != nil {
+		t.Fatal(err)
+	}
+	job.Residency = ""
+	next, err := policy.Replace(job, offers, policy.Rules{}, previous, policy.History{}, now)
+	if err != nil || next.Version != 2 || next.Chosen.Offer.Pool != "fsn" || next.Residency.Class != "EU" {
+		t.Errorf("replaced from the compact form: %s v%d, residency %+v, err %v", outcome(next, err), next.Version, next.Residency, err)
+	}
+}
