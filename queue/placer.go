@@ -83,7 +83,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *Job, prior *Prior) (Place
 		return Placement{}, &RejectionError{Reason: none.Error()}
 	}
 	if err != nil {
-		return Placement{}, &RejectionError{Reason: err.Error()}
+		return Placement{}, &RejectionError{Reason: SpecKeys(err).Error()}
 	}
 	if note != "" {
 		d.Notes = append(d.Notes, note)

@@ -581,3 +581,22 @@ func (s *Spec) Validate() error {
 	}
 	return nil
 }
+
+// specKeys renames the placement engine's job fields to the job spec's keys.
+var specKeys = strings.NewReplacer(
+	"job.gpu_count", "spec.resources.gpu.count", "job.min_gpu_memory_gb", "spec.resources.gpu.memory_gb",
+	"job.vcpu", "spec.resources.cpu", "job.memory_gb", "spec.resources.memory_gb", "job.tier", "spec.placement.tier",
+	"job.providers", "spec.placement.providers", "job.regions", "spec.placement.regions",
+	"job.residency", "spec.placement.residency", "job.expected_duration", "spec.expected_duration",
+	"job.inputs", "spec.inputs", "job.max_price_per_hour", "spec.budget.max_price_per_hour", "job.budget", "spec.budget.total",
+)
+
+// SpecKeys renames the placement engine's field names in err (policy.Job's,
+// such as job.residency) to the job spec's keys (spec.placement.residency),
+// so that an error about a job names what its author wrote.
+func SpecKeys(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(specKeys.Replace(err.Error()))
+}

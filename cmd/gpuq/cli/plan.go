@@ -90,7 +90,7 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		// The rules were checked when they loaded: what is left is the
 		// job's against them, such as an undefined residency class.
-		return fmt.Errorf("job spec %s: %w", v.GetString("file"), specKey(err))
+		return fmt.Errorf("job spec %s: %w", v.GetString("file"), queue.SpecKeys(err))
 	}
 	if format == "json" {
 		return writeJSON(cmd.OutOrStdout(), d)
@@ -298,23 +298,11 @@ func planJobFromFile(path string) (policy.Job, error) {
 		return job, fmt.Errorf("job spec %s: %w", path, err)
 	}
 	if err := job.Validate(); err != nil {
-		return job, fmt.Errorf("job spec %s: %w", path, specKey(err))
+		return job, fmt.Errorf("job spec %s: %w", path, queue.SpecKeys(err))
 	}
 	return job, nil
 }
 
-// specKey renames policy.Job's field names in err to the job spec's keys.
-func specKey(err error) error {
-	r := strings.NewReplacer(
-		"job.gpu_count", "resources.gpu.count", "job.min_gpu_memory_gb", "resources.gpu.memory_gb",
-		"job.vcpu", "resources.cpu", "job.memory_gb", "resources.memory_gb", "job.tier", "placement.tier",
-		"job.providers", "placement.providers", "job.regions", "placement.regions",
-		"job.expected_duration", "expected_duration", "job.inputs", "inputs",
-		"job.max_price_per_hour", "budget.max_price_per_hour", "job.budget", "budget.total",
-		"job.residency", "placement.residency",
-	)
-	return errors.New(r.Replace(err.Error()))
-}
 
 func printDecision(w io.Writer, d policy.Decision) error {
 	c := d.Chosen

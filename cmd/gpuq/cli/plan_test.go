@@ -209,7 +209,7 @@ func TestPlanAnswersWhatUsersWrite(t *testing.T) {
 		{"egress is billed where the input is stored", "resources: {gpu: {count: 1, cards: [A100, H100]}}\ninputs: [{name: frames, provider: aws, region: us-east-1, bytes: 1000000000000}]", offers, "",
 			[]string{"chosen:     use1-h100", "1.00 EUR  91.00 EUR"}},
 		{"a bad residency names placement.residency and the file", "placement: {residency: EUU}", offers, "",
-			[]string{"error: job spec ", `: placement.residency: undefined residency class "EUU"; known classes: EU, EEA, CH, UK`}},
+			[]string{"error: job spec ", `: spec.placement.residency: undefined residency class "EUU"; known classes: EU, EEA, CH, UK`}},
 		{"disjoint classes share no country", "project: eu-ml\nplacement: {residency: CH}", offers, rules,
 			[]string{"error: no placement among 5 offers: 5 offers outside residency EEA∩CH (EEA and CH share no country)"}},
 		{"duplicate pool ids name both entries", "", offers + "  - {provider: aws, pool: fsn-cpu, region: us-east-1, country: US, card: cpu, vcpu: 16, memory_gb: 64, tier: on-demand, price_per_hour: \"0.10 EUR\"}\n", "",
