@@ -303,7 +303,6 @@ func planJobFromFile(path string) (policy.Job, error) {
 	return job, nil
 }
 
-
 func printDecision(w io.Writer, d policy.Decision) error {
 	c := d.Chosen
 	fmt.Fprintf(w, "residency:  %s\n", describeResidency(d.Residency))
