@@ -58,7 +58,7 @@ func (p *placer) sourcePrice(in Input, region, provider int32) int64 {
 	price := int64(-1)
 	for i := range p.set.facts {
 		f := &p.set.facts[i]
-		if f.invalid || f.attrs[attrRegion] != region || provider >= 0 && f.attrs[attrProvider] != provider {
+		if f.invalid || f.region != region || provider >= 0 && f.provider != provider {
 			continue
 		}
 		if e := p.set.offers[i].EgressPerGB; e != nil {
@@ -73,7 +73,7 @@ func (p *placer) sourcePrice(in Input, region, provider int32) int64 {
 // local reports whether input k is stored where offer f runs: in its
 // region and, when the input names its provider, at its provider.
 func (p *placer) local(k int, f *offerFacts) bool {
-	return p.inputRegions[k] == f.attrs[attrRegion] && (p.inputProviders[k] == -2 || p.inputProviders[k] == f.attrs[attrProvider])
+	return p.inputRegions[k] == f.region && (p.inputProviders[k] == -2 || p.inputProviders[k] == f.provider)
 }
 
 // checkInputs compares where each input is stored with the job's residency.
@@ -118,8 +118,8 @@ func (p *placer) inputCountry(k int) string {
 	}
 	for i := range p.set.facts {
 		f := &p.set.facts[i]
-		if !f.invalid && f.attrs[attrRegion] == region && (provider < 0 || f.attrs[attrProvider] == provider) && f.attrs[attrCountry] >= 0 {
-			c := f.attrs[attrCountry]
+		if !f.invalid && f.region == region && (provider < 0 || f.provider == provider) && int32(f.country) >= 0 {
+			c := int32(f.country)
 			return string([]byte{byte('A' + c/26), byte('A' + c%26)})
 		}
 	}

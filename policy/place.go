@@ -399,7 +399,7 @@ func (p *placer) place(version int) (Decision, error) {
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.attrs[attrCard]],
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card],
 			planB: p.gpuPlanB && f.gpu}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
@@ -513,18 +513,18 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 	if f.gpu {
 		gpu = 1
 	}
-	fail := p.countryBits[f.attrs[attrCountry]+1] | p.providerBits[f.attrs[attrProvider]] | p.cardBits[f.attrs[attrCard]] |
+	fail := p.countryBits[int32(f.country)+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
 		p.tierBits[spot] | p.availBits[f.avail] | p.gpuBits[gpu]
 	if f.huge {
 		o := &p.set.offers[i]
 		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
 			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
 	} else {
-		fail |= flag(int(f.attrs[attrGPUCount]) < j.GPUCount, bitGPUCount) | flag(int(f.attrs[attrGPUMemory]) < j.MinGPUMemoryGB, bitGPUMemory) |
-			flag(int(f.attrs[attrVCPU]) < j.VCPU, bitVCPU) | flag(int(f.attrs[attrMemory]) < j.MemoryGB, bitMemory)
+		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
 	}
 	if p.regionBits != nil {
-		fail |= p.regionBits[f.attrs[attrRegion]]
+		fail |= p.regionBits[f.region]
 	}
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
@@ -662,7 +662,7 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 	for rest := fail; rest != 0; rest &= rest - 1 {
 		c := bits.TrailingZeros32(rest)
 		l := &p.byAttr[c]
-		a, b := f.attrs[l.a], f.attrs[l.b]
+		a, b := f.attr(l.a), f.attr(l.b)
 		slots := l.slots
 		if uint(a) < uint(len(slots)) {
 			if s := &slots[a]; s.i > 0 && s.b == b {
@@ -701,17 +701,17 @@ func (p *placer) explainByKey(i int, f *offerFacts, fail uint32, est *estimate, 
 // on the code would jump somewhere different for almost every reason.
 func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
 	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
-	provider, region, card := int64(f.attrs[attrProvider]), int64(f.attrs[attrRegion]), int64(f.attrs[attrCard])
+	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
 	// Each invalid offer is worded on its own.
 	k[atInvalid].a = -1 - int64(i)
-	k[atResidency].a, k[atResidency].b = region, int64(f.attrs[attrCountry])
+	k[atResidency].a, k[atResidency].b = region, int64(int32(f.country))
 	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
 	k[atTier].a = int64(flag(f.spot, 1))
 	if fail&bitAvoided != 0 {
 		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
-	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.attrs[attrGPUMemory])
-	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.attrs[attrGPUCount]), int64(f.attrs[attrVCPU]), int64(f.attrs[attrMemory])
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
 	if f.huge {
 		o := &p.set.offers[i]
 		k[atGPUMemory].b = int64(o.GPUMemoryGB)
@@ -859,12 +859,12 @@ func (p *placer) costBound(f *offerFacts, price int64) float64 {
 		}
 		hours += rate * p.spotHours
 	}
-	return (float64(price)*hours + p.outCost[f.attrs[attrRegion]]) * (1 + 1e-9)
+	return (float64(price)*hours + p.outCost[f.region]) * (1 + 1e-9)
 }
 
 // toBase converts non-negative micros of the set's currency cur into base
 // micros, as rates.toBase does.
-func (p *placer) toBase(cur int32, micros int64) (int64, bool) {
+func (p *placer) toBase(cur int16, micros int64) (int64, bool) {
 	c := &p.currencies[cur]
 	if !c.known {
 		return 0, false
