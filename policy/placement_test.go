@@ -98,7 +98,7 @@ func TestCPUOnlyJobsRunOnCPUPoolsAndUseGPUPoolsOnlyAsPlanB(t *testing.T) {
 		{"an org rule may allow it", []policy.Offer{cheapT4, cpu}, false, true, "cpu-eu > t4-cheap"},
 		{"allowed and no CPU pool: the GPU pool", []policy.Offer{t4}, true, false, "t4-eu"},
 		{"not allowed and no CPU pool: refused, naming the switch", []policy.Offer{t4}, false, false,
-			"error: no placement among 1 offer: 1 offer GPU pools kept for GPU jobs; relaxing placement.allow_gpu_for_cpu would make 1 offer feasible"},
+			"error: no placement among 1 offer: 1 offer in GPU pools kept for GPU jobs; relaxing placement.allow_gpu_for_cpu would make 1 offer feasible"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

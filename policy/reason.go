@@ -228,7 +228,7 @@ func (p *placer) summary(code ReasonCode) string {
 	case ReasonCard:
 		return "with cards other than " + strings.Join(j.Cards, ", ")
 	case ReasonGPUPool:
-		return "GPU pools kept for GPU jobs"
+		return "in GPU pools kept for GPU jobs"
 	case ReasonGPUCount:
 		return fmt.Sprintf("with fewer than %d GPUs", j.GPUCount)
 	case ReasonGPUMemory:
