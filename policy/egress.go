@@ -56,9 +56,8 @@ func (p *placer) sourcePrice(in Input, region, provider int32) int64 {
 		return -1
 	}
 	price := int64(-1)
-	for i := range p.set.facts {
-		f := &p.set.facts[i]
-		if f.invalid || f.region != region || provider >= 0 && f.provider != provider {
+	for _, i := range p.set.offersIn(region) {
+		if f := &p.set.facts[i]; provider >= 0 && f.provider != provider {
 			continue
 		}
 		if e := p.set.offers[i].EgressPerGB; e != nil {
@@ -116,9 +115,9 @@ func (p *placer) inputCountry(k int) string {
 	if region < 0 || provider == -1 {
 		return ""
 	}
-	for i := range p.set.facts {
+	for _, i := range p.set.offersIn(region) {
 		f := &p.set.facts[i]
-		if !f.invalid && f.region == region && (provider < 0 || f.provider == provider) && int32(f.country) >= 0 {
+		if (provider < 0 || f.provider == provider) && f.country >= 0 {
 			c := int32(f.country)
 			return string([]byte{byte('A' + c/26), byte('A' + c%26)})
 		}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"sync"
 	"time"
 )
 
@@ -25,6 +26,10 @@ type OfferSet struct {
 	// maxRate is the highest preemption rate a spot offer states: it
 	// bounds the cost of every offer at once.
 	maxRate float64
+	// inRegion lists the valid offers of each region id, made the first
+	// time a job's inputs ask where their data is.
+	inRegionOnce sync.Once
+	inRegion     [][]int32
 }
 
 // offerFacts is what placement reads of one offer: 48 bytes and no
@@ -148,6 +153,19 @@ func (s *OfferSet) currency(code string) int16 {
 	}
 	id, _ := s.currencies.id(code, hashName(code))
 	return int16(id)
+}
+
+// offersIn returns the indexes of the valid offers in region id r.
+func (s *OfferSet) offersIn(r int32) []int32 {
+	s.inRegionOnce.Do(func() {
+		s.inRegion = make([][]int32, len(s.regions.names))
+		for i := range s.facts {
+			if f := &s.facts[i]; !f.invalid {
+				s.inRegion[f.region] = append(s.inRegion[f.region], int32(i))
+			}
+		}
+	})
+	return s.inRegion[r]
 }
 
 // Len is the number of offers in the set.
