@@ -44,8 +44,11 @@ generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations
 	$(SQLC) generate
 
 .PHONY: verify
-verify: $(SQLC) ## Fail when generated code is stale, code is unformatted or vet complains (bench/ included)
+verify: $(SQLC) ## Fail when generated code is stale, go.mod is untidy, a package imports against DESIGN.md's table, code is unformatted or vet complains (bench/ included)
 	$(SQLC) diff
+	$(GO) mod tidy -diff
+	cd bench && $(GO) mod tidy -diff
+	$(GO) test -count=1 ./internal/layering/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...

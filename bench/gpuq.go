@@ -19,6 +19,8 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -33,7 +35,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 // with its own NATS connection and PostgreSQL pool, as separate processes
 // would have.
 type plane struct {
-	store   *queue.Store // the scheduler's; used to read results
+	store   *store.Store // the scheduler's; used to read results
 	cancel  context.CancelCauseFunc
 	wg      sync.WaitGroup
 	closers []func()
@@ -42,12 +44,12 @@ type plane struct {
 func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots int, ackWait time.Duration) (*plane, error) {
 	p := &plane{}
 	ctx, p.cancel = context.WithCancelCause(ctx)
-	open := func() (*nats.Conn, jetstream.JetStream, *queue.Store, error) {
+	open := func() (*nats.Conn, jetstream.JetStream, *store.Store, error) {
 		nc, js, err := s.connect()
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		st, err := queue.OpenStore(ctx, dbURL)
+		st, err := store.Open(ctx, dbURL)
 		if err != nil {
 			nc.Close()
 			return nil, nil, nil, err
@@ -66,7 +68,7 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 		p.Stop()
 		return nil, err
 	}
-	sched := &queue.Scheduler{JS: js, Store: store, Placer: &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
+	sched := &control.Scheduler{JS: js, Store: store, Placer: &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
-	gpuqsql "github.com/gpuq/gpuq/sql"
+	"github.com/gpuq/gpuq/sql/migrations"
 	"github.com/gpuq/gpuq/sql/pgtemp"
 )
 
@@ -82,7 +82,7 @@ func (s *stack) freshDB(ctx context.Context, prefix string, gpuqSchema bool) (st
 			return "", err
 		}
 		defer db.Close()
-		if _, err := gpuqsql.Migrate(ctx, db); err != nil {
+		if _, err := migrations.Migrate(ctx, db); err != nil {
 			return "", err
 		}
 	}

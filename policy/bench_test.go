@@ -11,7 +11,7 @@ import (
 
 // benchWorld builds n offers over many providers, regions, cards and
 // prices, and rules with nRules rules (a tenth of them match the job).
-func benchWorld(n, nRules int) (policy.Job, []policy.Offer, policy.Rules) {
+func benchWorld(n, nRules int) (policy.Requirements, []policy.Offer, policy.Rules) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	countries := []string{"DE", "FR", "NL", "SE", "FI", "PL", "IE", "US", "US", "CA", "GB", "CH", "NO", "JP", "SG"}
 	cards := []struct {
@@ -76,7 +76,7 @@ func benchWorld(n, nRules int) (policy.Job, []policy.Offer, policy.Rules) {
 	}
 	rules.Budgets = []policy.Budget{{Project: "research-*", Period: "month", Cap: policy.Money{Micros: 5_000_000_000, Currency: "EUR"}, Spent: policy.Money{Micros: 4_900_000_000, Currency: "EUR"}}}
 	limit := policy.Money{Micros: 3_000_000, Currency: "EUR"}
-	job := policy.Job{
+	job := policy.Requirements{
 		Project: "research-vision", Labels: map[string]string{"data": "personal"},
 		GPUCount: 2, Cards: []string{"H100", "A100-80GB", "H200"}, MinGPUMemoryGB: 80, VCPU: 16, MemoryGB: 128,
 		Tier: policy.TierSpotThenOnDemand, MaxPricePerHour: &limit, ExpectedDuration: 6 * time.Hour,

@@ -85,7 +85,7 @@ func TestFamilyMatchesExactlySizesOfThatFamilyProperty(t *testing.T) {
 		// matches the same way.
 		offer := policy.Offer{Provider: "p", Pool: "p1", Region: "r", Card: spell(prefix + other), GPUCount: 1, GPUMemoryGB: size,
 			Tier: policy.TierOnDemand, PricePerHour: money("1 EUR"), Availability: policy.Available}
-		job := policy.Job{GPUCount: 1, Cards: []string{sized}}
+		job := policy.Requirements{GPUCount: 1, Cards: []string{sized}}
 		d, _ := policy.Place(job, []policy.Offer{offer}, policy.Rules{}, now)
 		if (d.Chosen != nil) != (sameFamily && size == want) {
 			t.Fatalf("job for %s placed on %s with %d GB: %v", sized, offer.Card, size, d.Chosen != nil)

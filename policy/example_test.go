@@ -26,7 +26,7 @@ func ExamplePlace() {
 		EgressPrices: []policy.EgressPrice{{Provider: "hetzner", Region: "fsn*", PerGB: eur("0.01")}},
 	}
 	limit := eur("2.50")
-	job := policy.Job{
+	job := policy.Requirements{
 		Project:          "imaging",
 		Labels:           map[string]string{"data": "personal"},
 		GPUCount:         1,

@@ -32,7 +32,7 @@ func TestExplainByAttrMatchesKeysProperty(t *testing.T) {
 			}
 		}
 		rules := Rules{ExchangeRates: map[string]float64{"USD": 0.9}, Rules: []Rule{{Name: "deny", Project: "*", DenyProviders: []string{"cheap*"}}}}
-		job := Job{
+		job := Requirements{
 			Project: "p", GPUCount: 4, Cards: []string{"H100"}, MinGPUMemoryGB: 100, VCPU: 16, MemoryGB: 64,
 			Residency: "EU", Tier: rapid.SampledFrom([]Tier{TierSpot, TierOnDemand}).Draw(t, "job_tier"),
 			Providers: []string{"aws", "cheapgpu"}, Regions: []string{"r1"},

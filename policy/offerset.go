@@ -172,7 +172,7 @@ func (s *OfferSet) offersIn(r int32) []int32 {
 func (s *OfferSet) Len() int { return len(s.offers) }
 
 // Place decides where job should run among the set's offers, as Place does.
-func (s *OfferSet) Place(job Job, rules Rules, now time.Time) (Decision, error) {
+func (s *OfferSet) Place(job Requirements, rules Rules, now time.Time) (Decision, error) {
 	p, err := s.placer(job, rules, now)
 	if err != nil {
 		return Decision{}, err
@@ -181,7 +181,7 @@ func (s *OfferSet) Place(job Job, rules Rules, now time.Time) (Decision, error) 
 }
 
 // placer checks rules and job and prepares one decision over the set.
-func (s *OfferSet) placer(job Job, rules Rules, now time.Time) (*placer, error) {
+func (s *OfferSet) placer(job Requirements, rules Rules, now time.Time) (*placer, error) {
 	c, err := compile(rules)
 	if err != nil {
 		return nil, err

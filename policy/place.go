@@ -81,13 +81,13 @@ type Cost struct {
 // error naming the field when the job or the rules are invalid.
 // To place many jobs among the same offers, prepare them once with
 // NewOfferSet.
-func Place(job Job, offers []Offer, rules Rules, now time.Time) (Decision, error) {
+func Place(job Requirements, offers []Offer, rules Rules, now time.Time) (Decision, error) {
 	return NewOfferSet(offers).Place(job, rules, now)
 }
 
 // placer holds everything about one job that does not depend on the offer.
 type placer struct {
-	job       Job
+	job       Requirements
 	rules     *compiled
 	now       time.Time
 	residency ResidencyDecision
@@ -176,7 +176,7 @@ type currencyFacts struct {
 	perMicro float64
 }
 
-func newPlacer(job Job, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
+func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*placer, error) {
 	if err := job.Validate(); err != nil {
 		return nil, err
 	}

@@ -33,8 +33,8 @@ func baseOffer() policy.Offer {
 	}
 }
 
-func baseJob() policy.Job {
-	return policy.Job{
+func baseJob() policy.Requirements {
+	return policy.Requirements{
 		Project: "imaging", Labels: map[string]string{"data": "personal"},
 		GPUCount: 2, Cards: []string{"H100", "A100-80GB"}, MinGPUMemoryGB: 80, VCPU: 16, MemoryGB: 128,
 		Tier: policy.TierOnDemand, Residency: "EEA", MaxPricePerHour: ptr(money("2.50 EUR")),
@@ -59,32 +59,32 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		job     func(*policy.Job)
+		job     func(*policy.Requirements)
 		offer   func(*policy.Offer)
 		rules   func(*policy.Rules)
 		code    policy.ReasonCode
 		message string
 	}{
 		{name: "outside the residency a rule requires", offer: func(o *policy.Offer) { o.Region, o.Country = "us-east-1", "US"; o.Provider = "scaleway" },
-			job: func(j *policy.Job) { j.Regions = nil }, code: policy.ReasonResidency,
+			job: func(j *policy.Requirements) { j.Regions = nil }, code: policy.ReasonResidency,
 			message: "region us-east-1 (US) outside residency EU required by rule personal-data and job"},
 		{name: "a job may not widen the rule's class", offer: func(o *policy.Offer) { o.Country = "NO" },
 			code: policy.ReasonResidency, message: "region fsn1 (NO) outside residency EU required by rule personal-data and job"},
 		{name: "unknown country satisfies no class", offer: func(o *policy.Offer) { o.Country = "" },
 			code: policy.ReasonResidency, message: "region fsn1 (country unknown) outside residency EU"},
-		{name: "job narrows residency to its own class", job: func(j *policy.Job) { j.Residency = "CH" },
+		{name: "job narrows residency to its own class", job: func(j *policy.Requirements) { j.Residency = "CH" },
 			code: policy.ReasonResidency, message: "outside residency EU∩CH required by rule personal-data and job"},
 		{name: "provider denied by rule", offer: func(o *policy.Offer) { o.Provider = "cheapgpu" },
-			job: func(j *policy.Job) { j.Providers = nil }, code: policy.ReasonProviderRule, message: "provider cheapgpu denied by rule no-cheapgpu"},
+			job: func(j *policy.Requirements) { j.Providers = nil }, code: policy.ReasonProviderRule, message: "provider cheapgpu denied by rule no-cheapgpu"},
 		{name: "provider outside a rule's allow list", rules: func(r *policy.Rules) { r.Rules[1].AllowProviders = []string{"scaleway"} },
 			code: policy.ReasonProviderRule, message: "provider hetzner not allowed by rule no-cheapgpu (scaleway)"},
-		{name: "provider outside the job's globs", job: func(j *policy.Job) { j.Providers = []string{"scw*"} },
+		{name: "provider outside the job's globs", job: func(j *policy.Requirements) { j.Providers = []string{"scw*"} },
 			code: policy.ReasonProvider, message: "provider hetzner not in the job's providers (scw*)"},
-		{name: "region outside the job's globs", job: func(j *policy.Job) { j.Regions = []string{"nbg*"} },
+		{name: "region outside the job's globs", job: func(j *policy.Requirements) { j.Regions = []string{"nbg*"} },
 			code: policy.ReasonRegion, message: "region fsn1 not in the job's regions (nbg*)"},
 		{name: "spot offer for on-demand job", offer: func(o *policy.Offer) { o.Tier = policy.TierSpot },
 			code: policy.ReasonTier, message: "tier spot, job accepts on-demand"},
-		{name: "on-demand offer for spot job", job: func(j *policy.Job) { j.Tier = policy.TierSpot },
+		{name: "on-demand offer for spot job", job: func(j *policy.Requirements) { j.Tier = policy.TierSpot },
 			code: policy.ReasonTier, message: "tier on-demand, job accepts spot"},
 		{name: "no capacity", offer: func(o *policy.Offer) { o.Availability = policy.Unavailable },
 			code: policy.ReasonAvailability, message: "no capacity (availability none)"},
@@ -104,20 +104,23 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 			code: policy.ReasonPriceCap, message: "price 3.10 EUR/h over cap 2.50 EUR/h"},
 		{name: "over the price cap after conversion", offer: func(o *policy.Offer) { o.PricePerHour = money("3.00 USD") },
 			code: policy.ReasonPriceCap, message: "price 3.00 USD/h (2.70 EUR) over cap 2.50 EUR/h"},
-		{name: "over the job budget", job: func(j *policy.Job) { j.Budget = ptr(money("15 EUR")) },
+		{name: "over the job budget", job: func(j *policy.Requirements) { j.Budget = ptr(money("15 EUR")) },
 			code: policy.ReasonJobBudget, message: "estimated cost 20.00 EUR over the job budget 15.00 EUR"},
 		{name: "over the project's remaining budget", rules: func(r *policy.Rules) { r.Budgets[0].Spent = money("890 EUR") },
 			code: policy.ReasonProjectBudget, message: "estimated cost 20.00 EUR over the 10.00 EUR left of budget imaging (month cap 1000.00 EUR)"},
-		{name: "egress counts against the budget", job: func(j *policy.Job) {
+		{name: "egress counts against the budget", job: func(j *policy.Requirements) {
 			j.Budget = ptr(money("25 EUR"))
 			j.Inputs = []policy.Input{{Provider: "aws", Region: "eu-west-1", Bytes: 600_000_000_000}}
 		}, rules: func(r *policy.Rules) {
 			r.EgressPrices = []policy.EgressPrice{{Provider: "aws", PerGB: money("0.01 EUR")}}
 		}, code: policy.ReasonJobBudget, message: "estimated cost 26.00 EUR over the job budget 25.00 EUR"},
-		{name: "too slow for the deadline", job: func(j *policy.Job) { j.Deadline = now.Add(9 * time.Hour) },
+		{name: "too slow for the deadline", job: func(j *policy.Requirements) { j.Deadline = now.Add(9 * time.Hour) },
 			code: policy.ReasonDeadline, message: "expected run time 10h0m0s ends after the deadline 2026-03-02T18:00:00Z"},
 		{name: "spot restart overhead misses the deadline", offer: func(o *policy.Offer) { o.Tier = policy.TierSpot; o.PreemptionRate = ptr(0.5) },
-			job:  func(j *policy.Job) { j.Tier = policy.TierSpot; j.Deadline = now.Add(10*time.Hour + 30*time.Minute) },
+			job: func(j *policy.Requirements) {
+				j.Tier = policy.TierSpot
+				j.Deadline = now.Add(10*time.Hour + 30*time.Minute)
+			},
 			code: policy.ReasonDeadline, message: "expected run time 10h50m0s ends after the deadline"},
 		{name: "malformed pool", offer: func(o *policy.Offer) { o.Pool = "eu.h100" },
 			code: policy.ReasonInvalidOffer, message: `invalid offer: pool: "eu.h100" must match ^[A-Za-z0-9_-]+$`},
@@ -279,14 +282,14 @@ func TestPlaceRefusesInvalidJobsNamingTheField(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		job  func(*policy.Job)
+		job  func(*policy.Requirements)
 		want string
 	}{
-		{"negative gpu count", func(j *policy.Job) { j.GPUCount = -1 }, "job.gpu_count: must be 0 or more, got -1"},
-		{"unknown tier", func(j *policy.Job) { j.Tier = "cheap" }, `job.tier: must be spot, on-demand or spot-then-on-demand, got "cheap"`},
-		{"malformed region glob", func(j *policy.Job) { j.Regions = []string{"eu-["} }, `job.regions[0]: malformed glob "eu-["`},
-		{"undefined residency", func(j *policy.Job) { j.Residency = "EUU" }, `job.residency: undefined residency class "EUU"`},
-		{"cap in unknown currency", func(j *policy.Job) { j.MaxPricePerHour = ptr(money("2 GBP")) }, `job.max_price_per_hour: unknown currency "GBP"`},
+		{"negative gpu count", func(j *policy.Requirements) { j.GPUCount = -1 }, "job.gpu_count: must be 0 or more, got -1"},
+		{"unknown tier", func(j *policy.Requirements) { j.Tier = "cheap" }, `job.tier: must be spot, on-demand or spot-then-on-demand, got "cheap"`},
+		{"malformed region glob", func(j *policy.Requirements) { j.Regions = []string{"eu-["} }, `job.regions[0]: malformed glob "eu-["`},
+		{"undefined residency", func(j *policy.Requirements) { j.Residency = "EUU" }, `job.residency: undefined residency class "EUU"`},
+		{"cap in unknown currency", func(j *policy.Requirements) { j.MaxPricePerHour = ptr(money("2 GBP")) }, `job.max_price_per_hour: unknown currency "GBP"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

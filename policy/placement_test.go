@@ -63,7 +63,7 @@ func TestJobsNameCardsByFamilySizeAnyCaseAndVendor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			job := policy.Job{GPUCount: 1, Cards: tt.cards, MinGPUMemoryGB: tt.memGB}
+			job := policy.Requirements{GPUCount: 1, Cards: tt.cards, MinGPUMemoryGB: tt.memGB}
 			if got := outcome(policy.Place(job, offers, policy.Rules{}, now)); got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
@@ -71,7 +71,7 @@ func TestJobsNameCardsByFamilySizeAnyCaseAndVendor(t *testing.T) {
 	}
 	t.Run("the rejection names the card and the size it has", func(t *testing.T) {
 		t.Parallel()
-		job := policy.Job{GPUCount: 1, Cards: []string{"A100-80GB"}}
+		job := policy.Requirements{GPUCount: 1, Cards: []string{"A100-80GB"}}
 		d, _ := policy.Place(job, offers[:1], policy.Rules{}, now)
 		if got := d.ReasonsOf(d.Rejected()[0]); got[0].Message != "card A100-40GB not accepted (A100-80GB)" {
 			t.Errorf("reasons = %+v", got)
@@ -103,7 +103,7 @@ func TestCPUOnlyJobsRunOnCPUPoolsAndUseGPUPoolsOnlyAsPlanB(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			job := policy.Job{Project: "etl", VCPU: 8, AllowGPUForCPU: tt.allow}
+			job := policy.Requirements{Project: "etl", VCPU: 8, AllowGPUForCPU: tt.allow}
 			var rules policy.Rules
 			if tt.rule {
 				rules.Rules = []policy.Rule{{Name: "spare-gpus", Project: "etl", AllowGPUForCPU: true}}
@@ -115,7 +115,7 @@ func TestCPUOnlyJobsRunOnCPUPoolsAndUseGPUPoolsOnlyAsPlanB(t *testing.T) {
 	}
 	t.Run("a GPU pool chosen as plan B says so", func(t *testing.T) {
 		t.Parallel()
-		d, err := policy.Place(policy.Job{AllowGPUForCPU: true}, []policy.Offer{t4}, policy.Rules{}, now)
+		d, err := policy.Place(policy.Requirements{AllowGPUForCPU: true}, []policy.Offer{t4}, policy.Rules{}, now)
 		if err != nil || !slices.Contains(d.Notes, "CPU-only job placed on GPU pool t4-eu as plan B (allowed by job): no CPU pool is feasible") {
 			t.Errorf("notes = %q, err %v", d.Notes, err)
 		}
@@ -155,7 +155,7 @@ func TestEgressIsPricedWhereTheInputIsStored(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			job := policy.Job{GPUCount: 1, Inputs: []policy.Input{tt.input}}
+			job := policy.Requirements{GPUCount: 1, Inputs: []policy.Input{tt.input}}
 			d, err := policy.Place(job, tt.offers, tt.rules, now)
 			if err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestEgressIsPricedWhereTheInputIsStored(t *testing.T) {
 	}
 	t.Run("1 TB out of us-east-1 makes the 0-egress offer lose", func(t *testing.T) {
 		t.Parallel()
-		job := policy.Job{GPUCount: 1, Inputs: []policy.Input{{Provider: "aws", Region: "us-east-1", Bytes: 1e12}}}
+		job := policy.Requirements{GPUCount: 1, Inputs: []policy.Input{{Provider: "aws", Region: "us-east-1", Bytes: 1e12}}}
 		d, err := policy.Place(job, []policy.Offer{aws, free}, policy.Rules{ExchangeRates: rates}, now)
 		if err != nil || d.Chosen.Offer.Pool != "aws-use1" || d.Alternatives[0].Cost.Total.String() != "83.80 EUR" {
 			t.Errorf("chose %s, plan B %+v, err %v", d.Chosen.Offer.Pool, d.Alternatives, err)
@@ -205,7 +205,7 @@ func TestInputsOutsideTheResidencyAreNotedOrRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			job := policy.Job{Project: "med", GPUCount: 1, Inputs: []policy.Input{tt.input}}
+			job := policy.Requirements{Project: "med", GPUCount: 1, Inputs: []policy.Input{tt.input}}
 			rules := policy.Rules{Rules: []policy.Rule{{Name: "gdpr", Project: "med", Residency: "EU", ResidentInputs: tt.resident}}}
 			d, err := policy.Place(job, offers, rules, now)
 			got := outcome(d, err)
@@ -249,7 +249,7 @@ func TestOffersAreValidatedAsASet(t *testing.T) {
 	}
 	t.Run("placement refuses a country it cannot read instead of treating it as unknown", func(t *testing.T) {
 		t.Parallel()
-		_, err := policy.Place(policy.Job{GPUCount: 1}, []policy.Offer{offer("a", "H100", 1, 80, "1 EUR", func(o *policy.Offer) { o.Country = "de" })}, policy.Rules{}, now)
+		_, err := policy.Place(policy.Requirements{GPUCount: 1}, []policy.Offer{offer("a", "H100", 1, 80, "1 EUR", func(o *policy.Offer) { o.Country = "de" })}, policy.Rules{}, now)
 		var refusal *policy.NoPlacementError
 		if !errors.As(err, &refusal) || !strings.Contains(err.Error(), "1 offer malformed") ||
 			refusal.Decision.ReasonsOf(refusal.Decision.Rejected()[0])[0].Message != `invalid offer: country: want an upper-case ISO 3166-1 alpha-2 code such as DE, got "de"` {
@@ -267,7 +267,7 @@ func cmpOr(a, b string) string {
 
 func TestDisjointResidencyClassesSayTheyShareNoCountry(t *testing.T) {
 	t.Parallel()
-	job := policy.Job{Project: "x", GPUCount: 1, Residency: "CH"}
+	job := policy.Requirements{Project: "x", GPUCount: 1, Residency: "CH"}
 	rules := policy.Rules{Rules: []policy.Rule{{Name: "eea-only", Residency: "EEA"}}}
 	d, err := policy.Place(job, []policy.Offer{offer("zrh", "H100", 1, 80, "1 EUR", func(o *policy.Offer) { o.Country = "CH" })}, rules, now)
 	want := "no placement among 1 offer: 1 offer outside residency EEA∩CH (EEA and CH share no country); relaxing residency EEA∩CH (rule eea-only, job; EEA and CH share no country) would make 1 offer feasible"
@@ -417,7 +417,7 @@ func TestCompactDecisionOfTenThousandOffersIsKilobytes(t *testing.T) {
 // keeps the residency and the version.
 func TestCompactDecisionReadsBackAsThePreviousDecision(t *testing.T) {
 	t.Parallel()
-	job := policy.Job{Project: "x", GPUCount: 1, Residency: "EU"}
+	job := policy.Requirements{Project: "x", GPUCount: 1, Residency: "EU"}
 	offers := []policy.Offer{offer("fsn", "H100", 1, 80, "1 EUR"), offer("use1", "H100", 1, 80, "1 EUR", func(o *policy.Offer) { o.Country = "US" })}
 	d, err := policy.Place(job, offers, policy.Rules{}, now)
 	if err != nil {

@@ -92,8 +92,8 @@ func genRules(t *rapid.T) policy.Rules {
 	return r
 }
 
-func genJob(t *rapid.T) policy.Job {
-	j := policy.Job{
+func genJob(t *rapid.T) policy.Requirements {
+	j := policy.Requirements{
 		Project:          rapid.SampledFrom(propProjects).Draw(t, "project"),
 		Labels:           map[string]string{"data": rapid.SampledFrom([]string{"personal", "public"}).Draw(t, "job_label")},
 		GPUCount:         rapid.IntRange(0, 4).Draw(t, "job_gpus"),
@@ -135,7 +135,7 @@ func inClass(rules policy.Rules, class, country string) bool {
 	return ok && c.Contains(country)
 }
 
-func ruleMatches(r policy.Rule, j policy.Job) bool {
+func ruleMatches(r policy.Rule, j policy.Requirements) bool {
 	if r.Project != "" {
 		if ok, _ := path.Match(r.Project, j.Project); !ok {
 			return false
@@ -153,7 +153,7 @@ func ruleMatches(r policy.Rule, j policy.Job) bool {
 // each input moved off the provider and region that store it is charged at
 // its source's egress price (egress_prices, else the highest that offers
 // there state), never at the offer's.
-func referenceTotal(j policy.Job, rules policy.Rules, offers []policy.Offer, o policy.Offer) int64 {
+func referenceTotal(j policy.Requirements, rules policy.Rules, offers []policy.Offer, o policy.Offer) int64 {
 	price := toEUR(o.PricePerHour)
 	mul := func(a, b, c int64) int64 {
 		return new(big.Int).Div(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)), big.NewInt(c)).Int64()
@@ -197,7 +197,7 @@ func referenceSourcePrice(in policy.Input, rules policy.Rules, offers []policy.O
 
 // checkFeasible fails t when o, one of offers, breaks a constraint job and
 // rules impose.
-func checkFeasible(t *rapid.T, j policy.Job, rules policy.Rules, offers []policy.Offer, o policy.Offer) {
+func checkFeasible(t *rapid.T, j policy.Requirements, rules policy.Rules, offers []policy.Offer, o policy.Offer) {
 	if j.Residency != "" && !inClass(rules, j.Residency, o.Country) {
 		t.Fatalf("%s in %q is outside the job's residency %s", o.Pool, o.Country, j.Residency)
 	}

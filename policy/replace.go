@@ -35,13 +35,13 @@ type History struct {
 // the rules have changed since: the new residency is the intersection of the
 // old one with what the job and the rules require now. Budgets and price caps
 // apply as in Place.
-func Replace(job Job, offers []Offer, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
+func Replace(job Requirements, offers []Offer, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
 	return NewOfferSet(offers).Replace(job, rules, previous, history, now)
 }
 
 // Replace decides the job's next placement among the set's offers, as
 // Replace does.
-func (s *OfferSet) Replace(job Job, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
+func (s *OfferSet) Replace(job Requirements, rules Rules, previous Decision, history History, now time.Time) (Decision, error) {
 	p, err := s.placer(job, rules, now)
 	if err != nil {
 		return Decision{}, err

@@ -9,7 +9,7 @@ import (
 	"github.com/gpuq/gpuq/policy"
 )
 
-func spotWorld() (policy.Job, []policy.Offer) {
+func spotWorld() (policy.Requirements, []policy.Offer) {
 	job := baseJob()
 	job.Tier = policy.TierSpotThenOnDemand
 	mk := func(pool, region string, tier policy.Tier, price string) policy.Offer {

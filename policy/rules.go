@@ -351,7 +351,7 @@ func (c *compiled) classNames() string {
 }
 
 // matches reports whether rule applies to job.
-func (rule Rule) matches(job Job) bool {
+func (rule Rule) matches(job Requirements) bool {
 	if rule.Project != "" {
 		if ok, _ := path.Match(rule.Project, job.Project); !ok {
 			return false

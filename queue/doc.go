@@ -1,5 +1,6 @@
-// Package queue is gpuq's control plane: the job model, the JetStream streams
-// and consumers, submission, the scheduler that validates and places jobs, the
-// reconciler, and the PostgreSQL store that is the system of record. Every
-// state change is written to PostgreSQL first and announced on JetStream after.
+// Package queue is gpuq's shared vocabulary: the job and its states, the spec
+// and its strict parser, submissions, subjects and streams, events, claims and
+// records, and the typed errors every room of the system speaks. It holds no
+// PostgreSQL and no control loops: queue/store records these values and
+// queue/control acts on them, while workers and clients exchange them.
 package queue

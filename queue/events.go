@@ -8,7 +8,6 @@ import (
 	"log/slog"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,7 +15,7 @@ import (
 // and `gpuq logs -f` follow jobs without polling PostgreSQL. PostgreSQL stays
 // the truth: a lost announcement delays a watcher, it loses no state.
 type EventPublisher struct {
-	JS     jetstream.JetStream
+	JS     AsyncPublisher
 	Logger *slog.Logger
 }
 
@@ -34,10 +33,21 @@ func (p *EventPublisher) Announce(ctx context.Context, events []Event) {
 	}
 }
 
+// AsyncPublisher is the part of JetStream that announces events.
+type AsyncPublisher interface {
+	PublishAsync(subject string, payload []byte, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+}
+
+// OrderedConsumers is the part of JetStream that reads a stream in order:
+// following events and reading logs need nothing else.
+type OrderedConsumers interface {
+	OrderedConsumer(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error)
+}
+
 // FollowEvents calls fn for each event of job published from now on,
 // starting with the latest one already published, until fn returns false or
 // ctx ends.
-func FollowEvents(ctx context.Context, js jetstream.JetStream, job uuid.UUID, fn func(Event) bool) error {
+func FollowEvents(ctx context.Context, js OrderedConsumers, job uuid.UUID, fn func(Event) bool) error {
 	c, err := js.OrderedConsumer(ctx, StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{EventSubject(job.String())},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -77,8 +87,14 @@ func FollowEvents(ctx context.Context, js jetstream.JetStream, job uuid.UUID, fn
 // at once; the heartbeat's fencing catches a missed notice within a lease.
 func CancelSubject(jobID string) string { return "gpuq.cancel." + jobID }
 
+// CoreNATS is the plain NATS publishing that cancel notices use.
+type CoreNATS interface {
+	Publish(subject string, data []byte) error
+	Flush() error
+}
+
 // NotifyCancel tells any worker running job to stop it.
-func NotifyCancel(nc *nats.Conn, job uuid.UUID) error {
+func NotifyCancel(nc CoreNATS, job uuid.UUID) error {
 	if err := nc.Publish(CancelSubject(job.String()), nil); err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,13 +36,6 @@ func (s JobState) Terminal() bool {
 	}
 	return false
 }
-
-// ErrNotFound is returned when a job (or its checkpoint, result…) does not exist.
-var ErrNotFound = errors.New("not found")
-
-// ErrFenced is returned when a write carries an attempt number that is no
-// longer the job's current running attempt: a newer worker owns the job.
-var ErrFenced = errors.New("fenced: the job is no longer running under this attempt")
 
 // Job is the system of record's view of a job.
 type Job struct {
@@ -134,4 +126,7 @@ type Placement struct {
 	Currency    string `json:"currency,omitempty"`
 	// Decision is the placement policy's full explanation, stored as is.
 	Decision []byte `json:"-"`
+	// Guards are re-checked against the spend recorded when the placement
+	// is committed; a placement failing one is not recorded.
+	Guards []BudgetGuard `json:"-"`
 }

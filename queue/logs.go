@@ -33,7 +33,7 @@ func NewLogMsg(job uuid.UUID, c LogChunk) *nats.Msg {
 // ReadLogs writes a job's stored output to w. With follow it keeps writing
 // new output until done returns true after a chunk or an idle second, or ctx
 // ends.
-func ReadLogs(ctx context.Context, js jetstream.JetStream, job uuid.UUID, w io.Writer, follow bool, done func() bool) error {
+func ReadLogs(ctx context.Context, js OrderedConsumers, job uuid.UUID, w io.Writer, follow bool, done func() bool) error {
 	return ReadLogChunks(ctx, js, job, follow, done, func(c LogChunk) error {
 		_, err := w.Write(c.Data)
 		return err
@@ -42,7 +42,7 @@ func ReadLogs(ctx context.Context, js jetstream.JetStream, job uuid.UUID, w io.W
 
 // ReadLogChunks is ReadLogs calling fn with each chunk and its attempt and
 // stream.
-func ReadLogChunks(ctx context.Context, js jetstream.JetStream, job uuid.UUID, follow bool, done func() bool, fn func(LogChunk) error) error {
+func ReadLogChunks(ctx context.Context, js OrderedConsumers, job uuid.UUID, follow bool, done func() bool, fn func(LogChunk) error) error {
 	c, err := js.OrderedConsumer(ctx, StreamLogs, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{LogSubject(job.String())},
 	})
@@ -78,7 +78,7 @@ func ReadLogChunks(ctx context.Context, js jetstream.JetStream, job uuid.UUID, f
 }
 
 // TailLogs returns the last n lines of a job's stored output.
-func TailLogs(ctx context.Context, js jetstream.JetStream, job uuid.UUID, n int) ([]string, error) {
+func TailLogs(ctx context.Context, js OrderedConsumers, job uuid.UUID, n int) ([]string, error) {
 	t := &lineTail{max: n}
 	if err := ReadLogs(ctx, js, job, t, false, nil); err != nil {
 		return nil, err

@@ -591,7 +591,7 @@ var specKeys = strings.NewReplacer(
 	"job.inputs", "spec.inputs", "job.max_price_per_hour", "spec.budget.max_price_per_hour", "job.budget", "spec.budget.total",
 )
 
-// SpecKeys renames the placement engine's field names in err (policy.Job's,
+// SpecKeys renames the placement engine's field names in err (policy.Requirements's,
 // such as job.residency) to the job spec's keys (spec.placement.residency),
 // so that an error about a job names what its author wrote.
 func SpecKeys(err error) error {

@@ -80,9 +80,8 @@ inputs: [{uri: "s3://bucket/imagenet", provider: aws, region: eu-central-1, coun
 	if err != nil {
 		t.Fatal(err)
 	}
-	pj, err := PolicyJob(spec)
-	if err != nil || !pj.AllowGPUForCPU || pj.Inputs[0].Provider != "aws" || pj.Inputs[0].Country != "de" {
-		t.Fatalf("placement requirements not carried: %+v, %v", pj, err)
+	if in := spec.Inputs[0]; !spec.Placement.AllowGPUForCPU || in.Provider != "aws" || in.Country != "de" {
+		t.Fatalf("placement fields not decoded: %+v", spec)
 	}
 	if spec.Resources.GPU.Count != 1 || spec.Placement.Residency != "EU" || spec.MaxErrors() != 1 || spec.RetryDelay() != 30*time.Second {
 		t.Fatalf("fields not decoded: %+v", spec)

@@ -80,9 +80,21 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	return o
 }
 
+// ConsumerManager is the part of JetStream that creates durable consumers.
+type ConsumerManager interface {
+	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error)
+}
+
+// StreamManager is the part of JetStream that creates gpuq's streams and the
+// scheduler's consumer.
+type StreamManager interface {
+	ConsumerManager
+	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)
+}
+
 // EnsureStreams creates or updates gpuq's streams and the scheduler's
 // consumer; it is safe to call from every process at start-up.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error {
 	o = o.withDefaults()
 	configs := []jetstream.StreamConfig{
 		{Name: StreamSubmit, Subjects: []string{"gpuq.submit.*"}, Retention: jetstream.WorkQueuePolicy,
@@ -116,7 +128,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 // BackOff stays unset: it would override AckWait, and long jobs heartbeat
 // with InProgress instead. MaxDeliver stays unlimited: gpuq counts attempts
 // itself and declares a job dead after retries.max_preemptions.
-func EnsurePoolConsumer(ctx context.Context, js jetstream.JetStream, pool string, ackWait time.Duration) (jetstream.Consumer, error) {
+func EnsurePoolConsumer(ctx context.Context, js ConsumerManager, pool string, ackWait time.Duration) (jetstream.Consumer, error) {
 	if err := ValidatePool(pool); err != nil {
 		return nil, err
 	}

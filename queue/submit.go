@@ -94,10 +94,10 @@ func retryable(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
-// submissionID names the job a submission message creates: the header set by
+// SubmissionID names the job a submission message creates: the header set by
 // Submit, else one derived from the idempotency key, the Nats-Msg-Id or the
 // stream sequence, so that a redelivered raw publish names the same job.
-func submissionID(msg jetstream.Msg, spec *Spec) (uuid.UUID, error) {
+func SubmissionID(msg jetstream.Msg, spec *Spec) (uuid.UUID, error) {
 	if spec.IdempotencyKey != "" {
 		return JobIDFor(spec), nil
 	}

@@ -19,7 +19,9 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/sql/pgtest"
 	"github.com/gpuq/gpuq/workers"
 )
@@ -56,7 +58,7 @@ var testPool = local.PoolConfig{Pool: "eu-cpu", Region: "eu-test-1", Country: "D
 // processes started from the real binary.
 type cluster struct {
 	n     *queuetest.NATS
-	store *queue.Store
+	store *store.Store
 	dbURL string
 }
 
@@ -68,12 +70,12 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer := &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&queue.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return &cluster{n: n, store: store, dbURL: url}
@@ -480,7 +482,7 @@ func TestWorkerRefusesAJobOutsideItsResidency(t *testing.T) {
 	if _, err := c.store.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&queue.Reconciler{JS: c.n.JS, Store: c.store}).Pass(ctx); err != nil {
+	if _, err := (&control.Reconciler{JS: c.n.JS, Store: c.store}).Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c.startWorker(t, 5*time.Second, time.Second, "--country", "US")

@@ -33,7 +33,7 @@ type canaryGate struct {
 	lastRun    int64
 }
 
-func newCanaryGate(ctx context.Context, cfg CanaryConfig, store *queue.Store, nodeID string) (*canaryGate, error) {
+func newCanaryGate(ctx context.Context, cfg CanaryConfig, store Records, nodeID string) (*canaryGate, error) {
 	cfg.Expect = cfg.Expect.WithDefaults()
 	if err := cfg.Expect.Validate(); err != nil {
 		return nil, fmt.Errorf("worker canary: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
@@ -23,7 +24,7 @@ const (
 // logShipper publishes a job's stdout and stderr to gpuq.logs.<job> in
 // chunks of whole lines.
 type logShipper struct {
-	js      jetstream.JetStream
+	js      logPublisher
 	job     uuid.UUID
 	attempt int
 
@@ -33,7 +34,13 @@ type logShipper struct {
 	stopped chan struct{}
 }
 
-func newLogShipper(js jetstream.JetStream, job uuid.UUID, attempt int) *logShipper {
+// logPublisher is the part of JetStream that ships log chunks.
+type logPublisher interface {
+	PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+	PublishAsyncComplete() <-chan struct{}
+}
+
+func newLogShipper(js logPublisher, job uuid.UUID, attempt int) *logShipper {
 	s := &logShipper{js: js, job: job, attempt: attempt, bufs: map[string]*bytes.Buffer{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	go s.loop()

@@ -26,7 +26,7 @@ type ArchiveStore interface {
 // ObjectStore keeps archives in one JetStream object-store bucket per region,
 // named gpuq-archive-<region>. URIs look like nats-os://bucket/name.
 type ObjectStore struct {
-	JS jetstream.JetStream
+	JS jetstream.ObjectStoreManager
 	// Replicas of each bucket; 3 on a production cluster. Default 1.
 	Replicas int
 

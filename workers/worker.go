@@ -120,7 +120,7 @@ type Worker struct {
 	host     string
 	js       jetstream.JetStream
 	nc       *nats.Conn
-	store    *queue.Store
+	store    Records
 	archives ArchiveStore
 
 	gateMu sync.Mutex
@@ -132,7 +132,7 @@ type Worker struct {
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
-func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store *queue.Store, archives ArchiveStore) (*Worker, error) {
+func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archives ArchiveStore) (*Worker, error) {
 	ownDataDir := cfg.DataDir == ""
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
 
@@ -49,10 +50,10 @@ func StartNATS(t testing.TB) *NATS {
 
 // Store opens a store on a fresh migrated database; its events are
 // announced on n's JetStream when n is not nil.
-func Store(t testing.TB, n *NATS) (*queue.Store, string) {
+func Store(t testing.TB, n *NATS) (*store.Store, string) {
 	t.Helper()
 	url := pgtest.URL(t)
-	s, err := queue.OpenStore(context.Background(), url)
+	s, err := store.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ type JobClaimManyParams struct {
 // running job whose lease expired was lost by its worker. The row locks taken
 // by the first CTE make a concurrent claim of the same job find it running
 // and claim nothing. The ids must be distinct.
-func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]Job, error) {
+func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.LeaseSeconds,
 		pq.Array(arg.Ids),
@@ -108,9 +108,9 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []JobRow
 	for rows.Next() {
-		var i Job
+		var i JobRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Project,
@@ -175,9 +175,9 @@ const jobGetByID = `-- name: JobGetByID :one
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = $1
 `
 
-func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (Job, error) {
+func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (JobRow, error) {
 	row := q.db.QueryRowContext(ctx, jobGetByID, id)
-	var i Job
+	var i JobRow
 	err := row.Scan(
 		&i.ID,
 		&i.Project,
@@ -210,9 +210,9 @@ type JobGetByIdempotencyKeyParams struct {
 	IdempotencyKey sql.NullString
 }
 
-func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempotencyKeyParams) (Job, error) {
+func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempotencyKeyParams) (JobRow, error) {
 	row := q.db.QueryRowContext(ctx, jobGetByIdempotencyKey, arg.Project, arg.IdempotencyKey)
-	var i Job
+	var i JobRow
 	err := row.Scan(
 		&i.ID,
 		&i.Project,
@@ -352,15 +352,15 @@ type JobListParams struct {
 	MaxRows int32
 }
 
-func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]Job, error) {
+func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobList, arg.State, arg.Project, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []JobRow
 	for rows.Next() {
-		var i Job
+		var i JobRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Project,
@@ -398,15 +398,15 @@ const jobListByIDs = `-- name: JobListByIDs :many
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = ANY($1::uuid[])
 `
 
-func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]Job, error) {
+func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobListByIDs, pq.Array(ids))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []JobRow
 	for rows.Next() {
-		var i Job
+		var i JobRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Project,

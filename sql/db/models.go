@@ -127,7 +127,16 @@ type Checkpoint struct {
 	CreatedAt time.Time
 }
 
-type Job struct {
+type JobEvent struct {
+	ID      int64
+	JobID   uuid.UUID
+	At      time.Time
+	State   JobState
+	Attempt int32
+	Message string
+}
+
+type JobRow struct {
 	ID               uuid.UUID
 	Project          string
 	Name             string
@@ -148,15 +157,6 @@ type Job struct {
 	FinalizedAt      sql.NullTime
 }
 
-type JobEvent struct {
-	ID      int64
-	JobID   uuid.UUID
-	At      time.Time
-	State   JobState
-	Attempt int32
-	Message string
-}
-
 type Node struct {
 	ID                  string
 	Pool                string
@@ -172,7 +172,7 @@ type Node struct {
 	QuarantineReason    string
 }
 
-type Placement struct {
+type PlacementRow struct {
 	JobID       uuid.UUID
 	Version     int32
 	Pool        string

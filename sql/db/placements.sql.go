@@ -16,9 +16,9 @@ const placementLatest = `-- name: PlacementLatest :one
 SELECT job_id, version, pool, region, residency, countries, decision, created_at, price_micros, currency FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
 `
 
-func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placement, error) {
+func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (PlacementRow, error) {
 	row := q.db.QueryRowContext(ctx, placementLatest, jobID)
-	var i Placement
+	var i PlacementRow
 	err := row.Scan(
 		&i.JobID,
 		&i.Version,

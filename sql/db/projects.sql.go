@@ -7,9 +7,86 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/lib/pq"
 )
+
+const projectBudgetOverruns = `-- name: ProjectBudgetOverruns :many
+WITH g AS (
+    SELECT unnest($1::int[]) AS guard, unnest($2::text[]) AS project,
+           unnest($3::timestamptz[]) AS since, unnest($4::bigint[]) AS limit_micros,
+           unnest($5::bigint[]) AS cost_micros
+), r AS (
+    SELECT unnest($6::int[]) AS guard, unnest($7::text[]) AS currency,
+           unnest($8::bigint[]) AS rate_micros
+), s AS (
+    SELECT g.guard, a.currency,
+           COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+    FROM g
+    JOIN jobs j ON j.project = g.project
+    JOIN attempts a ON a.job_id = j.id AND a.started_at >= g.since AND a.currency <> ''
+    GROUP BY g.guard, a.currency
+)
+SELECT g.guard::int AS guard
+FROM g
+LEFT JOIN s ON s.guard = g.guard
+LEFT JOIN r ON r.guard = s.guard AND r.currency = s.currency
+GROUP BY g.guard, g.limit_micros, g.cost_micros
+HAVING bool_or(s.currency IS NOT NULL AND r.currency IS NULL)
+    OR g.cost_micros + COALESCE(SUM(div(s.micros::numeric * r.rate_micros, 1000000)), 0) > g.limit_micros
+ORDER BY g.guard
+`
+
+type ProjectBudgetOverrunsParams struct {
+	Guards         []int32
+	Projects       []string
+	Since          []time.Time
+	LimitMicros    []int64
+	CostMicros     []int64
+	RateGuards     []int32
+	RateCurrencies []string
+	RateMicros     []int64
+}
+
+// ProjectBudgetOverruns re-checks budget guards against the spend recorded
+// now and returns the guards that fail: those whose project's attempts
+// started since the guard's period start have cost, each currency converted
+// into the base currency at the guard's rate (base micros per unit, rounded
+// down, as policy converts), more than the guard's limit less the cost of
+// the placement it guards. Spend in a currency the guard has no rate for
+// fails the guard. It reads spend as AttemptSpendByProject does.
+func (q *Queries) ProjectBudgetOverruns(ctx context.Context, arg ProjectBudgetOverrunsParams) ([]int32, error) {
+	rows, err := q.db.QueryContext(ctx, projectBudgetOverruns,
+		pq.Array(arg.Guards),
+		pq.Array(arg.Projects),
+		pq.Array(arg.Since),
+		pq.Array(arg.LimitMicros),
+		pq.Array(arg.CostMicros),
+		pq.Array(arg.RateGuards),
+		pq.Array(arg.RateCurrencies),
+		pq.Array(arg.RateMicros),
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int32
+	for rows.Next() {
+		var guard int32
+		if err := rows.Scan(&guard); err != nil {
+			return nil, err
+		}
+		items = append(items, guard)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const projectEnsureMany = `-- name: ProjectEnsureMany :exec
 INSERT INTO projects (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING

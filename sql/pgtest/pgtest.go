@@ -18,7 +18,7 @@ import (
 
 	_ "github.com/lib/pq" // the database/sql driver gpuq uses
 
-	gpuqsql "github.com/gpuq/gpuq/sql"
+	"github.com/gpuq/gpuq/sql/migrations"
 	"github.com/gpuq/gpuq/sql/pgtemp"
 )
 
@@ -82,7 +82,7 @@ func setup() {
 		return
 	}
 	defer tdb.Close()
-	if _, err := gpuqsql.Migrate(ctx, tdb); err != nil {
+	if _, err := migrations.Migrate(ctx, tdb); err != nil {
 		setupErr = err
 	}
 }

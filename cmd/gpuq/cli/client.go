@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -224,22 +224,13 @@ func jobCommand(use, short string, withDB bool, run func(cmd *cobra.Command, v *
 }
 
 // JobStatus is what `gpuq status -o json` prints.
-type JobStatus struct {
-	Job            *queue.Job        `json:"job"`
-	Attempts       []queue.Attempt   `json:"attempts"`
-	LastCheckpoint *queue.Checkpoint `json:"last_checkpoint,omitempty"`
-	Placement      json.RawMessage   `json:"placement,omitempty"`
-	Pool           string            `json:"pool,omitempty"`
-	LastLogLines   []string          `json:"last_log_lines,omitempty"`
-	// History is the job's audit trail: every state change, oldest first.
-	History []queue.Event `json:"history"`
-}
+type JobStatus = control.JobStatus
 
 func newStatusCmd() *cobra.Command {
 	return jobCommand("status JOB_ID", "Show a job: state, attempts, latest checkpoint, placement, and the last log lines on failure", true,
 		func(cmd *cobra.Command, _ *viper.Viper, c *clients, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
-			st, err := jobStatus(ctx, c, id)
+			st, err := c.client().Status(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -248,38 +239,6 @@ func newStatusCmd() *cobra.Command {
 			}
 			return printStatus(cmd.OutOrStdout(), st)
 		})
-}
-
-func jobStatus(ctx context.Context, c *clients, id uuid.UUID) (*JobStatus, error) {
-	job, err := c.store.Job(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	st := &JobStatus{Job: job}
-	if st.Attempts, err = c.store.Attempts(ctx, id); err != nil {
-		return nil, err
-	}
-	if st.History, err = c.store.EventsOf(ctx, id); err != nil {
-		return nil, err
-	}
-	cps, err := c.store.Checkpoints(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if len(cps) > 0 {
-		st.LastCheckpoint = &cps[len(cps)-1]
-	}
-	if p, err := c.store.LatestPlacement(ctx, id); err == nil {
-		st.Placement, st.Pool = p.Decision, p.Pool
-	} else if !errors.Is(err, queue.ErrNotFound) {
-		return nil, err
-	}
-	if job.State == queue.StateFailed || job.State == queue.StateDead {
-		if st.LastLogLines, err = queue.TailLogs(ctx, c.js, id, 20); err != nil {
-			return nil, err
-		}
-	}
-	return st, nil
 }
 
 func printStatus(w io.Writer, st *JobStatus) error {
@@ -359,7 +318,7 @@ func newLsCmd() *cobra.Command {
 				return err
 			}
 			state := queue.JobState(v.GetString("state"))
-			if state != "" && !validState(state) {
+			if state != "" && !control.ValidState(state) {
 				return fmt.Errorf("--state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", state)
 			}
 			c, err := dial(cmd.Context(), v, true)
@@ -367,7 +326,7 @@ func newLsCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			jobs, err := c.store.List(cmd.Context(), queue.ListFilter{State: state, Project: v.GetString("project"), Limit: v.GetInt("limit")})
+			jobs, err := c.client().List(cmd.Context(), queue.ListFilter{State: state, Project: v.GetString("project"), Limit: v.GetInt("limit")})
 			if err != nil {
 				return err
 			}
@@ -388,14 +347,6 @@ func newLsCmd() *cobra.Command {
 	return cmd
 }
 
-func validState(s queue.JobState) bool {
-	switch s {
-	case queue.StatePending, queue.StatePlaced, queue.StateRunning:
-		return true
-	}
-	return s.Terminal()
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -407,23 +358,10 @@ func newLogsCmd() *cobra.Command {
 	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes", true,
 		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
-			if _, err := jobOrSoon(ctx, c, id); err != nil {
-				return err
-			}
 			follow := v.GetBool("follow")
-			var finished atomic.Bool
-			if follow {
-				go queue.FollowEvents(ctx, c.js, id, func(ev queue.Event) bool { //nolint:errcheck // ends with ctx
-					if ev.State.Terminal() {
-						finished.Store(true)
-						return false
-					}
-					return true
-				})
-			}
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
-				return queue.ReadLogChunks(ctx, c.js, id, follow, finished.Load, func(ch queue.LogChunk) error {
+				return c.client().Logs(ctx, id, follow, func(ch queue.LogChunk) error {
 					for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
 						if err := enc.Encode(map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}); err != nil {
 							return err
@@ -432,7 +370,11 @@ func newLogsCmd() *cobra.Command {
 					return nil
 				})
 			}
-			return queue.ReadLogs(ctx, c.js, id, cmd.OutOrStdout(), follow, finished.Load)
+			out := cmd.OutOrStdout()
+			return c.client().Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+				_, err := out.Write(ch.Data)
+				return err
+			})
 		})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes")
 	return cmd
@@ -449,23 +391,17 @@ func newWaitCmd() *cobra.Command {
 // line on stderr, and fails unless it succeeded.
 func waitFor(ctx context.Context, cmd *cobra.Command, c *clients, id uuid.UUID, format string) error {
 	start := time.Now()
-	job, err := jobOrSoon(ctx, c, id)
+	errw := cmd.ErrOrStderr()
+	drew := false
+	job, err := c.client().Wait(ctx, id, func(ev queue.Event) {
+		drew = true
+		fmt.Fprintf(errw, "\r\033[K%s  %-9s attempt %d  %s  %s", id.String()[:8], ev.State, ev.Attempt, time.Since(start).Round(time.Second), truncate(ev.Message, 60))
+	})
+	if drew {
+		fmt.Fprintln(errw)
+	}
 	if err != nil {
 		return err
-	}
-	errw := cmd.ErrOrStderr()
-	if !job.State.Terminal() {
-		err := queue.FollowEvents(ctx, c.js, id, func(ev queue.Event) bool {
-			fmt.Fprintf(errw, "\r\033[K%s  %-9s attempt %d  %s  %s", id.String()[:8], ev.State, ev.Attempt, time.Since(start).Round(time.Second), truncate(ev.Message, 60))
-			return !ev.State.Terminal()
-		})
-		fmt.Fprintln(errw)
-		if err != nil {
-			return err
-		}
-		if job, err = c.store.Job(ctx, id); err != nil {
-			return err
-		}
 	}
 	if format == "json" {
 		if err := writeJSON(cmd.OutOrStdout(), job); err != nil {
@@ -484,19 +420,6 @@ func waitFor(ctx context.Context, cmd *cobra.Command, c *clients, id uuid.UUID, 
 	return nil
 }
 
-// jobOrSoon returns the job, waiting up to 30 s for the scheduler to
-// record one that was just submitted (its first event announces it).
-func jobOrSoon(ctx context.Context, c *clients, id uuid.UUID) (*queue.Job, error) {
-	job, err := c.store.Job(ctx, id)
-	if !errors.Is(err, queue.ErrNotFound) {
-		return job, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	queue.FollowEvents(wctx, c.js, id, func(queue.Event) bool { return false }) //nolint:errcheck // the store read below decides
-	return c.store.Job(ctx, id)
-}
-
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -507,15 +430,7 @@ func truncate(s string, n int) string {
 func newCancelCmd() *cobra.Command {
 	return jobCommand("cancel JOB_ID", "Cancel a job that has not finished; a running job is stopped at once", true,
 		func(cmd *cobra.Command, _ *viper.Viper, c *clients, id uuid.UUID, format string) error {
-			err := c.store.Cancel(cmd.Context(), id, "cancelled by user")
-			var nc *queue.NotClaimableError
-			if errors.As(err, &nc) {
-				return fmt.Errorf("job %s already finished: %s", id, nc.State)
-			}
-			if err != nil {
-				return err
-			}
-			if err := queue.NotifyCancel(c.nc, id); err != nil {
+			if err := c.client().Cancel(cmd.Context(), id); err != nil {
 				return err
 			}
 			if format == "json" {
@@ -530,7 +445,7 @@ func newResultsCmd() *cobra.Command {
 	cmd := jobCommand("results JOB_ID", "Download a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into --dir", true,
 		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
-			rec, err := c.store.Result(ctx, id)
+			rec, err := c.client().Result(ctx, id)
 			if err != nil {
 				return err
 			}

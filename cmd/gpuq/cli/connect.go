@@ -15,6 +15,8 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -28,7 +30,7 @@ func connFlags(cmd *cobra.Command) {
 type clients struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	store *queue.Store
+	store *store.Store
 }
 
 func (c *clients) Close() {
@@ -72,7 +74,7 @@ func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
 			c.Close()
 			return nil, err
 		}
-		if c.store, err = queue.OpenStore(ctx, dbURL); err != nil {
+		if c.store, err = store.Open(ctx, dbURL); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -101,21 +103,28 @@ func defaultPools() []local.PoolConfig {
 
 // controlPlane runs the scheduler, the reconciler and the replacer until
 // ctx ends.
-func controlPlane(ctx context.Context, c *clients, placer queue.Placer, logger *slog.Logger) chan error {
-	errc := make(chan error, 3)
-	sched := &queue.Scheduler{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
-	rec := &queue.Reconciler{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
-	rep := &queue.Replacer{JS: c.js, Store: c.store, Placer: placer, Logger: logger}
-	go func() { errc <- sched.Run(ctx) }()
-	go func() { errc <- rec.Run(ctx) }()
-	go func() { errc <- rep.Run(ctx) }()
-	return errc
+func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) <-chan error {
+	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx)
 }
 
-// placerFor builds the policy placer over local pools and the rules under
-// the config key `policy`.
-func placerFor(v *viper.Viper, pools []local.PoolConfig) (*queue.PolicyPlacer, error) {
+// offerSources are the providers whose offers the scheduler places among and
+// `gpuq plan` reads: the configured local pools, or gpuq dev's defaults.
+func offerSources(v *viper.Viper) ([]adapters.OfferSource, error) {
+	pools, err := poolsOrDefault(v)
+	if err != nil {
+		return nil, err
+	}
 	provider, err := local.New(pools)
+	if err != nil {
+		return nil, err
+	}
+	return []adapters.OfferSource{provider}, nil
+}
+
+// placerFor builds the policy placer over the offer sources and the rules
+// under the config key `policy`.
+func placerFor(v *viper.Viper) (*control.PolicyPlacer, error) {
+	sources, err := offerSources(v)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +132,12 @@ func placerFor(v *viper.Viper, pools []local.PoolConfig) (*queue.PolicyPlacer, e
 	if err != nil {
 		return nil, err
 	}
-	return &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules}, nil
+	return &control.PolicyPlacer{Sources: sources, Rules: rules}, nil
+}
+
+// client is the control plane's client operations over c.
+func (c *clients) client() *control.Client {
+	return &control.Client{Store: c.store, JS: c.js, NATS: c.nc}
 }
 
 func newLogger() *slog.Logger {

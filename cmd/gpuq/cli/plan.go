@@ -15,10 +15,9 @@ import (
 	"github.com/spf13/viper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuq/gpuq/adapters"
-	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 // Exit statuses of gpuq plan besides 0 and 1 (any other error).
@@ -71,10 +70,11 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	if len(offers) == 0 {
-		return &ExitError{Code: exitPlanNoOffers, Err: fmt.Errorf("no offers: %s lists none, so there is nothing to place the job on", source)}
+	if len(offers.List) == 0 {
+		return &ExitError{Code: exitPlanNoOffers, Err: fmt.Errorf("no offers: none from %s, so there is nothing to place the job on", source)}
 	}
-	d, err := policy.Place(job, offers, rules, time.Now().UTC())
+	now := time.Now().UTC()
+	d, err := control.Decide(control.Question{Job: job, SubmittedAt: now, Rules: rules, Offers: offers, Now: now})
 	var refusal *policy.NoPlacementError
 	if errors.As(err, &refusal) {
 		out := cmd.OutOrStdout()
@@ -90,7 +90,7 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		// The rules were checked when they loaded: what is left is the
 		// job's against them, such as an undefined residency class.
-		return fmt.Errorf("job spec %s: %w", v.GetString("file"), queue.SpecKeys(err))
+		return fmt.Errorf("job spec %s: %w", v.GetString("file"), err)
 	}
 	if format == "json" {
 		return writeJSON(cmd.OutOrStdout(), d)
@@ -140,10 +140,11 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 	return rules, nil
 }
 
-// loadOffers reads --offers, or asks the configured local pools, and says
-// where the offers came from. Offers are checked as one set: a malformed
-// entry or two entries under one pool id are refused naming them.
-func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, string, error) {
+// loadOffers reads --offers, or else asks the same offer sources the
+// scheduler places among, and says where the offers came from. Offers are
+// checked as one set: a malformed entry or two entries under one pool id
+// are refused naming them.
+func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, string, error) {
 	if path := v.GetString("offers"); path != "" {
 		source := "offers file " + path
 		f, err := readPlanFile("offers", path)
@@ -159,21 +160,14 @@ func loadOffers(cmd *cobra.Command, v *viper.Viper) ([]policy.Offer, string, err
 		if err := policy.NormalizeOffers(file.Offers); err != nil {
 			return nil, source, fmt.Errorf("%s: %w", source, err)
 		}
-		return file.Offers, source, nil
+		return control.NewOffers(file.Offers), source, nil
 	}
 	source := "the configured pools (config key pools)"
-	pools, err := localPools(v)
+	sources, err := offerSources(v)
 	if err != nil {
 		return nil, source, err
 	}
-	provider, err := local.New(pools)
-	if err != nil {
-		return nil, source, err
-	}
-	offers, err := adapters.CollectOffers(cmd.Context(), provider)
-	if err == nil {
-		err = policy.NormalizeOffers(offers)
-	}
+	offers, err := control.CollectOffers(cmd.Context(), sources)
 	return offers, source, err
 }
 
@@ -284,16 +278,16 @@ func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
 // submit and converts it into placement requirements.
-func planJobFromFile(path string) (policy.Job, error) {
+func planJobFromFile(path string) (policy.Requirements, error) {
 	data, err := readLimited(path, queue.MaxSpecBytes+1)
 	if err != nil {
-		return policy.Job{}, fmt.Errorf("reading job spec: %w", err)
+		return policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
 	}
 	spec, err := queue.ParseSpec(data)
 	if err != nil {
-		return policy.Job{}, fmt.Errorf("job spec %s: %w", path, err)
+		return policy.Requirements{}, fmt.Errorf("job spec %s: %w", path, err)
 	}
-	job, err := queue.PolicyJob(spec)
+	job, err := control.PolicyJob(spec)
 	if err != nil {
 		return job, fmt.Errorf("job spec %s: %w", path, err)
 	}

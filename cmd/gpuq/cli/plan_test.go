@@ -162,7 +162,7 @@ func TestPlanExitStatusTellsNoOffersFromNoFeasibleOffer(t *testing.T) {
 		code         int
 		want         string
 	}{
-		{"no offers at all", "offers: []\n", 3, "no offers: offers file "},
+		{"no offers at all", "offers: []\n", 3, "no offers: none from offers file "},
 		{"offers, none feasible", "offers:\n  - {provider: aws, pool: use1, region: us-east-1, country: US, card: H100, gpu_count: 1, gpu_memory_gb: 80, vcpu: 8, memory_gb: 64, tier: on-demand, price_per_hour: \"1 EUR\"}\n",
 			2, "no placement among 1 offer: 1 offer outside residency EU"},
 	}
@@ -240,5 +240,20 @@ func TestPlanAnswersWhatUsersWrite(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With no --offers and no pools configured, plan reads the offers of the
+// pools `gpuq dev` runs by default, as the scheduler next to it does.
+func TestPlanWithoutPoolsUsesTheSchedulersDefaultPools(t *testing.T) {
+	t.Parallel()
+	job := writeFile(t, "job.yaml", "project: vision\ncommand: [/bin/true]\nplacement: {tier: on-demand}\n")
+	config := writeFile(t, "gpuq.yaml", "output: table\n")
+	out, _, err := runCLI(t, "plan", "-f", job, "--config", config)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "chosen:     local-cpu (local eu-local-1 DE") {
+		t.Errorf("output:\n%s", out)
 	}
 }

@@ -3,22 +3,20 @@ package cli
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
-	gpuqsql "github.com/gpuq/gpuq/sql"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/sql/migrations"
 	"github.com/gpuq/gpuq/sql/pgtemp"
 )
 
@@ -62,7 +60,7 @@ func migrate(ctx context.Context, url string) ([]string, error) {
 		return nil, err
 	}
 	defer db.Close()
-	return gpuqsql.Migrate(ctx, db)
+	return migrations.Migrate(ctx, db)
 }
 
 // shutdownContext ends on SIGINT or SIGTERM.
@@ -121,7 +119,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 		c.Close()
 		return nil, err
 	}
-	placer, err := placerFor(v, pools)
+	placer, err := placerFor(v)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -228,8 +226,9 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+			sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 			for _, p := range pools {
-				go superviseWorker(ctx, launcher, p, logger)
+				go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
 			}
 			if o, _ := outputFormat(v); o == "json" {
 				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile}); err != nil {
@@ -255,37 +254,4 @@ func writeDevConfig(s *devStack) error {
 		return err
 	}
 	return os.WriteFile(devConfigFile, []byte(body), 0o644)
-}
-
-// superviseWorker keeps one worker of pool running until ctx ends: a worker
-// that dies (killed, crashed) is replaced, as a cloud would replace a lost
-// instance.
-func superviseWorker(ctx context.Context, l *local.Launcher, pool local.PoolConfig, logger *slog.Logger) {
-	for ctx.Err() == nil {
-		inst, err := l.Launch(ctx, pool)
-		if err != nil {
-			logger.Error("launching worker", "pool", pool.Pool, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		select {
-		case <-inst.Done():
-			err := inst.Wait()
-			var exit *exec.ExitError
-			if errors.As(err, &exit) && exit.ExitCode() == exitQuarantined {
-				// The canary quarantined this machine: a replacement here
-				// would fail the same way. A cloud adapter releases the
-				// instance; locally there is no other machine to launch.
-				logger.Error("worker's node quarantined; not relaunching on this machine (see gpuq nodes)", "pool", pool.Pool)
-				return
-			}
-			logger.Warn("worker exited; launching a replacement", "pool", pool.Pool, "instance", inst.ID(), "err", err)
-		case <-ctx.Done():
-			inst.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
-			inst.Wait()                  //nolint:errcheck // shutting down
-		}
-	}
 }

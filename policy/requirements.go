@@ -19,10 +19,10 @@ const (
 	TierSpotThenOnDemand Tier = "spot-then-on-demand"
 )
 
-// Job is what placement needs to know about a job: its resources, where it
-// may run, what it may cost and when it must finish. The queue converts its
-// job spec into a Job.
-type Job struct {
+// Requirements are what placement needs to know about a job: its resources,
+// where it may run, what it may cost and when it must finish. The control
+// plane converts a job spec into Requirements (queue/control.PolicyJob).
+type Requirements struct {
 	Project string            `json:"project" yaml:"project" mapstructure:"project"`
 	Labels  map[string]string `json:"labels,omitempty" yaml:"labels" mapstructure:"labels"`
 	// GPUCount is the number of GPUs the job needs on one machine; 0 for a
@@ -72,7 +72,7 @@ type Input struct {
 }
 
 // Validate checks the job on its own, naming the field at fault.
-func (j Job) Validate() error {
+func (j Requirements) Validate() error {
 	switch {
 	case j.GPUCount < 0:
 		return fmt.Errorf("job.gpu_count: must be 0 or more, got %d", j.GPUCount)
@@ -116,7 +116,7 @@ func (j Job) Validate() error {
 }
 
 // tier returns the job's tier with the default applied.
-func (j Job) tier() Tier {
+func (j Requirements) tier() Tier {
 	if j.Tier == "" {
 		return TierOnDemand
 	}

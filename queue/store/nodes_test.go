@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package queue_test
+package control_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
@@ -29,7 +30,7 @@ func TestProjectBudgetIsChargedWithSpendAsItAccrues(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := policy.Rules{Budgets: []policy.Budget{{Project: "vision", Period: "month", Cap: policy.Money{Micros: 10_000_000, Currency: "EUR"}}}}
-	placer := &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules, Spend: s.Spend}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules, Spend: s.Spend}
 	newJob := func(project string) *queue.Job {
 		spec := mustSpec(t, "project: "+project+"\ncommand: [/bin/true]\nexpected_duration: 1s\n")
 		jobs, err := s.RecordJobs(ctx, []queue.NewJob{{ID: uuid.New(), Spec: spec}})

@@ -1,4 +1,4 @@
-package queue
+package control
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/gpuq/gpuq/queue"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,18 +25,55 @@ const ReplacerConsumer = "replacer"
 // message turns stale and its workers drop it. A job already claimed again
 // stays where it is.
 type Replacer struct {
-	JS     jetstream.JetStream
-	Store  *Store
+	JS     ReplacerStreams
+	Store  ReplacerStore
 	Placer Placer
+	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// ReplacerStore is what the replacer needs from the system of record.
+type ReplacerStore interface {
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
+	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
+}
+
+// ReplacerStreams is what the replacer needs from JetStream: its durable
+// consumer of job events and the run stream to publish to.
+type ReplacerStreams interface {
+	RunPublisher
+	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error)
+}
+
+// WithDefaults returns r with every unset default filled in.
+func (r Replacer) WithDefaults() Replacer {
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	return r
+}
+
+func (r Replacer) validate() error {
+	switch {
+	case r.JS == nil:
+		return errors.New("replacer.js: must be set")
+	case r.Store == nil:
+		return errors.New("replacer.store: must be set")
+	case r.Placer == nil:
+		return errors.New("replacer.placer: must be set")
+	}
+	return nil
 }
 
 // Run follows events until ctx ends.
 func (r *Replacer) Run(ctx context.Context) error {
-	if r.Logger == nil {
-		r.Logger = slog.Default()
+	*r = r.WithDefaults()
+	if err := r.validate(); err != nil {
+		return err
 	}
-	cons, err := r.JS.CreateOrUpdateConsumer(ctx, StreamEvents, jetstream.ConsumerConfig{
+	cons, err := r.JS.CreateOrUpdateConsumer(ctx, queue.StreamEvents, jetstream.ConsumerConfig{
 		Durable: ReplacerConsumer, FilterSubject: "gpuq.events.*", AckPolicy: jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverNewPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000,
 	})
@@ -42,8 +81,8 @@ func (r *Replacer) Run(ctx context.Context) error {
 		return fmt.Errorf("replacer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var ev Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Outcome != OutcomePreempted || ev.State != StatePlaced {
+		var ev queue.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Outcome != queue.OutcomePreempted || ev.State != queue.StatePlaced {
 			m.Ack() //nolint:errcheck // not the replacer's business
 			return
 		}
@@ -66,12 +105,15 @@ func (r *Replacer) Run(ctx context.Context) error {
 
 // Replace re-places the job of a preemption event if it is still waiting
 // for the attempt after the one the event ended.
-func (r *Replacer) Replace(ctx context.Context, ev Event) error {
+func (r *Replacer) Replace(ctx context.Context, ev queue.Event) error {
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
 	job, err := r.Store.Job(ctx, ev.JobID)
 	if err != nil {
 		return err
 	}
-	if job.State != StatePlaced || job.Attempt != ev.Attempt {
+	if job.State != queue.StatePlaced || job.Attempt != ev.Attempt {
 		return nil
 	}
 	current, err := r.Store.LatestPlacement(ctx, job.ID)
@@ -83,7 +125,7 @@ func (r *Replacer) Replace(ctx context.Context, ev Event) error {
 		return err
 	}
 	next, err := r.Placer.Place(ctx, job, &Prior{Placement: *current, Attempts: attempts})
-	var rej *RejectionError
+	var rej *queue.RejectionError
 	if errors.As(err, &rej) {
 		r.Logger.Info("no plan B for a preempted job; it stays in its pool", "job", job.ID, "pool", current.Pool, "reason", rej.Reason)
 		return nil
@@ -95,10 +137,10 @@ func (r *Replacer) Replace(ctx context.Context, ev Event) error {
 		return nil
 	}
 	next.Version = job.PlacementVersion + 1
-	done, err := r.Store.RecordPlacements(ctx, []PlacedJob{{JobID: job.ID, Placement: next}})
+	done, err := r.Store.CommitPlacements(ctx, queue.Decided{Placed: []queue.PlacedJob{{JobID: job.ID, Placement: next}}})
 	if err != nil || len(done) == 0 {
 		return err
 	}
 	r.Logger.Info("re-placed a preempted job", "job", job.ID, "from", current.Pool, "to", next.Pool, "placement", next.Version)
-	return publishOrders(ctx, r.JS, []RunOrder{orderFor(job.ID, next)}, "")
+	return publishOrders(ctx, r.JS, []queue.RunOrder{orderFor(job.ID, next)}, "")
 }

@@ -1,8 +1,8 @@
-package sql
+package migrations
 
 import (
 	"context"
-	dbsql "database/sql"
+	"database/sql"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-//go:embed migrations/*.sql
-var migrations embed.FS
+//go:embed *.sql
+var files embed.FS
 
 // migrationLock is the advisory lock key that serialises concurrent
 // migrators (several servers starting at once).
@@ -27,7 +27,7 @@ type Migration struct {
 
 // Migrations returns the embedded migrations in version order.
 func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
+	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func Migrations() ([]Migration, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("migration %s: name must start with a number and an underscore", e.Name())
 		}
-		body, err := migrations.ReadFile("migrations/" + e.Name())
+		body, err := files.ReadFile(e.Name())
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +50,7 @@ func Migrations() ([]Migration, error) {
 
 // Migrate applies every embedded migration that db has not seen yet, each in
 // its own transaction, and returns the names of those it applied.
-func Migrate(ctx context.Context, db *dbsql.DB) ([]string, error) {
+func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 	all, err := Migrations()
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func Migrate(ctx context.Context, db *dbsql.DB) ([]string, error) {
 	return done, nil
 }
 
-func apply(ctx context.Context, conn *dbsql.Conn, m Migration) error {
+func apply(ctx context.Context, conn *sql.Conn, m Migration) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("applying migration %s: %w", m.Name, err)

@@ -1,4 +1,4 @@
-package queue_test
+package control_test
 
 import (
 	"context"
@@ -14,10 +14,12 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 )
 
-func threePools(t *testing.T) *queue.PolicyPlacer {
+func threePools(t *testing.T) *control.PolicyPlacer {
 	t.Helper()
 	provider, err := local.New([]local.PoolConfig{
 		{Pool: "spot-a", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.03"},
@@ -28,12 +30,12 @@ func threePools(t *testing.T) *queue.PolicyPlacer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	return &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
 }
 
 // preempt plays a worker of the job's pool: it claims the job and hands it
 // back after a preemption notice.
-func preempt(t *testing.T, s *queue.Store, id uuid.UUID, version int, pool string) {
+func preempt(t *testing.T, s *store.Store, id uuid.UUID, version int, pool string) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := s.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: version, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: pool})
@@ -52,8 +54,8 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 	placer := threePools(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go (&queue.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
-	go (&queue.Replacer{JS: n.JS, Store: store, Placer: placer}).Run(ctx)  //nolint:errcheck // ends with ctx
+	go (&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	go (&control.Replacer{JS: n.JS, Store: store, Placer: placer}).Run(ctx)  //nolint:errcheck // ends with ctx
 	spec := mustSpec(t, "command: [/bin/true]\nplacement: {tier: spot-then-on-demand, residency: EU}\n")
 	sub, err := queue.Submit(ctx, n.JS, spec)
 	if err != nil {

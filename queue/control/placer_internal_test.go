@@ -1,4 +1,4 @@
-package queue
+package control
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/queue"
 )
 
 func TestABatchReadsEachProjectsSpendOnce(t *testing.T) {
@@ -29,11 +30,11 @@ func TestABatchReadsEachProjectsSpendOnce(t *testing.T) {
 	}
 	place := func(ctx context.Context, project string) {
 		t.Helper()
-		spec, err := ParseSpec([]byte("project: " + project + "\ncommand: [/bin/true]\n"))
+		spec, err := queue.ParseSpec([]byte("project: " + project + "\ncommand: [/bin/true]\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := placer.Place(ctx, &Job{ID: uuid.New(), Spec: spec, SubmittedAt: time.Now()}, nil); err != nil {
+		if _, err := placer.Place(ctx, &queue.Job{ID: uuid.New(), Spec: spec, SubmittedAt: time.Now()}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

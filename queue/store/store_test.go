@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
 
@@ -27,7 +28,7 @@ func mustSpec(t *testing.T, yaml string) *queue.Spec {
 }
 
 // placedJob records a job and its first placement, ready to be claimed.
-func placedJob(t *testing.T, s *queue.Store) uuid.UUID {
+func placedJob(t *testing.T, s *store.Store) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	id := uuid.New()
@@ -40,12 +41,12 @@ func placedJob(t *testing.T, s *queue.Store) uuid.UUID {
 	return id
 }
 
-func claim(t *testing.T, s *queue.Store, id uuid.UUID, lease time.Duration) (*queue.Claimed, error) {
+func claim(t *testing.T, s *store.Store, id uuid.UUID, lease time.Duration) (*queue.Claimed, error) {
 	t.Helper()
 	return s.Claim(context.Background(), queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: lease, WorkerID: "w", Host: "h", PID: 1, Pool: "p"})
 }
 
-func expireLease(t *testing.T, s *queue.Store, id uuid.UUID) {
+func expireLease(t *testing.T, s *store.Store, id uuid.UUID) {
 	t.Helper()
 	if _, err := s.DB.Exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package queue_test
+package control_test
 
 import (
 	"context"
@@ -16,7 +16,9 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 )
 
 // recordingPlacer places every job on one pool and records the calls; a job
@@ -26,7 +28,7 @@ type recordingPlacer struct {
 	calls int
 }
 
-func (p *recordingPlacer) Place(_ context.Context, job *queue.Job, _ *queue.Prior) (queue.Placement, error) {
+func (p *recordingPlacer) Place(_ context.Context, job *queue.Job, _ *control.Prior) (queue.Placement, error) {
 	p.mu.Lock()
 	p.calls++
 	p.mu.Unlock()
@@ -38,10 +40,10 @@ func (p *recordingPlacer) Place(_ context.Context, job *queue.Job, _ *queue.Prio
 
 type harness struct {
 	n     *queuetest.NATS
-	store *queue.Store
+	store *store.Store
 }
 
-func startScheduler(t *testing.T, placer queue.Placer) *harness {
+func startScheduler(t *testing.T, placer control.Placer) *harness {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	store, _ := queuetest.Store(t, n)
@@ -49,7 +51,7 @@ func startScheduler(t *testing.T, placer queue.Placer) *harness {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&queue.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return &harness{n: n, store: store}
@@ -228,7 +230,7 @@ func TestPolicyPlacerRejectsOutsideResidencyAndExplainsWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer := &queue.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
 	job := &queue.Job{Spec: mustSpec(t, "command: [/bin/true]\nplacement: {residency: EU}\n")}
 	p, err := placer.Place(context.Background(), job, nil)
 	if err != nil {
@@ -272,7 +274,7 @@ func TestReconcilerRepublishesARecordedJobWithNoMessage(t *testing.T) {
 	if _, err := store.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
-	rec := &queue.Reconciler{JS: n.JS, Store: store, Placer: &recordingPlacer{}}
+	rec := &control.Reconciler{JS: n.JS, Store: store, Placer: &recordingPlacer{}}
 	repaired, err := rec.Pass(ctx)
 	if err != nil {
 		t.Fatal(err)

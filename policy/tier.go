@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/policy/spot"
+)
+
+// TierQuestion is what the deadline-aware spot strategy is asked about one
+// job before it is placed.
+type TierQuestion struct {
+	// Strategy answers; nil means gpuq's own (spot.NewGpuq).
+	Strategy spot.Strategy
+	// SubmittedAt and Now bound the time the job has waited.
+	SubmittedAt, Now time.Time
+	// Banked is the compute earlier attempts carried on in checkpoints.
+	Banked time.Duration
+	// Tick is how often the question is asked again (the offer refresh).
+	Tick time.Duration
+	// Offers are the offers the job will be placed among; Histories the
+	// observed availability of each spot pool.
+	Offers    []Offer
+	Histories map[string]spot.PoolHistory
+}
+
+// AdviseTier narrows a spot-then-on-demand job with a deadline and an
+// expected duration to the tier the spot strategy advises now, and returns a
+// note for the decision; any other job is left as it is, with no note.
+func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
+	if job.Tier != TierSpotThenOnDemand || job.Deadline.IsZero() || job.ExpectedDuration <= 0 {
+		return ""
+	}
+	strategy := q.Strategy
+	if strategy == nil {
+		strategy = spot.NewGpuq()
+	}
+	st := spot.State{
+		Elapsed:  q.Now.Sub(q.SubmittedAt),
+		Compute:  job.ExpectedDuration,
+		Deadline: job.Deadline.Sub(q.SubmittedAt),
+		Overhead: rules.WithDefaults().Spot.RestartOverhead,
+		Tick:     q.Tick,
+		Current:  spot.Placement{Kind: spot.Wait},
+		Done:     min(q.Banked, job.ExpectedDuration),
+	}
+	seen := map[string]bool{}
+	for _, o := range q.Offers {
+		if o.Tier != TierSpot || seen[o.Pool] {
+			continue
+		}
+		seen[o.Pool] = true
+		st.Pools = append(st.Pools, spot.Pool{ID: o.Pool, Available: o.Availability != Unavailable, History: q.Histories[o.Pool]})
+	}
+	advice, err := spot.Advise(strategy, st)
+	if err != nil {
+		return fmt.Sprintf("spot strategy %s not consulted: %v", strategy.Name(), err)
+	}
+	switch advice.Kind {
+	case spot.OnDemand:
+		job.Tier = TierOnDemand
+	default:
+		// Spot now, or wait for spot: either way the job queues on spot.
+		job.Tier = TierSpot
+	}
+	return fmt.Sprintf("spot strategy %s advises %s: %s", strategy.Name(), advice.Kind, advice.Reason)
+}

@@ -1,0 +1,62 @@
+package queue
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ClaimRequest identifies the worker claiming a job.
+type ClaimRequest struct {
+	JobID            uuid.UUID
+	PlacementVersion int
+	Lease            time.Duration
+	WorkerID         string
+	Host             string
+	PID              int
+	Pool             string
+	// NodeID is the machine the worker runs on, CanaryRunID the canary it
+	// passed last (0 when the worker runs no canary).
+	NodeID      string
+	CanaryRunID int64
+}
+
+// Claimed is a successful claim: the job under its new attempt and the
+// checkpoint to resume from, if any.
+type Claimed struct {
+	Job        *Job
+	Checkpoint *Checkpoint
+}
+
+// NotClaimableError says why a job could not be claimed.
+type NotClaimableError struct {
+	State JobState
+	// LeaseLeft is how long another attempt's lease still runs.
+	LeaseLeft time.Duration
+	// Stale is true when the message belongs to an older placement.
+	Stale bool
+}
+
+func (e *NotClaimableError) Error() string {
+	switch {
+	case e.Stale:
+		return "the job was re-placed; this message is stale"
+	case e.LeaseLeft > 0:
+		return fmt.Sprintf("the job is running under another attempt (lease %s left)", e.LeaseLeft.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("the job is %s", e.State)
+}
+
+// ClaimResult is the outcome of one request of ClaimMany: the claimed job, or
+// why it could not be claimed (*NotClaimableError, ErrNotFound).
+type ClaimResult struct {
+	Claimed *Claimed
+	Err     error
+}
+
+// AttemptRef names one attempt of one job.
+type AttemptRef struct {
+	JobID   uuid.UUID
+	Attempt int
+}

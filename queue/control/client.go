@@ -1,0 +1,188 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// ClientStore is what the client operations read and change in the system
+// of record.
+type ClientStore interface {
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
+	EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, error)
+	Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	List(ctx context.Context, f queue.ListFilter) ([]*queue.Job, error)
+	Cancel(ctx context.Context, id uuid.UUID, reason string) error
+	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
+}
+
+// Client carries out what users ask of jobs: status, list, wait, logs,
+// cancel and results. Store answers from the system of record, JS follows
+// events and reads logs, and NATS tells workers about cancellations.
+type Client struct {
+	Store ClientStore
+	JS    queue.OrderedConsumers
+	NATS  queue.CoreNATS
+	// RecordWait is how long Job waits for a just-submitted job to be
+	// recorded. Default 30s.
+	RecordWait time.Duration
+}
+
+// JobStatus is a job with its attempts, latest checkpoint, placement and
+// audit trail (what `gpuq status -o json` prints).
+type JobStatus struct {
+	Job            *queue.Job        `json:"job"`
+	Attempts       []queue.Attempt   `json:"attempts"`
+	LastCheckpoint *queue.Checkpoint `json:"last_checkpoint,omitempty"`
+	Placement      json.RawMessage   `json:"placement,omitempty"`
+	Pool           string            `json:"pool,omitempty"`
+	LastLogLines   []string          `json:"last_log_lines,omitempty"`
+	// History is the job's audit trail: every state change, oldest first.
+	History []queue.Event `json:"history"`
+}
+
+// Status returns a job's status; a failed or dead job carries its last 20
+// lines of output.
+func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
+	job, err := c.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	st := &JobStatus{Job: job}
+	if st.Attempts, err = c.Store.Attempts(ctx, id); err != nil {
+		return nil, err
+	}
+	if st.History, err = c.Store.EventsOf(ctx, id); err != nil {
+		return nil, err
+	}
+	cps, err := c.Store.Checkpoints(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(cps) > 0 {
+		st.LastCheckpoint = &cps[len(cps)-1]
+	}
+	if p, err := c.Store.LatestPlacement(ctx, id); err == nil {
+		st.Placement, st.Pool = p.Decision, p.Pool
+	} else if !errors.Is(err, queue.ErrNotFound) {
+		return nil, err
+	}
+	if job.State == queue.StateFailed || job.State == queue.StateDead {
+		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// List returns jobs, newest first; an unknown state is an error naming the
+// flag's values.
+func (c *Client) List(ctx context.Context, f queue.ListFilter) ([]*queue.Job, error) {
+	if f.State != "" && !ValidState(f.State) {
+		return nil, fmt.Errorf("state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", f.State)
+	}
+	return c.Store.List(ctx, f)
+}
+
+// ValidState reports whether s names a job state.
+func ValidState(s queue.JobState) bool {
+	switch s {
+	case queue.StatePending, queue.StatePlaced, queue.StateRunning:
+		return true
+	}
+	return s.Terminal()
+}
+
+// Job returns the job, waiting up to RecordWait for the scheduler to record
+// one that was just submitted (its first event announces it).
+func (c *Client) Job(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	job, err := c.Store.Job(ctx, id)
+	if !errors.Is(err, queue.ErrNotFound) {
+		return job, err
+	}
+	wait := c.RecordWait
+	if wait == 0 {
+		wait = 30 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	queue.FollowEvents(wctx, c.JS, id, func(queue.Event) bool { return false }) //nolint:errcheck // the store read below decides
+	return c.Store.Job(ctx, id)
+}
+
+// Wait follows a job's events until it is terminal, calling progress with
+// each, and returns the job as recorded then.
+func (c *Client) Wait(ctx context.Context, id uuid.UUID, progress func(queue.Event)) (*queue.Job, error) {
+	job, err := c.Job(ctx, id)
+	if err != nil || job.State.Terminal() {
+		return job, err
+	}
+	err = queue.FollowEvents(ctx, c.JS, id, func(ev queue.Event) bool {
+		if progress != nil {
+			progress(ev)
+		}
+		return !ev.State.Terminal()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.Store.Job(ctx, id)
+}
+
+// Logs calls fn with each chunk of a job's stored output; with follow it
+// keeps reading new output until the job finishes or ctx ends.
+func (c *Client) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error {
+	if _, err := c.Job(ctx, id); err != nil {
+		return err
+	}
+	done := func() bool { return false }
+	if follow {
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		finished := make(chan struct{})
+		go queue.FollowEvents(fctx, c.JS, id, func(ev queue.Event) bool { //nolint:errcheck // ends with ctx
+			if ev.State.Terminal() {
+				close(finished)
+				return false
+			}
+			return true
+		})
+		done = func() bool {
+			select {
+			case <-finished:
+				return true
+			default:
+				return false
+			}
+		}
+	}
+	return queue.ReadLogChunks(ctx, c.JS, id, follow, done, fn)
+}
+
+// Cancel finalises a job that has not finished and tells any worker running
+// it to stop at once.
+func (c *Client) Cancel(ctx context.Context, id uuid.UUID) error {
+	err := c.Store.Cancel(ctx, id, "cancelled by user")
+	var nc *queue.NotClaimableError
+	if errors.As(err, &nc) {
+		return fmt.Errorf("job %s already finished: %s", id, nc.State)
+	}
+	if err != nil {
+		return err
+	}
+	return queue.NotifyCancel(c.NATS, id)
+}
+
+// Result returns where a succeeded job's outputs are stored.
+func (c *Client) Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error) {
+	return c.Store.Result(ctx, id)
+}

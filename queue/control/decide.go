@@ -1,0 +1,124 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/policy/spot"
+	"github.com/gpuq/gpuq/queue"
+)
+
+// Offers is the offer set a decision is made among: the offers as the
+// sources gave them, prepared once as a policy.OfferSet, and the observed
+// availability of each spot pool.
+type Offers struct {
+	List      []policy.Offer
+	Set       *policy.OfferSet
+	Histories map[string]spot.PoolHistory
+}
+
+// DefaultOfferTTL is how long offers are reused by default, and the step at
+// which the spot strategy is asked again.
+const DefaultOfferTTL = 10 * time.Second
+
+// NewOffers prepares offers for deciding, with each spot pool's availability
+// observed once, as a placer's first refresh observes it.
+func NewOffers(offers []policy.Offer) *Offers {
+	h := map[string]spot.PoolHistory{}
+	for _, o := range offers {
+		if o.Tier != policy.TierSpot {
+			continue
+		}
+		ph := h[o.Pool]
+		ph.Observe(o.Availability != policy.Unavailable)
+		h[o.Pool] = ph
+	}
+	return &Offers{List: offers, Set: policy.NewOfferSet(offers), Histories: h}
+}
+
+// CollectOffers asks every source for its offers, checks them as one set
+// (policy.NormalizeOffers) and prepares them: the one way the scheduler and
+// `gpuq plan` build their offer set. A source that fails, or offers that
+// are malformed or share a pool id, fail the whole set, so that no decision
+// is made on part of it.
+func CollectOffers(ctx context.Context, sources []adapters.OfferSource) (*Offers, error) {
+	offers, err := adapters.CollectOffers(ctx, sources...)
+	if err != nil {
+		return nil, err
+	}
+	if err := policy.NormalizeOffers(offers); err != nil {
+		return nil, fmt.Errorf("checking the providers' offers: %w", err)
+	}
+	return NewOffers(offers), nil
+}
+
+// Question is everything one placement decision depends on.
+type Question struct {
+	Job policy.Requirements
+	// SubmittedAt is when the job was submitted; the spot strategy counts
+	// its deadline from there.
+	SubmittedAt time.Time
+	// Prior is nil on a first placement.
+	Prior *Prior
+	// Rules are the placement rules before any spend is charged.
+	Rules policy.Rules
+	// Spend, when not nil, charges each matching budget with the project's
+	// spend of the budget's period.
+	Spend  policy.SpendSince
+	Offers *Offers
+	// Strategy is the spot strategy for deadline jobs; nil: gpuq's own.
+	Strategy spot.Strategy
+	// Tick is how often offers are refreshed (the strategy's step).
+	// Default DefaultOfferTTL.
+	Tick time.Duration
+	Now  time.Time
+}
+
+// Decide is the placement decision the scheduler, the replacer and `gpuq
+// plan` all make: the spot strategy narrows a deadline job's tier, budgets
+// are charged with spend, and policy places the job (or re-places it after
+// Prior).
+func Decide(q Question) (policy.Decision, error) {
+	rules, err := q.Rules.ChargeBudgets(q.Job.Project, q.Now, q.Spend)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	if q.Tick == 0 {
+		q.Tick = DefaultOfferTTL
+	}
+	job := q.Job
+	tq := policy.TierQuestion{Strategy: q.Strategy, SubmittedAt: q.SubmittedAt, Now: q.Now, Tick: q.Tick,
+		Offers: q.Offers.List, Histories: q.Offers.Histories}
+	if q.Prior != nil {
+		tq.Banked = progress(q.Prior.Attempts)
+	}
+	note := policy.AdviseTier(&job, q.Rules, tq)
+	var d policy.Decision
+	if q.Prior == nil {
+		d, err = q.Offers.Set.Place(job, rules, q.Now)
+	} else {
+		var previous policy.Decision
+		if err := json.Unmarshal(q.Prior.Placement.Decision, &previous); err != nil {
+			return policy.Decision{}, fmt.Errorf("reading the previous decision: %w", err)
+		}
+		d, err = q.Offers.Set.Replace(job, rules, previous, historyOf(q.Prior.Attempts), q.Now)
+	}
+	var none *policy.NoPlacementError
+	if errors.As(err, &none) {
+		return d, err
+	}
+	if err != nil {
+		// What is wrong is the job's, against these rules (an undefined
+		// residency class, inputs outside it): name the spec's keys.
+		return d, queue.SpecKeys(err)
+	}
+	if note != "" {
+		d.Notes = append(d.Notes, note)
+	}
+	return d, nil
+}

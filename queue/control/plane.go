@@ -1,0 +1,62 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PlaneStore is everything the control plane's loops need from the system
+// of record together.
+type PlaneStore interface {
+	SchedulerStore
+	ReconcilerStore
+	ReplacerStore
+	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
+}
+
+// PlaneStreams is everything the control plane's loops need from JetStream
+// together.
+type PlaneStreams interface {
+	RunPublisher
+	Consumer(ctx context.Context, stream, consumer string) (jetstream.Consumer, error)
+	Stream(ctx context.Context, stream string) (jetstream.Stream, error)
+	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error)
+}
+
+// Plane is the control plane of one server: the scheduler, the reconciler
+// and the replacer sharing one placer.
+type Plane struct {
+	JS     PlaneStreams
+	Store  PlaneStore
+	Placer Placer
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Start runs the scheduler, the reconciler and the replacer until ctx ends;
+// each one's end is reported on the returned channel, three in all.
+func (p *Plane) Start(ctx context.Context) <-chan error {
+	errc := make(chan error, 3)
+	if p.JS == nil || p.Store == nil || p.Placer == nil {
+		err := errors.New("control plane: js, store and placer must be set")
+		for range 3 {
+			errc <- err
+		}
+		return errc
+	}
+	logger := p.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	sched := &Scheduler{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
+	rec := &Reconciler{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
+	rep := &Replacer{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
+	go func() { errc <- sched.Run(ctx) }()
+	go func() { errc <- rec.Run(ctx) }()
+	go func() { errc <- rep.Run(ctx) }()
+	return errc
+}

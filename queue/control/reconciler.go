@@ -1,0 +1,167 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// ReconcilerStore is what the reconciler needs from the system of record.
+type ReconcilerStore interface {
+	ListUnsettled(ctx context.Context, pendingAge, placedAge time.Duration, limit int) ([]queue.Unsettled, error)
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
+}
+
+// ReconcilerStreams is what the reconciler needs from JetStream: the run
+// stream to look messages up in and to publish to.
+type ReconcilerStreams interface {
+	RunPublisher
+	Stream(ctx context.Context, stream string) (jetstream.Stream, error)
+}
+
+// Reconciler repairs gaps between PostgreSQL and JetStream: a job recorded
+// but never placed, or placed (or running on a lost worker) with no run
+// message left in its pool's stream, is placed or published again. Duplicate
+// run messages are harmless: a claim succeeds only once per lease.
+type Reconciler struct {
+	JS     ReconcilerStreams
+	Store  ReconcilerStore
+	Placer Placer
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Interval between passes. Default 30s.
+	Interval time.Duration
+	// PendingAge is how long a job may stay pending before the reconciler
+	// places it. Default 1m.
+	PendingAge time.Duration
+	// PlacedAge is how long a placed job may go unclaimed (or a running job
+	// stay past its lease) before its run message is checked. Default 2m.
+	PlacedAge time.Duration
+}
+
+// WithDefaults returns r with every unset default filled in.
+func (r Reconciler) WithDefaults() Reconciler {
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	if r.Interval == 0 {
+		r.Interval = 30 * time.Second
+	}
+	if r.PendingAge == 0 {
+		r.PendingAge = time.Minute
+	}
+	if r.PlacedAge == 0 {
+		r.PlacedAge = 2 * time.Minute
+	}
+	return r
+}
+
+func (r Reconciler) validate() error {
+	switch {
+	case r.JS == nil:
+		return errors.New("reconciler.js: must be set")
+	case r.Store == nil:
+		return errors.New("reconciler.store: must be set")
+	case r.Interval < 0:
+		return fmt.Errorf("reconciler.interval: must not be negative, got %s", r.Interval)
+	case r.PendingAge < 0:
+		return fmt.Errorf("reconciler.pending_age: must not be negative, got %s", r.PendingAge)
+	case r.PlacedAge < 0:
+		return fmt.Errorf("reconciler.placed_age: must not be negative, got %s", r.PlacedAge)
+	}
+	return nil
+}
+
+// Run reconciles every Interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) error {
+	cfg := r.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	t := time.NewTicker(cfg.Interval)
+	defer t.Stop()
+	for {
+		if n, err := cfg.Pass(ctx); err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("reconciling", "err", err)
+		} else if n > 0 {
+			cfg.Logger.Info("reconciled jobs", "repaired", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Pass runs one reconciliation and returns how many jobs it repaired.
+func (r *Reconciler) Pass(ctx context.Context) (int, error) {
+	cfg := r.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	jobs, err := cfg.Store.ListUnsettled(ctx, cfg.PendingAge, cfg.PlacedAge, 1000)
+	if err != nil {
+		return 0, err
+	}
+	stream, err := cfg.JS.Stream(ctx, queue.StreamRun)
+	if err != nil {
+		return 0, err
+	}
+	repaired := 0
+	var pending []*queue.Job
+	var orders []queue.RunOrder
+	for _, u := range jobs {
+		if u.State == queue.StatePending {
+			j, err := cfg.Store.Job(ctx, u.ID)
+			if err != nil {
+				return repaired, err
+			}
+			pending = append(pending, j)
+			continue
+		}
+		_, err := stream.GetLastMsgForSubject(ctx, queue.RunSubject(u.Pool, u.ID.String()))
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return repaired, fmt.Errorf("looking up the run message of job %s: %w", u.ID, err)
+		}
+		p, err := cfg.Store.LatestPlacement(ctx, u.ID)
+		if err != nil {
+			return repaired, err
+		}
+		orders = append(orders, orderFor(u.ID, *p))
+	}
+	if len(pending) > 0 {
+		if cfg.Placer == nil {
+			return repaired, errors.New("reconciler.placer: must be set to place pending jobs")
+		}
+		d, err := decide(ctx, cfg.Placer, pending)
+		if err != nil {
+			return repaired, err
+		}
+		done, err := cfg.Store.CommitPlacements(ctx, d)
+		if err != nil {
+			return repaired, err
+		}
+		if err := publishPlaced(ctx, cfg.JS, cfg.Store, nil, done); err != nil {
+			return repaired, err
+		}
+		repaired += len(pending)
+	}
+	suffix := fmt.Sprintf(":r%d", time.Now().UnixNano())
+	if err := publishOrders(ctx, cfg.JS, orders, suffix); err != nil {
+		return repaired, err
+	}
+	return repaired + len(orders), nil
+}

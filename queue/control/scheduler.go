@@ -1,0 +1,198 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// SchedulerStore is what the scheduler needs from the system of record.
+type SchedulerStore interface {
+	RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue.Decided) ([]*queue.Job, []queue.PlacedJob, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+}
+
+// SchedulerStreams is what the scheduler needs from JetStream: its
+// submissions consumer and the run stream to publish to.
+type SchedulerStreams interface {
+	RunPublisher
+	Consumer(ctx context.Context, stream, consumer string) (jetstream.Consumer, error)
+}
+
+// Scheduler consumes submissions, places them and records them, and
+// publishes them to their pools. It decides each batch with the Placer
+// outside any transaction, then records the jobs and commits the decisions
+// in one transaction (budgets re-checked in SQL), publishes, and acks. Each
+// step is idempotent, so a scheduler killed at any moment loses nothing and,
+// restarted, publishes nothing twice: a redelivered submission finds its job
+// already recorded, and a republished run message carries the same
+// Nats-Msg-Id.
+type Scheduler struct {
+	JS     SchedulerStreams
+	Store  SchedulerStore
+	Placer Placer
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// BatchSize is the most submissions handled in one transaction. Default 256.
+	BatchSize int
+}
+
+// WithDefaults returns s with every unset default filled in.
+func (s Scheduler) WithDefaults() Scheduler {
+	if s.BatchSize == 0 {
+		s.BatchSize = 256
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	return s
+}
+
+func (s Scheduler) validate() error {
+	switch {
+	case s.JS == nil:
+		return errors.New("scheduler.js: must be set")
+	case s.Store == nil:
+		return errors.New("scheduler.store: must be set")
+	case s.Placer == nil:
+		return errors.New("scheduler.placer: must be set")
+	case s.BatchSize < 1 || s.BatchSize > 10000:
+		return fmt.Errorf("scheduler.batch_size: must be 1–10000, got %d", s.BatchSize)
+	}
+	return nil
+}
+
+// Run consumes submissions until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	cfg := s.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	cons, err := cfg.JS.Consumer(ctx, queue.StreamSubmit, queue.SchedulerConsumer)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, cfg.BatchSize)
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(cfg.BatchSize))
+	if err != nil {
+		return fmt.Errorf("scheduler: consuming submissions: %w", err)
+	}
+	defer cc.Stop()
+	for {
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			batch = append(batch, m)
+		}
+	drain:
+		for len(batch) < cfg.BatchSize {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		if err := cfg.handle(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			cfg.Logger.Error("scheduling a batch of submissions; they will be redelivered", "count", len(batch), "err", err)
+			for _, m := range batch {
+				m.NakWithDelay(time.Second) //nolint:errcheck // redelivered after AckWait anyway
+			}
+		}
+	}
+}
+
+// handle decides, records and publishes a batch, then acks it.
+func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
+	var valid []jetstream.Msg
+	var jobs []queue.NewJob
+	var pending []*queue.Job
+	for _, m := range batch {
+		spec, err := queue.ParseSpec(m.Data())
+		var id uuid.UUID
+		if err == nil {
+			id, err = queue.SubmissionID(m, spec)
+		}
+		if err != nil {
+			// Nothing is recorded for a malformed raw publish; the client
+			// library validates before publishing, so only raw publishers
+			// meet this, and they see it in the scheduler's log.
+			s.Logger.Warn("refusing a malformed submission", "subject", m.Subject(), "err", err)
+			if err := m.Term(); err != nil {
+				return fmt.Errorf("terminating a malformed submission: %w", err)
+			}
+			continue
+		}
+		valid = append(valid, m)
+		jobs = append(jobs, queue.NewJob{ID: id, Spec: spec})
+		submitted := time.Now().UTC()
+		if meta, err := m.Metadata(); err == nil {
+			submitted = meta.Timestamp.UTC()
+		}
+		pending = append(pending, &queue.Job{ID: id, Project: spec.Project, Name: spec.Name, IdempotencyKey: spec.IdempotencyKey,
+			Spec: spec, State: queue.StatePending, SubmittedAt: submitted})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	// Placement is decided before the batch is recorded, on a snapshot of
+	// spend, so that no transaction waits on providers or policy; a decision
+	// for a job found already recorded takes effect only if it still waits.
+	decided, err := decide(ctx, s.Placer, pending)
+	if err != nil {
+		return err
+	}
+	recorded, placed, err := s.Store.RecordAndPlace(ctx, jobs, decided)
+	if err != nil {
+		return err
+	}
+	if err := publishPlaced(ctx, s.JS, s.Store, recorded, placed); err != nil {
+		return err
+	}
+	for _, m := range valid {
+		if err := m.Ack(); err != nil {
+			s.Logger.Warn("acknowledging a submission; it will be redelivered and found recorded", "err", err)
+		}
+	}
+	return nil
+}
+
+// decide places the pending jobs of a batch and collects the rejections.
+// The placements of a batch share one read of each project's spend.
+func decide(ctx context.Context, placer Placer, jobs []*queue.Job) (queue.Decided, error) {
+	ctx = withSpendCache(ctx)
+	d := queue.Decided{Rejected: map[uuid.UUID]string{}}
+	seen := make(map[uuid.UUID]bool, len(jobs))
+	for _, j := range jobs {
+		// A batch may carry one job twice (a resent submission); one
+		// decision is enough.
+		if j.State != queue.StatePending || seen[j.ID] {
+			continue
+		}
+		seen[j.ID] = true
+		p, err := placer.Place(ctx, j, nil)
+		var rej *queue.RejectionError
+		if errors.As(err, &rej) {
+			d.Rejected[j.ID] = rej.Reason
+			continue
+		}
+		if err != nil {
+			return d, fmt.Errorf("placing job %s: %w", j.ID, err)
+		}
+		p.Version = j.PlacementVersion + 1
+		d.Placed = append(d.Placed, queue.PlacedJob{JobID: j.ID, Placement: p})
+	}
+	return d, nil
+}

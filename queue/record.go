@@ -1,0 +1,64 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// NewJob is a validated submission about to be recorded.
+type NewJob struct {
+	ID   uuid.UUID
+	Spec *Spec
+}
+
+// PlacedJob is a placement about to be recorded.
+type PlacedJob struct {
+	JobID     uuid.UUID
+	Placement Placement
+}
+
+// ArchiveRecord describes a packed archive in a checkpoint store.
+type ArchiveRecord struct {
+	Bytes    int64
+	SHA256   string
+	Region   string
+	StoreURI string
+}
+
+// ListFilter narrows List; zero values match everything.
+type ListFilter struct {
+	State   JobState
+	Project string
+	Limit   int
+}
+
+// Unsettled is a job the reconciler must look at.
+type Unsettled struct {
+	ID               uuid.UUID
+	State            JobState
+	Pool             string
+	PlacementVersion int
+}
+
+// BudgetGuard is a project budget that committing a placement re-checks
+// against the spend recorded at that moment, so that spend which accrued
+// after the decision cannot push the project over its budget: the spend of
+// Project's attempts started since Since, each currency converted at Rates
+// (base micros per unit, rounded down), plus CostMicros must not exceed
+// LimitMicros. Reason is why the job is rejected when it does.
+type BudgetGuard struct {
+	Project     string
+	Since       time.Time
+	LimitMicros int64
+	CostMicros  int64
+	Rates       map[string]int64
+	Reason      string
+}
+
+// Decided is a batch of placement decisions to commit: the placements to
+// record and the jobs to reject, with the reason.
+type Decided struct {
+	Placed   []PlacedJob
+	Rejected map[uuid.UUID]string
+}

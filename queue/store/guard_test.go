@@ -1,0 +1,95 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// A placement is decided on a snapshot of spend; spend that accrued before
+// the commit must not push the project over its budget. The commit re-checks
+// every budget guard in SQL and turns a placement that no longer fits into a
+// rejection with the guard's reason.
+func TestCommitRejectsAPlacementThatSpendRecordedSinceTheDecisionPushesOverBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+
+	// A running job of project vision that has cost 10 EUR so far.
+	running := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: running, Spec: mustSpec(t, "project: vision\ncommand: [/bin/true]")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: running, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r", PriceMicros: 3_600_000_000, Currency: "EUR"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim(t, s, running, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// 3600 EUR/h over 10 s since the attempt's start is 10 EUR.
+	if _, err := s.DB.Exec(`UPDATE attempts SET started_at = heartbeat_at - interval '10 seconds' WHERE job_id = $1`, running); err != nil {
+		t.Fatal(err)
+	}
+	spend, err := s.Spend(ctx, "vision", time.Time{})
+	if err != nil || spend["EUR"] != 10_000_000 {
+		t.Fatalf("spend of vision = %v, %v; want 10 EUR", spend, err)
+	}
+
+	eur := map[string]int64{"EUR": 1_000_000}
+	guard := func(limitEUR int64, rates map[string]int64, reason string) []queue.BudgetGuard {
+		return []queue.BudgetGuard{{Project: "vision", Since: time.Now().Add(-time.Hour), LimitMicros: limitEUR * 1_000_000,
+			CostMicros: 1_000_000, Rates: rates, Reason: reason}}
+	}
+	over, fits, noRate, unguarded := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	var jobs []queue.NewJob
+	for _, id := range []uuid.UUID{over, fits, noRate, unguarded} {
+		jobs = append(jobs, queue.NewJob{ID: id, Spec: mustSpec(t, "project: vision\ncommand: [/bin/true]")})
+	}
+	placement := func(id uuid.UUID, g []queue.BudgetGuard) queue.PlacedJob {
+		return queue.PlacedJob{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r", Guards: g}}
+	}
+	_, placed, err := s.RecordAndPlace(ctx, jobs, queue.Decided{Placed: []queue.PlacedJob{
+		placement(over, guard(10, eur, "budget vision: 10 EUR a month")), // 10 spent + 1 > 10
+		placement(fits, guard(11, eur, "never")),                         // 10 + 1 ≤ 11
+		placement(noRate, guard(100, map[string]int64{"USD": 900_000}, "no rate for EUR")),
+		placement(unguarded, nil),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uuid.UUID]bool{}
+	for _, p := range placed {
+		got[p.JobID] = true
+	}
+	if !got[fits] || !got[unguarded] || got[over] || got[noRate] || len(placed) != 2 {
+		t.Fatalf("placements that took effect: %v", placed)
+	}
+	for id, want := range map[uuid.UUID]queue.JobState{over: queue.StateRejected, noRate: queue.StateRejected, fits: queue.StatePlaced, unguarded: queue.StatePlaced} {
+		j, err := s.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State != want {
+			t.Errorf("job %s is %s, want %s", id, j.State, want)
+		}
+	}
+	j, err := s.Job(ctx, over)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Reason != "budget vision: 10 EUR a month" {
+		t.Errorf("rejection reason %q, want the guard's", j.Reason)
+	}
+	events, err := s.EventsOf(ctx, over)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := events[len(events)-1]; last.State != queue.StateRejected || last.Message != j.Reason {
+		t.Errorf("the audit trail ends with %+v, want the rejection and its reason", last)
+	}
+}

@@ -1,0 +1,267 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/sql/db"
+)
+
+// RecordJobs records a batch of submissions in one transaction of three
+// statements, whatever the batch size. A submission whose id or idempotency
+// key is already recorded inserts nothing; the existing job is returned in
+// its place, so redelivery and re-runs are harmless.
+func (s *Store) RecordJobs(ctx context.Context, jobs []queue.NewJob) ([]*queue.Job, error) {
+	recorded, _, err := s.RecordAndPlace(ctx, jobs, queue.Decided{})
+	return recorded, err
+}
+
+// RecordAndPlace records a batch of submissions like RecordJobs and commits,
+// in the same transaction, the placements and rejections decided for them
+// beforehand (see CommitPlacements): a batch costs one commit, and no row is
+// locked while placement is decided. A decision about a job that was already
+// recorded takes effect only if the job is still waiting for it. It returns
+// the jobs as recorded before the decisions and the placements that took
+// effect.
+func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue.Decided) ([]*queue.Job, []queue.PlacedJob, error) {
+	params := db.JobInsertManyParams{
+		Ids: make([]uuid.UUID, len(jobs)), Projects: make([]string, len(jobs)), Names: make([]string, len(jobs)),
+		IdempotencyKeys: make([]string, len(jobs)), Specs: make([]string, len(jobs)),
+	}
+	var projects []string
+	for i, nj := range jobs {
+		spec, err := json.Marshal(nj.Spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		params.Ids[i], params.Projects[i], params.Names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
+		params.IdempotencyKeys[i], params.Specs[i] = nj.Spec.IdempotencyKey, string(spec)
+		if !slices.Contains(projects, nj.Spec.Project) {
+			projects = append(projects, nj.Spec.Project)
+		}
+	}
+	slices.Sort(projects)
+	out := make([]*queue.Job, len(jobs))
+	var done []queue.PlacedJob
+	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
+			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
+		}
+		inserted, err := q.JobInsertMany(ctx, params)
+		if err != nil {
+			return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
+		}
+		rows, err := q.JobListByIDs(ctx, params.Ids)
+		if err != nil {
+			return nil, fmt.Errorf("reading %d recorded jobs: %w", len(jobs), err)
+		}
+		byID := make(map[uuid.UUID]db.JobRow, len(rows))
+		for _, r := range rows {
+			byID[r.ID] = r
+		}
+		for i, nj := range jobs {
+			row, ok := byID[nj.ID]
+			if !ok && nj.Spec.IdempotencyKey != "" {
+				row, err = q.JobGetByIdempotencyKey(ctx, db.JobGetByIdempotencyKeyParams{Project: nj.Spec.Project, IdempotencyKey: sql.NullString{String: nj.Spec.IdempotencyKey, Valid: true}})
+				ok = err == nil
+			}
+			if !ok {
+				return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, errors.Join(err, queue.ErrNotFound))
+			}
+			if out[i], err = jobFromRow(row); err != nil {
+				return nil, err
+			}
+		}
+		events := make([]queue.Event, len(inserted))
+		for i, id := range inserted {
+			events[i] = eventOf(id, queue.StatePending, 0, "submitted", nil)
+		}
+		var committed []queue.Event
+		done, committed, err = commitPlacements(ctx, q, d)
+		return append(events, committed...), err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, done, nil
+}
+
+// CommitPlacements commits decided placements and rejections in one
+// transaction. Each placement's budget guards are first re-checked in SQL
+// against the spend recorded now; a placement failing one is turned into a
+// rejection with the guard's reason (a re-placement failing one is left
+// out). A job that is running or finished, or was placed again meanwhile, is
+// left alone; the returned slice holds the placements that took effect.
+func (s *Store) CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error) {
+	if len(d.Placed) == 0 && len(d.Rejected) == 0 {
+		return nil, nil
+	}
+	var done []queue.PlacedJob
+	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		var events []queue.Event
+		var err error
+		done, events, err = commitPlacements(ctx, q, d)
+		return events, err
+	})
+	return done, err
+}
+
+func commitPlacements(ctx context.Context, q *db.Queries, d queue.Decided) ([]queue.PlacedJob, []queue.Event, error) {
+	placed, failed, err := checkGuards(ctx, q, d.Placed)
+	if err != nil {
+		return nil, nil, err
+	}
+	rejected := make([]uuid.UUID, 0, len(d.Rejected)+len(failed))
+	reasons := make(map[uuid.UUID]string, len(d.Rejected)+len(failed))
+	for id, reason := range d.Rejected {
+		rejected, reasons[id] = append(rejected, id), reason
+	}
+	for id, reason := range failed {
+		rejected, reasons[id] = append(rejected, id), reason
+	}
+	// In id order, so that concurrent commits lock job rows in one order.
+	sort.Slice(rejected, func(i, j int) bool { return rejected[i].String() < rejected[j].String() })
+	var events []queue.Event
+	for _, id := range rejected {
+		n, err := q.JobReject(ctx, db.JobRejectParams{ID: id, Reason: reasons[id]})
+		if err != nil {
+			return nil, nil, fmt.Errorf("rejecting job %s: %w", id, err)
+		}
+		if n == 0 {
+			continue
+		}
+		ev, err := recordEvent(ctx, q, id, queue.StateRejected, 0, reasons[id], nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("recording the rejection of job %s: %w", id, err)
+		}
+		events = append(events, ev)
+	}
+	done, placedEvents, err := placeMany(ctx, q, placed)
+	return done, append(events, placedEvents...), err
+}
+
+// checkGuards re-checks the budget guards of placements in one statement and
+// splits them into those that hold and the reasons of those that failed.
+func checkGuards(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]queue.PlacedJob, map[uuid.UUID]string, error) {
+	var params db.ProjectBudgetOverrunsParams
+	var owner []int
+	for i, p := range placed {
+		for _, g := range p.Placement.Guards {
+			n := int32(len(owner))
+			params.Guards = append(params.Guards, n)
+			params.Projects = append(params.Projects, g.Project)
+			params.Since = append(params.Since, g.Since.UTC())
+			params.LimitMicros = append(params.LimitMicros, g.LimitMicros)
+			params.CostMicros = append(params.CostMicros, g.CostMicros)
+			for c, r := range g.Rates {
+				params.RateGuards = append(params.RateGuards, n)
+				params.RateCurrencies = append(params.RateCurrencies, c)
+				params.RateMicros = append(params.RateMicros, r)
+			}
+			owner = append(owner, i)
+		}
+	}
+	if len(owner) == 0 {
+		return placed, nil, nil
+	}
+	over, err := q.ProjectBudgetOverruns(ctx, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("re-checking %d budget guards: %w", len(owner), err)
+	}
+	failed := map[uuid.UUID]string{}
+	drop := map[int]bool{}
+	for _, g := range over {
+		i := owner[g]
+		if drop[i] {
+			continue
+		}
+		drop[i] = true
+		guards := placed[i].Placement.Guards
+		// The guard index within its placement names the budget.
+		first := slices.Index(owner, i)
+		failed[placed[i].JobID] = guards[int(g)-first].Reason
+	}
+	kept := make([]queue.PlacedJob, 0, len(placed)-len(drop))
+	for i, p := range placed {
+		if !drop[i] {
+			kept = append(kept, p)
+		}
+	}
+	return kept, failed, nil
+}
+
+// placeMany moves each job to its next placement and stores the placement
+// with its decision and price, in one statement.
+func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]queue.PlacedJob, []queue.Event, error) {
+	if len(placed) == 0 {
+		return nil, nil, nil
+	}
+	n := len(placed)
+	params := db.JobPlaceManyParams{
+		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: make([]string, n), Regions: make([]string, n),
+		Residencies: make([]string, n), Countries: make([]string, n), PriceMicros: make([]int64, n),
+		Currencies: make([]string, n), Decisions: make([]string, n),
+	}
+	byID := make(map[uuid.UUID]queue.PlacedJob, n)
+	for i, p := range placed {
+		decision := p.Placement.Decision
+		if len(decision) == 0 {
+			decision = []byte("{}")
+		}
+		for _, c := range p.Placement.Countries {
+			if strings.Contains(c, ",") {
+				return nil, nil, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
+			}
+		}
+		params.JobIds[i], params.Versions[i], params.Pools[i] = p.JobID, int32(p.Placement.Version), p.Placement.Pool
+		params.Regions[i], params.Residencies[i] = p.Placement.Region, p.Placement.Residency
+		params.Countries[i], params.Decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
+		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
+		byID[p.JobID] = p
+	}
+	ids, err := q.JobPlaceMany(ctx, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording %d placements: %w", n, err)
+	}
+	done := make([]queue.PlacedJob, len(ids))
+	events := make([]queue.Event, len(ids))
+	for i, id := range ids {
+		p := byID[id]
+		msg := "placed on pool " + p.Placement.Pool
+		if p.Placement.Version > 1 {
+			msg = fmt.Sprintf("re-placed on pool %s (placement %d)", p.Placement.Pool, p.Placement.Version)
+		}
+		done[i], events[i] = p, eventOf(id, queue.StatePlaced, 0, msg, nil)
+	}
+	return done, events, nil
+}
+
+// Spend returns what a project's attempts started since a time have cost so
+// far, in micros per currency. Running attempts count up to their last
+// heartbeat, so spend is known as it accrues.
+func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error) {
+	rows, err := s.q.AttemptSpendByProject(ctx, db.AttemptSpendByProjectParams{Project: project, Since: since})
+	if err != nil {
+		return nil, fmt.Errorf("summing the spend of project %s: %w", project, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Currency] = r.Micros
+	}
+	return out, nil
+}
+
+// RecordPlacements commits placements with no rejections (CommitPlacements).
+func (s *Store) RecordPlacements(ctx context.Context, placed []queue.PlacedJob) ([]queue.PlacedJob, error) {
+	return s.CommitPlacements(ctx, queue.Decided{Placed: placed})
+}

@@ -1,0 +1,543 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	_ "github.com/lib/pq" // the PostgreSQL driver
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/sql/db"
+)
+
+// EventSink is told about every event after the transaction that recorded it
+// commits. The JetStream publisher implements it; nil drops them.
+type EventSink interface {
+	Announce(ctx context.Context, events []queue.Event)
+}
+
+// Store is the PostgreSQL system of record. It wraps the generated queries,
+// converts rows into domain types in one place, and guards every worker
+// write with the attempt number.
+type Store struct {
+	DB     *sql.DB
+	q      *db.Queries
+	Events EventSink
+}
+
+// Open connects to PostgreSQL at url and checks the connection.
+func Open(ctx context.Context, url string) (*Store, error) {
+	conn, err := sql.Open("postgres", url)
+	if err != nil {
+		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
+	}
+	conn.SetMaxOpenConns(32)
+	conn.SetMaxIdleConns(32)
+	if err := conn.PingContext(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	return New(conn), nil
+}
+
+// New wraps an open database.
+func New(conn *sql.DB) *Store {
+	return &Store{DB: conn, q: db.New(conn)}
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.DB.Close() }
+
+func (s *Store) announce(ctx context.Context, events []queue.Event) {
+	if s.Events != nil && len(events) > 0 {
+		s.Events.Announce(ctx, events)
+	}
+}
+
+// inTx runs fn in a transaction and announces the events it returns after
+// the commit.
+func (s *Store) inTx(ctx context.Context, fn func(q *db.Queries) ([]queue.Event, error)) error {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after commit
+	events, err := fn(s.q.WithTx(tx))
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.announce(ctx, events)
+	return nil
+}
+
+func recordEvent(ctx context.Context, q *db.Queries, id uuid.UUID, state queue.JobState, attempt int, msg string, exit *int) (queue.Event, error) {
+	err := q.JobEventInsert(ctx, db.JobEventInsertParams{JobID: id, State: db.JobState(state), Attempt: int32(attempt), Message: msg})
+	return eventOf(id, state, attempt, msg, exit), err
+}
+
+// eventOf is the announcement of an event a statement recorded.
+func eventOf(id uuid.UUID, state queue.JobState, attempt int, msg string, exit *int) queue.Event {
+	return queue.Event{JobID: id, At: time.Now().UTC(), State: state, Attempt: attempt, Message: msg, ExitCode: exit}
+}
+
+// Claim starts a new attempt of a job and closes any attempt it supersedes,
+// in one statement, and returns the latest checkpoint.
+func (s *Store) Claim(ctx context.Context, r queue.ClaimRequest) (*queue.Claimed, error) {
+	res, err := s.ClaimMany(ctx, []queue.ClaimRequest{r})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Claimed, res[0].Err
+}
+
+// ClaimMany claims a batch of jobs for one worker: every request must name
+// the same worker, host, pid, pool and lease. Distinct jobs are claimed in
+// one statement; a job named twice is claimed (and, the second time, found
+// running) in a statement of its own. The error is for the batch as a whole;
+// each request's own outcome is in its result.
+func (s *Store) ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]queue.ClaimResult, error) {
+	results := make([]queue.ClaimResult, len(reqs))
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		var round, later []int
+		seen := make(map[uuid.UUID]bool, len(pending))
+		for _, i := range pending {
+			if seen[reqs[i].JobID] {
+				later = append(later, i)
+				continue
+			}
+			seen[reqs[i].JobID] = true
+			round = append(round, i)
+		}
+		if err := s.claimRound(ctx, reqs, round, results); err != nil {
+			return nil, err
+		}
+		pending = later
+	}
+	return results, nil
+}
+
+func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round []int, results []queue.ClaimResult) error {
+	first := reqs[round[0]]
+	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", first.Host, first.PID, first.Pool)
+	params := db.JobClaimManyParams{
+		LeaseSeconds: first.Lease.Seconds(), WorkerID: first.WorkerID, Host: first.Host, Pid: int32(first.PID), Pool: first.Pool, Message: msg,
+		NodeID: first.NodeID, CanaryRunID: sql.NullInt64{Int64: first.CanaryRunID, Valid: first.CanaryRunID != 0},
+	}
+	for _, i := range round {
+		r := reqs[i]
+		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease {
+			return fmt.Errorf("claiming job %s: a batch of claims must come from one worker", r.JobID)
+		}
+		params.Ids = append(params.Ids, r.JobID)
+		params.PlacementVersions = append(params.PlacementVersions, int32(r.PlacementVersion))
+	}
+	rows, err := s.q.JobClaimMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("claiming %d jobs: %w", len(round), err)
+	}
+	claimed := make(map[uuid.UUID]db.JobRow, len(rows))
+	for _, row := range rows {
+		claimed[row.ID] = row
+	}
+	var events []queue.Event
+	for _, i := range round {
+		r := reqs[i]
+		row, ok := claimed[r.JobID]
+		if !ok {
+			results[i].Err = s.whyNotClaimed(ctx, r)
+			continue
+		}
+		c, err := s.claimedFromRow(ctx, row)
+		if err != nil {
+			return err
+		}
+		results[i].Claimed = c
+		events = append(events, eventOf(r.JobID, queue.StateRunning, int(row.Attempt), msg, nil))
+	}
+	s.announce(ctx, events)
+	return nil
+}
+
+// whyNotClaimed explains a claim that claimed nothing.
+func (s *Store) whyNotClaimed(ctx context.Context, r queue.ClaimRequest) error {
+	info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, queue.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming job %s: %w", r.JobID, err)
+	}
+	nc := &queue.NotClaimableError{State: queue.JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
+	if nc.State == queue.StateRunning && !nc.Stale {
+		// A stale message can never be claimed (placement versions only
+		// grow), so only a current one waits for the lease. This statement
+		// runs after the claim's: a lease that ran out in
+		// between still refused the claim, and the job is still to be run,
+		// so the caller must look again, not drop the message.
+		nc.LeaseLeft = max(time.Duration(info.LeaseSeconds*float64(time.Second)), time.Millisecond)
+	}
+	return nc
+}
+
+// claimedFromRow converts a claimed row and reads the checkpoint to resume
+// from. Once claimed, only this attempt can record checkpoints, so the
+// latest one read now is the right one.
+func (s *Store) claimedFromRow(ctx context.Context, row db.JobRow) (*queue.Claimed, error) {
+	job, err := jobFromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	out := &queue.Claimed{Job: job}
+	if row.CheckpointSeq > 0 {
+		cp, err := s.q.CheckpointLatest(ctx, row.ID)
+		if err != nil {
+			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", row.ID, err)
+		}
+		c := checkpointFromRow(cp)
+		out.Checkpoint = &c
+	}
+	return out, nil
+}
+
+// Heartbeat extends the attempt's lease. ErrFenced means the attempt lost the
+// job (superseded, cancelled or finished elsewhere).
+func (s *Store) Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease time.Duration) error {
+	n, err := s.q.JobHeartbeat(ctx, db.JobHeartbeatParams{ID: id, Attempt: int32(attempt), LeaseSeconds: lease.Seconds()})
+	if err != nil {
+		return fmt.Errorf("heartbeat of job %s attempt %d: %w", id, attempt, err)
+	}
+	if n == 0 {
+		return queue.ErrFenced
+	}
+	return nil
+}
+
+// RecordCheckpoint records a committed checkpoint under attempt and returns
+// its sequence number; ErrFenced when the attempt no longer owns the job.
+func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error) {
+	seq, err := s.q.CheckpointInsert(ctx, db.CheckpointInsertParams{JobID: id, Attempt: int32(attempt), Bytes: a.Bytes, Sha256: a.SHA256, Region: a.Region, StoreUri: a.StoreURI})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, queue.ErrFenced
+	}
+	if err != nil {
+		return 0, fmt.Errorf("recording checkpoint of job %s: %w", id, err)
+	}
+	return int(seq), nil
+}
+
+// Succeed records the job's outputs and its success under attempt.
+func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error {
+	if outputs == nil {
+		recorded, err := s.SucceedMany(ctx, []queue.AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = queue.ErrFenced
+		}
+		return err
+	}
+	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.ResultInsert(ctx, db.ResultInsertParams{JobID: id, Attempt: int32(attempt), Bytes: outputs.Bytes, Sha256: outputs.SHA256, Region: outputs.Region, StoreUri: outputs.StoreURI})
+		if err != nil {
+			return nil, fmt.Errorf("recording outputs of job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, queue.ErrFenced
+		}
+		recorded, events, err := succeedMany(ctx, q, []queue.AttemptRef{{JobID: id, Attempt: attempt}})
+		if err == nil && !recorded[0] {
+			err = queue.ErrFenced
+		}
+		return events, err
+	})
+}
+
+// SucceedMany records the success of a batch of attempts that left no
+// outputs, in one statement. recorded[i] is false when refs[i] no longer
+// owns its job (fenced out); such an attempt must not acknowledge.
+func (s *Store) SucceedMany(ctx context.Context, refs []queue.AttemptRef) (recorded []bool, err error) {
+	recorded, events, err := succeedMany(ctx, s.q, refs)
+	if err != nil {
+		return nil, err
+	}
+	s.announce(ctx, events)
+	return recorded, nil
+}
+
+func succeedMany(ctx context.Context, q *db.Queries, refs []queue.AttemptRef) ([]bool, []queue.Event, error) {
+	params := db.JobSucceedManyParams{Ids: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, r := range refs {
+		params.Ids[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+	}
+	ids, err := q.JobSucceedMany(ctx, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording the success of %d jobs: %w", len(refs), err)
+	}
+	done := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	recorded := make([]bool, len(refs))
+	var events []queue.Event
+	zero := 0
+	for i, r := range refs {
+		if recorded[i] = done[r.JobID]; recorded[i] {
+			events = append(events, eventOf(r.JobID, queue.StateSucceeded, r.Attempt, "succeeded", &zero))
+		}
+	}
+	return recorded, events, nil
+}
+
+func endAttempt(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, outcome string, exit *int, state queue.JobState, msg string) ([]queue.Event, error) {
+	if err := q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: outcome, ExitCode: nullInt(exit)}); err != nil {
+		return nil, err
+	}
+	ev, err := recordEvent(ctx, q, id, state, attempt, msg, exit)
+	ev.Outcome = outcome
+	return []queue.Event{ev}, err
+}
+
+// Fail finalises the job as failed under attempt.
+func (s *Store) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.JobFail(ctx, db.JobFailParams{ID: id, Attempt: int32(attempt), ExitCode: nullInt(exit), Reason: reason})
+		if err != nil {
+			return nil, fmt.Errorf("recording failure of job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, queue.ErrFenced
+		}
+		return endAttempt(ctx, q, id, attempt, outcome, exit, queue.StateFailed, reason)
+	})
+}
+
+// Requeue hands a running job back to its pool after an error (errors+1) or a
+// preemption (preemptions+1), under attempt.
+func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
+	addErr, addPre := 0, 0
+	if outcome == queue.OutcomePreempted {
+		addPre = 1
+	} else {
+		addErr = 1
+	}
+	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.JobRequeue(ctx, db.JobRequeueParams{ID: id, Attempt: int32(attempt), AddErrors: int32(addErr), AddPreemptions: int32(addPre), ExitCode: nullInt(exit), Reason: reason})
+		if err != nil {
+			return nil, fmt.Errorf("requeueing job %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil, queue.ErrFenced
+		}
+		return endAttempt(ctx, q, id, attempt, outcome, exit, queue.StatePlaced, reason)
+	})
+}
+
+// EndAttempt closes an attempt without touching the job: the worker was
+// fenced out or the job was cancelled under it.
+func (s *Store) EndAttempt(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int) error {
+	return s.q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: outcome, ExitCode: nullInt(exit)})
+}
+
+// Cancel finalises a job that has not finished. It returns ErrNotFound for an
+// unknown job and a *NotClaimableError carrying the state of a finished one.
+func (s *Store) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		attempt, err := q.JobCancel(ctx, db.JobCancelParams{ID: id, Reason: reason})
+		if errors.Is(err, sql.ErrNoRows) {
+			row, err := q.JobGetByID(ctx, id)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("job %s: %w", id, queue.ErrNotFound)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return nil, &queue.NotClaimableError{State: queue.JobState(row.State)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cancelling job %s: %w", id, err)
+		}
+		ev, err := recordEvent(ctx, q, id, queue.StateCancelled, int(attempt), reason, nil)
+		return []queue.Event{ev}, err
+	})
+}
+
+// MarkDead finalises a job that can no longer make progress.
+func (s *Store) MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error {
+	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.JobMarkDead(ctx, db.JobMarkDeadParams{ID: id, Reason: reason})
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		if err := q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: queue.OutcomePreempted}); err != nil {
+			return nil, err
+		}
+		ev, err := recordEvent(ctx, q, id, queue.StateDead, attempt, reason, nil)
+		return []queue.Event{ev}, err
+	})
+}
+
+// Job returns one job.
+func (s *Store) Job(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	row, err := s.q.JobGetByID(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", id, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading job %s: %w", id, err)
+	}
+	return jobFromRow(row)
+}
+
+// List returns jobs, newest first.
+func (s *Store) List(ctx context.Context, f queue.ListFilter) ([]*queue.Job, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := s.q.JobList(ctx, db.JobListParams{
+		State:   db.NullJobState{JobState: db.JobState(f.State), Valid: f.State != ""},
+		Project: sql.NullString{String: f.Project, Valid: f.Project != ""},
+		MaxRows: int32(f.Limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing jobs: %w", err)
+	}
+	out := make([]*queue.Job, 0, len(rows))
+	for _, r := range rows {
+		j, err := jobFromRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Attempts returns a job's attempts, oldest first.
+func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error) {
+	rows, err := s.q.AttemptListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading attempts of job %s: %w", id, err)
+	}
+	out := make([]queue.Attempt, len(rows))
+	for i, r := range rows {
+		out[i] = queue.Attempt{Attempt: int(r.Attempt), WorkerID: r.WorkerID, Host: r.Host, PID: int(r.Pid), Pool: r.Pool,
+			StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt, EndedAt: timePtr(r.EndedAt), Outcome: r.Outcome, ExitCode: intPtr(r.ExitCode),
+			NodeID: r.NodeID, CanaryRunID: r.CanaryRunID.Int64}
+	}
+	return out, nil
+}
+
+// Checkpoints returns a job's checkpoints in sequence order.
+func (s *Store) Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error) {
+	rows, err := s.q.CheckpointListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoints of job %s: %w", id, err)
+	}
+	out := make([]queue.Checkpoint, len(rows))
+	for i, r := range rows {
+		out[i] = checkpointFromRow(r)
+	}
+	return out, nil
+}
+
+// EventsOf returns a job's audit trail, oldest first.
+func (s *Store) EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, error) {
+	rows, err := s.q.JobEventListByJob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading events of job %s: %w", id, err)
+	}
+	out := make([]queue.Event, len(rows))
+	for i, r := range rows {
+		out[i] = queue.Event{JobID: r.JobID, At: r.At, State: queue.JobState(r.State), Attempt: int(r.Attempt), Message: r.Message}
+	}
+	return out, nil
+}
+
+// LatestPlacement returns the job's current placement with its decision.
+func (s *Store) LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error) {
+	r, err := s.q.PlacementLatest(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("placement of job %s: %w", id, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &queue.Placement{Version: int(r.Version), Pool: r.Pool, Region: r.Region, Residency: r.Residency, Countries: r.Countries,
+		PriceMicros: r.PriceMicros, Currency: r.Currency, Decision: r.Decision}, nil
+}
+
+// Result returns where the job's outputs were stored.
+func (s *Store) Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error) {
+	r, err := s.q.ResultGet(ctx, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("outputs of job %s: %w", id, queue.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &queue.ArchiveRecord{Bytes: r.Bytes, SHA256: r.Sha256, Region: r.Region, StoreURI: r.StoreUri}, nil
+}
+
+// ListUnsettled returns pending jobs older than pendingAge and placed or
+// lease-expired running jobs quiet for longer than placedAge.
+func (s *Store) ListUnsettled(ctx context.Context, pendingAge, placedAge time.Duration, limit int) ([]queue.Unsettled, error) {
+	rows, err := s.q.JobListUnsettled(ctx, db.JobListUnsettledParams{PendingSeconds: pendingAge.Seconds(), PlacedSeconds: placedAge.Seconds(), MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("listing unsettled jobs: %w", err)
+	}
+	out := make([]queue.Unsettled, len(rows))
+	for i, r := range rows {
+		out[i] = queue.Unsettled{ID: r.ID, State: queue.JobState(r.State), Pool: r.Pool.String, PlacementVersion: int(r.PlacementVersion)}
+	}
+	return out, nil
+}
+
+func jobFromRow(r db.JobRow) (*queue.Job, error) {
+	var spec queue.Spec
+	if err := json.Unmarshal(r.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("decoding spec of job %s: %w", r.ID, err)
+	}
+	return &queue.Job{
+		ID: r.ID, Project: r.Project, Name: r.Name, IdempotencyKey: r.IdempotencyKey.String, Spec: &spec,
+		State: queue.JobState(r.State), Attempt: int(r.Attempt), Errors: int(r.Errors), Preemptions: int(r.Preemptions),
+		PlacementVersion: int(r.PlacementVersion), Pool: r.Pool.String, ExitCode: intPtr(r.ExitCode), Reason: r.Reason,
+		LeaseExpiresAt: timePtr(r.LeaseExpiresAt), SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinalizedAt: timePtr(r.FinalizedAt),
+	}, nil
+}
+
+func checkpointFromRow(r db.Checkpoint) queue.Checkpoint {
+	return queue.Checkpoint{JobID: r.JobID, Seq: int(r.Seq), Attempt: int(r.Attempt), Bytes: r.Bytes, SHA256: r.Sha256, Region: r.Region, StoreURI: r.StoreUri, CreatedAt: r.CreatedAt}
+}
+
+func nullInt(p *int) sql.NullInt32 {
+	if p == nil {
+		return sql.NullInt32{}
+	}
+	return sql.NullInt32{Int32: int32(*p), Valid: true}
+}
+
+func intPtr(n sql.NullInt32) *int {
+	if !n.Valid {
+		return nil
+	}
+	v := int(n.Int32)
+	return &v
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time
+	return &v
+}
