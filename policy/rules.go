@@ -35,8 +35,9 @@ type Rules struct {
 	MaxAlternatives int `json:"max_alternatives,omitempty" yaml:"max_alternatives" mapstructure:"max_alternatives"`
 	// EgressPrices are what moving a GB of a job's input out of where it is
 	// stored costs; the first entry matching the input's provider and
-	// region applies. An input no entry matches is priced at the egress
-	// its provider's offers in its region state.
+	// region applies (an input that names no provider matches on its
+	// region alone). An input no entry matches is priced at the egress its
+	// provider's offers in its region state.
 	EgressPrices []EgressPrice `json:"egress_prices,omitempty" yaml:"egress_prices" mapstructure:"egress_prices"`
 }
 
