@@ -78,6 +78,7 @@ func TestValidAgreesWithValidateProperty(t *testing.T) {
 			PricePerHour: Money{Micros: rapid.Int64Range(-1, 1).Draw(t, "price"), Currency: rapid.SampledFrom([]string{"EUR", "eur", ""}).Draw(t, "currency")},
 			GPUCount:     rapid.IntRange(-1, 1).Draw(t, "gpus"), VCPU: rapid.IntRange(-1, 1).Draw(t, "vcpu"),
 			Availability: rapid.SampledFrom([]Availability{"", Available, Scarce, AvailabilityUnknown, Unavailable, "plenty"}).Draw(t, "avail"),
+			MaxDuration:  time.Duration(rapid.IntRange(-1, 1).Draw(t, "max_duration")),
 		}
 		if rapid.Bool().Draw(t, "has_egress") {
 			o.EgressPerGB = &Money{Micros: rapid.Int64Range(-1, 1).Draw(t, "egress"), Currency: rapid.SampledFrom([]string{"EUR", "x"}).Draw(t, "egress_currency")}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Availability is a provider's statement about capacity in a pool.
@@ -62,6 +63,9 @@ type Offer struct {
 	// PreemptionRate is the expected preemptions per hour of a spot
 	// instance; nil when unknown.
 	PreemptionRate *float64 `json:"preemption_rate,omitempty" yaml:"preemption_rate" mapstructure:"preemption_rate"`
+	// MaxDuration is the longest an instance of the pool may run before
+	// the provider ends it; zero when the provider sets no limit.
+	MaxDuration time.Duration `json:"max_duration_ns,omitempty" yaml:"max_duration" mapstructure:"max_duration"`
 }
 
 // ValidPool reports whether pool can be used as a NATS subject token and
@@ -94,7 +98,7 @@ func (o *Offer) valid(countryOK bool, avail int) bool {
 	return o.Provider != "" && ValidPool(o.Pool) && (o.Tier == TierSpot || o.Tier == TierOnDemand) &&
 		o.PricePerHour.Micros >= 0 && validCurrency(o.PricePerHour.Currency) &&
 		(o.EgressPerGB == nil || o.EgressPerGB.Micros >= 0 && validCurrency(o.EgressPerGB.Currency)) &&
-		(o.PreemptionRate == nil || *o.PreemptionRate >= 0) &&
+		(o.PreemptionRate == nil || *o.PreemptionRate >= 0) && o.MaxDuration >= 0 &&
 		min(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) >= 0 &&
 		(o.Country == "" || countryOK) && (avail < 3 || o.Availability == Unavailable)
 }
@@ -114,6 +118,8 @@ func (o *Offer) validate() error {
 		return fmt.Errorf("egress_per_gb: want a non-negative amount in an ISO 4217 currency, got %s", o.EgressPerGB)
 	case o.PreemptionRate != nil && !(*o.PreemptionRate >= 0):
 		return fmt.Errorf("preemption_rate: must be 0 or more, got %v", *o.PreemptionRate)
+	case o.MaxDuration < 0:
+		return fmt.Errorf("max_duration: must be 0 (no limit) or more, got %s", o.MaxDuration)
 	case o.GPUCount < 0 || o.GPUMemoryGB < 0 || o.VCPU < 0 || o.MemoryGB < 0:
 		return fmt.Errorf("gpu_count, gpu_memory_gb, vcpu, memory_gb: must be 0 or more")
 	case o.Country != "" && !isCountryCode(o.Country):
