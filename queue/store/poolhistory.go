@@ -76,6 +76,9 @@ func (r PoolHistoryRetention) validate() error {
 	return nil
 }
 
+// HistoryTick is the slot one observation of a pool counts for.
+func (s *Store) HistoryTick() time.Duration { return s.HistoryRetention.WithDefaults().Tick }
+
 // bucketOf returns the fine bucket and slot an observation at t falls in.
 // The bucket is taken from the slot's start, so that one slot never
 // straddles two buckets.

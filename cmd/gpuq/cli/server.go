@@ -129,6 +129,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	placer.Spend = c.store.Spend // budgets are charged with recorded spend
+	placer.History = c.store     // pools' availability is shared by every server
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
 		for range 3 {
