@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/policy/spot"
@@ -29,6 +31,9 @@ type Placer interface {
 type Prior struct {
 	Placement queue.Placement
 	Attempts  []queue.Attempt
+	// Checkpoint is the job's latest checkpoint; nil when it has none or
+	// the caller did not look (PolicyPlacer.Checkpoints then looks).
+	Checkpoint *queue.Checkpoint
 }
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
@@ -56,6 +61,10 @@ type PolicyPlacer struct {
 	// restarted or second server is not blind. Without it the placer keeps
 	// the history of its own refreshes, in memory.
 	History PoolHistory
+	// Checkpoints lists a job's checkpoints (store.Store.Checkpoints).
+	// When set, a re-placement tells the spot strategy which zone holds
+	// the latest checkpoint, so that it weighs moving it.
+	Checkpoints func(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
@@ -83,7 +92,7 @@ type PoolEventRecorder interface {
 // in; the cache is not copied.
 func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
 	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend,
-		History: p.History, Now: p.Now}
+		History: p.History, Checkpoints: p.Checkpoints, Now: p.Now}
 	if out.OfferTTL == 0 {
 		out.OfferTTL = DefaultOfferTTL
 	}
@@ -117,6 +126,17 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	offers, err := p.currentOffers(ctx, cfg.OfferTTL, cfg.Now)
 	if err != nil {
 		return queue.Placement{}, err
+	}
+	if prior != nil && prior.Checkpoint == nil && p.Checkpoints != nil {
+		cps, err := p.Checkpoints(ctx, job.ID)
+		if err != nil {
+			return queue.Placement{}, fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
+		}
+		if len(cps) > 0 {
+			withCheckpoint := *prior
+			withCheckpoint.Checkpoint = &cps[len(cps)-1]
+			prior = &withCheckpoint
+		}
 	}
 	now := cfg.Now()
 	q := Question{Job: pj, SubmittedAt: job.SubmittedAt, Prior: prior, Rules: cfg.Rules, Offers: offers,
