@@ -69,11 +69,11 @@ func TestReplacementMovesToTheOtherZonesSpotOnlyWhenTheMovePays(t *testing.T) {
 		Checkpoint: &queue.Checkpoint{JobID: id, Seq: 3, Attempt: 1, Bytes: 20e9, Region: "eu-a"},
 	}
 	for _, c := range []struct {
-		name           string
-		egressPerGB    int64 // micros of EUR
+		name          string
+		egressPerGB   int64 // micros of EUR
 		pool, advises string
 	}{
-		{"cheap egress", 10_000, "b-spot", "advises spot"},     // 0.20 EUR to move 20 GB
+		{"cheap egress", 10_000, "b-spot", "advises spot"},    // 0.20 EUR to move 20 GB
 		{"dear egress", 100_000, "a-od", "advises on-demand"}, // 2.00 EUR: more than b's spot saves
 	} {
 		d, err := control.Decide(control.Question{Job: job, SubmittedAt: t0, Prior: prior, Offers: offers(false, c.egressPerGB), Now: now})
