@@ -243,7 +243,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			if simulated != nil {
-				done := simulated.start(ctx, stack)
+				done := simulated.start(ctx, stack, c.store)
 				defer func() { <-done }()
 			} else {
 				pools, err := poolsOrDefault(v)
