@@ -118,7 +118,7 @@ func (s *Store) ObservePools(ctx context.Context, at time.Time, obs []queue.Pool
 
 // RecordPoolEvent counts a launch, a refused launch or a preemption against
 // its pool, and as one observation of its capacity (up for a launch, down
-// otherwise) unless its slot was observed already.
+// otherwise) unless its slot was observed already. A zero At is now.
 func (s *Store) RecordPoolEvent(ctx context.Context, e queue.PoolEvent) error {
 	r := s.HistoryRetention.WithDefaults()
 	if err := r.validate(); err != nil {
@@ -126,6 +126,9 @@ func (s *Store) RecordPoolEvent(ctx context.Context, e queue.PoolEvent) error {
 	}
 	if e.Pool == "" {
 		return fmt.Errorf("pool_event.pool: must not be empty")
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
 	}
 	p := db.PoolHistoryCountParams{Pool: e.Pool, WidthSeconds: int32(r.Fine / time.Second)}
 	switch e.Kind {
