@@ -17,13 +17,14 @@ import (
 
 // A spot-then-on-demand job with a deadline starts on zone c's spot; c's
 // trace goes dark while zone f's has capacity, so the re-placement (the
-// spot strategy advising spot, its history read from PostgreSQL) moves it
-// to f's spot rather than to on-demand, and it meets its deadline. The
-// name is short: the private cluster's socket path under t.TempDir must
+// spot strategy advising spot, with the pools' history that a first run of
+// gpuq dev recorded in PostgreSQL before it was restarted) moves it to f's
+// spot rather than to on-demand, and it meets its deadline. The name is
+// short: the private cluster's socket path under t.TempDir must
 // stay within 107 bytes.
 func TestDevSimMovesADeadlineJobToTheOtherZonesSpot(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs gpuq dev with worker processes for about half a minute")
+		t.Skip("runs gpuq dev twice with worker processes, for about a minute")
 	}
 	t.Parallel()
 	traces := filepath.Join(tracesDir(t), "preemption-aws-2023-04-22")
@@ -75,13 +76,52 @@ policy:
   spot: {restart_overhead: 5s}
 `)
 	bin := buildGpuq(t)
-	// As in the test above: the simulation flags make the trace pass in
-	// seconds; --slots 1 keeps one job per worker on a small machine.
-	args := append([]string{"dev", "--data-dir", filepath.Join(dir, "data"), "--config", config, "--slots", "1",
+	data, dbArgs := filepath.Join(dir, "data"), demoDatabaseArgs(t)
+	// gpuq dev runs twice on the same data directory (its NATS and
+	// PostgreSQL state): a first run places a short job, which records the
+	// pools' availability, and stops; the restarted one runs the deadline
+	// job with the history the first run recorded.
+	var before PoolRow
+	startSimDev(t, bin, data, config, traces, start, speed, dbArgs, func(connArgs []string) {
+		warmup := "name: warmup\nresources: {gpu: {count: 1, cards: [V100]}}\nplacement: {tier: spot}\ncommand: [\"true\"]\n"
+		if st := runSimJob(t, warmup, connArgs); st.Job.State != queue.StateSucceeded {
+			t.Fatalf("the first run's job ended %s: %+v", st.Job.State, st.Attempts)
+		}
+		before = simPool(t, connArgs, "v100-spot-c")
+	})
+	connArgs := startSimDev(t, bin, data, config, traces, start, speed, dbArgs, nil)
+
+	deadline := time.Now().Add(3 * time.Minute).UTC().Truncate(time.Second)
+	spec := simTrainSpec + "expected_duration: 20s\ndeadline: " + deadline.Format(time.RFC3339) + "\n"
+	st := runSimJob(t, spec, connArgs)
+	if st.Job.State != queue.StateSucceeded || st.Job.FinalizedAt == nil || st.Job.FinalizedAt.After(deadline) {
+		t.Fatalf("job ended %s at %v, want succeeded by its deadline %v; attempts %+v", st.Job.State, st.Job.FinalizedAt, deadline, st.Attempts)
+	}
+	if len(st.Attempts) != 2 || st.Attempts[0].Pool != "v100-spot-c" || st.Attempts[0].Outcome != queue.OutcomePreempted ||
+		st.Attempts[1].Pool != "v100-spot-f" || st.Attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Errorf("attempts = %+v, want one preempted on v100-spot-c, then one succeeded on v100-spot-f (not on-demand v100)", st.Attempts)
+	}
+	if !strings.Contains(string(st.Placement), "spot strategy gpuq advises spot") {
+		t.Errorf("the re-placement's decision lacks the strategy's advice to stay on spot: %s", st.Placement)
+	}
+	later := simPool(t, connArgs, "v100-spot-c")
+	if before.Ticks < 1 || before.Launches < 1 || later.Ticks <= before.Ticks || later.Launches <= before.Launches || later.Preemptions < 1 {
+		t.Errorf("v100-spot-c's history: %+v after the first run, %+v after the second; want the second to add to the first's", before, later)
+	}
+}
+
+// startSimDev runs gpuq dev on the simulated cloud as the README starts it
+// (the simulation flags make the traces pass in seconds; --slots 1 keeps one
+// job per worker on a small machine). With then, it calls then with the
+// connection arguments and stops dev; without, dev runs until the test ends.
+// It returns the connection arguments.
+func startSimDev(t *testing.T, bin, data, config, traces string, start time.Duration, speed int, dbArgs []string, then func([]string)) []string {
+	t.Helper()
+	args := append([]string{"dev", "--data-dir", data, "--config", config, "--slots", "1",
 		"--provider", "sim", "--traces", traces, "--sim-speed", fmt.Sprint(speed), "--sim-start", start.String(), "-o", "json"},
-		demoDatabaseArgs(t)...)
+		dbArgs...)
 	dev := exec.Command(bin, args...)
-	dev.Dir = dir
+	dev.Dir = filepath.Dir(data)
 	var logs syncBuffer
 	dev.Stderr = &logs
 	stdout, err := dev.StdoutPipe()
@@ -91,7 +131,7 @@ policy:
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		dev.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
 		done := make(chan struct{})
 		go func() { dev.Wait(); close(done) }() //nolint:errcheck // stopping
@@ -104,24 +144,33 @@ policy:
 		if t.Failed() {
 			t.Logf("gpuq dev output:\n%s", logs.String())
 		}
-	})
+	}
 	var conn struct {
 		NATSURL     string `json:"nats_url"`
 		DatabaseURL string `json:"database_url"`
 	}
 	if err := json.NewDecoder(stdout).Decode(&conn); err != nil {
+		stop()
 		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
 	}
 	connArgs := []string{"--nats-url", conn.NATSURL, "--database-url", conn.DatabaseURL}
+	if then == nil {
+		t.Cleanup(stop)
+		return connArgs
+	}
+	defer stop()
+	then(connArgs)
+	return connArgs
+}
 
-	deadline := time.Now().Add(3 * time.Minute).UTC().Truncate(time.Second)
-	spec := simTrainSpec + "expected_duration: 20s\ndeadline: " + deadline.Format(time.RFC3339) + "\n"
+// runSimJob submits spec and waits up to 90 s for the job to finish.
+func runSimJob(t *testing.T, spec string, connArgs []string) JobStatus {
+	t.Helper()
 	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", spec)}, connArgs...)...)
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, submitErr)
 	}
 	id := strings.TrimSpace(submitted)
-
 	var st JobStatus
 	for wait := time.Now().Add(90 * time.Second); ; {
 		out, errOut, err := runCLI(t, append([]string{"status", id, "-o", "json"}, connArgs...)...)
@@ -135,21 +184,25 @@ policy:
 			}
 		}
 		if st.Job != nil && st.Job.State.Terminal() {
-			break
+			return st
 		}
 		if time.Now().After(wait) {
 			t.Fatalf("job not finished after 90 s: %+v; attempts %+v", st.Job, st.Attempts)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if st.Job.State != queue.StateSucceeded || st.Job.FinalizedAt == nil || st.Job.FinalizedAt.After(deadline) {
-		t.Fatalf("job ended %s at %v, want succeeded by its deadline %v; attempts %+v", st.Job.State, st.Job.FinalizedAt, deadline, st.Attempts)
+}
+
+// simPool reads one pool's recorded history with gpuq pools.
+func simPool(t *testing.T, connArgs []string, pool string) PoolRow {
+	t.Helper()
+	out, errOut, err := runCLI(t, append([]string{"pools", "--pool", pool, "-o", "json"}, connArgs[2:]...)...)
+	if err != nil {
+		t.Fatalf("pools: %v\n%s", err, errOut)
 	}
-	if len(st.Attempts) != 2 || st.Attempts[0].Pool != "v100-spot-c" || st.Attempts[0].Outcome != queue.OutcomePreempted ||
-		st.Attempts[1].Pool != "v100-spot-f" || st.Attempts[1].Outcome != queue.OutcomeSucceeded {
-		t.Errorf("attempts = %+v, want one preempted on v100-spot-c, then one succeeded on v100-spot-f (not on-demand v100)", st.Attempts)
+	var rows []PoolRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("pools -o json: %v, %d rows\n%s", err, len(rows), out)
 	}
-	if !strings.Contains(string(st.Placement), "spot strategy gpuq advises spot") {
-		t.Errorf("the re-placement's decision lacks the strategy's advice to stay on spot: %s", st.Placement)
-	}
+	return rows[0]
 }
