@@ -22,6 +22,12 @@ type TierQuestion struct {
 	// observed availability of each spot pool.
 	Offers    []Offer
 	Histories map[string]spot.PoolHistory
+	// Checkpoint is the spot pool whose zone holds the job's latest
+	// checkpoint, Move what resuming elsewhere costs, and Prices what the
+	// job pays: the strategy weighs a move against them. Zero when unknown.
+	Checkpoint string
+	Move       spot.Move
+	Prices     spot.Prices
 }
 
 // AdviseTier narrows a spot-then-on-demand job with a deadline and an
@@ -43,6 +49,8 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 		Tick:     q.Tick,
 		Current:  spot.Placement{Kind: spot.Wait},
 		Done:     min(q.Banked, job.ExpectedDuration),
+		Move:     q.Move,
+		Prices:   q.Prices,
 	}
 	seen := map[string]bool{}
 	for _, o := range q.Offers {
@@ -51,6 +59,9 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 		}
 		seen[o.Pool] = true
 		st.Pools = append(st.Pools, spot.Pool{ID: o.Pool, Available: o.Availability != Unavailable, History: q.Histories[o.Pool]})
+	}
+	if seen[q.Checkpoint] {
+		st.Checkpoint = q.Checkpoint
 	}
 	advice, err := spot.Advise(strategy, st)
 	if err != nil {

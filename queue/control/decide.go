@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gpuq/gpuq/adapters"
@@ -96,7 +97,9 @@ func Decide(q Question) (policy.Decision, error) {
 		Offers: q.Offers.List, Histories: q.Offers.Histories}
 	if q.Prior != nil {
 		tq.Banked = progress(q.Prior.Attempts)
+		tq.Checkpoint, tq.Move = checkpointMove(q.Offers.List, q.Rules, q.Prior.Checkpoint)
 	}
+	tq.Prices = strategyPrices(q.Offers.List, q.Rules)
 	note := policy.AdviseTier(&job, q.Rules, tq)
 	var d policy.Decision
 	if q.Prior == nil {
@@ -121,4 +124,64 @@ func Decide(q Question) (policy.Decision, error) {
 		d.Notes = append(d.Notes, note)
 	}
 	return d, nil
+}
+
+// checkpointMove returns the spot pool in the region of the job's latest
+// checkpoint and what moving the checkpoint out of it costs: its bytes at
+// the region's egress price, in the policy's base currency. The policy has
+// no transfer rate, so the move's time is left to the restart overhead.
+// Empty and zero when there is no checkpoint or no spot pool in its region.
+func checkpointMove(offers []policy.Offer, rules policy.Rules, cp *queue.Checkpoint) (string, spot.Move) {
+	if cp == nil || cp.Region == "" {
+		return "", spot.Move{}
+	}
+	conv, err := rules.Converter()
+	if err != nil {
+		return "", spot.Move{}
+	}
+	for _, o := range offers {
+		if o.Tier != policy.TierSpot || o.Region != cp.Region {
+			continue
+		}
+		var move spot.Move
+		if o.EgressPerGB != nil {
+			if perGB, ok := conv.ToBase(*o.EgressPerGB); ok {
+				move.Micros = int64(math.Ceil(float64(perGB) * float64(cp.Bytes) / 1e9))
+			}
+		}
+		return o.Pool, move
+	}
+	return "", spot.Move{}
+}
+
+// strategyPrices returns the cheapest spot and on-demand prices among
+// offers, in the policy's base currency: what the strategy weighs a move's
+// egress against. Zero when either tier has no convertible price.
+func strategyPrices(offers []policy.Offer, rules policy.Rules) spot.Prices {
+	conv, err := rules.Converter()
+	if err != nil {
+		return spot.Prices{}
+	}
+	var p spot.Prices
+	for _, o := range offers {
+		micros, ok := conv.ToBase(o.PricePerHour)
+		if !ok || o.Availability == policy.Unavailable && o.Tier == policy.TierOnDemand {
+			continue
+		}
+		switch o.Tier {
+		case policy.TierSpot:
+			if p.Spot == 0 || micros < p.Spot {
+				p.Spot = micros
+			}
+		case policy.TierOnDemand:
+			if p.OnDemand == 0 || micros < p.OnDemand {
+				p.OnDemand = micros
+			}
+		}
+	}
+	if p.Spot == 0 || p.OnDemand == 0 {
+		return spot.Prices{}
+	}
+	p.Currency = conv.Base()
+	return p
 }

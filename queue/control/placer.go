@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/policy/spot"
@@ -29,6 +31,9 @@ type Placer interface {
 type Prior struct {
 	Placement queue.Placement
 	Attempts  []queue.Attempt
+	// Checkpoint is the job's latest checkpoint; nil when it has none or
+	// the caller did not look (PolicyPlacer.Checkpoints then looks).
+	Checkpoint *queue.Checkpoint
 }
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
@@ -50,19 +55,44 @@ type PolicyPlacer struct {
 	// budget matching the job's project is charged with the spend of its
 	// current period before placing, so budgets hold as spend accrues.
 	Spend func(ctx context.Context, project string, since time.Time) (map[string]int64, error)
+	// History, when set, is where every pool's availability is recorded
+	// and read back (store.Store): each offer refresh is recorded there, and
+	// the spot strategy reads the history every server has recorded, so a
+	// restarted or second server is not blind. Without it the placer keeps
+	// the history of its own refreshes, in memory.
+	History PoolHistory
+	// Checkpoints lists a job's checkpoints (store.Store.Checkpoints).
+	// When set, a re-placement tells the spot strategy which zone holds
+	// the latest checkpoint, so that it weighs moving it.
+	Checkpoints func(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
 	mu        sync.Mutex
 	offers    *Offers
 	fetched   time.Time
-	histories map[string]*spot.PoolHistory
+	histories map[string]spot.PoolHistory
+}
+
+// PoolHistory records every pool's availability and reads it back, shared
+// by all servers. Summaries count ticks of HistoryTick each.
+type PoolHistory interface {
+	ObservePools(ctx context.Context, at time.Time, obs []queue.PoolObservation) error
+	PoolSummaries(ctx context.Context, since time.Time) (map[string]queue.PoolBucket, error)
+	HistoryTick() time.Duration
+}
+
+// PoolEventRecorder records what launches and preemptions say of a pool's
+// capacity (store.Store): what launches capacity feeds it.
+type PoolEventRecorder interface {
+	RecordPoolEvent(ctx context.Context, e queue.PoolEvent) error
 }
 
 // WithDefaults returns the placer's settings with every unset default filled
 // in; the cache is not copied.
 func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
-	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend, Now: p.Now}
+	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend,
+		History: p.History, Checkpoints: p.Checkpoints, Now: p.Now}
 	if out.OfferTTL == 0 {
 		out.OfferTTL = DefaultOfferTTL
 	}
@@ -93,9 +123,20 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	if err != nil {
 		return queue.Placement{}, &queue.RejectionError{Reason: err.Error()}
 	}
-	offers, err := p.currentOffers(ctx, cfg.OfferTTL)
+	offers, err := p.currentOffers(ctx, cfg.OfferTTL, cfg.Now)
 	if err != nil {
 		return queue.Placement{}, err
+	}
+	if prior != nil && prior.Checkpoint == nil && p.Checkpoints != nil {
+		cps, err := p.Checkpoints(ctx, job.ID)
+		if err != nil {
+			return queue.Placement{}, fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
+		}
+		if len(cps) > 0 {
+			withCheckpoint := *prior
+			withCheckpoint.Checkpoint = &cps[len(cps)-1]
+			prior = &withCheckpoint
+		}
 	}
 	now := cfg.Now()
 	q := Question{Job: pj, SubmittedAt: job.SubmittedAt, Prior: prior, Rules: cfg.Rules, Offers: offers,
@@ -204,38 +245,82 @@ func (p *PolicyPlacer) spendSince(ctx context.Context, project string, since tim
 }
 
 // currentOffers returns the cached offers, refreshing them (and observing
-// each spot pool's availability once) when they are older than ttl.
-func (p *PolicyPlacer) currentOffers(ctx context.Context, ttl time.Duration) (*Offers, error) {
+// each pool's availability once) when they are older than ttl.
+func (p *PolicyPlacer) currentOffers(ctx context.Context, ttl time.Duration, now func() time.Time) (*Offers, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.offers == nil || time.Since(p.fetched) >= ttl {
+	at := now()
+	if p.offers == nil || at.Sub(p.fetched) >= ttl {
 		all, err := CollectOffers(ctx, p.Sources)
 		if err != nil {
 			return nil, err
 		}
-		if p.histories == nil {
-			p.histories = map[string]*spot.PoolHistory{}
-		}
-		for _, o := range all.List {
-			if o.Tier != policy.TierSpot {
-				continue
+		if p.History != nil {
+			p.histories, err = p.recordedHistories(ctx, all.List, at, ttl)
+			if err != nil {
+				return nil, err
 			}
-			h := p.histories[o.Pool]
-			if h == nil {
-				h = &spot.PoolHistory{}
-				p.histories[o.Pool] = h
+		} else {
+			if p.histories == nil {
+				p.histories = map[string]spot.PoolHistory{}
 			}
-			h.Observe(o.Availability != policy.Unavailable)
+			for _, o := range all.List {
+				if o.Tier == policy.TierSpot {
+					h := p.histories[o.Pool]
+					h.Observe(o.Availability != policy.Unavailable)
+					p.histories[o.Pool] = h
+				}
+			}
 		}
-		p.offers, p.fetched = all, time.Now()
-	}
-	histories := make(map[string]spot.PoolHistory, len(p.histories))
-	for k, h := range p.histories {
-		histories[k] = *h
+		p.offers, p.fetched = all, at
 	}
 	out := *p.offers
-	out.Histories = histories
+	out.Histories = maps.Clone(p.histories)
 	return &out, nil
+}
+
+// recordedHistories records one observation of every pool offered and reads
+// back the spot pools' histories as every server recorded them, in ticks of
+// the placer's tick.
+func (p *PolicyPlacer) recordedHistories(ctx context.Context, offers []policy.Offer, at time.Time, tick time.Duration) (map[string]spot.PoolHistory, error) {
+	seen := map[string]bool{}
+	var obs []queue.PoolObservation
+	for _, o := range offers {
+		if seen[o.Pool] {
+			continue
+		}
+		seen[o.Pool] = true
+		obs = append(obs, queue.PoolObservation{Pool: o.Pool, Up: o.Availability != policy.Unavailable,
+			PriceMicros: o.PricePerHour.Micros, Currency: o.PricePerHour.Currency})
+	}
+	if err := p.History.ObservePools(ctx, at, obs); err != nil {
+		return nil, err
+	}
+	sums, err := p.History.PoolSummaries(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]spot.PoolHistory, len(sums))
+	for _, o := range offers {
+		if b, ok := sums[o.Pool]; ok && o.Tier == policy.TierSpot {
+			out[o.Pool] = StrategyHistory(b, p.History.HistoryTick(), tick)
+		}
+	}
+	return out, nil
+}
+
+// StrategyHistory turns a pool's recorded history, counted in ticks of
+// recorded, into the spot strategy's, counted in ticks of tick.
+func StrategyHistory(b queue.PoolBucket, recorded, tick time.Duration) spot.PoolHistory {
+	if tick <= 0 {
+		tick = recorded
+	}
+	scale := func(n int) int { return int(math.Round(float64(n) * float64(recorded) / float64(tick))) }
+	h := spot.PoolHistory{Ticks: scale(b.Ticks), UpTicks: scale(b.UpTicks), UpRuns: b.UpRuns, Run: scale(b.TailRun)}
+	if b.TailRun > 0 {
+		h.Run = max(h.Run, 1)
+	}
+	return h
 }
 
 // progress estimates the compute a job has banked: for each attempt, the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,6 +29,12 @@ type Store struct {
 	DB     *sql.DB
 	q      *db.Queries
 	Events EventSink
+	// HistoryRetention bounds the recorded availability of pools; the
+	// zero value is PoolHistoryRetention's defaults.
+	HistoryRetention PoolHistoryRetention
+
+	historyMu   sync.Mutex
+	compactedAt time.Time
 }
 
 // Open connects to PostgreSQL at url and checks the connection.
@@ -358,6 +365,11 @@ func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome 
 		}
 		if n == 0 {
 			return nil, queue.ErrFenced
+		}
+		if outcome == queue.OutcomePreempted {
+			if err := s.countPreemption(ctx, q, id, attempt); err != nil {
+				return nil, err
+			}
 		}
 		return endAttempt(ctx, q, id, attempt, outcome, exit, queue.StatePlaced, reason)
 	})

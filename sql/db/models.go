@@ -185,6 +185,25 @@ type PlacementRow struct {
 	Currency    string
 }
 
+type PoolHistory struct {
+	Pool         string
+	BucketStart  time.Time
+	WidthSeconds int32
+	Ticks        int32
+	UpTicks      int32
+	UpRuns       int32
+	FirstUp      bool
+	LastUp       bool
+	TailRun      int32
+	LastSlot     int64
+	Launches     int32
+	NoCapacity   int32
+	Preemptions  int32
+	PriceMicros  int64
+	Currency     string
+	UpdatedAt    time.Time
+}
+
 type Project struct {
 	Name      string
 	CreatedAt time.Time

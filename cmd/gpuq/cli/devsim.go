@@ -13,6 +13,8 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/adapters/sim"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 // simDev is `gpuq dev --provider sim`: a simulated cloud whose instances are
@@ -23,6 +25,8 @@ type simDev struct {
 	workers  *local.Launcher
 	slots    int
 	logger   *slog.Logger
+	// pools records what launches say of each pool's capacity.
+	pools control.PoolEventRecorder
 }
 
 // newSimDev reads the simulated cloud's settings (--traces, --sim-speed,
@@ -79,7 +83,8 @@ func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSourc
 // start runs the cloud and keeps one instance in every pool, as `gpuq dev`
 // keeps one local worker per pool; the returned channel closes once every
 // worker has stopped after ctx ends.
-func (d *simDev) start(ctx context.Context, stack *devStack) <-chan struct{} {
+func (d *simDev) start(ctx context.Context, stack *devStack, pools control.PoolEventRecorder) <-chan struct{} {
+	d.pools = pools
 	// The simulated machine image: workers still open PostgreSQL
 	// themselves, so the machine's environment names it.
 	d.workers.Env = []string{"GPUQ_DATABASE_URL=" + stack.dbURL}
@@ -140,19 +145,33 @@ func (d *simDev) keepInstance(ctx context.Context, pool sim.PoolConfig, natsURL 
 }
 
 // launch retries req until it succeeds or ctx ends; no capacity is waited
-// out quietly.
+// out quietly. The launch, and the first refusal for lack of capacity, are
+// recorded against the pool.
 func (d *simDev) launch(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error) {
-	for {
+	for refused := false; ; {
 		inst, err := d.provider.Launch(ctx, req)
 		if err == nil {
+			d.recordPool(ctx, req.Pool, queue.PoolLaunched)
 			return inst, nil
 		}
 		if !errors.Is(err, adapters.ErrCapacityUnavailable) {
 			d.logger.Error("sim: launch failed", "pool", req.Pool, "err", err)
+		} else if !refused {
+			refused = true
+			d.recordPool(ctx, req.Pool, queue.PoolNoCapacity)
 		}
 		if !sleepCtx(ctx, time.Second) {
 			return adapters.Instance{}, ctx.Err()
 		}
+	}
+}
+
+func (d *simDev) recordPool(ctx context.Context, pool, kind string) {
+	if d.pools == nil {
+		return
+	}
+	if err := d.pools.RecordPoolEvent(ctx, queue.PoolEvent{Pool: pool, Kind: kind, At: time.Now()}); err != nil && ctx.Err() == nil {
+		d.logger.Warn("sim: recording the pool's history", "pool", pool, "err", err)
 	}
 }
 

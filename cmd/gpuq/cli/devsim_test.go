@@ -222,4 +222,24 @@ func TestDevOnTheSimulatedCloudResumesAJobItsSpotTracePreempts(t *testing.T) {
 	if !strings.Contains(out, "finished at step") {
 		t.Errorf("the resumed attempt did not finish:\n%s", out)
 	}
+
+	// The pool history in PostgreSQL saw the launches, the placer's offer
+	// refreshes and the preemption.
+	out, errOut, err = runCLI(t, "pools", "--database-url", conn.DatabaseURL, "-o", "json")
+	if err != nil {
+		t.Fatalf("pools: %v\n%s", err, errOut)
+	}
+	var pools []PoolRow
+	if err := json.Unmarshal([]byte(out), &pools); err != nil {
+		t.Fatalf("pools -o json: %v\n%s", err, out)
+	}
+	var spotPool *PoolRow
+	for i := range pools {
+		if pools[i].Pool == "v100-spot" {
+			spotPool = &pools[i]
+		}
+	}
+	if spotPool == nil || spotPool.Launches < 1 || spotPool.Preemptions != 1 || spotPool.Ticks < 1 || spotPool.Price == nil {
+		t.Errorf("pool history of v100-spot = %+v, want a launch, the one preemption, observations and a price (all: %s)", spotPool, out)
+	}
 }

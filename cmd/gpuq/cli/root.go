@@ -81,6 +81,7 @@ func commands() []*cobra.Command {
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newNodesCmd(),
+		newPoolsCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
 		newOffersCmd(),

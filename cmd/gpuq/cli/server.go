@@ -128,7 +128,9 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
-	placer.Spend = c.store.Spend // budgets are charged with recorded spend
+	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
+	placer.History = c.store                 // pools' availability is shared by every server
+	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
 		for range 3 {
@@ -241,7 +243,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			if simulated != nil {
-				done := simulated.start(ctx, stack)
+				done := simulated.start(ctx, stack, c.store)
 				defer func() { <-done }()
 			} else {
 				pools, err := poolsOrDefault(v)
