@@ -85,5 +85,7 @@ func commands() []*cobra.Command {
 		newPlanCmd(),
 		newSimulateCmd(),
 		newDemoCmd(),
+		newOpenAPICmd(),
+		newTokenCmd(),
 	}
 }

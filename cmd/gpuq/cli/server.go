@@ -86,6 +86,9 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if _, err := startHTTP(ctx, v, c, false, logger); err != nil {
+				return err
+			}
 			<-ctx.Done()
 			logger.Info("server stopping")
 			return nil
@@ -93,6 +96,7 @@ func newServerCmd() *cobra.Command {
 	}
 	connFlags(cmd)
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
+	httpFlags(cmd, "")
 	return cmd
 }
 
@@ -218,7 +222,15 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer c.Close()
-			if err := writeDevConfig(stack); err != nil {
+			apiURL, err := startHTTP(ctx, v, c, !cmd.Flags().Changed("http-addr") && os.Getenv("GPUQ_HTTP_ADDR") == "", logger)
+			if err != nil {
+				return err
+			}
+			token, err := devToken(ctx, c.store, apiURL)
+			if err != nil {
+				return err
+			}
+			if err := writeDevConfig(stack, apiURL, token); err != nil {
 				return err
 			}
 			pools, err := poolsOrDefault(v)
@@ -231,11 +243,16 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
 			}
 			if o, _ := outputFormat(v); o == "json" {
-				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile}); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile,
+					"url": apiURL, "token": token, "token_file": devTokenFile}); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n(also written to %s)\n", stack.natsURL, stack.dbURL, devConfigFile)
+				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n", stack.natsURL, stack.dbURL)
+				if apiURL != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=%s\n", apiURL, token)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "(also written to %s)\n", devConfigFile)
 			}
 			<-ctx.Done()
 			return nil
@@ -245,13 +262,19 @@ gpuq submit, status, logs… run from the same directory find it.`,
 	cmd.Flags().Int("nats-port", 0, "port of the embedded NATS server (0: a free port)")
 	cmd.Flags().Int("slots", 2, "job slots per local worker")
 	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL); default: a private cluster under --data-dir")
+	httpFlags(cmd, "127.0.0.1:8080")
 	return cmd
 }
 
-func writeDevConfig(s *devStack) error {
+// writeDevConfig writes the connection settings, the API's URL and the dev
+// token, readable by the user only since it holds the token.
+func writeDevConfig(s *devStack, apiURL, token string) error {
 	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\ndatabase-url: %s\n", s.natsURL, s.dbURL)
+	if apiURL != "" {
+		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
+	}
 	if err := os.MkdirAll(filepath.Dir(devConfigFile), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(devConfigFile, []byte(body), 0o644)
+	return writePrivate(devConfigFile, []byte(body))
 }
