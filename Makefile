@@ -40,8 +40,9 @@ $(SQLC):
 	$(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 
 .PHONY: generate
-generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations
+generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations, and api/openapi.json from the HTTP API
 	$(SQLC) generate
+	$(GO) run ./cmd/gpuq openapi > api/openapi.json
 
 .PHONY: verify
 verify: $(SQLC) ## Fail when generated code is stale, go.mod is untidy, a package imports against DESIGN.md's table, code is unformatted or vet complains (bench/ included)

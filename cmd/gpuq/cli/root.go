@@ -86,5 +86,7 @@ func commands() []*cobra.Command {
 		newOffersCmd(),
 		newSimulateCmd(),
 		newDemoCmd(),
+		newOpenAPICmd(),
+		newTokenCmd(),
 	}
 }
