@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -240,15 +241,7 @@ func (a *apiJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event)
 	})
 }
 
-// apiLogChunk is a chunk of output as the API sends it.
-type apiLogChunk struct {
-	Seq     uint64 `json:"seq"`
-	Attempt int    `json:"attempt"`
-	Stream  string `json:"stream"`
-	Data    string `json:"data"`
-}
-
-func (c apiLogChunk) chunk() queue.LogChunk {
+func chunkOf(c httpapi.LogChunk) queue.LogChunk {
 	return queue.LogChunk{Attempt: c.Attempt, Stream: c.Stream, Data: []byte(c.Data)}
 }
 
@@ -259,27 +252,24 @@ func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(q
 			case "end":
 				return false, nil
 			case "log":
-				var c apiLogChunk
+				var c httpapi.LogChunk
 				if err := json.Unmarshal(e.Data, &c); err != nil {
 					return false, fmt.Errorf("job %s logs: %w", id, err)
 				}
-				return true, fn(c.chunk())
+				return true, fn(chunkOf(c))
 			}
 			return true, nil
 		})
 	}
 	var after uint64
 	for {
-		var page struct {
-			Chunks    []apiLogChunk `json:"chunks"`
-			NextAfter uint64        `json:"next_after"`
-		}
+		var page httpapi.LogPage
 		q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}}
 		if err := a.call(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil, "", &page); err != nil {
 			return err
 		}
 		for _, c := range page.Chunks {
-			if err := fn(c.chunk()); err != nil {
+			if err := fn(chunkOf(c)); err != nil {
 				return err
 			}
 		}

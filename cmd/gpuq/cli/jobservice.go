@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 )
 
 // jobService is what the job commands (submit, status, ls, logs, wait,
@@ -47,27 +48,13 @@ type listFilter struct {
 	Limit   int
 }
 
-// JobPage is what `gpuq ls -o json` prints: the API's job listing.
-type JobPage struct {
-	Jobs       []*queue.Job `json:"jobs"`
-	NextCursor string       `json:"next_cursor,omitempty"`
-}
-
-// ResultFile is one file among a job's outputs.
-type ResultFile struct {
-	Path  string `json:"path"`
-	Bytes int64  `json:"bytes"`
-}
-
-// Results is what `gpuq results -o json` prints: the API's description of
-// a succeeded job's outputs.
-type Results struct {
-	JobID  uuid.UUID    `json:"job_id"`
-	Bytes  int64        `json:"bytes"`
-	SHA256 string       `json:"sha256,omitempty"`
-	Region string       `json:"region,omitempty"`
-	Files  []ResultFile `json:"files"`
-}
+// JobPage, Results and ResultFile are the API's documents, so that -o json
+// prints what the API answers, whichever way the CLI is connected.
+type (
+	JobPage    = httpapi.JobPage
+	Results    = httpapi.Results
+	ResultFile = httpapi.ResultFile
+)
 
 // connectJobs returns the HTTP API client when an API URL is configured
 // (--url, GPUQ_URL or `url:` in the config file) and --nats-url is not on
