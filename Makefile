@@ -20,6 +20,22 @@ build: ## Build bin/gpuq
 test: ## Run all tests (real PostgreSQL and embedded JetStream)
 	$(GO) test -count=1 -timeout 20m ./...
 
+# The Python client is installed the way its README says, offline: Debian's
+# python3 (with setuptools and wheel) in a virtualenv that sees the system
+# packages, no build isolation, no package index.
+PYTHON ?= /usr/bin/python3
+PYVENV := .venv-python
+
+.PHONY: test-python
+test-python: build ## Install clients/python into a fresh virtualenv and run its tests against a real `gpuq dev`
+	@command -v $(PYTHON) >/dev/null || (echo "test-python: $(PYTHON) not found; install Debian's python3, python3-venv, python3-setuptools and python3-wheel"; exit 1)
+	rm -rf $(PYVENV) clients/python/build clients/python/gpuq.egg-info
+	$(PYTHON) -m venv --system-site-packages $(PYVENV)
+	$(PYVENV)/bin/python -m pip install --quiet --no-build-isolation --no-index --no-deps ./clients/python
+	rm -rf clients/python/build clients/python/gpuq.egg-info
+	cd clients/python/tests && GPUQ_BIN=$(CURDIR)/$(BIN) GPUQ_README=$(CURDIR)/README.md GPUQ_TEST_INSTALLED=1 \
+		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
+
 .PHONY: test/gpu
 test/gpu: build ## Run `gpuq canary -o json` against this machine's NVIDIA driver (CANARY_FLAGS adds expectations)
 	./$(BIN) canary -o json $(CANARY_FLAGS)
