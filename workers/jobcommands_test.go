@@ -2,7 +2,13 @@ package workers_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +17,8 @@ import (
 
 	"github.com/gpuq/gpuq/cmd/gpuq/cli"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+	"github.com/gpuq/gpuq/workers"
 )
 
 // gpuq runs a gpuq command in-process, checks its exit status and returns
@@ -77,7 +85,8 @@ func TestJobCommandsTellOutcomesApartByExitStatus(t *testing.T) {
 	conn := []string{"--nats-url", c.n.URL, "--database-url", c.dbURL}
 	with := func(args ...string) []string { return append(args, conn...) }
 
-	gpuq(t, cli.ExitNotFound, with("wait", uuid.NewString())...)
+	// (wait, over NATS, first gives a just-submitted job RecordWait to be
+	// recorded; its not-found is tested over HTTP below.)
 	gpuq(t, cli.ExitNotFound, with("status", uuid.NewString())...)
 
 	out, _ := gpuq(t, 0, append(with("submit", "--name", "sleepy"), "--", "sleep", "60")...)
@@ -121,7 +130,101 @@ func TestJobCommandsTellOutcomesApartByExitStatus(t *testing.T) {
 	var page struct {
 		Jobs []map[string]any `json:"jobs"`
 	}
-	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Jobs) != 4 || page.Jobs[0]["id"] != fields[0] {
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Jobs) != 3 || page.Jobs[0]["id"] != fields[0] {
 		t.Fatalf("ls -o json is the API's page of jobs, newest first: %v\n%s", err, out)
+	}
+}
+
+// apiGet reads one document of the API as a generic JSON value.
+func apiGet(t *testing.T, base, token, path string) any {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc any
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return doc
+}
+
+func sameJSON(t *testing.T, what, printed string, want any) {
+	t.Helper()
+	var got any
+	if err := json.Unmarshal([]byte(printed), &got); err != nil {
+		t.Fatalf("%s: not JSON: %v\n%s", what, err, printed)
+	}
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.MarshalIndent(got, "", "  ")
+		w, _ := json.MarshalIndent(want, "", "  ")
+		t.Fatalf("%s -o json must equal the API's document\nprinted:\n%s\nAPI:\n%s", what, g, w)
+	}
+}
+
+func TestJobCommandsOverHTTPNeedOnlyTheURLAndATokenAndPrintTheAPIsDocuments(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, time.Second)
+	srv, err := httpapi.New(httpapi.Config{Store: c.store, JS: c.n.JS, NATS: c.n.NC, Archives: &workers.ObjectStore{JS: c.n.JS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(api.Close)
+	secret, tok, err := queue.NewTokenSecret("cli test", []string{queue.DefaultProject}, queue.RoleSubmit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.store.CreateToken(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	// The URL and token in a config file, as `gpuq dev` writes them; no
+	// NATS or PostgreSQL setting anywhere.
+	config := filepath.Join(t.TempDir(), "gpuq.yaml")
+	if err := os.WriteFile(config, []byte("url: "+api.URL+"\ntoken: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	with := func(args ...string) []string { return append(args, "--config", config) }
+
+	out, _ := gpuq(t, 0, append(with("submit", "--wait", "-o", "json", "--name", "hi"), "--", "echo", "hi over http")...)
+	job := decodeJob(t, out)
+	id := job.ID.String()
+	sameJSON(t, "submit --wait", out, apiGet(t, api.URL, secret, "/v1/jobs/"+id))
+	out, _ = gpuq(t, 0, with("status", id, "-o", "json")...)
+	sameJSON(t, "status", out, apiGet(t, api.URL, secret, "/v1/jobs/"+id+"/status"))
+	direct, _ := gpuq(t, 0, "status", id, "-o", "json", "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	sameJSON(t, "status over NATS and PostgreSQL", direct, apiGet(t, api.URL, secret, "/v1/jobs/"+id+"/status"))
+	out, _ = gpuq(t, 0, with("ls", "-o", "json")...)
+	sameJSON(t, "ls", out, apiGet(t, api.URL, secret, "/v1/jobs?limit=50"))
+
+	if out, _ = gpuq(t, 0, with("logs", id)...); out != "hi over http\n" {
+		t.Fatalf("logs over HTTP: got %q", out)
+	}
+	if out, _ = gpuq(t, 0, with("logs", "-f", id)...); out != "hi over http\n" {
+		t.Fatalf("logs -f over HTTP ends with the job: got %q", out)
+	}
+	if out, _ = gpuq(t, 0, with("results", id, "--dir", t.TempDir())...); !strings.Contains(out, "no outputs") {
+		t.Fatalf("results over HTTP of a job without outputs: %q", out)
+	}
+	_, errOut := gpuq(t, cli.ExitRejected, append(with("submit", "--residency", "EUU"), "--", "true")...)
+	if !strings.Contains(errOut, `undefined residency class "EUU"`) {
+		t.Fatalf("a rejection over HTTP names the reason: %s", errOut)
+	}
+	gpuq(t, cli.ExitNotFound, with("wait", uuid.NewString())...)
+
+	out, _ = gpuq(t, 0, append(with("submit", "--name", "long"), "--", "sleep", "60")...)
+	long := strings.TrimSpace(out)
+	gpuq(t, 0, with("cancel", long)...)
+	gpuq(t, cli.ExitCancelled, with("wait", long)...)
+	_, errOut = gpuq(t, cli.ExitGeneral, with("cancel", long)...)
+	if !strings.Contains(errOut, "already finished") {
+		t.Fatalf("cancelling a finished job over HTTP says so: %s", errOut)
 	}
 }
