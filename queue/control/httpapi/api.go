@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -218,4 +219,16 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerResults(api)
 	s.registerPlacement(api)
 	s.registerAdmin(api)
+}
+
+// register adds an operation, documenting the errors every operation of
+// its kind can answer besides those it names.
+func register[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	if _, ok := op.Metadata[metaRole]; ok {
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
+	}
+	op.Errors = append(op.Errors, http.StatusInternalServerError)
+	slices.Sort(op.Errors)
+	op.Errors = slices.Compact(op.Errors)
+	huma.Register(api, op, h)
 }

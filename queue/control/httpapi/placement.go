@@ -66,19 +66,19 @@ type offersOutput struct {
 }
 
 func (s *Server) registerPlacement(api huma.API) {
-	huma.Register(api, huma.Operation{
-		OperationID: "list-job-checkpoints", Method: http.MethodGet, Path: "/v1/jobs/{id}/checkpoints", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "list-job-checkpoints", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/checkpoints", Tags: []string{"jobs"},
 		Summary:  "List a job's committed checkpoints in sequence order",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.checkpoints)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-placement", Method: http.MethodGet, Path: "/v1/jobs/{id}/placement", Tags: []string{"placement"},
+	register(api, huma.Operation{
+		OperationID: "get-job-placement", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/placement", Tags: []string{"placement"},
 		Summary:     "Explain where a job was placed and why",
 		Description: "404 when the job has not been placed (yet).",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.placement)
-	huma.Register(api, huma.Operation{
-		OperationID: "plan-job", Method: http.MethodPost, Path: "/v1/plan", Tags: []string{"placement"},
+	register(api, huma.Operation{
+		OperationID: "plan-job", Errors: []int{413, 422}, Method: http.MethodPost, Path: "/v1/plan", Tags: []string{"placement"},
 		Summary:      "Place a job spec without submitting it (dry run)",
 		Description:  "The same decision the scheduler makes (and `gpuq plan` prints), with the project's budgets charged with its recorded spend.",
 		MaxBodyBytes: queue.MaxSpecBytes + 1,
@@ -87,7 +87,7 @@ func (s *Server) registerPlacement(api huma.API) {
 		}},
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.plan)
-	huma.Register(api, huma.Operation{
+	register(api, huma.Operation{
 		OperationID: "list-offers", Method: http.MethodGet, Path: "/v1/offers", Tags: []string{"placement"},
 		Summary:  "List what the providers offer now",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
