@@ -61,7 +61,7 @@ type Archives interface {
 type Config struct {
 	Store    Store
 	JS       Streams
-	NATS     queue.CoreNATS
+	NATS     Notices
 	Archives Archives
 	// Sources give the offers that plan and offers answer with.
 	Sources []adapters.OfferSource
@@ -124,6 +124,8 @@ type Server struct {
 	cfg    Config
 	client *control.Client
 	auth   *authenticator
+	// recorded is nil until Start.
+	recorded *recordings
 	api    huma.API
 	mux    *http.ServeMux
 }
@@ -148,16 +150,25 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the API.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Start writes tokens' last use every TouchEvery until ctx ends.
-func (s *Server) Start(ctx context.Context) {
+// Start follows job announcements for submissions and writes tokens' last
+// use every TouchEvery, until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	rec := &recordings{}
+	if err := rec.start(ctx, s.cfg.NATS); err != nil {
+		return fmt.Errorf("following job events: %w", err)
+	}
+	s.recorded = rec
 	go s.auth.touchLoop(ctx, s.cfg.TouchEvery)
+	return nil
 }
 
 // Serve serves the API on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

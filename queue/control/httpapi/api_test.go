@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -265,6 +267,30 @@ func archiveHolds(t *testing.T, archive []byte, name, content string) bool {
 			var b bytes.Buffer
 			b.ReadFrom(tr) //nolint:errcheck // compared below
 			return b.String() == content
+		}
+	}
+}
+
+// TestReadmeHTTPExampleRuns runs the README's HTTP API example, as it is,
+// against a real server.
+func TestReadmeHTTPExampleRuns(t *testing.T) {
+	t.Parallel()
+	readme := string(mustRead(t, "../../../README.md"))
+	_, rest, ok := strings.Cut(readme, "<!-- http-example -->\n```sh\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no http-example block")
+	}
+	e := startEnv(t, nil)
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", block)
+	cmd.Env = append(os.Environ(), "GPUQ_URL="+e.URL, "GPUQ_TOKEN="+e.token(queue.RoleSubmit, nil, queue.DefaultProject))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README example failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{`"state":"succeeded"`, `hello from the API`, `"pool":"de-cpu"`, `"location":"spec.resources.gpu.count"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the README example's output lacks %s:\n%s", want, out)
 		}
 	}
 }

@@ -49,7 +49,19 @@ var pools = []local.PoolConfig{{Pool: "de-cpu", Region: "eu-local-1", Country: "
 func startEnv(t testing.TB, tweak func(*httpapi.Config)) *env {
 	t.Helper()
 	n := queuetest.StartNATS(t)
-	st, _ := queuetest.Store(t, n)
+	_, url := queuetest.Store(t, n)
+	return startEnvOn(t, n, url, tweak)
+}
+
+// startEnvOn is startEnv on a given JetStream and database.
+func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpapi.Config)) *env {
+	t.Helper()
+	st, err := store.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	st.Events = &queue.EventPublisher{JS: n.JS}
 	provider, err := local.New(pools)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +87,9 @@ func startEnv(t testing.TB, tweak func(*httpapi.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Start(ctx)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		cancel()

@@ -134,7 +134,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return nil, internal(s.cfg.Logger, "submitting job", err)
 	}
 	repeat = sub.Duplicate
-	job, err := s.client.Job(ctx, sub.JobID)
+	job, err := s.recordedJob(ctx, sub.JobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		now := time.Now().UTC()
 		return &jobOutput{Status: http.StatusAccepted, Location: "/v1/jobs/" + sub.JobID.String(), Body: &queue.Job{
@@ -148,6 +148,29 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return s.repeated(job, spec)
 	}
 	return &jobOutput{Status: http.StatusCreated, Location: "/v1/jobs/" + job.ID.String(), Body: job}, nil
+}
+
+// recordedJob returns a just-submitted job once the scheduler has recorded
+// it, waiting up to RecordWait for its first event.
+func (s *Server) recordedJob(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	if s.recorded == nil {
+		return s.client.Job(ctx, id)
+	}
+	// Waiting starts before the store is asked: an event announced in
+	// between is not missed, since it follows the commit.
+	announced, stop := s.recorded.wait(id)
+	defer stop()
+	job, err := s.cfg.Store.Job(ctx, id)
+	if !errors.Is(err, queue.ErrNotFound) {
+		return job, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.RecordWait)
+	defer cancel()
+	select {
+	case <-announced:
+	case <-wctx.Done():
+	}
+	return s.cfg.Store.Job(ctx, id)
 }
 
 // repeated answers a submission whose job already exists: 200 with it when
