@@ -126,8 +126,8 @@ type Server struct {
 	auth   *authenticator
 	// recorded is nil until Start.
 	recorded *recordings
-	api    huma.API
-	mux    *http.ServeMux
+	api      huma.API
+	mux      *http.ServeMux
 }
 
 // Version is the API's version as the OpenAPI document states it.
