@@ -190,6 +190,10 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	if plan.Feasible || plan.Reason == "" {
 		t.Fatalf("no pool has a GPU: %+v", plan)
 	}
+	r = call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte("command: [x]\nplacement: {residency: XX}\n"), 422)
+	if !strings.Contains(string(r.Body), `"location":"spec.placement.residency"`) {
+		t.Fatalf("an unknown residency class must be located: %s", r.Body)
+	}
 	var offers httpapi.OfferList
 	call("GET", "/v1/offers", "/v1/offers", "", nil, 200).json(t, &offers)
 	if len(offers.Offers) != 1 || offers.Offers[0].Pool != "de-cpu" {

@@ -141,7 +141,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 		err = job.Validate()
 	}
 	if err != nil {
-		return nil, huma.Error422UnprocessableEntity(err.Error())
+		return nil, policyProblem(err)
 	}
 	offers, err := control.CollectOffers(ctx, s.cfg.Sources)
 	if err != nil {
@@ -162,7 +162,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	case errors.As(err, &refusal):
 		d, plan.Reason = refusal.Decision, refusal.Error()
 	case err != nil:
-		return nil, huma.Error422UnprocessableEntity(err.Error())
+		return nil, policyProblem(err)
 	}
 	if plan.Decision, err = json.Marshal(d); err != nil {
 		return nil, internal(s.cfg.Logger, "writing decision", err)
@@ -180,4 +180,24 @@ func (s *Server) offers(ctx context.Context, _ *struct{}) (*offersOutput, error)
 		list = []policy.Offer{}
 	}
 	return &offersOutput{Body: &OfferList{Offers: list}}, nil
+}
+
+// specKeys renames policy.Requirements's field names to the job spec's.
+var specKeys = strings.NewReplacer(
+	"job.gpu_count", "spec.resources.gpu.count", "job.min_gpu_memory_gb", "spec.resources.gpu.memory_gb",
+	"job.vcpu", "spec.resources.cpu", "job.memory_gb", "spec.resources.memory_gb", "job.tier", "spec.placement.tier",
+	"job.providers", "spec.placement.providers", "job.regions", "spec.placement.regions", "job.residency", "spec.placement.residency",
+	"job.expected_duration", "spec.expected_duration", "job.inputs", "spec.inputs",
+	"job.max_price_per_hour", "spec.budget.max_price_per_hour", "job.budget", "spec.budget.total",
+)
+
+// policyProblem is the 422 for requirements policy refuses, located at the
+// spec field when the error names one.
+func policyProblem(err error) error {
+	msg := specKeys.Replace(err.Error())
+	field, detail, ok := strings.Cut(msg, ": ")
+	if !ok || !strings.HasPrefix(field, "spec.") || strings.ContainsAny(field, " ") {
+		return huma.Error422UnprocessableEntity(msg)
+	}
+	return huma.Error422UnprocessableEntity(msg, &huma.ErrorDetail{Location: field, Message: detail})
 }
