@@ -108,17 +108,10 @@ func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger
 }
 
 // offerSources are the providers whose offers the scheduler places among and
-// `gpuq plan` reads: the configured local pools, or gpuq dev's defaults.
+// `gpuq plan` and `gpuq offers` read: the configured local pools (or gpuq
+// dev's defaults) and each configured real provider (configuredSources).
 func offerSources(v *viper.Viper) ([]adapters.OfferSource, error) {
-	pools, err := poolsOrDefault(v)
-	if err != nil {
-		return nil, err
-	}
-	provider, err := local.New(pools)
-	if err != nil {
-		return nil, err
-	}
-	return []adapters.OfferSource{provider}, nil
+	return configuredSources(v)
 }
 
 // placerFor builds the policy placer over the offer sources and the rules
