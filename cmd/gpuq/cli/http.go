@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/store"
@@ -28,15 +29,19 @@ func httpFlags(cmd *cobra.Command, def string) {
 
 // startHTTP serves the HTTP API on --http-addr until ctx ends and returns
 // its base URL, or "" when no address is set. With fallback, a default
-// address that is taken gives way to a free port.
-func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, logger *slog.Logger) (string, error) {
+// address that is taken gives way to a free port. Plan and offers read
+// sources, or the configured providers when there are none, as
+// startControlPlane does.
+func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, logger *slog.Logger, sources ...adapters.OfferSource) (string, error) {
 	addr := v.GetString("http-addr")
 	if addr == "" {
 		return "", nil
 	}
-	sources, err := offerSources(v)
-	if err != nil {
-		return "", err
+	if len(sources) == 0 {
+		var err error
+		if sources, err = offerSources(v); err != nil {
+			return "", err
+		}
 	}
 	rules, err := loadRules(v)
 	if err != nil {

@@ -241,7 +241,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer c.Close()
-			apiURL, err := startHTTP(ctx, v, c, !cmd.Flags().Changed("http-addr") && os.Getenv("GPUQ_HTTP_ADDR") == "", logger)
+			apiURL, err := startHTTP(ctx, v, c, !cmd.Flags().Changed("http-addr") && os.Getenv("GPUQ_HTTP_ADDR") == "", logger, sources...)
 			if err != nil {
 				return err
 			}

@@ -61,34 +61,34 @@ type tokenIDInput struct {
 }
 
 func (s *Server) registerAdmin(api huma.API) {
-	huma.Register(api, huma.Operation{
-		OperationID: "get-project-spend", Method: http.MethodGet, Path: "/v1/projects/{project}/spend", Tags: []string{"projects"},
+	register(api, huma.Operation{
+		OperationID: "get-project-spend", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/projects/{project}/spend", Tags: []string{"projects"},
 		Summary:  "What a project's jobs have cost since a time",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.spend)
-	huma.Register(api, huma.Operation{
+	register(api, huma.Operation{
 		OperationID: "list-nodes", Method: http.MethodGet, Path: "/v1/nodes", Tags: []string{"admin"},
 		Summary:  "List worker nodes with their canary record (admin)",
 		Metadata: map[string]any{metaRole: queue.RoleAdmin},
 	}, s.nodes)
-	huma.Register(api, huma.Operation{
-		OperationID: "create-token", Method: http.MethodPost, Path: "/v1/tokens", Tags: []string{"admin"},
+	register(api, huma.Operation{
+		OperationID: "create-token", Errors: []int{422}, Method: http.MethodPost, Path: "/v1/tokens", Tags: []string{"admin"},
 		Summary:       "Create a token for some of this token's projects (admin); its secret is shown once",
 		DefaultStatus: http.StatusCreated,
 		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
 	}, s.createToken)
-	huma.Register(api, huma.Operation{
+	register(api, huma.Operation{
 		OperationID: "list-tokens", Method: http.MethodGet, Path: "/v1/tokens", Tags: []string{"admin"},
 		Summary:  "List the tokens of this token's projects, without secrets (admin)",
 		Metadata: map[string]any{metaRole: queue.RoleAdmin},
 	}, s.listTokens)
-	huma.Register(api, huma.Operation{
-		OperationID: "revoke-token", Method: http.MethodDelete, Path: "/v1/tokens/{id}", Tags: []string{"admin"},
+	register(api, huma.Operation{
+		OperationID: "revoke-token", Errors: []int{404, 422}, Method: http.MethodDelete, Path: "/v1/tokens/{id}", Tags: []string{"admin"},
 		Summary:       "Revoke a token whose projects are all this token's (admin)",
 		DefaultStatus: http.StatusNoContent,
 		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
 	}, s.revokeToken)
-	huma.Register(api, huma.Operation{
+	register(api, huma.Operation{
 		OperationID: "health", Method: http.MethodGet, Path: "/v1/healthz", Tags: []string{"meta"},
 		Summary:  "Health check; needs no token",
 		Security: []map[string][]string{{}},

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -60,7 +61,7 @@ type Archives interface {
 type Config struct {
 	Store    Store
 	JS       Streams
-	NATS     queue.CoreNATS
+	NATS     Notices
 	Archives Archives
 	// Sources give the offers that plan and offers answer with.
 	Sources []adapters.OfferSource
@@ -123,8 +124,10 @@ type Server struct {
 	cfg    Config
 	client *control.Client
 	auth   *authenticator
-	api    huma.API
-	mux    *http.ServeMux
+	// recorded is nil until Start.
+	recorded *recordings
+	api      huma.API
+	mux      *http.ServeMux
 }
 
 // Version is the API's version as the OpenAPI document states it.
@@ -147,16 +150,25 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the API.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Start writes tokens' last use every TouchEvery until ctx ends.
-func (s *Server) Start(ctx context.Context) {
+// Start follows job announcements for submissions and writes tokens' last
+// use every TouchEvery, until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	rec := &recordings{}
+	if err := rec.start(ctx, s.cfg.NATS); err != nil {
+		return fmt.Errorf("following job events: %w", err)
+	}
+	s.recorded = rec
 	go s.auth.touchLoop(ctx, s.cfg.TouchEvery)
+	return nil
 }
 
 // Serve serves the API on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -218,4 +230,16 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerResults(api)
 	s.registerPlacement(api)
 	s.registerAdmin(api)
+}
+
+// register adds an operation, documenting the errors every operation of
+// its kind can answer besides those it names.
+func register[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	if _, ok := op.Metadata[metaRole]; ok {
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
+	}
+	op.Errors = append(op.Errors, http.StatusInternalServerError)
+	slices.Sort(op.Errors)
+	op.Errors = slices.Compact(op.Errors)
+	huma.Register(api, op, h)
 }

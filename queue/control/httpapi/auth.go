@@ -80,8 +80,8 @@ func (a *authenticator) middleware(api huma.API) func(huma.Context, func(huma.Co
 // authenticate returns the token an Authorization header presents, or why
 // there is none. The reason never echoes the presented secret.
 func (a *authenticator) authenticate(ctx context.Context, header string) (*queue.Token, string) {
-	secret, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok || secret == "" {
+	scheme, secret, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return nil, "missing bearer token: send Authorization: Bearer <token> (gpuq token create makes one)"
 	}
 	prefix := queue.TokenLookupPrefix(strings.TrimSpace(secret))

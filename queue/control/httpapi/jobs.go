@@ -62,8 +62,8 @@ type listOutput struct {
 
 func (s *Server) registerJobs(api huma.API) {
 	jobSchema := api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[queue.Job](), true, "")
-	huma.Register(api, huma.Operation{
-		OperationID: "submit-job", Method: http.MethodPost, Path: "/v1/jobs", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "submit-job", Errors: []int{409, 413, 422}, Method: http.MethodPost, Path: "/v1/jobs", Tags: []string{"jobs"},
 		Summary: "Submit a job",
 		Description: "The body is a job spec (README \"Job spec\"), as JSON or YAML, parsed by the same strict parser as `gpuq submit`. " +
 			"201: a new job. 200: a repeat of an earlier submission with the same idempotency_key and the same spec. " +
@@ -79,24 +79,24 @@ func (s *Server) registerJobs(api huma.API) {
 		},
 		Metadata: map[string]any{metaRole: queue.RoleSubmit},
 	}, s.submit)
-	huma.Register(api, huma.Operation{
-		OperationID: "list-jobs", Method: http.MethodGet, Path: "/v1/jobs", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "list-jobs", Errors: []int{422}, Method: http.MethodGet, Path: "/v1/jobs", Tags: []string{"jobs"},
 		Summary:  "List jobs of the token's projects, newest first",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.list)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job", Method: http.MethodGet, Path: "/v1/jobs/{id}", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "get-job", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}", Tags: []string{"jobs"},
 		Summary:  "Get a job",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.get)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-status", Method: http.MethodGet, Path: "/v1/jobs/{id}/status", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "get-job-status", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/status", Tags: []string{"jobs"},
 		Summary:     "Get a job with its attempts, latest checkpoint, placement and history",
 		Description: "The same document as `gpuq status -o json`; a failed or dead job carries its last 20 lines of output.",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.status)
-	huma.Register(api, huma.Operation{
-		OperationID: "cancel-job", Method: http.MethodPost, Path: "/v1/jobs/{id}/cancel", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "cancel-job", Errors: []int{404, 409, 422}, Method: http.MethodPost, Path: "/v1/jobs/{id}/cancel", Tags: []string{"jobs"},
 		Summary:     "Cancel a job that has not finished",
 		Description: "A running job is stopped at once. 409 when the job has already finished.",
 		Metadata:    map[string]any{metaRole: queue.RoleSubmit},
@@ -134,7 +134,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return nil, internal(s.cfg.Logger, "submitting job", err)
 	}
 	repeat = sub.Duplicate
-	job, err := s.client.Job(ctx, sub.JobID)
+	job, err := s.recordedJob(ctx, sub.JobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		now := time.Now().UTC()
 		return &jobOutput{Status: http.StatusAccepted, Location: "/v1/jobs/" + sub.JobID.String(), Body: &queue.Job{
@@ -148,6 +148,29 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return s.repeated(job, spec)
 	}
 	return &jobOutput{Status: http.StatusCreated, Location: "/v1/jobs/" + job.ID.String(), Body: job}, nil
+}
+
+// recordedJob returns a just-submitted job once the scheduler has recorded
+// it, waiting up to RecordWait for its first event.
+func (s *Server) recordedJob(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	if s.recorded == nil {
+		return s.client.Job(ctx, id)
+	}
+	// Waiting starts before the store is asked: an event announced in
+	// between is not missed, since it follows the commit.
+	announced, stop := s.recorded.wait(id)
+	defer stop()
+	job, err := s.cfg.Store.Job(ctx, id)
+	if !errors.Is(err, queue.ErrNotFound) {
+		return job, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.RecordWait)
+	defer cancel()
+	select {
+	case <-announced:
+	case <-wctx.Done():
+	}
+	return s.cfg.Store.Job(ctx, id)
 }
 
 // repeated answers a submission whose job already exists: 200 with it when

@@ -66,19 +66,19 @@ type offersOutput struct {
 }
 
 func (s *Server) registerPlacement(api huma.API) {
-	huma.Register(api, huma.Operation{
-		OperationID: "list-job-checkpoints", Method: http.MethodGet, Path: "/v1/jobs/{id}/checkpoints", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "list-job-checkpoints", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/checkpoints", Tags: []string{"jobs"},
 		Summary:  "List a job's committed checkpoints in sequence order",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.checkpoints)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-placement", Method: http.MethodGet, Path: "/v1/jobs/{id}/placement", Tags: []string{"placement"},
+	register(api, huma.Operation{
+		OperationID: "get-job-placement", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/placement", Tags: []string{"placement"},
 		Summary:     "Explain where a job was placed and why",
 		Description: "404 when the job has not been placed (yet).",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.placement)
-	huma.Register(api, huma.Operation{
-		OperationID: "plan-job", Method: http.MethodPost, Path: "/v1/plan", Tags: []string{"placement"},
+	register(api, huma.Operation{
+		OperationID: "plan-job", Errors: []int{413, 422}, Method: http.MethodPost, Path: "/v1/plan", Tags: []string{"placement"},
 		Summary:      "Place a job spec without submitting it (dry run)",
 		Description:  "The same decision the scheduler makes (and `gpuq plan` prints), with the project's budgets charged with its recorded spend.",
 		MaxBodyBytes: queue.MaxSpecBytes + 1,
@@ -87,7 +87,7 @@ func (s *Server) registerPlacement(api huma.API) {
 		}},
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.plan)
-	huma.Register(api, huma.Operation{
+	register(api, huma.Operation{
 		OperationID: "list-offers", Method: http.MethodGet, Path: "/v1/offers", Tags: []string{"placement"},
 		Summary:  "List what the providers offer now",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
@@ -141,7 +141,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 		err = job.Validate()
 	}
 	if err != nil {
-		return nil, huma.Error422UnprocessableEntity(err.Error())
+		return nil, policyProblem(err)
 	}
 	offers, err := control.CollectOffers(ctx, s.cfg.Sources)
 	if err != nil {
@@ -162,7 +162,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	case errors.As(err, &refusal):
 		d, plan.Reason = refusal.Decision, refusal.Error()
 	case err != nil:
-		return nil, huma.Error422UnprocessableEntity(err.Error())
+		return nil, policyProblem(err)
 	}
 	if plan.Decision, err = json.Marshal(d); err != nil {
 		return nil, internal(s.cfg.Logger, "writing decision", err)
@@ -180,4 +180,24 @@ func (s *Server) offers(ctx context.Context, _ *struct{}) (*offersOutput, error)
 		list = []policy.Offer{}
 	}
 	return &offersOutput{Body: &OfferList{Offers: list}}, nil
+}
+
+// specKeys renames policy.Requirements's field names to the job spec's.
+var specKeys = strings.NewReplacer(
+	"job.gpu_count", "spec.resources.gpu.count", "job.min_gpu_memory_gb", "spec.resources.gpu.memory_gb",
+	"job.vcpu", "spec.resources.cpu", "job.memory_gb", "spec.resources.memory_gb", "job.tier", "spec.placement.tier",
+	"job.providers", "spec.placement.providers", "job.regions", "spec.placement.regions", "job.residency", "spec.placement.residency",
+	"job.expected_duration", "spec.expected_duration", "job.inputs", "spec.inputs",
+	"job.max_price_per_hour", "spec.budget.max_price_per_hour", "job.budget", "spec.budget.total",
+)
+
+// policyProblem is the 422 for requirements policy refuses, located at the
+// spec field when the error names one.
+func policyProblem(err error) error {
+	msg := specKeys.Replace(err.Error())
+	field, detail, ok := strings.Cut(msg, ": ")
+	if !ok || !strings.HasPrefix(field, "spec.") || strings.ContainsAny(field, " ") {
+		return huma.Error422UnprocessableEntity(msg)
+	}
+	return huma.Error422UnprocessableEntity(msg, &huma.ErrorDetail{Location: field, Message: detail})
 }

@@ -46,22 +46,22 @@ type resultsOutput struct {
 }
 
 func (s *Server) registerResults(api huma.API) {
-	huma.Register(api, huma.Operation{
-		OperationID: "list-job-results", Method: http.MethodGet, Path: "/v1/jobs/{id}/results", Tags: []string{"results"},
+	register(api, huma.Operation{
+		OperationID: "list-job-results", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results", Tags: []string{"results"},
 		Summary:     "List a succeeded job's output files",
 		Description: "409 when the job has not succeeded. A succeeded job that wrote no outputs lists no files.",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.listResults)
-	huma.Register(api, huma.Operation{
-		OperationID: "download-job-results", Method: http.MethodGet, Path: "/v1/jobs/{id}/results/archive", Tags: []string{"results"},
+	register(api, huma.Operation{
+		OperationID: "download-job-results", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/archive", Tags: []string{"results"},
 		Summary:     "Download a succeeded job's outputs as one tar+zstd archive",
 		Description: "The archive's SHA-256 is checked before it is sent, and sent as X-Gpuq-Sha256.",
 		Responses: map[string]*huma.Response{"200": {Description: "the archive", Content: map[string]*huma.MediaType{
 			"application/zstd": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}}},
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.resultArchive)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-result-file", Method: http.MethodGet, Path: "/v1/jobs/{id}/results/file", Tags: []string{"results"},
+	register(api, huma.Operation{
+		OperationID: "get-job-result-file", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/file", Tags: []string{"results"},
 		Summary: "Download one of a succeeded job's output files",
 		Responses: map[string]*huma.Response{"200": {Description: "the file", Content: map[string]*huma.MediaType{
 			"application/octet-stream": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}}},

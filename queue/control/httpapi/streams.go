@@ -109,22 +109,22 @@ func sortedKeys(m map[string]any) []string {
 
 func (s *Server) registerStreams(api huma.API) {
 	logSchema := api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[LogPage](), true, "")
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-events", Method: http.MethodGet, Path: "/v1/jobs/{id}/events", Tags: []string{"events"},
+	register(api, huma.Operation{
+		OperationID: "get-job-events", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/events", Tags: []string{"events"},
 		Summary:     "Follow a job's state changes (Server-Sent Events)",
 		Description: "Sends every recorded state change of the job, oldest first, then each new one as it happens; the stream ends after the terminal state. Reconnect with Last-Event-ID to resume.",
 		Responses:   map[string]*huma.Response{"200": {Description: "event stream", Content: map[string]*huma.MediaType{"text/event-stream": sseContent(api, map[string]any{"state": queue.Event{}})}}},
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.jobEvents)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-project-events", Method: http.MethodGet, Path: "/v1/projects/{project}/events", Tags: []string{"events"},
+	register(api, huma.Operation{
+		OperationID: "get-project-events", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/projects/{project}/events", Tags: []string{"events"},
 		Summary:     "Follow the state changes of a project's jobs (Server-Sent Events)",
 		Description: "Sends each state change of the project's jobs as it happens. With Last-Event-ID, first the events after that one that are still retained.",
 		Responses:   map[string]*huma.Response{"200": {Description: "event stream", Content: map[string]*huma.MediaType{"text/event-stream": sseContent(api, map[string]any{"state": ProjectEvent{}})}}},
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.projectEvents)
-	huma.Register(api, huma.Operation{
-		OperationID: "get-job-logs", Method: http.MethodGet, Path: "/v1/jobs/{id}/logs", Tags: []string{"jobs"},
+	register(api, huma.Operation{
+		OperationID: "get-job-logs", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/logs", Tags: []string{"jobs"},
 		Summary:     "Read a job's output: a range, or followed live (follow=true, Server-Sent Events)",
 		Description: "Without follow: the chunks after `after`, at most `limit`, as JSON. With follow: every chunk after `after` (or Last-Event-ID) as a `log` event, new ones as they are written, and an `end` event once the job has finished and all its output was sent.",
 		Responses: map[string]*huma.Response{"200": {Description: "output", Content: map[string]*huma.MediaType{
