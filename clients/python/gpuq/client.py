@@ -12,7 +12,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from .errors import APIError, GpuqError, NotFound, WaitTimeout, api_error
+from .errors import GpuqError, WaitTimeout, api_error
 from .progress import Progress
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Plan, Results, TERMINAL_STATES
 
@@ -189,9 +189,8 @@ class Client:
                     yield ev
                     if ev.state in TERMINAL_STATES:
                         return
-            except (OSError, socket.timeout) as e:
-                if isinstance(e, APIError):
-                    raise
+            except (OSError, socket.timeout):
+                # A dropped stream: reconnect, resuming after the last event.
                 time.sleep(0.5)
                 continue
             # The server ended the stream without a terminal state.
@@ -227,10 +226,8 @@ class Client:
                             shown.event(ev)
                         if ev.state in TERMINAL_STATES:
                             return self.get(job_id)
-                except APIError:
-                    raise
                 except (OSError, socket.timeout):
-                    pass
+                    pass  # a read timeout or a dropped stream: look, then reconnect
                 job = self.get(job_id)
                 if job.done:
                     return job
@@ -262,10 +259,8 @@ class Client:
                     if kind == "log":
                         last = ev_id or last
                         yield LogChunk.from_doc(data)
-            except APIError:
-                raise
             except (OSError, socket.timeout):
-                time.sleep(0.5)
+                time.sleep(0.5)  # a dropped stream: resume after the last chunk
 
     def results(self, job_id: str, dir: Optional[str] = None) -> Results:
         """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
