@@ -146,6 +146,10 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	if len(resumed) != 2 || resumed[0].ID != evs[2].ID {
 		t.Fatalf("resumed after %s: %+v", evs[1].ID, resumed)
 	}
+	began := time.Now()
+	if after := e.events("/v1/jobs/"+id+"/events", admin, []string{"Last-Event-ID", evs[3].ID}, 10*time.Second, nil); len(after) != 0 || time.Since(began) > 5*time.Second {
+		t.Fatalf("resumed after the terminal event, the stream must end at once, empty; it took %s: %+v", time.Since(began), after)
+	}
 
 	// Results: listed, the archive, one file.
 	var res httpapi.Results

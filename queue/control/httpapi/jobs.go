@@ -116,7 +116,6 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return nil, huma.Error403Forbidden("this token may not submit into project "+spec.Project,
 			&huma.ErrorDetail{Location: "spec.project", Message: "not one of this token's projects: " + strings.Join(tok.Projects, ", "), Value: spec.Project})
 	}
-	repeat := false
 	if spec.IdempotencyKey != "" {
 		existing, err := s.cfg.Store.Job(ctx, queue.JobIDFor(spec))
 		switch {
@@ -133,7 +132,6 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		}
 		return nil, internal(s.cfg.Logger, "submitting job", err)
 	}
-	repeat = sub.Duplicate
 	job, err := s.recordedJob(ctx, sub.JobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		now := time.Now().UTC()
@@ -144,7 +142,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading job", err)
 	}
-	if repeat || spec.IdempotencyKey != "" && !sameSpec(job.Spec, spec) {
+	if sub.Duplicate || spec.IdempotencyKey != "" && !sameSpec(job.Spec, spec) {
 		return s.repeated(job, spec)
 	}
 	return &jobOutput{Status: http.StatusCreated, Location: "/v1/jobs/" + job.ID.String(), Body: job}, nil
