@@ -70,9 +70,7 @@ func (s *Server) registerJobs(api huma.API) {
 			"409: the idempotency_key names a job with a different spec. 202: accepted durably but not yet recorded by the scheduler.",
 		DefaultStatus: http.StatusCreated,
 		MaxBodyBytes:  queue.MaxSpecBytes + 1,
-		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
-			"application/json": {Schema: &huma.Schema{Type: huma.TypeObject, Description: "a job spec"}},
-		}},
+		RequestBody:   specBody(api),
 		Responses: map[string]*huma.Response{
 			"200": {Description: "the job an earlier submission with this idempotency key created", Content: map[string]*huma.MediaType{"application/json": {Schema: jobSchema}}},
 			"202": {Description: "submitted durably; not yet recorded", Content: map[string]*huma.MediaType{"application/json": {Schema: jobSchema}}},
@@ -101,6 +99,15 @@ func (s *Server) registerJobs(api huma.API) {
 		Description: "A running job is stopped at once. 409 when the job has already finished.",
 		Metadata:    map[string]any{metaRole: queue.RoleSubmit},
 	}, s.cancel)
+}
+
+// specBody documents a job spec request body: JSON with the spec's schema,
+// or the same document as YAML. queue.ParseSpec reads both; it also takes
+// a command given as one shell string.
+func specBody(api huma.API) *huma.RequestBody {
+	return &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
+		"application/json": {Schema: api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[queue.Spec](), true, "")},
+	}}
 }
 
 func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error) {
