@@ -83,7 +83,9 @@ func (s *Server) registerPlacement(api huma.API) {
 		Description:  "The same decision the scheduler makes (and `gpuq plan` prints), with the project's budgets charged with its recorded spend.",
 		MaxBodyBytes: queue.MaxSpecBytes + 1,
 		RequestBody:  specBody(api),
-		Metadata:     map[string]any{metaRole: queue.RoleRead},
+		// queue.ParseSpec is the one judge of a spec.
+		SkipValidateBody: true,
+		Metadata:         map[string]any{metaRole: queue.RoleRead},
 	}, s.plan)
 	register(api, huma.Operation{
 		OperationID: "list-offers", Method: http.MethodGet, Path: "/v1/offers", Tags: []string{"placement"},
