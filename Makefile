@@ -83,6 +83,10 @@ test-policy: ## Run the placement policy, adapter and plan tests
 bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and on a prepared OfferSet
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
 
+.PHONY: bench-http
+bench-http: ## Benchmark HTTP submission (8 clients) and state change → SSE event latency
+	$(GO) test -run '^$$' -bench . -benchtime 500x ./queue/control/httpapi/
+
 BENCH_FLAGS ?=
 
 .PHONY: bench

@@ -133,7 +133,7 @@ type Server struct {
 // Version is the API's version as the OpenAPI document states it.
 const Version = "1.0.0"
 
-// New builds the API; Run (or Handler with Start) serves it.
+// New builds the API; Serve serves it (or Start, then Handler).
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

@@ -146,6 +146,10 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	if len(resumed) != 2 || resumed[0].ID != evs[2].ID {
 		t.Fatalf("resumed after %s: %+v", evs[1].ID, resumed)
 	}
+	began := time.Now()
+	if after := e.events("/v1/jobs/"+id+"/events", admin, []string{"Last-Event-ID", evs[3].ID}, 10*time.Second, nil); len(after) != 0 || time.Since(began) > 5*time.Second {
+		t.Fatalf("resumed after the terminal event, the stream must end at once, empty; it took %s: %+v", time.Since(began), after)
+	}
 
 	// Results: listed, the archive, one file.
 	var res httpapi.Results
@@ -173,6 +177,14 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 
 	// Cancel: the running sleeper stops; a second cancel is 409.
 	e.waitState(admin, sleeper.ID, queue.StateRunning)
+	if _, err := e.Store.RecordCheckpoint(context.Background(), sleeper.ID, 1, queue.ArchiveRecord{Bytes: 3, SHA256: "abc", Region: "eu-local-1", StoreURI: "obj://b/c"}); err != nil {
+		t.Fatal(err)
+	}
+	var cps []queue.Checkpoint
+	call("GET", "/v1/jobs/{id}/checkpoints", "/v1/jobs/"+sleeper.ID.String()+"/checkpoints", "", nil, 200).json(t, &cps)
+	if len(cps) != 1 || cps[0].Seq != 1 || cps[0].Region != "eu-local-1" {
+		t.Fatalf("checkpoints: %+v", cps)
+	}
 	var cancelled queue.Job
 	call("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/"+sleeper.ID.String()+"/cancel", "", nil, 200).json(t, &cancelled)
 	if cancelled.State != queue.StateCancelled {

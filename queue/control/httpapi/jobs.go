@@ -70,9 +70,9 @@ func (s *Server) registerJobs(api huma.API) {
 			"409: the idempotency_key names a job with a different spec. 202: accepted durably but not yet recorded by the scheduler.",
 		DefaultStatus: http.StatusCreated,
 		MaxBodyBytes:  queue.MaxSpecBytes + 1,
-		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
-			"application/json": {Schema: &huma.Schema{Type: huma.TypeObject, Description: "a job spec"}},
-		}},
+		RequestBody:   specBody(api),
+		// queue.ParseSpec is the one judge of a spec.
+		SkipValidateBody: true,
 		Responses: map[string]*huma.Response{
 			"200": {Description: "the job an earlier submission with this idempotency key created", Content: map[string]*huma.MediaType{"application/json": {Schema: jobSchema}}},
 			"202": {Description: "submitted durably; not yet recorded", Content: map[string]*huma.MediaType{"application/json": {Schema: jobSchema}}},
@@ -103,6 +103,15 @@ func (s *Server) registerJobs(api huma.API) {
 	}, s.cancel)
 }
 
+// specBody documents a job spec request body: JSON with the spec's schema,
+// or the same document as YAML. queue.ParseSpec reads both; it also takes
+// a command given as one shell string.
+func specBody(api huma.API) *huma.RequestBody {
+	return &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
+		"application/json": {Schema: api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[queue.Spec](), true, "")},
+	}}
+}
+
 func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error) {
 	tok := tokenOf(ctx)
 	spec, err := queue.ParseSpec(in.RawBody)
@@ -116,7 +125,6 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return nil, huma.Error403Forbidden("this token may not submit into project "+spec.Project,
 			&huma.ErrorDetail{Location: "spec.project", Message: "not one of this token's projects: " + strings.Join(tok.Projects, ", "), Value: spec.Project})
 	}
-	repeat := false
 	if spec.IdempotencyKey != "" {
 		existing, err := s.cfg.Store.Job(ctx, queue.JobIDFor(spec))
 		switch {
@@ -133,7 +141,6 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		}
 		return nil, internal(s.cfg.Logger, "submitting job", err)
 	}
-	repeat = sub.Duplicate
 	job, err := s.recordedJob(ctx, sub.JobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		now := time.Now().UTC()
@@ -144,7 +151,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading job", err)
 	}
-	if repeat || spec.IdempotencyKey != "" && !sameSpec(job.Spec, spec) {
+	if sub.Duplicate || spec.IdempotencyKey != "" && !sameSpec(job.Spec, spec) {
 		return s.repeated(job, spec)
 	}
 	return &jobOutput{Status: http.StatusCreated, Location: "/v1/jobs/" + job.ID.String(), Body: job}, nil

@@ -82,10 +82,10 @@ func (s *Server) registerPlacement(api huma.API) {
 		Summary:      "Place a job spec without submitting it (dry run)",
 		Description:  "The same decision the scheduler makes (and `gpuq plan` prints), with the project's budgets charged with its recorded spend.",
 		MaxBodyBytes: queue.MaxSpecBytes + 1,
-		RequestBody: &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
-			"application/json": {Schema: &huma.Schema{Type: huma.TypeObject, Description: "a job spec"}},
-		}},
-		Metadata: map[string]any{metaRole: queue.RoleRead},
+		RequestBody:  specBody(api),
+		// queue.ParseSpec is the one judge of a spec.
+		SkipValidateBody: true,
+		Metadata:         map[string]any{metaRole: queue.RoleRead},
 	}, s.plan)
 	register(api, huma.Operation{
 		OperationID: "list-offers", Method: http.MethodGet, Path: "/v1/offers", Tags: []string{"placement"},

@@ -21,6 +21,10 @@ import (
 	"github.com/gpuq/gpuq/queue"
 )
 
+// maxLogPageBytes bounds the output one range answer carries; a range
+// stops at the chunk that crosses it.
+const maxLogPageBytes = 4 << 20
+
 // keepAlive is how often an idle event stream sends a comment, so that
 // proxies and clients see the connection alive.
 const keepAlive = 15 * time.Second
@@ -255,7 +259,18 @@ func (s *Server) jobEvents(ctx context.Context, in *eventsInput) (*huma.StreamRe
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.consumerFrom(ctx, queue.StreamEvents, queue.EventSubject(job.ID.String()), after, false)
+	subject := queue.EventSubject(job.ID.String())
+	if job.State.Terminal() && after > 0 {
+		// Resumed after the end: nothing more will come.
+		last, err := s.lastSeq(ctx, queue.StreamEvents, subject)
+		if err != nil {
+			return nil, internal(s.cfg.Logger, "following events", err)
+		}
+		if last <= after {
+			return &huma.StreamResponse{Body: func(hctx huma.Context) { newEventWriter(hctx) }}, nil
+		}
+	}
+	c, err := s.consumerFrom(ctx, queue.StreamEvents, subject, after, false)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "following events", err)
 	}
@@ -367,11 +382,13 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			if err != nil {
 				return nil, internal(s.cfg.Logger, "reading logs", err)
 			}
+			size := 0
 			err = follow(ctx, c, 2*time.Second, func(msg jetstream.Msg) (bool, error) {
 				ch := chunkOf(msg)
 				page.Chunks = append(page.Chunks, ch)
 				page.NextAfter = ch.Seq
-				return len(page.Chunks) < in.Limit && ch.Seq < last, nil
+				size += len(ch.Data)
+				return len(page.Chunks) < in.Limit && size < maxLogPageBytes && ch.Seq < last, nil
 			}, func() (bool, error) { return false, nil })
 			if err != nil {
 				return nil, internal(s.cfg.Logger, "reading logs", err)
