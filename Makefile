@@ -20,6 +20,22 @@ build: ## Build bin/gpuq
 test: ## Run all tests (real PostgreSQL and embedded JetStream)
 	$(GO) test -count=1 -timeout 20m ./...
 
+# The Python client is installed the way its README says, offline: Debian's
+# python3 (with setuptools and wheel) in a virtualenv that sees the system
+# packages, no build isolation, no package index.
+PYTHON ?= /usr/bin/python3
+PYVENV := .venv-python
+
+.PHONY: test-python
+test-python: build ## Install clients/python into a fresh virtualenv and run its tests against a real `gpuq dev`
+	@command -v $(PYTHON) >/dev/null || (echo "test-python: $(PYTHON) not found; install Debian's python3, python3-venv, python3-setuptools and python3-wheel"; exit 1)
+	rm -rf $(PYVENV) clients/python/build clients/python/gpuq.egg-info
+	$(PYTHON) -m venv --system-site-packages $(PYVENV)
+	$(PYVENV)/bin/python -m pip install --quiet --no-build-isolation --no-index --no-deps ./clients/python
+	rm -rf clients/python/build clients/python/gpuq.egg-info
+	cd clients/python/tests && GPUQ_BIN=$(CURDIR)/$(BIN) GPUQ_README=$(CURDIR)/README.md GPUQ_TEST_INSTALLED=1 \
+		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
+
 .PHONY: test/gpu
 test/gpu: build ## Run `gpuq canary -o json` against this machine's NVIDIA driver (CANARY_FLAGS adds expectations)
 	./$(BIN) canary -o json $(CANARY_FLAGS)
@@ -40,8 +56,9 @@ $(SQLC):
 	$(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 
 .PHONY: generate
-generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations
+generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations, and api/openapi.json from the HTTP API
 	$(SQLC) generate
+	$(GO) run ./cmd/gpuq openapi > api/openapi.json
 
 .PHONY: verify
 verify: $(SQLC) ## Fail when generated code is stale, go.mod is untidy, a package imports against DESIGN.md's table, code is unformatted or vet complains (bench/ included)
@@ -65,6 +82,10 @@ test-policy: ## Run the placement policy, adapter and plan tests
 .PHONY: bench-policy
 bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and on a prepared OfferSet
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
+
+.PHONY: bench-http
+bench-http: ## Benchmark HTTP submission (8 clients) and state change → SSE event latency
+	$(GO) test -run '^$$' -bench . -benchtime 500x ./queue/control/httpapi/
 
 BENCH_FLAGS ?=
 

@@ -62,3 +62,19 @@ type Decided struct {
 	Placed   []PlacedJob
 	Rejected map[uuid.UUID]string
 }
+
+// Page asks for one page of a project-scoped listing, newest first; zero
+// values match everything.
+type Page struct {
+	// Projects the listing is limited to; empty lists nothing.
+	Projects []string
+	State    JobState
+	// LabelKey and LabelValue select jobs whose spec.labels has that entry.
+	LabelKey, LabelValue string
+	// Since keeps jobs submitted at or after it.
+	Since time.Time
+	// After continues a listing after this job (its submission time and id).
+	AfterAt time.Time
+	AfterID uuid.UUID
+	Limit   int
+}

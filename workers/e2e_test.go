@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/cmd/gpuq/cli"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
@@ -607,7 +608,7 @@ func TestSubmitWaitExitsZeroOnlyOnSuccess(t *testing.T) {
 	if !strings.Contains(out, "succeeded") {
 		t.Fatalf("submit --wait must report success:\n%s", out)
 	}
-	out = runCLI(t, 1, append(append([]string{"submit", "--wait", "--name", "bad", "--max-errors", "0"}, conn...), "--", "sh", "-c", "exit 4")...)
+	out = runCLI(t, cli.ExitFailed, append(append([]string{"submit", "--wait", "--name", "bad", "--max-errors", "0"}, conn...), "--", "sh", "-c", "exit 4")...)
 	if !strings.Contains(out, "failed") || !strings.Contains(out, "exited with status 4") {
 		t.Fatalf("submit --wait must report the failure and its reason:\n%s", out)
 	}

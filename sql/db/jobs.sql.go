@@ -440,6 +440,82 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 	return items, nil
 }
 
+const jobListPage = `-- name: JobListPage :many
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
+WHERE project = ANY($1::text[])
+  AND ($2::job_state IS NULL OR state = $2::job_state)
+  AND ($3::text IS NULL OR spec->'labels'->>$3::text = $4::text)
+  AND ($5::timestamptz IS NULL OR submitted_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL
+       OR (submitted_at, id) < ($6::timestamptz, $7::uuid))
+ORDER BY submitted_at DESC, id DESC
+LIMIT $8
+`
+
+type JobListPageParams struct {
+	Projects   []string
+	State      NullJobState
+	LabelKey   sql.NullString
+	LabelValue sql.NullString
+	Since      sql.NullTime
+	AfterAt    sql.NullTime
+	AfterID    uuid.NullUUID
+	MaxRows    int32
+}
+
+// JobListPage is one page of a listing scoped to @projects, newest first;
+// the page after a job starts strictly after its (submitted_at, id).
+func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]JobRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobListPage,
+		pq.Array(arg.Projects),
+		arg.State,
+		arg.LabelKey,
+		arg.LabelValue,
+		arg.Since,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobRow
+	for rows.Next() {
+		var i JobRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobListUnsettled = `-- name: JobListUnsettled :many
 SELECT id, state, pool, placement_version, lease_expires_at FROM jobs
 WHERE (state = 'pending' AND updated_at < now() - make_interval(secs => $1::float8))

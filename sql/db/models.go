@@ -90,6 +90,67 @@ func AllJobStateValues() []JobState {
 	}
 }
 
+type TokenRole string
+
+const (
+	TokenRoleRead   TokenRole = "read"
+	TokenRoleSubmit TokenRole = "submit"
+	TokenRoleAdmin  TokenRole = "admin"
+)
+
+func (e *TokenRole) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = TokenRole(s)
+	case string:
+		*e = TokenRole(s)
+	default:
+		return fmt.Errorf("unsupported scan type for TokenRole: %T", src)
+	}
+	return nil
+}
+
+type NullTokenRole struct {
+	TokenRole TokenRole
+	Valid     bool // Valid is true if TokenRole is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullTokenRole) Scan(value interface{}) error {
+	if value == nil {
+		ns.TokenRole, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.TokenRole.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullTokenRole) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.TokenRole), nil
+}
+
+func (e TokenRole) Valid() bool {
+	switch e {
+	case TokenRoleRead,
+		TokenRoleSubmit,
+		TokenRoleAdmin:
+		return true
+	}
+	return false
+}
+
+func AllTokenRoleValues() []TokenRole {
+	return []TokenRole{
+		TokenRoleRead,
+		TokenRoleSubmit,
+		TokenRoleAdmin,
+	}
+}
+
 type Attempt struct {
 	JobID       uuid.UUID
 	Attempt     int32
@@ -217,4 +278,17 @@ type Result struct {
 	Region    string
 	StoreUri  string
 	CreatedAt time.Time
+}
+
+type Token struct {
+	ID         uuid.UUID
+	Prefix     string
+	Hash       []byte
+	Name       string
+	Projects   []string
+	Role       TokenRole
+	CreatedAt  time.Time
+	ExpiresAt  sql.NullTime
+	RevokedAt  sql.NullTime
+	LastUsedAt sql.NullTime
 }

@@ -193,3 +193,16 @@ WHERE (state = 'pending' AND updated_at < now() - make_interval(secs => @pending
    OR (state = 'running' AND lease_expires_at < now() - make_interval(secs => @placed_seconds::float8))
 ORDER BY updated_at
 LIMIT @max_rows;
+
+-- name: JobListPage :many
+-- JobListPage is one page of a listing scoped to @projects, newest first;
+-- the page after a job starts strictly after its (submitted_at, id).
+SELECT * FROM jobs
+WHERE project = ANY(@projects::text[])
+  AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
+  AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
+  AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('after_at')::timestamptz IS NULL
+       OR (submitted_at, id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
+ORDER BY submitted_at DESC, id DESC
+LIMIT @max_rows;

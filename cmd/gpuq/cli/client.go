@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,27 +36,10 @@ func newSubmitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, v.GetBool("wait"))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sub, err := queue.Submit(cmd.Context(), c.js, spec)
-			if err != nil {
-				return err
-			}
-			if !v.GetBool("wait") {
-				if format == "json" {
-					return writeJSON(cmd.OutOrStdout(), sub)
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), sub.JobID)
-				return nil
-			}
-			fmt.Fprintln(cmd.ErrOrStderr(), sub.JobID)
-			return waitFor(cmd.Context(), cmd, c, sub.JobID, format)
+			return submit(cmd, v, spec, format)
 		},
 	}
-	connFlags(cmd)
+	jobFlags(cmd)
 	f := cmd.Flags()
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
 	f.String("name", "", "spec.name")
@@ -74,7 +56,10 @@ func newSubmitCmd() *cobra.Command {
 	f.Int("max-errors", -1, "spec.retries.max_errors")
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
-	f.Bool("wait", false, "wait for the job to finish; exit status 0 only on success")
+	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
+	f.Bool("no-wait-accept", false, "return once the submission is stored, without waiting for the scheduler to accept or reject it")
+	f.Duration("accept-timeout", time.Minute, "how long to wait for the scheduler to accept or reject the job")
+	f.Duration("wait-timeout", 0, "with --wait: give up waiting after this long (exit status 7); 0 waits until the job finishes")
 	return cmd
 }
 
@@ -172,7 +157,9 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 func anyFlagChanged(cmd *cobra.Command) bool {
 	changed := false
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if f.Name != "file" && f.Name != "wait" && f.Name != "output" && f.Name != "config" && f.Name != "nats-url" && f.Name != "database-url" {
+		switch f.Name {
+		case "file", "wait", "output", "config", "nats-url", "database-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
+		default:
 			changed = true
 		}
 	})
@@ -188,6 +175,86 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 
+// jobFlags adds the connection flags of the job commands: the HTTP API's
+// URL (its token comes only from GPUQ_TOKEN or the config file, never the
+// command line) or NATS and PostgreSQL.
+func jobFlags(cmd *cobra.Command) {
+	connFlags(cmd)
+	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or `token:` in the config file)")
+}
+
+// submit submits spec, waits for the scheduler's answer unless
+// --no-wait-accept, and with --wait for the job's outcome.
+func submit(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string) error {
+	ctx := cmd.Context()
+	svc, err := connectJobs(cmd, v, !v.GetBool("no-wait-accept"))
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	job, err := svc.Submit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if !v.GetBool("no-wait-accept") {
+		if job, err = waitAccepted(ctx, svc, job, v.GetDuration("accept-timeout")); err != nil {
+			return err
+		}
+		if job.State == queue.StateRejected {
+			if err := printJob(out, job, format); err != nil {
+				return err
+			}
+			return outcomeError(job)
+		}
+	}
+	if !v.GetBool("wait") {
+		if format == "json" {
+			return writeJSON(out, job)
+		}
+		fmt.Fprintln(out, job.ID)
+		return nil
+	}
+	return waitAndPrint(cmd, svc, job.ID, format, v.GetDuration("wait-timeout"))
+}
+
+// waitAccepted waits until the scheduler has recorded the job and either
+// placed or rejected it.
+func waitAccepted(ctx context.Context, svc jobService, job *queue.Job, timeout time.Duration) (*queue.Job, error) {
+	if job.State != queue.StatePending {
+		return job, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// A submission the API answered before the scheduler recorded it (202)
+	// is not found for a moment.
+	err := retryNotFound(wctx, timeout, func() error {
+		return svc.Events(wctx, job.ID, func(ev queue.Event) bool { return ev.State == queue.StatePending })
+	})
+	if err == nil {
+		var got *queue.Job
+		if got, err = svc.Job(wctx, job.ID); err == nil && got.State != queue.StatePending {
+			return got, nil
+		}
+	}
+	if wctx.Err() != nil && ctx.Err() == nil {
+		return nil, &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s submitted, but the scheduler had not accepted or rejected it after %s (gpuq status %s shows it)", job.ID, timeout, job.ID)}
+	}
+	if err == nil {
+		err = fmt.Errorf("job %s is still pending", job.ID)
+	}
+	return nil, err
+}
+
+// printJob prints a job as JSON or as its id and state.
+func printJob(w io.Writer, job *queue.Job, format string) error {
+	if format == "json" {
+		return writeJSON(w, job)
+	}
+	fmt.Fprintf(w, "%s %s\n", job.ID, job.State)
+	return nil
+}
+
 func parseJobID(arg string) (uuid.UUID, error) {
 	id, err := uuid.Parse(arg)
 	if err != nil {
@@ -197,7 +264,7 @@ func parseJobID(arg string) (uuid.UUID, error) {
 }
 
 // jobCommand is the shape of the commands that act on one job.
-func jobCommand(use, short string, withDB bool, run func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error) *cobra.Command {
+func jobCommand(use, short string, run func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -211,15 +278,15 @@ func jobCommand(use, short string, withDB bool, run func(cmd *cobra.Command, v *
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, withDB)
+			svc, err := connectJobs(cmd, v, true)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			return run(cmd, v, c, id, format)
+			defer svc.Close()
+			return notFoundError(id, run(cmd, v, svc, id, format))
 		},
 	}
-	connFlags(cmd)
+	jobFlags(cmd)
 	return cmd
 }
 
@@ -227,10 +294,9 @@ func jobCommand(use, short string, withDB bool, run func(cmd *cobra.Command, v *
 type JobStatus = control.JobStatus
 
 func newStatusCmd() *cobra.Command {
-	return jobCommand("status JOB_ID", "Show a job: state, attempts, latest checkpoint, placement, and the last log lines on failure", true,
-		func(cmd *cobra.Command, _ *viper.Viper, c *clients, id uuid.UUID, format string) error {
-			ctx := cmd.Context()
-			st, err := c.client().Status(ctx, id)
+	return jobCommand("status JOB_ID", "Show a job: state, attempts, latest checkpoint, placement, and the last log lines on failure",
+		func(cmd *cobra.Command, _ *viper.Viper, svc jobService, id uuid.UUID, format string) error {
+			st, err := svc.Status(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
@@ -321,29 +387,33 @@ func newLsCmd() *cobra.Command {
 			if state != "" && !control.ValidState(state) {
 				return fmt.Errorf("--state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", state)
 			}
-			c, err := dial(cmd.Context(), v, true)
+			limit := v.GetInt("limit")
+			if limit < 1 || limit > 500 {
+				return fmt.Errorf("--limit: must be 1–500, got %d", limit)
+			}
+			svc, err := connectJobs(cmd, v, true)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			jobs, err := c.client().List(cmd.Context(), queue.ListFilter{State: state, Project: v.GetString("project"), Limit: v.GetInt("limit")})
+			defer svc.Close()
+			page, err := svc.List(cmd.Context(), listFilter{State: state, Project: v.GetString("project"), Limit: limit})
 			if err != nil {
 				return err
 			}
 			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), jobs)
+				return writeJSON(cmd.OutOrStdout(), page)
 			}
 			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "PROJECT", "STATE", "ATTEMPT", "POOL", "SUBMITTED")
-			for _, j := range jobs {
+			for _, j := range page.Jobs {
 				t.row(j.ID, j.Name, j.Project, j.State, j.Attempt, orDash(j.Pool), j.SubmittedAt.Format(time.DateTime))
 			}
 			return t.flush()
 		},
 	}
-	connFlags(cmd)
+	jobFlags(cmd)
 	cmd.Flags().String("state", "", "only jobs in this state")
 	cmd.Flags().String("project", "", "only jobs of this project")
-	cmd.Flags().Int("limit", 50, "at most this many jobs")
+	cmd.Flags().Int("limit", 50, "at most this many jobs (1–500)")
 	return cmd
 }
 
@@ -355,13 +425,13 @@ func orDash(s string) string {
 }
 
 func newLogsCmd() *cobra.Command {
-	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes", true,
-		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error {
+	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes",
+		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
 			follow := v.GetBool("follow")
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
-				return c.client().Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+				return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
 					for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
 						if err := enc.Encode(map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}); err != nil {
 							return err
@@ -371,7 +441,7 @@ func newLogsCmd() *cobra.Command {
 				})
 			}
 			out := cmd.OutOrStdout()
-			return c.client().Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+			return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
 				_, err := out.Write(ch.Data)
 				return err
 			})
@@ -381,43 +451,58 @@ func newLogsCmd() *cobra.Command {
 }
 
 func newWaitCmd() *cobra.Command {
-	return jobCommand("wait JOB_ID", "Wait for a job to finish with a live progress line; exit status 0 only on success", true,
-		func(cmd *cobra.Command, _ *viper.Viper, c *clients, id uuid.UUID, format string) error {
-			return waitFor(cmd.Context(), cmd, c, id, format)
+	cmd := jobCommand("wait JOB_ID", "Wait for a job to finish, showing its progress on stderr; exit status 0 only on success",
+		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
+			return waitAndPrint(cmd, svc, id, format, v.GetDuration("timeout"))
 		})
+	cmd.Flags().Duration("timeout", 0, "give up waiting after this long (exit status 7); 0 waits until the job finishes")
+	return cmd
 }
 
-// waitFor follows a job's events until it is terminal, drawing one progress
-// line on stderr, and fails unless it succeeded.
-func waitFor(ctx context.Context, cmd *cobra.Command, c *clients, id uuid.UUID, format string) error {
-	start := time.Now()
-	errw := cmd.ErrOrStderr()
-	drew := false
-	job, err := c.client().Wait(ctx, id, func(ev queue.Event) {
-		drew = true
-		fmt.Fprintf(errw, "\r\033[K%s  %-9s attempt %d  %s  %s", id.String()[:8], ev.State, ev.Attempt, time.Since(start).Round(time.Second), truncate(ev.Message, 60))
-	})
-	if drew {
-		fmt.Fprintln(errw)
+// waitAndPrint waits for a job to finish, showing its progress on stderr,
+// prints the outcome on stdout and fails unless it succeeded.
+func waitAndPrint(cmd *cobra.Command, svc jobService, id uuid.UUID, format string, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
+	prog := newProgress(cmd.ErrOrStderr(), id)
+	job, err := waitJob(ctx, svc, id, prog.event)
+	prog.close()
 	if err != nil {
+		if ctx.Err() != nil && cmd.Context().Err() == nil {
+			return &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s not finished after %s", id, timeout)}
+		}
+		return notFoundError(id, err)
+	}
+	if err := printJob(cmd.OutOrStdout(), job, format); err != nil {
 		return err
 	}
-	if format == "json" {
-		if err := writeJSON(cmd.OutOrStdout(), job); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, job.State)
+	return outcomeError(job)
+}
+
+// waitJob follows a job's state changes until it is finished and returns
+// it as recorded then.
+func waitJob(ctx context.Context, svc jobService, id uuid.UUID, progress func(queue.Event)) (*queue.Job, error) {
+	job, err := svc.Job(ctx, id)
+	if err != nil || job.State.Terminal() {
+		return job, err
 	}
-	if job.State != queue.StateSucceeded {
-		msg := fmt.Sprintf("job %s %s", id, job.State)
-		if job.Reason != "" {
-			msg += ": " + job.Reason
-		}
-		return &ExitError{Code: 1, Err: errors.New(msg)}
+	finished := false
+	err = svc.Events(ctx, id, func(ev queue.Event) bool {
+		progress(ev)
+		finished = ev.State.Terminal()
+		return !finished
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if !finished && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return svc.Job(ctx, id)
 }
 
 func truncate(s string, n int) string {
@@ -428,41 +513,35 @@ func truncate(s string, n int) string {
 }
 
 func newCancelCmd() *cobra.Command {
-	return jobCommand("cancel JOB_ID", "Cancel a job that has not finished; a running job is stopped at once", true,
-		func(cmd *cobra.Command, _ *viper.Viper, c *clients, id uuid.UUID, format string) error {
-			if err := c.client().Cancel(cmd.Context(), id); err != nil {
+	return jobCommand("cancel JOB_ID", "Cancel a job that has not finished; a running job is stopped at once",
+		func(cmd *cobra.Command, _ *viper.Viper, svc jobService, id uuid.UUID, format string) error {
+			job, err := svc.Cancel(cmd.Context(), id)
+			if err != nil {
 				return err
 			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"job_id": id, "state": queue.StateCancelled})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s cancelled\n", id)
-			return nil
+			return printJob(cmd.OutOrStdout(), job, format)
 		})
 }
 
 func newResultsCmd() *cobra.Command {
-	cmd := jobCommand("results JOB_ID", "Download a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into --dir", true,
-		func(cmd *cobra.Command, v *viper.Viper, c *clients, id uuid.UUID, format string) error {
-			ctx := cmd.Context()
-			rec, err := c.client().Result(ctx, id)
-			if err != nil {
-				return err
-			}
+	cmd := jobCommand("results JOB_ID", "Download a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into --dir",
+		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
 			dir := v.GetString("dir")
 			if dir == "" {
 				dir = id.String()
 			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-			if err := fetchArchive(ctx, archiveStore(c), rec, dir); err != nil {
+			res, err := svc.Results(cmd.Context(), id, dir)
+			if err != nil {
 				return err
 			}
 			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"job_id": id, "dir": dir, "bytes": rec.Bytes, "sha256": rec.SHA256})
+				return writeJSON(cmd.OutOrStdout(), res)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "outputs of %s in %s\n", id, dir)
+			if len(res.Files) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s succeeded with no outputs (it left $GPUQ_OUTPUT_DIR empty)\n", id)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d files of %s in %s\n", len(res.Files), id, dir)
 			return nil
 		})
 	cmd.Flags().String("dir", "", "directory to unpack into (default: the job id)")

@@ -146,10 +146,13 @@ func TestDevOnTheSimulatedCloudResumesAJobItsSpotTracePreempts(t *testing.T) {
 	var conn struct {
 		NATSURL     string `json:"nats_url"`
 		DatabaseURL string `json:"database_url"`
+		URL         string `json:"url"`
+		Token       string `json:"token"`
 	}
 	if err := json.NewDecoder(stdout).Decode(&conn); err != nil {
 		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
 	}
+	checkDevHTTP(t, dir, conn.URL, conn.Token)
 	connArgs := []string{"--nats-url", conn.NATSURL, "--database-url", conn.DatabaseURL}
 
 	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", simTrainSpec)}, connArgs...)...)

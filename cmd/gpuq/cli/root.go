@@ -87,5 +87,7 @@ func commands() []*cobra.Command {
 		newOffersCmd(),
 		newSimulateCmd(),
 		newDemoCmd(),
+		newOpenAPICmd(),
+		newTokenCmd(),
 	}
 }

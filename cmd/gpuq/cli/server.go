@@ -87,6 +87,9 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if _, err := startHTTP(ctx, v, c, false, logger); err != nil {
+				return err
+			}
 			<-ctx.Done()
 			logger.Info("server stopping")
 			return nil
@@ -94,6 +97,7 @@ func newServerCmd() *cobra.Command {
 	}
 	connFlags(cmd)
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
+	httpFlags(cmd, "")
 	return cmd
 }
 
@@ -239,7 +243,15 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer c.Close()
-			if err := writeDevConfig(stack); err != nil {
+			apiURL, err := startHTTP(ctx, v, c, !cmd.Flags().Changed("http-addr") && os.Getenv("GPUQ_HTTP_ADDR") == "", logger, sources...)
+			if err != nil {
+				return err
+			}
+			token, err := devToken(ctx, c.store, apiURL)
+			if err != nil {
+				return err
+			}
+			if err := writeDevConfig(stack, apiURL, token); err != nil {
 				return err
 			}
 			if simulated != nil {
@@ -257,11 +269,16 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				}
 			}
 			if o, _ := outputFormat(v); o == "json" {
-				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile}); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile,
+					"url": apiURL, "token": token, "token_file": devTokenFile}); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n(also written to %s)\n", stack.natsURL, stack.dbURL, devConfigFile)
+				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n", stack.natsURL, stack.dbURL)
+				if apiURL != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=%s\n", apiURL, token)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "(also written to %s)\n", devConfigFile)
 			}
 			<-ctx.Done()
 			return nil
@@ -275,13 +292,19 @@ gpuq submit, status, logs… run from the same directory find it.`,
 	cmd.Flags().String("traces", "", "with --provider sim: the directory of spot traces (ZONE_CARD_COUNT.json) its pools follow")
 	cmd.Flags().Float64("sim-speed", 1, "with --provider sim: virtual seconds per real second")
 	cmd.Flags().Duration("sim-start", 0, "with --provider sim: how far into the traces the virtual clock starts")
+	httpFlags(cmd, "127.0.0.1:8080")
 	return cmd
 }
 
-func writeDevConfig(s *devStack) error {
+// writeDevConfig writes the connection settings, the API's URL and the dev
+// token, readable by the user only since it holds the token.
+func writeDevConfig(s *devStack, apiURL, token string) error {
 	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\ndatabase-url: %s\n", s.natsURL, s.dbURL)
+	if apiURL != "" {
+		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
+	}
 	if err := os.MkdirAll(filepath.Dir(devConfigFile), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(devConfigFile, []byte(body), 0o644)
+	return writePrivate(devConfigFile, []byte(body))
 }

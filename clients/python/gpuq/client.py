@@ -1,0 +1,335 @@
+"""The HTTP API client."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from .errors import GpuqError, WaitTimeout, api_error
+from .progress import Progress
+from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Plan, Results, TERMINAL_STATES
+
+#: Where `gpuq dev` writes its settings, relative to the directory it runs in.
+DEV_CONFIG = os.path.join(".gpuq", "config.yaml")
+DEV_TOKEN = os.path.join(".gpuq", "token")
+
+_MAX_DOC = 64 << 20
+_MAX_LINE = 4 << 20
+
+
+class Client:
+    """A client of one gpuq HTTP API with one token.
+
+    >>> c = Client("http://127.0.0.1:8080", token)     # doctest: +SKIP
+    >>> job = c.submit(command=["echo", "hi"])          # doctest: +SKIP
+    """
+
+    def __init__(self, url: str, token: str, timeout: float = 60.0) -> None:
+        parsed = urllib.parse.urlparse(url or "")
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise GpuqError("url: want the API's base URL such as http://127.0.0.1:8080, got %r" % (url,))
+        if not token:
+            raise GpuqError("token: not set; pass one, set GPUQ_TOKEN, or run `gpuq dev` (it writes %s)" % DEV_CONFIG)
+        self.url = url.rstrip("/")
+        self._token = token.strip()
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return "Client(%r)" % self.url
+
+    @classmethod
+    def from_env(cls, config: Optional[str] = None, timeout: float = 60.0) -> "Client":
+        """A client from GPUQ_URL and GPUQ_TOKEN, else from a config file:
+        ``config``, GPUQ_CONFIG, or the ``.gpuq/config.yaml`` that `gpuq dev`
+        writes, looked for in the current directory and its parents."""
+        url, token = os.environ.get("GPUQ_URL", ""), os.environ.get("GPUQ_TOKEN", "")
+        path = config or os.environ.get("GPUQ_CONFIG") or _find_dev_config()
+        if path and (not url or not token):
+            settings = _read_config(path)
+            url = url or settings.get("url", "")
+            token = token or settings.get("token", "")
+            if not token:
+                token_file = os.path.join(os.path.dirname(path), "token")
+                if os.path.exists(token_file):
+                    with open(token_file, encoding="utf-8") as f:
+                        token = f.read().strip()
+        if not url:
+            raise GpuqError("no gpuq API configured: set GPUQ_URL and GPUQ_TOKEN, or run `gpuq dev` here (it writes %s)" % DEV_CONFIG)
+        return cls(url, token, timeout=timeout)
+
+    # --- transport -------------------------------------------------------
+
+    def _open(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
+              accept: str = "application/json", headers: Optional[Mapping[str, str]] = None,
+              timeout: Optional[float] = None):
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        data = None
+        req_headers = {"Authorization": "Bearer " + self._token, "Accept": accept}
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            req_headers["Content-Type"] = "application/json"
+        req_headers.update(headers or {})
+        req = urllib.request.Request(url, data=data, method=method, headers=req_headers)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout if timeout is not None else self.timeout)
+        except urllib.error.HTTPError as e:
+            raw = e.read(1 << 20)
+            try:
+                doc = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                doc = raw.decode("utf-8", "replace").strip() or e.reason
+            retry = e.headers.get("Retry-After") if e.headers else None
+            raise api_error(e.code, doc, float(retry) if retry and retry.isdigit() else None) from None
+        except urllib.error.URLError as e:
+            raise GpuqError("%s %s: %s" % (method, url, e.reason)) from e
+
+    def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None) -> Any:
+        with self._open(method, path, query, body) as resp:
+            return json.loads(resp.read(_MAX_DOC).decode("utf-8"))
+
+    def _events(self, path: str, query: Optional[Mapping[str, Any]] = None, last_id: Optional[str] = None,
+                read_timeout: Optional[float] = None) -> Iterator[Tuple[str, str, Any]]:
+        """Yields (id, event, data) of a Server-Sent Events stream."""
+        headers = {"Last-Event-ID": last_id} if last_id else None
+        with self._open("GET", path, query, accept="text/event-stream", headers=headers, timeout=read_timeout) as resp:
+            ev_id, ev_type, data = "", "", []
+            while True:
+                line = resp.readline(_MAX_LINE)
+                if not line:
+                    return
+                text = line.decode("utf-8").rstrip("\r\n")
+                if text == "":
+                    if ev_type or data:
+                        yield ev_id, ev_type, json.loads("\n".join(data)) if data else None
+                    ev_id, ev_type, data = "", "", []
+                    continue
+                name, _, value = text.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if name == "id":
+                    ev_id = value
+                elif name == "event":
+                    ev_type = value
+                elif name == "data":
+                    data.append(value)
+
+    # --- jobs ------------------------------------------------------------
+
+    def submit(self, spec: Optional[Mapping[str, Any]] = None, *, idempotency_key: Optional[str] = None,
+               **fields: Any) -> Job:
+        """Submits a job spec (README "Job spec"), given as a dict or as
+        keyword fields (``command=[...]``, ``name=...``, ``resources={...}``).
+        With an idempotency key, submitting again (a re-run notebook cell)
+        returns the same job; the same key with another spec raises
+        :class:`Conflict`. An invalid spec raises :class:`InvalidRequest`
+        naming each field at fault."""
+        doc = _spec(spec, fields)
+        if idempotency_key is not None:
+            doc["idempotency_key"] = idempotency_key
+        return Job.from_doc(self._call("POST", "/v1/jobs", body=doc))
+
+    def get(self, job_id: str) -> Job:
+        """The job as recorded now."""
+        return Job.from_doc(self._call("GET", _job_path(job_id)))
+
+    def status(self, job_id: str) -> JobStatus:
+        """The job with its attempts, latest checkpoint, placement and
+        history; a failed job carries its last log lines."""
+        return JobStatus.from_doc(self._call("GET", _job_path(job_id, "/status")))
+
+    def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
+             since: Optional[str] = None, limit: int = 50) -> List[Job]:
+        """Jobs of the token's projects, newest first, at most ``limit``
+        (following the API's pages). ``label`` is ``key=value``; ``since``
+        an RFC 3339 time."""
+        jobs: List[Job] = []
+        cursor = None
+        while len(jobs) < limit:
+            page = self._call("GET", "/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
+                                                  "limit": min(500, limit - len(jobs)), "cursor": cursor})
+            jobs.extend(Job.from_doc(j) for j in page.get("jobs") or [])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return jobs
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancels a job that has not finished (a running one is stopped at
+        once); a finished one raises :class:`Conflict`."""
+        return Job.from_doc(self._call("POST", _job_path(job_id, "/cancel")))
+
+    def checkpoints(self, job_id: str) -> List[Checkpoint]:
+        """The job's committed checkpoints, oldest first."""
+        return [Checkpoint.from_doc(c) for c in self._call("GET", _job_path(job_id, "/checkpoints"))]
+
+    def plan(self, spec: Optional[Mapping[str, Any]] = None, **fields: Any) -> Plan:
+        """Places a spec without submitting it: the decision the scheduler
+        would make, with every rejected offer and its reason."""
+        return Plan.from_doc(self._call("POST", "/v1/plan", body=_spec(spec, fields)))
+
+    def events(self, job_id: str, last_event_id: Optional[str] = None) -> Iterator[Event]:
+        """The job's state changes, oldest first, then each new one until
+        the job is finished; a dropped stream is resumed where it broke."""
+        last = last_event_id
+        while True:
+            try:
+                for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last):
+                    last = ev_id or last
+                    if kind != "state":
+                        continue
+                    ev = Event.from_doc(data)
+                    yield ev
+                    if ev.state in TERMINAL_STATES:
+                        return
+            except (OSError, socket.timeout):
+                # A dropped stream: reconnect, resuming after the last event.
+                time.sleep(0.5)
+                continue
+            # The server ended the stream without a terminal state.
+            if self.get(job_id).done:
+                return
+
+    def wait(self, job_id: str, timeout: Optional[float] = None, progress: bool = True) -> Job:
+        """Waits until the job is finished and returns it. With progress, the
+        state changes are shown (Jupyter, terminal or plain lines on stderr).
+        Raises :class:`WaitTimeout` when ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job = self.get(job_id)
+        if job.done:
+            return job
+        shown = Progress(job_id) if progress else None
+        last: Optional[str] = None
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeout(job_id, timeout or 0, self.get(job_id).state)
+                # The server sends a keep-alive every 15 s; a read timeout
+                # past that, or at the deadline, reconnects or gives up.
+                read_timeout = 30.0 if remaining is None else max(0.1, min(30.0, remaining))
+                try:
+                    for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last,
+                                                           read_timeout=read_timeout):
+                        last = ev_id or last
+                        if kind != "state":
+                            continue
+                        ev = Event.from_doc(data)
+                        if shown:
+                            shown.event(ev)
+                        if ev.state in TERMINAL_STATES:
+                            return self.get(job_id)
+                except (OSError, socket.timeout):
+                    pass  # a read timeout or a dropped stream: look, then reconnect
+                job = self.get(job_id)
+                if job.done:
+                    return job
+        finally:
+            if shown:
+                shown.close()
+
+    def logs(self, job_id: str, follow: bool = False) -> Iterator[LogChunk]:
+        """The job's output as chunks (``chunk.data``), every attempt's in
+        order. With follow, new output is yielded as it is written and the
+        iterator ends once the job has finished and all of it was sent."""
+        if not follow:
+            after = 0
+            while True:
+                page = self._call("GET", _job_path(job_id, "/logs"), {"after": after, "limit": 1000})
+                chunks = page.get("chunks") or []
+                for c in chunks:
+                    yield LogChunk.from_doc(c)
+                nxt = int(page.get("next_after") or 0)
+                if not chunks or nxt <= after:
+                    return
+                after = nxt
+        last: Optional[str] = None
+        while True:
+            try:
+                for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), {"follow": "true"}, last_id=last):
+                    if kind == "end":
+                        return
+                    if kind == "log":
+                        last = ev_id or last
+                        yield LogChunk.from_doc(data)
+            except (OSError, socket.timeout):
+                time.sleep(0.5)  # a dropped stream: resume after the last chunk
+
+    def results(self, job_id: str, dir: Optional[str] = None) -> Results:
+        """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
+        ``dir`` (default: the job id) and returns them with each file's
+        local path. A job that wrote none has no files. A job that has not
+        succeeded raises :class:`Conflict`."""
+        res = Results.from_doc(self._call("GET", _job_path(job_id, "/results")))
+        target = os.path.abspath(dir or job_id)
+        res.dir = target
+        for f in res.files:
+            local = _inside(target, f.path)
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            with self._open("GET", _job_path(job_id, "/results/file"), {"path": f.path},
+                            accept="application/octet-stream") as resp, open(local, "wb") as out:
+                while True:
+                    block = resp.read(1 << 20)
+                    if not block:
+                        break
+                    out.write(block)
+            f.local_path = local
+        return res
+
+
+def _job_path(job_id: str, rest: str = "") -> str:
+    return "/v1/jobs/" + urllib.parse.quote(str(job_id), safe="") + rest
+
+
+def _spec(spec: Optional[Mapping[str, Any]], fields: Dict[str, Any]) -> Dict[str, Any]:
+    if spec is not None and not isinstance(spec, Mapping):
+        raise TypeError("spec: want a dict (the job spec), got %s" % type(spec).__name__)
+    doc = dict(spec or {})
+    doc.update(fields)
+    return doc
+
+
+def _inside(root: str, rel: str) -> str:
+    """The local path of an output file, refusing one that would land
+    outside root."""
+    norm = posixpath.normpath(rel)
+    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        raise GpuqError("results: refusing file path %r outside the output directory" % rel)
+    return os.path.join(root, *norm.split("/"))
+
+
+def _find_dev_config() -> Optional[str]:
+    d = os.getcwd()
+    while True:
+        path = os.path.join(d, DEV_CONFIG)
+        if os.path.exists(path):
+            return path
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def _read_config(path: str) -> Dict[str, str]:
+    """The top-level ``key: value`` entries of a YAML config file (enough
+    for ``url`` and ``token``; no YAML library is needed)."""
+    out: Dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line or line[0] in " \t#-":
+                continue
+            key, sep, value = line.partition(":")
+            if not sep:
+                continue
+            value = value.split(" #", 1)[0].strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            out[key.strip()] = value
+    return out

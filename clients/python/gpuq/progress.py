@@ -1,0 +1,121 @@
+"""A job's progress while ``Client.wait`` waits for it.
+
+In Jupyter (IPython with a kernel) one display is updated in place; on a
+terminal one line is redrawn with ``\\r``; anywhere else (a pipe, a log
+file) each state change is one plain line, so captured output holds no
+control characters. The elapsed time keeps ticking on a terminal and in
+Jupyter while the state stays the same.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import IO, Optional
+
+from .types import Event
+
+
+def _notebook_display():
+    """IPython's display functions when running in a Jupyter kernel."""
+    try:
+        from IPython import get_ipython  # type: ignore
+        from IPython.display import display  # type: ignore
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return None
+    return display
+
+
+class Progress:
+    """Shows the state changes of one job. ``mode`` is ``"notebook"``,
+    ``"tty"`` or ``"lines"``; by default it is chosen from the environment."""
+
+    TICK = 1.0
+
+    def __init__(self, job_id: str, stream: Optional[IO[str]] = None, mode: Optional[str] = None) -> None:
+        self.job_id = job_id
+        self.stream = stream if stream is not None else sys.stderr
+        self._display = None
+        if mode is None:
+            self._display = _notebook_display()
+            if self._display is not None:
+                mode = "notebook"
+            elif hasattr(self.stream, "isatty") and self.stream.isatty():
+                mode = "tty"
+            else:
+                mode = "lines"
+        self.mode = mode
+        self.start = time.monotonic()
+        self._last: Optional[Event] = None
+        self._handle = None
+        self._drawn = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
+        if mode in ("tty", "notebook"):
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _elapsed(self) -> str:
+        return "%ds" % round(time.monotonic() - self.start)
+
+    def _line(self) -> str:
+        ev = self._last
+        assert ev is not None
+        msg = ev.message if len(ev.message) <= 60 else ev.message[:59] + "…"
+        return "%s  %-9s attempt %d  %s  %s" % (self.job_id[:8], ev.state, ev.attempt, self._elapsed(), msg)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK):
+            with self._lock:
+                if self._last is not None:
+                    self._draw()
+
+    def _draw(self) -> None:
+        self._drawn = True
+        if self.mode == "tty":
+            self.stream.write("\r\033[K" + self._line())
+            self.stream.flush()
+        elif self.mode == "notebook":
+            text = self._line()
+            if self._handle is None:
+                self._handle = self._display(_Text(text), display_id=True)
+            else:
+                self._handle.update(_Text(text))
+
+    def event(self, ev: Event) -> None:
+        """Shows a state change; a repeat of the last state and attempt only
+        refreshes a terminal's or notebook's line."""
+        with self._lock:
+            repeat = self._last is not None and (self._last.state, self._last.attempt) == (ev.state, ev.attempt)
+            self._last = ev
+            if self.mode == "lines":
+                if not repeat:
+                    self.stream.write("%s %s attempt %d %s %s\n" % (self.job_id, ev.state, ev.attempt, self._elapsed(), ev.message))
+                    self.stream.flush()
+            else:
+                self._draw()
+
+    def close(self) -> None:
+        """Stops the ticking and ends a terminal's line."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lock:
+            if self.mode == "tty" and self._drawn:
+                self.stream.write("\n")
+                self.stream.flush()
+
+
+class _Text:
+    """Plain text for IPython's display."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text

@@ -1,0 +1,211 @@
+"""Typed views of the API's documents (see api/openapi.json).
+
+Each object keeps the document it was read from in ``raw``, so fields added
+to the API later stay reachable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional
+
+#: Job states after which nothing changes.
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected", "dead"})
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_time(value: Optional[str]) -> Optional[datetime]:
+    """Parses an RFC 3339 time as the API writes it (Z, up to nanoseconds),
+    which datetime.fromisoformat only accepts from Python 3.11 on."""
+    if not value:
+        return None
+    text = value.replace("Z", "+00:00").replace("z", "+00:00")
+    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text, count=1)
+    t = datetime.fromisoformat(text)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class Job:
+    """A job as the system of record holds it."""
+
+    id: str
+    project: str
+    name: str
+    state: str
+    attempt: int
+    errors: int
+    preemptions: int
+    placement_version: int
+    submitted_at: Optional[datetime]
+    updated_at: Optional[datetime]
+    spec: Dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str = ""
+    pool: str = ""
+    exit_code: Optional[int] = None
+    reason: str = ""
+    finalized_at: Optional[datetime] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def done(self) -> bool:
+        """True once the job is in a terminal state."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "succeeded"
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Job":
+        return cls(id=d["id"], project=d.get("project", ""), name=d.get("name", ""), state=d["state"],
+                   attempt=int(d.get("attempt", 0)), errors=int(d.get("errors", 0)),
+                   preemptions=int(d.get("preemptions", 0)), placement_version=int(d.get("placement_version", 0)),
+                   submitted_at=parse_time(d.get("submitted_at")), updated_at=parse_time(d.get("updated_at")),
+                   spec=d.get("spec") or {}, idempotency_key=d.get("idempotency_key", ""), pool=d.get("pool", ""),
+                   exit_code=d.get("exit_code"), reason=d.get("reason", ""),
+                   finalized_at=parse_time(d.get("finalized_at")), raw=d)
+
+
+@dataclass
+class Attempt:
+    """One claim of a job by a worker."""
+
+    attempt: int
+    worker_id: str
+    host: str
+    pid: int
+    pool: str
+    started_at: Optional[datetime]
+    heartbeat_at: Optional[datetime]
+    ended_at: Optional[datetime] = None
+    outcome: str = ""
+    exit_code: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Attempt":
+        return cls(attempt=int(d["attempt"]), worker_id=d.get("worker_id", ""), host=d.get("host", ""),
+                   pid=int(d.get("pid", 0)), pool=d.get("pool", ""), started_at=parse_time(d.get("started_at")),
+                   heartbeat_at=parse_time(d.get("heartbeat_at")), ended_at=parse_time(d.get("ended_at")),
+                   outcome=d.get("outcome", ""), exit_code=d.get("exit_code"), raw=d)
+
+
+@dataclass
+class Event:
+    """One state change of a job."""
+
+    job_id: str
+    at: Optional[datetime]
+    state: str
+    attempt: int
+    message: str = ""
+    exit_code: Optional[int] = None
+    outcome: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Event":
+        return cls(job_id=d.get("job_id", ""), at=parse_time(d.get("at")), state=d["state"],
+                   attempt=int(d.get("attempt", 0)), message=d.get("message", ""), exit_code=d.get("exit_code"),
+                   outcome=d.get("outcome", ""), raw=d)
+
+
+@dataclass
+class Checkpoint:
+    """One committed checkpoint archive."""
+
+    job_id: str
+    seq: int
+    attempt: int
+    bytes: int
+    sha256: str
+    region: str
+    created_at: Optional[datetime]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Checkpoint":
+        return cls(job_id=d.get("job_id", ""), seq=int(d["seq"]), attempt=int(d.get("attempt", 0)),
+                   bytes=int(d.get("bytes", 0)), sha256=d.get("sha256", ""), region=d.get("region", ""),
+                   created_at=parse_time(d.get("created_at")), raw=d)
+
+
+@dataclass
+class JobStatus:
+    """A job with its attempts, latest checkpoint, placement and history."""
+
+    job: Job
+    attempts: List[Attempt]
+    history: List[Event]
+    last_checkpoint: Optional[Checkpoint] = None
+    pool: str = ""
+    placement: Optional[Dict[str, Any]] = None
+    last_log_lines: List[str] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "JobStatus":
+        cp = d.get("last_checkpoint")
+        return cls(job=Job.from_doc(d["job"]), attempts=[Attempt.from_doc(a) for a in d.get("attempts") or []],
+                   history=[Event.from_doc(e) for e in d.get("history") or []],
+                   last_checkpoint=Checkpoint.from_doc(cp) if cp else None, pool=d.get("pool", ""),
+                   placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []), raw=d)
+
+
+@dataclass
+class LogChunk:
+    """A piece of a job's output, as one attempt wrote it."""
+
+    seq: int
+    attempt: int
+    stream: str
+    data: str
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "LogChunk":
+        return cls(seq=int(d.get("seq", 0)), attempt=int(d.get("attempt", 0)), stream=d.get("stream", ""),
+                   data=d.get("data", ""))
+
+
+@dataclass
+class ResultFile:
+    """One file among a job's outputs; ``local_path`` once downloaded."""
+
+    path: str
+    bytes: int
+    local_path: Optional[str] = None
+
+
+@dataclass
+class Results:
+    """A succeeded job's outputs. A job that wrote none has no files."""
+
+    job_id: str
+    bytes: int
+    files: List[ResultFile]
+    sha256: str = ""
+    region: str = ""
+    dir: Optional[str] = None
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Results":
+        return cls(job_id=d.get("job_id", ""), bytes=int(d.get("bytes", 0)),
+                   files=[ResultFile(f["path"], int(f.get("bytes", 0))) for f in d.get("files") or []],
+                   sha256=d.get("sha256", ""), region=d.get("region", ""))
+
+
+@dataclass
+class Plan:
+    """A dry-run placement: whether the job could be placed, and why."""
+
+    feasible: bool
+    reason: str
+    decision: Dict[str, Any]
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Plan":
+        return cls(feasible=bool(d.get("feasible")), reason=d.get("reason", ""), decision=d.get("decision") or {})

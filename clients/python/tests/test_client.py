@@ -1,0 +1,196 @@
+"""The client against a real `gpuq dev`, started as the README starts it.
+
+GPUQ_BIN names the gpuq binary (make test-python builds it) and GPUQ_README
+the README whose "Python" section's examples these tests run as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import gpuq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+GPUQ_BIN = os.environ.get("GPUQ_BIN", os.path.join(REPO, "bin", "gpuq"))
+README = os.environ.get("GPUQ_README", os.path.join(REPO, "README.md"))
+
+dev = None
+dev_log_file = None
+workdir = None
+client = None
+
+
+def readme_examples():
+    """The python code blocks of the README's "Python" section."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = re.search(r"^## Python\n(.*?)^## ", text, re.S | re.M)
+    if not section:
+        raise AssertionError("README.md has no \"## Python\" section")
+    return re.findall(r"^```python\n(.*?)^```", section.group(1), re.S | re.M)
+
+
+def setUpModule():
+    global dev, dev_log_file, workdir, client
+    if not os.access(GPUQ_BIN, os.X_OK):
+        raise unittest.SkipTest("no gpuq binary at %s; run make build (make test-python does)" % GPUQ_BIN)
+    workdir = tempfile.mkdtemp(prefix="gpuq-python-")
+    env = dict(os.environ)
+    for k in ("GPUQ_URL", "GPUQ_TOKEN", "GPUQ_CONFIG", "GPUQ_NATS_URL", "GPUQ_DATABASE_URL"):
+        env.pop(k, None)
+    # gpuq dev's workers read GPUQ_ACK_WAIT like any setting: a short
+    # AckWait makes the job of a worker killed without notice come back in
+    # seconds instead of the default 30 s.
+    env["GPUQ_ACK_WAIT"] = "3s"
+    # As the README's quick start: `gpuq dev` in the directory where the
+    # client then runs; it writes .gpuq/config.yaml there.
+    dev_log_file = open(os.path.join(workdir, "dev.log"), "wb")
+    dev = subprocess.Popen([GPUQ_BIN, "dev"], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                           stderr=dev_log_file, start_new_session=True)
+    config = os.path.join(workdir, ".gpuq", "config.yaml")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = dev.stdout.readline().decode()
+        if "gpuq dev is running" in line or dev.poll() is not None:
+            break
+    if dev.poll() is not None or not os.path.exists(config):
+        raise AssertionError("gpuq dev did not start:\n" + dev_log())
+    os.chdir(workdir)
+    client = gpuq.Client.from_env()
+
+
+def tearDownModule():
+    if dev is not None:
+        os.killpg(dev.pid, signal.SIGTERM)
+        try:
+            dev.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+        dev.stdout.close()
+        dev_log_file.close()
+    if workdir:
+        os.chdir(HERE)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def dev_log():
+    with open(os.path.join(workdir, "dev.log"), encoding="utf-8", errors="replace") as f:
+        return f.read()[-8000:]
+
+
+class InstallTest(unittest.TestCase):
+    def test_the_tests_use_the_installed_package(self):
+        if os.environ.get("GPUQ_TEST_INSTALLED") != "1":
+            self.skipTest("run through make test-python to check the installed package")
+        self.assertIn("site-packages", gpuq.__file__)
+
+
+class ClientTest(unittest.TestCase):
+    def test_readme_example_submits_waits_reads_logs_and_results(self):
+        hello = readme_examples()[0]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(hello, "README.md (Python)", "exec"), {})  # noqa: S102 - the README's example, run as written
+        self.assertIn("succeeded ['succeeded']", out.getvalue())
+        self.assertIn("hello from gpuq\n", out.getvalue())
+        self.assertIn("42\n", out.getvalue())
+        with open(os.path.join(workdir, "out", "answer.txt")) as f:
+            self.assertEqual(f.read(), "42\n")
+
+    def test_a_killed_worker_is_replaced_and_the_job_resumes_from_its_checkpoint(self):
+        script = readme_examples()[1]
+        # The README's checkpointing example as a job, run by this
+        # virtualenv's python, where the gpuq package is installed.
+        job = client.submit(name="resume", command=[sys.executable, "-c", script], env={"STEPS": "40"},
+                            retries={"max_errors": 0})
+        deadline = time.monotonic() + 120
+        while len(client.checkpoints(job.id)) < 3:
+            self.assertLess(time.monotonic(), deadline, "no 3 checkpoints in time:\n" + dev_log())
+            time.sleep(0.2)
+        first = client.status(job.id)
+        self.assertEqual(len(first.attempts), 1)
+        # The attempt's pid is its worker's; SIGKILL gives it no notice.
+        os.kill(first.attempts[0].pid, signal.SIGKILL)
+        done = client.wait(job.id, timeout=180, progress=False)
+        self.assertEqual(done.state, "succeeded", done.reason)
+
+        st = client.status(job.id)
+        self.assertEqual([a.outcome for a in st.attempts], ["lost", "succeeded"])
+        cps = client.checkpoints(job.id)
+        self.assertEqual([c.seq for c in cps], sorted(c.seq for c in cps))
+        saved = max(c.seq for c in cps if c.attempt == 1)
+        logs = "".join(c.data for c in client.logs(job.id))
+        m = re.search(r"attempt 2 starts at step (\d+)", logs)
+        self.assertIsNotNone(m, logs)
+        self.assertGreaterEqual(int(m.group(1)), 3, "attempt 2 must resume from a checkpoint of attempt 1 (seq %d)" % saved)
+        self.assertIn("attempt 1 starts at step 0", logs)
+        res = client.results(job.id, os.path.join(workdir, "resume-out"))
+        with open(res.files[0].local_path) as f:
+            self.assertEqual(f.read(), "40")
+
+    def test_resubmitting_with_an_idempotency_key_returns_the_same_job(self):
+        spec = {"name": "idem", "command": ["true"]}
+        a = client.submit(spec, idempotency_key="cell-7")
+        b = client.submit(spec, idempotency_key="cell-7")
+        self.assertEqual(a.id, b.id)
+        with self.assertRaises(gpuq.Conflict) as caught:
+            client.submit({"name": "idem", "command": ["false"]}, idempotency_key="cell-7")
+        self.assertIn("spec.idempotency_key", caught.exception.fields)
+
+    def test_a_bad_spec_raises_an_error_naming_the_field(self):
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["python", "train.py"], resources={"gpu": {"count": 0}})
+        err = caught.exception
+        self.assertEqual(err.status, 422)
+        self.assertIn("spec.resources.gpu.count", err.fields)
+        self.assertIn("spec.resources.gpu.count: must be 1–16, got 0", str(err))
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], resources={"gpus": 1})
+        self.assertIn("spec.resources.gpus", caught.exception.fields)
+
+    def test_following_logs_ends_when_the_job_ends(self):
+        job = client.submit(name="talker", command=["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"])
+        started = time.monotonic()
+        text = "".join(c.data for c in client.logs(job.id, follow=True))
+        self.assertLess(time.monotonic() - started, 60)
+        self.assertEqual(text, "".join("line %d\n" % i for i in range(1, 6)))
+        self.assertTrue(client.get(job.id).done)
+
+    def test_wait_times_out_and_cancel_and_missing_jobs_raise(self):
+        job = client.submit(name="sleeper", command=["sleep", "30"])
+        with self.assertRaises(gpuq.WaitTimeout):
+            client.wait(job.id, timeout=1, progress=False)
+        cancelled = client.cancel(job.id)
+        self.assertEqual(cancelled.state, "cancelled")
+        with self.assertRaises(gpuq.Conflict):
+            client.cancel(job.id)
+        with self.assertRaises(gpuq.NotFound):
+            client.get("00000000-0000-4000-8000-000000000000")
+
+    def test_list_and_plan(self):
+        job = client.submit(name="listed", command=["true"])
+        self.assertIn(job.id, [j.id for j in client.list(limit=500)])
+        # gpuq dev's pools are in Germany: none is in Switzerland.
+        plan = client.plan(command=["true"], placement={"residency": "CH"})
+        self.assertFalse(plan.feasible)
+        self.assertTrue(plan.reason)
+        self.assertTrue(client.plan(command=["true"]).feasible)
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.plan(command=["true"], placement={"residency": "EUU"})
+        self.assertIn("EUU", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,139 @@
+"""Parts of the client that need no server: progress display, problem
+details, configuration, file paths, times, and the checkpoint protocol's
+refusal outside a job."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+import gpuq
+from gpuq.client import _inside, _read_config
+from gpuq.errors import api_error
+from gpuq.progress import Progress
+from gpuq.types import Event, parse_time
+
+
+def ev(state, attempt=0, message=""):
+    return Event(job_id="j", at=None, state=state, attempt=attempt, message=message)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class ProgressTest(unittest.TestCase):
+    def test_a_pipe_gets_one_plain_line_per_state_change(self):
+        out = io.StringIO()
+        p = Progress("0123456789abcdef", stream=out)
+        self.assertEqual(p.mode, "lines")
+        for e in (ev("placed"), ev("running", 1), ev("running", 1), ev("succeeded", 1)):
+            p.event(e)
+        p.close()
+        lines = out.getvalue().splitlines()
+        self.assertEqual([l.split()[1] for l in lines], ["placed", "running", "succeeded"])
+        self.assertNotIn("\r", out.getvalue())
+        self.assertNotIn("\033", out.getvalue())
+
+    def test_a_terminal_gets_one_line_redrawn_with_elapsed_time_ticking(self):
+        out = FakeTerminal()
+        with mock.patch.object(Progress, "TICK", 0.2):
+            p = Progress("0123456789abcdef", stream=out)
+            self.assertEqual(p.mode, "tty")
+            p.event(ev("running", 1, "claimed"))
+            time.sleep(1.3)
+            p.close()
+        text = out.getvalue()
+        draws = text.rstrip("\n").split("\r\033[K")[1:]
+        self.assertGreaterEqual(len(draws), 4, text)
+        self.assertIn(" 0s ", draws[0])
+        self.assertIn(" 1s ", draws[-1])
+        self.assertEqual(text.count("\n"), 1)
+
+    def test_a_notebook_updates_one_display(self):
+        shown = []
+
+        class Handle:
+            def update(self, obj):
+                shown.append(("update", repr(obj)))
+
+        def display(obj, display_id=False):
+            shown.append(("display", repr(obj)))
+            return Handle()
+
+        with mock.patch("gpuq.progress._notebook_display", return_value=display):
+            p = Progress("0123456789abcdef", stream=io.StringIO())
+            self.assertEqual(p.mode, "notebook")
+            p.event(ev("placed"))
+            p.event(ev("running", 1))
+            p.close()
+        self.assertEqual([k for k, _ in shown][:2], ["display", "update"])
+        self.assertIn("running", shown[-1][1])
+
+
+class ErrorTest(unittest.TestCase):
+    def test_problem_details_name_each_field(self):
+        doc = {"title": "Unprocessable Entity", "status": 422, "detail": "invalid job spec",
+               "errors": [{"location": "spec.resources.gpu.count", "message": "must be 1–16, got 0"}]}
+        err = api_error(422, doc)
+        self.assertIsInstance(err, gpuq.InvalidRequest)
+        self.assertEqual(err.fields, {"spec.resources.gpu.count": "must be 1–16, got 0"})
+        self.assertEqual(str(err), "invalid job spec: spec.resources.gpu.count: must be 1–16, got 0 (HTTP 422)")
+        self.assertIsInstance(api_error(404, {"detail": "job x not found"}), gpuq.NotFound)
+        limited = api_error(429, "slow down", retry_after=3)
+        self.assertIsInstance(limited, gpuq.RateLimited)
+        self.assertEqual(limited.retry_after, 3)
+
+
+class ConfigTest(unittest.TestCase):
+    def test_from_env_reads_the_dev_config_then_the_environment(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, ".gpuq"))
+            path = os.path.join(d, ".gpuq", "config.yaml")
+            with open(path, "w") as f:
+                f.write("# Written by gpuq dev\nnats-url: nats://x\nurl: http://127.0.0.1:9\ntoken: gpuq_abc\npools:\n  - {pool: a}\n")
+            self.assertEqual(_read_config(path)["url"], "http://127.0.0.1:9")
+            with mock.patch.dict(os.environ, {"GPUQ_CONFIG": path}, clear=False):
+                os.environ.pop("GPUQ_URL", None)
+                os.environ.pop("GPUQ_TOKEN", None)
+                self.assertEqual(gpuq.Client.from_env().url, "http://127.0.0.1:9")
+                with mock.patch.dict(os.environ, {"GPUQ_URL": "http://example.test:1", "GPUQ_TOKEN": "t"}):
+                    self.assertEqual(gpuq.Client.from_env().url, "http://example.test:1")
+
+    def test_a_bad_url_or_missing_token_is_refused(self):
+        with self.assertRaisesRegex(gpuq.GpuqError, "url"):
+            gpuq.Client("localhost:8080", "t")
+        with self.assertRaisesRegex(gpuq.GpuqError, "token"):
+            gpuq.Client("http://localhost:8080", "")
+
+    def test_the_token_is_not_in_the_repr(self):
+        self.assertNotIn("secret", repr(gpuq.Client("http://localhost:8080", "secret")))
+
+
+class PathsAndTimesTest(unittest.TestCase):
+    def test_an_output_path_outside_the_directory_is_refused(self):
+        self.assertEqual(_inside("/r", "a/b.txt"), os.path.join("/r", "a", "b.txt"))
+        for bad in ("../x", "/etc/passwd", "a/../../x", ".."):
+            with self.assertRaises(gpuq.GpuqError):
+                _inside("/r", bad)
+
+    def test_times_with_nanoseconds_and_z_parse_on_python_3_9(self):
+        t = parse_time("2026-12-01T06:44:06.085607123Z")
+        self.assertEqual((t.microsecond, t.utcoffset().total_seconds()), (85607, 0))
+        self.assertIsNone(parse_time(None))
+
+
+class CheckpointTest(unittest.TestCase):
+    def test_save_outside_a_job_says_so(self):
+        with mock.patch.dict(os.environ, {}, clear=True):
+            with self.assertRaisesRegex(gpuq.CheckpointError, "GPUQ_CONTROL_SOCKET is not set"):
+                gpuq.checkpoint.save()
+
+
+if __name__ == "__main__":
+    unittest.main()

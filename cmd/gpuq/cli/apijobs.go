@@ -1,0 +1,336 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+	"github.com/gpuq/gpuq/workers"
+)
+
+// apiJobs serves the job commands through the HTTP API, so that a laptop
+// needs only the API's URL and a token.
+type apiJobs struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+func newAPIJobs(v *viper.Viper) (*apiJobs, error) {
+	raw := strings.TrimRight(v.GetString("url"), "/")
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("url: want the API's base URL such as http://127.0.0.1:8080, got %q", raw)
+	}
+	token := strings.TrimSpace(v.GetString("token"))
+	if token == "" {
+		return nil, errors.New("token: not set; set GPUQ_TOKEN or `token:` in the config file (`gpuq token create` makes one; `gpuq dev` writes its own to " + devConfigFile + ")")
+	}
+	// No overall timeout: streams last as long as the job; each call's
+	// context bounds it.
+	return &apiJobs{base: u, token: token, http: &http.Client{}}, nil
+}
+
+func (a *apiJobs) Close() { a.http.CloseIdleConnections() }
+
+// maxDocBytes bounds a JSON answer the client reads.
+const maxDocBytes = 64 << 20
+
+// APIError is an application/problem+json answer of the API (RFC 9457).
+type APIError struct {
+	Status int    `json:"status"`
+	Title  string `json:"title"`
+	Detail string `json:"detail"`
+	Errors []struct {
+		Message  string `json:"message"`
+		Location string `json:"location"`
+	} `json:"errors"`
+}
+
+func (e *APIError) Error() string {
+	msg := e.Detail
+	if msg == "" {
+		msg = e.Title
+	}
+	var fields []string
+	for _, d := range e.Errors {
+		if d.Location != "" && !strings.HasPrefix(msg, d.Location+":") {
+			fields = append(fields, d.Location+": "+d.Message)
+		} else if d.Message != msg {
+			fields = append(fields, d.Message)
+		}
+	}
+	if len(fields) > 0 {
+		msg += ": " + strings.Join(fields, "; ")
+	}
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
+}
+
+// Is makes a 404 match queue.ErrNotFound.
+func (e *APIError) Is(target error) bool {
+	return target == queue.ErrNotFound && e.Status == http.StatusNotFound
+}
+
+// do sends a request and returns the response when its status is 2xx,
+// else the problem it carries.
+func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string) (*http.Response, error) {
+	u := *a.base
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Accept", accept)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	p := &APIError{Status: resp.StatusCode}
+	if json.Unmarshal(data, p) != nil || p.Title == "" && p.Detail == "" {
+		p.Detail = strings.TrimSpace(string(data))
+		if p.Detail == "" {
+			p.Detail = http.StatusText(resp.StatusCode)
+		}
+	}
+	p.Status = resp.StatusCode
+	return nil, p
+}
+
+// getJSON decodes a JSON answer into out.
+func (a *apiJobs) call(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, out any) error {
+	resp, err := a.do(ctx, method, path, query, body, contentType, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDocBytes)).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func jobPath(id uuid.UUID, rest string) string { return "/v1/jobs/" + id.String() + rest }
+
+func (a *apiJobs) Submit(ctx context.Context, spec *queue.Spec) (*queue.Job, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var job queue.Job
+	return &job, a.call(ctx, http.MethodPost, "/v1/jobs", nil, bytes.NewReader(body), "application/json", &job)
+}
+
+func (a *apiJobs) Job(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	var job queue.Job
+	return &job, a.call(ctx, http.MethodGet, jobPath(id, ""), nil, nil, "", &job)
+}
+
+func (a *apiJobs) Status(ctx context.Context, id uuid.UUID) (*control.JobStatus, error) {
+	var st control.JobStatus
+	return &st, a.call(ctx, http.MethodGet, jobPath(id, "/status"), nil, nil, "", &st)
+}
+
+func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
+	q := url.Values{"limit": {strconv.Itoa(f.Limit)}}
+	if f.Project != "" {
+		q.Set("project", f.Project)
+	}
+	if f.State != "" {
+		q.Set("state", string(f.State))
+	}
+	var page JobPage
+	return &page, a.call(ctx, http.MethodGet, "/v1/jobs", q, nil, "", &page)
+}
+
+func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	var job queue.Job
+	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, nil, "", &job)
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct {
+	ID, Event string
+	Data      []byte
+}
+
+// maxSSELine bounds one line of an event stream (a log chunk is at most
+// 32 KiB before JSON escaping).
+const maxSSELine = 4 << 20
+
+// stream reads the Server-Sent Events of path, calling fn with each until
+// fn returns false or the stream ends.
+func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
+	resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxSSELine)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if ev.Event != "" || ev.Data != nil {
+				more, err := fn(ev)
+				if err != nil || !more {
+					return err
+				}
+			}
+			ev = sseEvent{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			ev.ID = value
+		case "event":
+			ev.Event = value
+		case "data":
+			if ev.Data != nil {
+				ev.Data = append(ev.Data, '\n')
+			}
+			ev.Data = append(ev.Data, value...)
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return ctx.Err()
+}
+
+func (a *apiJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event) bool) error {
+	return a.stream(ctx, jobPath(id, "/events"), nil, func(e sseEvent) (bool, error) {
+		if e.Event != "state" {
+			return true, nil
+		}
+		var ev queue.Event
+		if err := json.Unmarshal(e.Data, &ev); err != nil {
+			return false, fmt.Errorf("job %s events: %w", id, err)
+		}
+		return fn(ev) && !ev.State.Terminal(), nil
+	})
+}
+
+func chunkOf(c httpapi.LogChunk) queue.LogChunk {
+	return queue.LogChunk{Attempt: c.Attempt, Stream: c.Stream, Data: []byte(c.Data)}
+}
+
+func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error {
+	if follow {
+		return a.stream(ctx, jobPath(id, "/logs"), url.Values{"follow": {"true"}}, func(e sseEvent) (bool, error) {
+			switch e.Event {
+			case "end":
+				return false, nil
+			case "log":
+				var c httpapi.LogChunk
+				if err := json.Unmarshal(e.Data, &c); err != nil {
+					return false, fmt.Errorf("job %s logs: %w", id, err)
+				}
+				return true, fn(chunkOf(c))
+			}
+			return true, nil
+		})
+	}
+	var after uint64
+	for {
+		var page httpapi.LogPage
+		q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}}
+		if err := a.call(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil, "", &page); err != nil {
+			return err
+		}
+		for _, c := range page.Chunks {
+			if err := fn(chunkOf(c)); err != nil {
+				return err
+			}
+		}
+		if len(page.Chunks) == 0 || page.NextAfter <= after {
+			return nil
+		}
+		after = page.NextAfter
+	}
+}
+
+func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string) (*Results, error) {
+	var res Results
+	if err := a.call(ctx, http.MethodGet, jobPath(id, "/results"), nil, nil, "", &res); err != nil {
+		return nil, err
+	}
+	if res.Files == nil {
+		res.Files = []ResultFile{}
+	}
+	if len(res.Files) == 0 {
+		return &res, nil
+	}
+	resp, err := a.do(ctx, http.MethodGet, jobPath(id, "/results/archive"), nil, nil, "", "application/zstd")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	f, err := os.CreateTemp("", "gpuq-results-*.tar.zst")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(f, h), resp.Body); err != nil {
+		return nil, fmt.Errorf("downloading the outputs of job %s: %w", id, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != res.SHA256 {
+		return nil, fmt.Errorf("outputs of job %s: downloaded sha256 %s, recorded %s", id, got, res.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &res, workers.Unpack(f, dir)
+}
+
+// retryNotFound repeats get while it answers not found, for up to wait: a
+// job the API accepted (202) is recorded by the scheduler moments later.
+func retryNotFound(ctx context.Context, wait time.Duration, get func() error) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := get()
+		if !errors.Is(err, queue.ErrNotFound) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

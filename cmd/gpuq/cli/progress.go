@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/term"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// progress shows a job's state changes while a command waits for it. On a
+// terminal it redraws one line in place and keeps its elapsed time ticking;
+// anywhere else (a pipe, a file, a notebook capturing output) it writes one
+// plain line per state change, so captured output holds no control codes.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	id    uuid.UUID
+	start time.Time
+
+	mu    sync.Mutex
+	last  *queue.Event
+	drawn bool
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// isTerminal reports whether w is a terminal. A writer may say so itself
+// (IsTerminal), which lets tests stand in for one.
+func isTerminal(w io.Writer) bool {
+	switch t := w.(type) {
+	case interface{ IsTerminal() bool }:
+		return t.IsTerminal()
+	case *os.File:
+		return term.IsTerminal(int(t.Fd()))
+	}
+	return false
+}
+
+// tickEvery is how often a terminal's progress line is redrawn.
+const tickEvery = time.Second
+
+func newProgress(w io.Writer, id uuid.UUID) *progress {
+	p := &progress{w: w, tty: isTerminal(w), id: id, start: time.Now()}
+	if p.tty {
+		p.stop, p.done = make(chan struct{}), make(chan struct{})
+		go p.tick()
+	}
+	return p
+}
+
+func (p *progress) tick() {
+	defer close(p.done)
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			if p.last != nil {
+				p.draw()
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// event shows a state change; a repeat of the last state and attempt is
+// shown only on a terminal, where it refreshes the line.
+func (p *progress) event(ev queue.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	repeat := p.last != nil && p.last.State == ev.State && p.last.Attempt == ev.Attempt
+	p.last = &ev
+	if p.tty {
+		p.draw()
+		return
+	}
+	if !repeat {
+		fmt.Fprintf(p.w, "%s %s attempt %d %s %s\n", p.id, ev.State, ev.Attempt, p.elapsed(), ev.Message)
+	}
+}
+
+func (p *progress) elapsed() time.Duration { return time.Since(p.start).Round(time.Second) }
+
+// draw rewrites the terminal's line; p.mu is held.
+func (p *progress) draw() {
+	p.drawn = true
+	fmt.Fprintf(p.w, "\r\033[K%s  %-9s attempt %d  %s  %s", p.id.String()[:8], p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
+}
+
+// close stops the ticking and ends a drawn line.
+func (p *progress) close() {
+	if p.tty {
+		close(p.stop)
+		<-p.done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

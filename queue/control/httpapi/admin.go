@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// Spend is what a project's jobs have cost since a time, per currency.
+type Spend struct {
+	Project string        `json:"project"`
+	Since   time.Time     `json:"since"`
+	Amounts []SpendAmount `json:"amounts"`
+}
+
+// SpendAmount is spend in one currency, in integer micros.
+type SpendAmount struct {
+	Currency string `json:"currency"`
+	Micros   int64  `json:"micros"`
+}
+
+// NewToken asks for a token.
+type NewToken struct {
+	Name     string     `json:"name,omitempty" maxLength:"200"`
+	Projects []string   `json:"projects" minItems:"1" maxItems:"100"`
+	Role     queue.Role `json:"role" enum:"read,submit,admin"`
+	// ExpiresAt is when the token stops working; never when absent.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// CreatedToken is a new token with its secret, shown this once.
+type CreatedToken struct {
+	Token  string       `json:"token"`
+	Record *queue.Token `json:"record"`
+}
+
+// Health is the health check's answer.
+type Health struct {
+	Status string `json:"status"`
+}
+
+type spendInput struct {
+	Project string `path:"project" maxLength:"63"`
+	Since   string `query:"since" doc:"start of the period (RFC 3339); default: the start of the current month (UTC)"`
+}
+
+type nodesInput struct {
+	Pool string `query:"pool" maxLength:"64" doc:"only nodes of this pool"`
+}
+
+type tokenIDInput struct {
+	ID uuid.UUID `path:"id" doc:"token id"`
+}
+
+func (s *Server) registerAdmin(api huma.API) {
+	register(api, huma.Operation{
+		OperationID: "get-project-spend", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/projects/{project}/spend", Tags: []string{"projects"},
+		Summary:  "What a project's jobs have cost since a time",
+		Metadata: map[string]any{metaRole: queue.RoleRead},
+	}, s.spend)
+	register(api, huma.Operation{
+		OperationID: "list-nodes", Method: http.MethodGet, Path: "/v1/nodes", Tags: []string{"admin"},
+		Summary:  "List worker nodes with their canary record (admin)",
+		Metadata: map[string]any{metaRole: queue.RoleAdmin},
+	}, s.nodes)
+	register(api, huma.Operation{
+		OperationID: "create-token", Errors: []int{422}, Method: http.MethodPost, Path: "/v1/tokens", Tags: []string{"admin"},
+		Summary:       "Create a token for some of this token's projects (admin); its secret is shown once",
+		DefaultStatus: http.StatusCreated,
+		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
+	}, s.createToken)
+	register(api, huma.Operation{
+		OperationID: "list-tokens", Method: http.MethodGet, Path: "/v1/tokens", Tags: []string{"admin"},
+		Summary:  "List the tokens of this token's projects, without secrets (admin)",
+		Metadata: map[string]any{metaRole: queue.RoleAdmin},
+	}, s.listTokens)
+	register(api, huma.Operation{
+		OperationID: "revoke-token", Errors: []int{404, 422}, Method: http.MethodDelete, Path: "/v1/tokens/{id}", Tags: []string{"admin"},
+		Summary:       "Revoke a token whose projects are all this token's (admin)",
+		DefaultStatus: http.StatusNoContent,
+		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
+	}, s.revokeToken)
+	register(api, huma.Operation{
+		OperationID: "health", Method: http.MethodGet, Path: "/v1/healthz", Tags: []string{"meta"},
+		Summary:  "Health check; needs no token",
+		Security: []map[string][]string{{}},
+	}, func(context.Context, *struct{}) (*struct{ Body Health }, error) {
+		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
+	})
+}
+
+func (s *Server) spend(ctx context.Context, in *spendInput) (*struct{ Body *Spend }, error) {
+	if !tokenOf(ctx).Sees(in.Project) {
+		return nil, huma.Error404NotFound("project " + in.Project + " not found")
+	}
+	now := time.Now().UTC()
+	since := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	if in.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, in.Since)
+		if err != nil {
+			return nil, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", in.Since)
+		}
+		since = t
+	}
+	m, err := s.cfg.Store.Spend(ctx, in.Project, since)
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "reading spend", err)
+	}
+	out := &Spend{Project: in.Project, Since: since, Amounts: []SpendAmount{}}
+	for c, micros := range m {
+		out.Amounts = append(out.Amounts, SpendAmount{Currency: c, Micros: micros})
+	}
+	sort.Slice(out.Amounts, func(i, j int) bool { return out.Amounts[i].Currency < out.Amounts[j].Currency })
+	return &struct{ Body *Spend }{Body: out}, nil
+}
+
+func (s *Server) nodes(ctx context.Context, in *nodesInput) (*struct{ Body []*queue.Node }, error) {
+	nodes, err := s.cfg.Store.Nodes(ctx, in.Pool)
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "listing nodes", err)
+	}
+	if nodes == nil {
+		nodes = []*queue.Node{}
+	}
+	return &struct{ Body []*queue.Node }{Body: nodes}, nil
+}
+
+func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (*struct{ Body *CreatedToken }, error) {
+	tok := tokenOf(ctx)
+	for i, p := range in.Body.Projects {
+		if !tok.Sees(p) {
+			return nil, huma.Error403Forbidden("this token may not create tokens for project "+p,
+				&huma.ErrorDetail{Location: "body.projects[" + strconv.Itoa(i) + "]", Message: "not one of this token's projects", Value: p})
+		}
+	}
+	secret, t, err := queue.NewTokenSecret(in.Body.Name, in.Body.Projects, in.Body.Role, in.Body.ExpiresAt)
+	if err != nil {
+		return nil, huma.Error422UnprocessableEntity(err.Error())
+	}
+	rec, err := s.cfg.Store.CreateToken(ctx, t)
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "creating token", err)
+	}
+	return &struct{ Body *CreatedToken }{Body: &CreatedToken{Token: secret, Record: rec}}, nil
+}
+
+func (s *Server) listTokens(ctx context.Context, _ *struct{}) (*struct{ Body []*queue.Token }, error) {
+	list, err := s.cfg.Store.Tokens(ctx, tokenOf(ctx).Projects)
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "listing tokens", err)
+	}
+	return &struct{ Body []*queue.Token }{Body: list}, nil
+}
+
+func (s *Server) revokeToken(ctx context.Context, in *tokenIDInput) (*struct{}, error) {
+	err := s.cfg.Store.RevokeToken(ctx, in.ID, tokenOf(ctx).Projects)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil, huma.Error404NotFound("token " + in.ID.String() + " not found")
+	}
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "revoking token", err)
+	}
+	return &struct{}{}, nil
+}

@@ -1,0 +1,245 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+)
+
+// Store is what the API reads and changes in the system of record.
+type Store interface {
+	control.ClientStore
+	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
+	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
+	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
+	TokenStore
+}
+
+// TokenStore keeps API tokens.
+type TokenStore interface {
+	CreateToken(ctx context.Context, t *queue.Token) (*queue.Token, error)
+	TokenByPrefix(ctx context.Context, prefix string) (*queue.Token, error)
+	Tokens(ctx context.Context, projects []string) ([]*queue.Token, error)
+	RevokeToken(ctx context.Context, id uuid.UUID, projects []string) error
+	TouchTokens(ctx context.Context, ids []uuid.UUID, at time.Time) error
+}
+
+// Streams is the part of JetStream the API uses: submissions are
+// published, events and logs are read in order.
+type Streams interface {
+	queue.Publisher
+	queue.OrderedConsumers
+	Stream(ctx context.Context, name string) (jetstream.Stream, error)
+}
+
+// Archives reads packed archives (job outputs) from their store.
+type Archives interface {
+	Get(ctx context.Context, uri string, w io.Writer) error
+}
+
+// Config is what the API serves from.
+type Config struct {
+	Store    Store
+	JS       Streams
+	NATS     Notices
+	Archives Archives
+	// Sources give the offers that plan and offers answer with.
+	Sources []adapters.OfferSource
+	// Rules are the placement rules plan decides with.
+	Rules policy.Rules
+	// RatePerSecond is the sustained requests per second one token may
+	// make. Default 50.
+	RatePerSecond float64
+	// Burst is how many requests a token may make at once. Default 100.
+	Burst int
+	// TouchEvery is how often tokens' last use is written. Default 30s.
+	TouchEvery time.Duration
+	// RecordWait is how long a submission waits for the scheduler to record
+	// its job. Default 30s.
+	RecordWait time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.RatePerSecond == 0 {
+		c.RatePerSecond = 50
+	}
+	if c.Burst == 0 {
+		c.Burst = 100
+	}
+	if c.TouchEvery == 0 {
+		c.TouchEvery = 30 * time.Second
+	}
+	if c.RecordWait == 0 {
+		c.RecordWait = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("httpapi: Store must be set")
+	case c.JS == nil:
+		return errors.New("httpapi: JS must be set")
+	case c.NATS == nil:
+		return errors.New("httpapi: NATS must be set")
+	case c.Archives == nil:
+		return errors.New("httpapi: Archives must be set")
+	case c.RatePerSecond < 0:
+		return fmt.Errorf("httpapi: RatePerSecond must be positive, got %v", c.RatePerSecond)
+	case c.Burst < 0:
+		return fmt.Errorf("httpapi: Burst must be positive, got %d", c.Burst)
+	}
+	return nil
+}
+
+// Server is the HTTP API over one control plane.
+type Server struct {
+	cfg    Config
+	client *control.Client
+	auth   *authenticator
+	// recorded is nil until Start.
+	recorded *recordings
+	api      huma.API
+	mux      *http.ServeMux
+}
+
+// Version is the API's version as the OpenAPI document states it.
+const Version = "1.0.0"
+
+// New builds the API; Serve serves it (or Start, then Handler).
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait}}
+	s.auth = newAuthenticator(cfg.Store, cfg.RatePerSecond, cfg.Burst, cfg.Logger)
+	s.mux, s.api = newAPI()
+	s.api.UseMiddleware(s.auth.middleware(s.api))
+	s.register()
+	return s, nil
+}
+
+// Handler serves the API.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Start follows job announcements for submissions and writes tokens' last
+// use every TouchEvery, until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	rec := &recordings{}
+	if err := rec.start(ctx, s.cfg.NATS); err != nil {
+		return fmt.Errorf("following job events: %w", err)
+	}
+	s.recorded = rec
+	go s.auth.touchLoop(ctx, s.cfg.TouchEvery)
+	return nil
+}
+
+// Serve serves the API on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+// OpenAPI returns the API's OpenAPI 3.1 document as /v1/openapi.json
+// serves it.
+func OpenAPI() ([]byte, error) {
+	_, api := newAPI()
+	(&Server{}).registerOn(api)
+	return json.MarshalIndent(api.OpenAPI(), "", "  ")
+}
+
+// newAPI is the huma API with gpuq's document settings and no operations.
+func newAPI() (*http.ServeMux, huma.API) {
+	mux := http.NewServeMux()
+	cfg := huma.DefaultConfig("gpuq", Version)
+	cfg.Info.Description = "gpuq's HTTP API: submit jobs, follow them, fetch their results. " +
+		"Every operation except the health check needs `Authorization: Bearer <token>`; " +
+		"a token sees the jobs of its projects only. Errors are application/problem+json (RFC 9457)."
+	// Specs may be posted as YAML; bodies are decoded by queue.ParseSpec,
+	// so the format only has to be known.
+	yamlFormat := huma.Format{Marshal: func(w io.Writer, v any) error {
+		b, err := yaml.Marshal(v)
+		if err == nil {
+			_, err = w.Write(b)
+		}
+		return err
+	}, Unmarshal: func(data []byte, v any) error { return yaml.Unmarshal(data, v) }}
+	cfg.Formats = maps.Clone(cfg.Formats)
+	cfg.Formats["application/yaml"], cfg.Formats["yaml"] = yamlFormat, yamlFormat
+	cfg.OpenAPIPath = "/v1/openapi"
+	cfg.DocsPath = ""
+	cfg.SchemasPath = ""
+	cfg.CreateHooks = nil // no $schema links in bodies
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "A gpuq token (`gpuq token create`)."},
+	}
+	cfg.Security = []map[string][]string{{"bearer": {}}}
+	api := humago.New(mux, cfg)
+	api.OpenAPI().Components.Schemas.RegisterTypeAlias(reflect.TypeFor[queue.Duration](), reflect.TypeFor[string]())
+	api.OpenAPI().Components.Schemas.RegisterTypeAlias(reflect.TypeFor[policy.Money](), reflect.TypeFor[moneyDoc]())
+	return mux, api
+}
+
+func (s *Server) register() { s.registerOn(s.api) }
+
+// registerOn adds every operation to api.
+func (s *Server) registerOn(api huma.API) {
+	s.registerJobs(api)
+	s.registerStreams(api)
+	s.registerResults(api)
+	s.registerPlacement(api)
+	s.registerAdmin(api)
+}
+
+// register adds an operation, documenting the errors every operation of
+// its kind can answer besides those it names.
+func register[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	if _, ok := op.Metadata[metaRole]; ok {
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
+	}
+	op.Errors = append(op.Errors, http.StatusInternalServerError)
+	slices.Sort(op.Errors)
+	op.Errors = slices.Compact(op.Errors)
+	huma.Register(api, op, h)
+}

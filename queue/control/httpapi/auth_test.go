@@ -1,0 +1,183 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+func TestATokenSeesAndActsOnItsOwnProjectsOnly(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	a := e.token(queue.RoleAdmin, nil, "a")
+	b := e.token(queue.RoleSubmit, nil, "b")
+	jobB := e.submit(b, "command: [sleep, '30']\n")
+	if jobB.Project != "b" {
+		t.Fatalf("a token of one project submits into it by default; got %q", jobB.Project)
+	}
+	id := jobB.ID.String()
+	for _, path := range []string{"/v1/jobs/" + id, "/v1/jobs/" + id + "/status", "/v1/jobs/" + id + "/logs", "/v1/jobs/" + id + "/events",
+		"/v1/jobs/" + id + "/logs?follow=true", "/v1/jobs/" + id + "/results", "/v1/jobs/" + id + "/results/archive",
+		"/v1/jobs/" + id + "/results/file?path=x", "/v1/jobs/" + id + "/checkpoints", "/v1/jobs/" + id + "/placement",
+		"/v1/projects/b/spend", "/v1/projects/b/events"} {
+		if r := e.do("GET", path, a, "", nil); r.Status != http.StatusNotFound {
+			t.Errorf("GET %s with project a's token: %d, want 404", path, r.Status)
+		}
+	}
+	if r := e.do("POST", "/v1/jobs/"+id+"/cancel", a, "", nil); r.Status != http.StatusNotFound {
+		t.Errorf("cancel of project b's job with project a's token: %d, want 404", r.Status)
+	}
+	r := e.do("POST", "/v1/jobs", a, "application/yaml", []byte("project: b\ncommand: [/bin/true]\n"))
+	if r.Status != http.StatusForbidden || !strings.Contains(string(r.Body), "spec.project") {
+		t.Errorf("submit into project b with project a's token: %d %s, want 403 naming spec.project", r.Status, r.Body)
+	}
+	var page httpapi.JobPage
+	e.do("GET", "/v1/jobs?project=b", a, "", nil).json(t, &page)
+	if len(page.Jobs) != 0 {
+		t.Errorf("project a's token listed project b's jobs: %+v", page.Jobs)
+	}
+	if r := e.do("DELETE", "/v1/tokens/00000000-0000-0000-0000-000000000000", b, "", nil); r.Status != http.StatusForbidden {
+		t.Errorf("a submit token managing tokens: %d, want 403", r.Status)
+	}
+	var j queue.Job
+	e.do("GET", "/v1/jobs/"+id, b, "", nil).json(t, &j)
+	if j.State.Terminal() {
+		t.Fatalf("project a's requests changed project b's job: %s", j.State)
+	}
+}
+
+func TestAReadTokenCannotSubmitOrCancel(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	read := e.token(queue.RoleRead, nil, "p")
+	submit := e.token(queue.RoleSubmit, nil, "p")
+	job := e.submit(submit, "command: [sleep, '30']\n")
+	if r := e.do("POST", "/v1/jobs", read, "application/yaml", []byte("command: [/bin/true]\n")); r.Status != http.StatusForbidden {
+		t.Errorf("submit with a read token: %d %s, want 403", r.Status, r.Body)
+	}
+	if r := e.do("POST", "/v1/jobs/"+job.ID.String()+"/cancel", read, "", nil); r.Status != http.StatusForbidden {
+		t.Errorf("cancel with a read token: %d %s, want 403", r.Status, r.Body)
+	}
+	if r := e.do("GET", "/v1/jobs/"+job.ID.String(), read, "", nil); r.Status != http.StatusOK {
+		t.Errorf("get with a read token: %d, want 200", r.Status)
+	}
+	var page httpapi.JobPage
+	e.do("GET", "/v1/jobs", read, "", nil).json(t, &page)
+	if len(page.Jobs) != 1 || page.Jobs[0].State.Terminal() {
+		t.Fatalf("the read token's requests changed nothing: %+v", page.Jobs)
+	}
+}
+
+func TestRevokedExpiredAndMalformedTokensGet401(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	past := time.Now().Add(-time.Minute)
+	expired := e.token(queue.RoleAdmin, &past, "p")
+	revoked := e.token(queue.RoleAdmin, nil, "p")
+	good := e.token(queue.RoleAdmin, nil, "p")
+	prefix := queue.TokenLookupPrefix(revoked)
+	tok, err := e.Store.TokenByPrefix(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Store.RevokeToken(context.Background(), tok.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The right prefix with a wrong secret is as bad as no token.
+	forged := good[:len(good)-4] + "aaaa"
+	if forged == good {
+		forged = good[:len(good)-4] + "bbbb"
+	}
+	for name, secret := range map[string]string{"expired": expired, "revoked": revoked, "forged": forged, "malformed": "gpuq_nope", "none": ""} {
+		r := e.do("GET", "/v1/jobs", secret, "", nil)
+		if r.Status != http.StatusUnauthorized || r.Header.Get("Content-Type") != "application/problem+json" || r.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s token: %d %s %s, want a 401 problem with WWW-Authenticate", name, r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+		if secret != "" && strings.Contains(string(r.Body), secret) {
+			t.Errorf("%s token: the answer echoes the secret", name)
+		}
+	}
+	if r := e.do("GET", "/v1/jobs", good, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("a good token: %d %s", r.Status, r.Body)
+	}
+}
+
+func TestNoOperationWorksWithoutAToken(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	doc := loadOpenAPI(t)
+	admin := e.token(queue.RoleAdmin, nil, "p")
+	job := e.submit(admin, "command: [/bin/true]\n")
+	params := regexp.MustCompile(`\{(id|project)\}`)
+	n := 0
+	for path, item := range doc.doc["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			concrete := params.ReplaceAllStringFunc(path, func(p string) string {
+				if p == "{project}" {
+					return "p"
+				}
+				return job.ID.String()
+			})
+			if strings.HasPrefix(path, "/v1/tokens/") {
+				concrete = "/v1/tokens/" + job.ID.String()
+			}
+			if _, public := op.(map[string]any)["security"]; public {
+				if path != "/v1/healthz" {
+					t.Errorf("%s %s is documented as needing no token", method, path)
+				}
+				continue
+			}
+			n++
+			r := e.do(strings.ToUpper(method), concrete, "", "application/json", []byte("{}"))
+			if r.Status != http.StatusUnauthorized {
+				t.Errorf("%s %s without a token: %d, want 401", method, concrete, r.Status)
+			}
+			doc.check(t, strings.ToUpper(method), path, r)
+		}
+	}
+	if n < 18 {
+		t.Fatalf("only %d operations checked", n)
+	}
+}
+
+func TestATokenOverItsRateGets429WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, func(c *httpapi.Config) { c.RatePerSecond, c.Burst = 0.5, 2 })
+	tok := e.token(queue.RoleRead, nil, "p")
+	other := e.token(queue.RoleRead, nil, "p")
+	for i := range 2 {
+		if r := e.do("GET", "/v1/jobs", tok, "", nil); r.Status != http.StatusOK {
+			t.Fatalf("request %d within the burst: %d", i, r.Status)
+		}
+	}
+	r := e.do("GET", "/v1/jobs", tok, "", nil)
+	retry, _ := strconv.Atoi(r.Header.Get("Retry-After"))
+	if r.Status != http.StatusTooManyRequests || retry < 1 || retry > 2 {
+		t.Fatalf("over the rate: %d, Retry-After %q; want 429 and 1–2 s", r.Status, r.Header.Get("Retry-After"))
+	}
+	loadOpenAPI(t).check(t, "GET", "/v1/jobs", r)
+	if r := e.do("GET", "/v1/jobs", other, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("another token has its own allowance: %d", r.Status)
+	}
+}
+
+func TestTokenUseIsRecordedInBatches(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, func(c *httpapi.Config) { c.TouchEvery = 200 * time.Millisecond })
+	tok := e.token(queue.RoleRead, nil, "p")
+	for range 5 {
+		e.do("GET", "/v1/jobs", tok, "", nil)
+	}
+	queuetest.Eventually(t, 10*time.Second, "the token's last use to be recorded", func() bool {
+		rec, err := e.Store.TokenByPrefix(context.Background(), queue.TokenLookupPrefix(tok))
+		return err == nil && rec.LastUsedAt != nil && time.Since(*rec.LastUsedAt) < time.Minute
+	})
+}
