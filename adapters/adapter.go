@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpuq/gpuq/policy"
 )
@@ -13,53 +12,51 @@ import (
 type OfferSource interface {
 	// Name is the provider's name, as set in its offers.
 	Name() string
-	// Offers lists the provider's current offers, one per pool.
+	// Offers lists the provider's current offers, one per pool. A pool the
+	// adapter cannot place in a country is left out, never guessed.
 	Offers(ctx context.Context) ([]policy.Offer, error)
 }
 
-// The kinds of provider failure; a *ProviderError wraps one of them so that
-// callers decide with errors.Is.
-var (
-	// ErrCapacityUnavailable: the pool has no capacity now; re-place.
-	ErrCapacityUnavailable = errors.New("capacity unavailable")
-	// ErrQuotaExceeded: the account's quota forbids more capacity.
-	ErrQuotaExceeded = errors.New("quota exceeded")
-	// ErrTransient: the call may succeed if retried, after RetryAfter.
-	ErrTransient = errors.New("transient provider error")
-)
-
-// ProviderError is a failure reported by a provider adapter.
-type ProviderError struct {
-	Provider string
-	Pool     string // empty when the failure is not about one pool
-	Op       string // what was being done: "offers", "launch", …
-	Kind     error  // one of the Err… kinds above
-	// RetryAfter is the provider's hint for transient errors; zero if none.
-	RetryAfter time.Duration
-	Err        error // the underlying cause, if any
+// Launcher rents one instance into a pool.
+type Launcher interface {
+	// Launch rents one machine for req.Pool booted with req.Boot. It is
+	// idempotent by req.ClientToken: a second call with the same token
+	// returns the instance the first one rented. The instance may still be
+	// pending when Launch returns.
+	Launch(ctx context.Context, req LaunchRequest) (Instance, error)
 }
 
-func (e *ProviderError) Error() string {
-	msg := e.Provider + ": " + e.Op
-	if e.Pool != "" {
-		msg += " in pool " + e.Pool
-	}
-	msg += ": " + e.Kind.Error()
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	if e.RetryAfter > 0 {
-		msg += fmt.Sprintf(" (retry after %s)", e.RetryAfter)
-	}
-	return msg
+// InstanceLister lists the instances an adapter rented (those carrying
+// gpuq's tags), for the reaper and for finding a launch by its token.
+type InstanceLister interface {
+	// Instances follows every page of the provider's listing and returns
+	// the instances that match f.
+	Instances(ctx context.Context, f InstanceFilter) ([]Instance, error)
 }
 
-// Unwrap exposes both the kind and the cause to errors.Is and errors.As.
-func (e *ProviderError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.Kind}
-	}
-	return []error{e.Kind, e.Err}
+// Describer reads one instance.
+type Describer interface {
+	// Describe returns the instance with the provider's id; an error
+	// matching ErrNotFound when the provider has no such instance.
+	Describe(ctx context.Context, providerID string) (Instance, error)
+}
+
+// Terminator releases instances.
+type Terminator interface {
+	// Terminate releases the instance. Terminating an instance that is
+	// already gone, or that the provider no longer knows, is not an error:
+	// most providers forget terminated instances.
+	Terminate(ctx context.Context, providerID string) error
+}
+
+// Provider is the whole contract: what the autoscaler and reaper use. Each
+// consumer should accept the narrowest of the interfaces above it needs.
+type Provider interface {
+	OfferSource
+	Launcher
+	InstanceLister
+	Describer
+	Terminator
 }
 
 // CollectOffers asks every source for its offers. A source that fails or

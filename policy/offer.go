@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Availability is a provider's statement about capacity in a pool.
 type Availability string
@@ -50,6 +53,9 @@ type Offer struct {
 	// PreemptionRate is the expected preemptions per hour of a spot
 	// instance; nil when unknown.
 	PreemptionRate *float64 `json:"preemption_rate,omitempty" yaml:"preemption_rate" mapstructure:"preemption_rate"`
+	// MaxDuration is the longest an instance of the pool may run before
+	// the provider ends it; zero when the provider sets no limit.
+	MaxDuration time.Duration `json:"max_duration_ns,omitempty" yaml:"max_duration" mapstructure:"max_duration"`
 }
 
 // ValidPool reports whether pool can be used as a NATS subject token and
@@ -90,6 +96,8 @@ func (o *Offer) validate() error {
 		return fmt.Errorf("egress_per_gb: want a non-negative amount in an ISO 4217 currency, got %s", o.EgressPerGB)
 	case o.PreemptionRate != nil && !(*o.PreemptionRate >= 0):
 		return fmt.Errorf("preemption_rate: must be 0 or more, got %v", *o.PreemptionRate)
+	case o.MaxDuration < 0:
+		return fmt.Errorf("max_duration: must be 0 (no limit) or more, got %s", o.MaxDuration)
 	case o.GPUCount < 0 || o.GPUMemoryGB < 0 || o.VCPU < 0 || o.MemoryGB < 0:
 		return fmt.Errorf("gpu_count, gpu_memory_gb, vcpu, memory_gb: must be 0 or more")
 	}

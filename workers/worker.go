@@ -167,12 +167,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBatchers()
 	go w.claims.run(batchCtx)
 	go w.successes.run(batchCtx)
-	var running sync.WaitGroup
-	defer running.Wait()
 	if w.ownDataDir {
-		// Every attempt removes its own directory; the worker's goes last.
+		// Every attempt removes its own directory; the worker's goes last,
+		// after running.Wait below (deferred calls run last-in first-out),
+		// so a job saving its final checkpoint on a notice still finds it.
 		defer os.RemoveAll(w.cfg.DataDir)
 	}
+	var running sync.WaitGroup
+	defer running.Wait()
 	slots := make(chan struct{}, w.cfg.Slots)
 	pulls := make(chan struct{}, maxPulls)
 	for ctx.Err() == nil {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // Launcher brings up local capacity: each instance is a `gpuq worker`
@@ -21,6 +23,19 @@ type Launcher struct {
 	Slots int
 	// Stdout and Stderr of the workers; default os.Stderr.
 	Output *os.File
+	// Env is added to this process's environment for every worker, after
+	// the boot spec's (what the machine itself provides).
+	Env []string
+	// StopTimeout is how long Provider.Terminate waits after SIGTERM
+	// before SIGKILL. Default 30s.
+	StopTimeout time.Duration
+}
+
+func (l *Launcher) stopTimeout() time.Duration {
+	if l == nil || l.StopTimeout == 0 {
+		return 30 * time.Second
+	}
+	return l.StopTimeout
 }
 
 // Instance is one running worker process.
@@ -52,13 +67,6 @@ func (i *Instance) Wait() error {
 
 // Launch starts a worker for pool.
 func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, error) {
-	exe := l.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
-	}
 	slots := l.Slots
 	if slots == 0 {
 		slots = 1
@@ -72,17 +80,32 @@ func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, erro
 			args = append(args, "--expect-count", strconv.Itoa(pool.GPUCount))
 		}
 	}
-	args = append(args, l.Args...)
-	cmd := exec.Command(exe, args...)
+	return l.Start(ctx, pool.Pool, args, nil)
+}
+
+// Start runs the executable with args, then l.Args, in this process's
+// environment plus env and l.Env: one instance of pool.
+func (l *Launcher) Start(_ context.Context, pool string, args, env []string) (*Instance, error) {
+	exe := l.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	cmd := exec.Command(exe, append(slices.Clip(args), l.Args...)...)
+	if len(env) > 0 || len(l.Env) > 0 {
+		cmd.Env = append(append(os.Environ(), env...), l.Env...)
+	}
 	out := l.Output
 	if out == nil {
 		out = os.Stderr
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("launching a worker for pool %s: %w", pool.Pool, err)
+		return nil, fmt.Errorf("launching a worker for pool %s: %w", pool, err)
 	}
-	inst := &Instance{Pool: pool.Pool, cmd: cmd, done: make(chan struct{})}
+	inst := &Instance{Pool: pool, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		inst.err = cmd.Wait()
 		close(inst.done)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/gpuq/gpuq/policy"
 )
@@ -85,10 +86,18 @@ func (c PoolConfig) Offer(key string) (policy.Offer, error) {
 	return o, nil
 }
 
-// Provider is the local provider's offer source: one offer per configured
-// pool, always available.
+// Provider is the local provider: one offer per configured pool, always
+// available, and, when Workers is set, instances that are worker processes
+// on this machine.
 type Provider struct {
 	offers []policy.Offer
+	// Workers starts the processes of launched instances; nil refuses
+	// launches.
+	Workers *Launcher
+
+	mu        sync.Mutex
+	instances map[string]*managed // by provider id
+	byToken   map[string]string   // client token → provider id
 }
 
 // New checks pools and returns the provider; errors name the key, as in

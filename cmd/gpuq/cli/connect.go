@@ -121,20 +121,6 @@ func offerSources(v *viper.Viper) ([]adapters.OfferSource, error) {
 	return []adapters.OfferSource{provider}, nil
 }
 
-// placerFor builds the policy placer over the offer sources and the rules
-// under the config key `policy`.
-func placerFor(v *viper.Viper) (*control.PolicyPlacer, error) {
-	sources, err := offerSources(v)
-	if err != nil {
-		return nil, err
-	}
-	rules, err := loadRules(v)
-	if err != nil {
-		return nil, err
-	}
-	return &control.PolicyPlacer{Sources: sources, Rules: rules}, nil
-}
-
 // client is the control plane's client operations over c.
 func (c *clients) client() *control.Client {
 	return &control.Client{Store: c.store, JS: c.js, NATS: c.nc}

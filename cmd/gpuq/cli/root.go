@@ -83,6 +83,7 @@ func commands() []*cobra.Command {
 		newNodesCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
+		newOffersCmd(),
 		newSimulateCmd(),
 		newDemoCmd(),
 	}

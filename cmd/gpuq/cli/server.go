@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
@@ -97,8 +98,9 @@ func newServerCmd() *cobra.Command {
 }
 
 // startControlPlane migrates, creates the streams and runs the scheduler and
-// reconciler in the background until ctx ends.
-func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger) (*clients, error) {
+// reconciler in the background until ctx ends. Placement uses sources, or
+// the providers of the config when there are none (configuredSources).
+func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger, sources ...adapters.OfferSource) (*clients, error) {
 	dbURL, err := required(v, "database-url")
 	if err != nil {
 		return nil, err
@@ -114,16 +116,18 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 		c.Close()
 		return nil, err
 	}
-	pools, err := poolsOrDefault(v)
+	if len(sources) == 0 {
+		if sources, err = configuredSources(v); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	rules, err := loadRules(v)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	placer, err := placerFor(v)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
+	placer := &control.PolicyPlacer{Sources: sources, Rules: rules}
 	placer.Spend = c.store.Spend // budgets are charged with recorded spend
 	errc := controlPlane(ctx, c, placer, logger)
 	go func() {
@@ -133,7 +137,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger)
 			}
 		}
 	}()
-	logger.Info("control plane running", "pools", len(pools))
+	logger.Info("control plane running", "offer_sources", len(placer.Sources))
 	return c, nil
 }
 
@@ -195,7 +199,8 @@ func newDevCmd() *cobra.Command {
 		Short: "Run everything on this machine: embedded NATS, PostgreSQL, control plane and local worker pools",
 		Long: `dev starts an embedded NATS server with JetStream, PostgreSQL (GPUQ_DATABASE_URL, else a
 private cluster from the local server binaries), the scheduler and reconciler, and one worker
-process per local pool. Its connection settings are written to .gpuq/config.yaml so that
+process per local pool (with --provider sim: one instance per pool of a simulated cloud whose
+spot pools follow the traces in --traces). Its connection settings are written to .gpuq/config.yaml so that
 gpuq submit, status, logs… run from the same directory find it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -206,6 +211,16 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			ctx, stop := shutdownContext(cmd.Context())
 			defer stop()
 			logger := newLogger()
+			var simulated *simDev
+			switch p := v.GetString("provider"); p {
+			case "local":
+			case "sim":
+				if simulated, err = newSimDev(v, logger); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("--provider: must be local or sim, got %q", p)
+			}
 			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"), pgtemp.Options{Durable: true}, logger)
 			if err != nil {
 				return err
@@ -213,7 +228,11 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			defer stack.Stop()
 			v.Set("nats-url", stack.natsURL)
 			v.Set("database-url", stack.dbURL)
-			c, err := startControlPlane(ctx, v, logger)
+			var sources []adapters.OfferSource
+			if simulated != nil {
+				sources = simulated.sources()
+			}
+			c, err := startControlPlane(ctx, v, logger, sources...)
 			if err != nil {
 				return err
 			}
@@ -221,14 +240,19 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			if err := writeDevConfig(stack); err != nil {
 				return err
 			}
-			pools, err := poolsOrDefault(v)
-			if err != nil {
-				return err
-			}
-			launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
-			sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
-			for _, p := range pools {
-				go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
+			if simulated != nil {
+				done := simulated.start(ctx, stack)
+				defer func() { <-done }()
+			} else {
+				pools, err := poolsOrDefault(v)
+				if err != nil {
+					return err
+				}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
+				for _, p := range pools {
+					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
+				}
 			}
 			if o, _ := outputFormat(v); o == "json" {
 				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile}); err != nil {
@@ -245,6 +269,10 @@ gpuq submit, status, logs… run from the same directory find it.`,
 	cmd.Flags().Int("nats-port", 0, "port of the embedded NATS server (0: a free port)")
 	cmd.Flags().Int("slots", 2, "job slots per local worker")
 	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL); default: a private cluster under --data-dir")
+	cmd.Flags().String("provider", "local", "where workers run: local (one process per pool) or sim (a simulated cloud replaying spot traces)")
+	cmd.Flags().String("traces", "", "with --provider sim: the directory of spot traces (ZONE_CARD_COUNT.json) its pools follow")
+	cmd.Flags().Float64("sim-speed", 1, "with --provider sim: virtual seconds per real second")
+	cmd.Flags().Duration("sim-start", 0, "with --provider sim: how far into the traces the virtual clock starts")
 	return cmd
 }
 

@@ -1,0 +1,192 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/adaptertest"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/adapters/sim"
+	"github.com/gpuq/gpuq/policy"
+)
+
+var _ adapters.Provider = (*sim.Provider)(nil)
+
+// sleeper is a stand-in worker: a process that waits to be stopped. The
+// end-to-end test in cmd/gpuq runs real workers on the simulated cloud.
+func sleeper(t *testing.T) *local.Launcher {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "worker")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { devnull.Close() })
+	return &local.Launcher{Executable: exe, Output: devnull}
+}
+
+// writeTrace writes a trace in the published layout.
+func writeTrace(t *testing.T, dir, name, data string, gapSeconds int) {
+	t.Helper()
+	body := `{"metadata": {"gap_seconds": ` + strconv.Itoa(gapSeconds) + `}, "data": [` + data + `]}`
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var fastRetry = adapters.RetryConfig{Attempts: 3, Backoff: time.Millisecond, MaxWait: 2 * time.Second, AttemptTimeout: 5 * time.Second}
+
+func startCloud(t *testing.T, cfg sim.Config, onEvent func(sim.Event)) *sim.Cloud {
+	t.Helper()
+	c, err := sim.New(cfg, sleeper(t), nil, onEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }() //nolint:errcheck // ends with ctx
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// simFake steers the cloud for the conformance suite.
+type simFake struct {
+	c          *sim.Cloud
+	retryAfter time.Duration
+}
+
+func (f simFake) Fail(op adaptertest.Op, kind error, n int) bool {
+	f.c.Fail(sim.Op(op), kind, n, f.retryAfter)
+	return true
+}
+func (f simFake) DropLaunchResponse() bool { f.c.DropNextLaunchResponse(); return true }
+func (f simFake) Boot()                    { f.c.BootAll(context.Background()) }
+func (f simFake) Rented() int              { return f.c.Created() }
+func (f simFake) Calls(op adaptertest.Op) []time.Time {
+	return f.c.Calls(sim.Op(op))
+}
+func (f simFake) SetPageSize(n int) bool   { f.c.SetPageSize(n); return true }
+func (f simFake) AddUnknownLocation() bool { return false }
+
+func TestCloudPassesTheConformanceSuite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeTrace(t, dir, "zone_v100_1.json", "1, 1, 1, 1", 600)
+	cfg := sim.Config{TracesDir: dir, Pools: []sim.PoolConfig{
+		{Pool: "v100-spot", Region: "us-east-1c", Country: "US", Card: "V100", GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61,
+			Tier: "spot", PricePerHour: "0.918", Trace: "zone_v100_1.json", BootDelay: time.Hour},
+		{Pool: "v100", Region: "us-east-1c", Country: "US", Card: "V100", GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61,
+			PricePerHour: "3.06", Currency: "USD", Grace: time.Second},
+	}}
+	zero := 0.0
+	adaptertest.Run(t, func(t *testing.T) adaptertest.Target {
+		c := startCloud(t, cfg, nil)
+		retryAfter := 300 * time.Millisecond
+		return adaptertest.Target{
+			Provider: c.Provider(fastRetry), Fake: simFake{c: c, retryAfter: retryAfter}, Pool: "v100", Region: "us-east-1c", Country: "US",
+			RetryAfter: retryAfter,
+			WantOffers: []policy.Offer{
+				{Provider: "sim", Pool: "v100-spot", Region: "us-east-1c", Country: "US", Card: "V100", GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61,
+					Tier: policy.TierSpot, PricePerHour: policy.Money{Micros: 918_000, Currency: "USD"}, Availability: policy.Available, PreemptionRate: &zero},
+				{Provider: "sim", Pool: "v100", Region: "us-east-1c", Country: "US", Card: "V100", GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61,
+					Tier: policy.TierOnDemand, PricePerHour: policy.Money{Micros: 3_060_000, Currency: "USD"}, Availability: policy.Available},
+			},
+			Errors: map[error][]adaptertest.Op{
+				adapters.ErrCapacityUnavailable: {adaptertest.OpLaunch},
+				adapters.ErrQuotaExceeded:       {adaptertest.OpLaunch},
+				adapters.ErrAuth:                {adaptertest.OpOffers, adaptertest.OpLaunch, adaptertest.OpList},
+				adapters.ErrInvalidRequest:      {adaptertest.OpLaunch},
+				adapters.ErrRateLimited:         {adaptertest.OpOffers, adaptertest.OpLaunch, adaptertest.OpDescribe},
+				adapters.ErrProviderDown:        {adaptertest.OpOffers, adaptertest.OpLaunch, adaptertest.OpList, adaptertest.OpTerminate},
+				adapters.ErrNotFound:            {adaptertest.OpDescribe},
+			},
+		}
+	})
+}
+
+func TestSpotPoolIsPreemptedWhenItsTraceFalls(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// Ticks of 60 virtual seconds at 600x: 100 ms each. Capacity 1, 1, 0…
+	writeTrace(t, dir, "z_v100_1.json", "1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0", 60)
+	var mu sync.Mutex
+	var events []sim.Event
+	c := startCloud(t, sim.Config{TracesDir: dir, Speed: 600, Step: 10 * time.Millisecond, Pools: []sim.PoolConfig{
+		{Pool: "spot", Region: "r", Country: "US", Card: "V100", Tier: "spot", PricePerHour: "1", Trace: "z_v100_1.json", Grace: 200 * time.Millisecond},
+	}}, func(e sim.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	p := c.Provider(fastRetry)
+	req := adapters.LaunchRequest{Pool: "spot", ClientToken: "t1", Boot: adapters.BootSpec{InstanceID: "i1", Pool: "spot", Region: "r", Country: "US", NATSURL: "nats://127.0.0.1:4222"}}
+	inst, err := p.Launch(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second instance does not fit: the trace holds one.
+	req2 := req
+	req2.ClientToken = "t2"
+	if _, err := p.Launch(context.Background(), req2); !errors.Is(err, adapters.ErrCapacityUnavailable) {
+		t.Errorf("second launch = %v, want no capacity", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := p.Describe(context.Background(), inst.ProviderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == adapters.StatePreempted {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(events) != 1 || events[0].Tick != 2 || events[0].Instance != inst.ProviderID {
+				t.Errorf("events = %+v, want one preemption at tick 2", events)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("instance not preempted at the trace's first 0")
+}
+
+func TestInstanceEndsAtItsPoolsMaximumDuration(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var events []sim.Event
+	c := startCloud(t, sim.Config{Speed: 3600, Step: 10 * time.Millisecond, Pools: []sim.PoolConfig{
+		{Pool: "capped", Region: "r", Country: "US", Card: "cpu", PricePerHour: "1", BootDelay: time.Second, MaxDuration: 30 * time.Minute, Grace: 200 * time.Millisecond},
+	}}, func(e sim.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	p := c.Provider(fastRetry)
+	offers, err := p.Offers(context.Background())
+	if err != nil || len(offers) != 1 || offers[0].MaxDuration != 30*time.Minute {
+		t.Fatalf("offers = %+v, %v; want the cap stated", offers, err)
+	}
+	req := adapters.LaunchRequest{Pool: "capped", ClientToken: "t1", Boot: adapters.BootSpec{InstanceID: "i1", Pool: "capped", Region: "r", Country: "US", NATSURL: "nats://127.0.0.1:4222"}}
+	inst, err := p.Launch(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30 virtual minutes at 3600x: half a second.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := p.Describe(context.Background(), inst.ProviderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == adapters.StateTerminated {
+			if !strings.Contains(got.Reason, "maximum duration 30m0s reached") {
+				t.Errorf("reason = %q", got.Reason)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("instance still up past its maximum duration")
+}

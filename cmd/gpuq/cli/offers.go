@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/policy"
+)
+
+func newOffersCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "offers",
+		Short: "List the live offers of the configured providers, priced in the policy's currency",
+		Long: `offers asks every configured provider (the local pools, and each of providers.verda and
+providers.hivenet that is configured) for what it can rent now: the same offers the scheduler
+places on. Prices are converted into the policy's base currency with policy.exchange_rates; an
+offer in a currency without a rate keeps its own price and says so. A provider that fails is
+named on stderr and the others are still listed.`,
+		Args: cobra.NoArgs,
+		RunE: runOffers,
+	}
+	cmd.Flags().StringSlice("provider", nil, "only these providers (globs, comma-separated), e.g. verda,hivenet")
+	cmd.Flags().StringSlice("region", nil, "only these regions (globs, comma-separated), e.g. 'FIN-*'")
+	cmd.Flags().Duration("timeout", 30*time.Second, "give up on a provider after this long")
+	return cmd
+}
+
+// OfferRow is one line of `gpuq offers -o json`.
+type OfferRow struct {
+	policy.Offer
+	// PricePerHour is in the policy's base currency when a rate is known;
+	// QuotedPricePerHour is the provider's own price.
+	QuotedPricePerHour policy.Money `json:"quoted_price_per_hour"`
+	// NoRate is set when the offer's currency has no exchange rate.
+	NoRate bool `json:"no_exchange_rate,omitempty"`
+}
+
+func runOffers(cmd *cobra.Command, _ []string) error {
+	v, format, err := loadConfigFormat(cmd)
+	if err != nil {
+		return err
+	}
+	providers, regions := v.GetStringSlice("provider"), v.GetStringSlice("region")
+	for _, g := range append(slices.Clone(providers), regions...) {
+		if _, err := path.Match(g, ""); err != nil {
+			return fmt.Errorf("--provider, --region: %q is not a glob: %w", g, err)
+		}
+	}
+	rules, err := loadRules(v)
+	if err != nil {
+		return err
+	}
+	sources, err := configuredSources(v)
+	if err != nil {
+		return err
+	}
+	var picked []adapters.OfferSource
+	for _, s := range sources {
+		if matchAny(providers, s.Name()) {
+			picked = append(picked, s)
+		}
+	}
+	if len(picked) == 0 {
+		return fmt.Errorf("--provider: no configured provider matches %s", strings.Join(providers, ","))
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	defer cancel()
+	offers, srcErr := adapters.CollectOffers(ctx, picked...)
+	if srcErr != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "gpuq offers:", srcErr)
+	}
+	if len(offers) == 0 && srcErr != nil {
+		return errors.New("no provider answered")
+	}
+	base := rules.BaseCurrency
+	if base == "" {
+		base = "EUR"
+	}
+	rates := map[string]float64{base: 1}
+	for cur, r := range rules.ExchangeRates {
+		rates[strings.ToUpper(cur)] = r
+	}
+	var rows []OfferRow
+	for _, o := range offers {
+		if !matchAny(regions, o.Region) {
+			continue
+		}
+		row := OfferRow{Offer: o, QuotedPricePerHour: o.PricePerHour}
+		if m, ok := convert(o.PricePerHour, base, rates); ok {
+			row.PricePerHour = m
+		} else {
+			row.NoRate = true
+		}
+		if o.EgressPerGB != nil {
+			if m, ok := convert(*o.EgressPerGB, base, rates); ok {
+				row.EgressPerGB = &m
+			}
+		}
+		rows = append(rows, row)
+	}
+	slices.SortStableFunc(rows, func(a, b OfferRow) int {
+		if c := strings.Compare(a.Provider, b.Provider); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pool, b.Pool)
+	})
+	if format == "json" {
+		if rows == nil {
+			rows = []OfferRow{}
+		}
+		return writeJSON(cmd.OutOrStdout(), rows)
+	}
+	t := newTable(cmd.OutOrStdout(), "PROVIDER", "POOL", "REGION", "COUNTRY", "CARD", "GPUS", "VCPU", "MEM_GB", "TIER", "PRICE/H", "AVAILABILITY")
+	for _, r := range rows {
+		price := r.PricePerHour.String()
+		if r.NoRate {
+			price += " (no rate to " + base + ")"
+		}
+		t.row(r.Provider, r.Pool, r.Region, r.Country, r.Card, r.GPUCount, r.VCPU, r.MemoryGB, r.Tier, price, orDash(string(r.Availability)))
+	}
+	return t.flush()
+}
+
+func matchAny(globs []string, s string) bool {
+	if len(globs) == 0 {
+		return true
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// convert turns m into base with rates (value of one unit in base),
+// rounding to the micro; ok is false without a rate.
+func convert(m policy.Money, base string, rates map[string]float64) (policy.Money, bool) {
+	r, ok := rates[m.Currency]
+	if !ok || !(r > 0) || math.IsInf(r, 0) {
+		return m, false
+	}
+	if m.Currency == base {
+		return m, true
+	}
+	// Exact decimal arithmetic: the rate as written, times the micros.
+	prod := new(big.Float).SetPrec(128).Mul(new(big.Float).SetPrec(128).SetInt64(m.Micros), new(big.Float).SetPrec(128).SetFloat64(r))
+	prod.Add(prod, big.NewFloat(0.5))
+	micros, _ := prod.Int64()
+	return policy.Money{Micros: micros, Currency: base}, true
+}
