@@ -29,6 +29,9 @@ type Placer interface {
 type Prior struct {
 	Placement queue.Placement
 	Attempts  []queue.Attempt
+	// Events are what happened to the job outside its attempts, such as a
+	// pool that could not launch capacity for it (policy.EventNoCapacity).
+	Events []policy.Event
 }
 
 // PolicyPlacer places jobs with the policy engine over the offers of the
