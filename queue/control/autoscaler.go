@@ -628,7 +628,7 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 			return out, cerr
 		}
 		return out, a.replaceWaiting(ctx, logger, now, in.Pool, reason)
-	case errors.Is(err, adapters.ErrTransient):
+	case errors.Is(err, adapters.ErrTransient), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The outcome is unknown; the next pass asks again with the same
 		// token, which finds the machine if one was rented.
 		return in, fmt.Errorf("launching instance %s: %w", in.ID, err)
