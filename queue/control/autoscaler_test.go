@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,4 +263,194 @@ func TestFiftyJobsIntoAnEmptySystemScaleUpWithinMaxSucceedOnceAndScaleBackToZero
 	if jobs+report.Totals[0].IdleMicros != report.Totals[0].Micros {
 		t.Fatalf("projects %d + idle %d != total %d", jobs, report.Totals[0].IdleMicros, report.Totals[0].Micros)
 	}
+}
+
+// movedNote returns the audit-trail message that says why the job moved.
+func movedNote(t *testing.T, s *store.Store, id uuid.UUID) string {
+	t.Helper()
+	evs, err := s.EventsOf(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if len(e.Message) > 10 && e.Message[:10] == "moved from" {
+			return e.Message
+		}
+	}
+	return ""
+}
+
+func TestNoCapacityMovesWaitingJobsToPlanBInsideTheirResidency(t *testing.T) {
+	t.Parallel()
+	// spot-de is cheapest and chosen first; od-us is cheaper than od-de but
+	// outside the jobs' residency.
+	pools := []sim.PoolConfig{simPool("spot-de", "DE", "spot", "0.10"), simPool("od-de", "DE", "on-demand", "0.40"),
+		simPool("od-us", "US", "on-demand", "0.20")}
+	for i := range pools {
+		pools[i].BootDelay = time.Millisecond
+	}
+	c := startScaled(t, pools, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 2, Slots: 2, IdleTimeout: time.Second, Backoff: time.Minute}}, false)
+	// The first launch, spot-de's, finds no capacity.
+	c.cloud.Fail(sim.OpLaunch, adapters.ErrCapacityUnavailable, 1, 0)
+	var ids []uuid.UUID
+	for i := range 3 {
+		ids = append(ids, c.submit(t, fmt.Sprintf("name: eu%d\ncommand: [sleep, \"0.1\"]\nplacement: {residency: EU, tier: spot-then-on-demand}\n", i)))
+	}
+	queuetest.Eventually(t, 60*time.Second, "the jobs to succeed", func() bool {
+		for _, id := range ids {
+			if j := c.job(t, id); j == nil || j.State != queue.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		p, err := c.s.LatestPlacement(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Pool != "od-de" || p.Version != 2 || p.Residency != "EU" {
+			t.Fatalf("job %s ended on pool %s (placement %d, residency %q), want od-de, 2, EU", id, p.Pool, p.Version, p.Residency)
+		}
+		if note := movedNote(t, c.s, id); note == "" || !containsAll(note, "spot-de", "od-de", "no capacity") {
+			t.Fatalf("job %s audit trail says %q, want the move and its reason", id, note)
+		}
+	}
+	failed, err := c.s.Instances(context.Background(), "spot-de", queue.InstanceFailed)
+	if err != nil || len(failed) != 1 {
+		t.Fatalf("spot-de's failed launches: %v %v", failed, err)
+	}
+	if got := c.auto.Exhausted(time.Now()); got["spot-de"] == "" {
+		t.Fatalf("spot-de not left alone after no capacity: %v", got)
+	}
+}
+
+func TestInstanceWhoseWorkerNeverBootsIsTerminatedAndItsJobsGoElsewhere(t *testing.T) {
+	t.Parallel()
+	slow, fast := simPool("slow", "DE", "on-demand", "0.10"), simPool("fast", "DE", "on-demand", "0.30")
+	slow.BootDelay, fast.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{slow, fast}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: 2 * time.Second, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "fast" {
+		t.Fatalf("job ran on %s, want fast", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "slow", "fast", "boot") {
+		t.Fatalf("audit trail says %q, want the move off slow for its boot timeout", note)
+	}
+	queuetest.Eventually(t, 10*time.Second, "slow's instance to end", func() bool {
+		ins, err := c.s.Instances(context.Background(), "slow", "")
+		return err == nil && len(ins) == 1 && !ins[0].State.Live()
+	})
+	ins, _ := c.s.Instances(context.Background(), "slow", "")
+	if in := ins[0]; in.State != queue.InstanceTerminated || !containsAll(in.Reason, "boot timeout") && !containsAll(in.Reason, "no ready worker") {
+		t.Fatalf("slow's instance: %s %q", in.State, in.Reason)
+	}
+}
+
+// crashingLauncher rents the machine and then never records it, as a
+// server killed between the provider's answer and its record.
+type crashingLauncher struct {
+	*sim.Provider
+	crash context.CancelFunc
+}
+
+func (p crashingLauncher) Launch(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error) {
+	if _, err := p.Provider.Launch(ctx, req); err != nil {
+		return adapters.Instance{}, err
+	}
+	p.crash()
+	return adapters.Instance{}, context.Cause(ctx)
+}
+
+func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(t *testing.T) {
+	t.Parallel()
+	slowBoot := simPool("od", "DE", "on-demand", "0.10")
+	slowBoot.BootDelay = 24 * time.Hour // no worker: the test is about the machine
+	c := startScaled(t, []sim.PoolConfig{slowBoot}, control.AutoscalerConfig{}, true)
+	ctx := context.Background()
+	id := c.submit(t, "command: [/bin/true]\n")
+	queuetest.Eventually(t, 20*time.Second, "the job to be placed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StatePlaced
+	})
+	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
+	boot := control.BootTemplate{NATSURL: c.n.URL}
+	crashCtx, crash := context.WithCancel(ctx)
+	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
+		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
+	first.Pass(crashCtx) //nolint:errcheck // cut off on purpose
+	if n := c.cloud.Created(); n != 1 {
+		t.Fatalf("the cloud rented %d machines, want 1", n)
+	}
+	recorded, err := c.s.Instances(ctx, "od", "")
+	if err != nil || len(recorded) != 1 || recorded[0].State != queue.InstanceRequested {
+		t.Fatalf("after the cut-off launch the table holds %+v (%v); want one requested instance", recorded, err)
+	}
+	// The restarted server: a reaper pass first, then the autoscaler.
+	reaped, err := c.reaper.Pass(ctx)
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaper on a launch recorded as requested: %+v %v; want it left to the autoscaler", reaped, err)
+	}
+	second := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
+	for range 2 {
+		if err := second.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.cloud.Created(); n != 1 {
+		t.Fatalf("after the restart the cloud rented %d machines, want still 1", n)
+	}
+	got, err := c.s.Instance(ctx, recorded[0].ID)
+	if err != nil || got.State != queue.InstancePending || got.ProviderID == "" {
+		t.Fatalf("the cut-off launch is recorded as %+v (%v); want pending with its provider id", got, err)
+	}
+
+	// A machine billed with gpuq's tags that the table does not know (its
+	// record lost with a database restore, say) is terminated and reported.
+	stray, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "stray-1", Boot: adapters.BootSpec{
+		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped, err = c.reaper.Pass(ctx)
+	if err != nil || len(reaped) != 1 || reaped[0].ProviderID != stray.ProviderID || reaped[0].Action != "terminated" {
+		t.Fatalf("reaper: %+v %v; want the stray machine terminated", reaped, err)
+	}
+	if d, err := c.provider.Describe(ctx, stray.ProviderID); err != nil || !d.State.Gone() && d.State != adapters.StateStopping {
+		t.Fatalf("stray machine after the reaper: %+v %v", d, err)
+	}
+
+	// A recorded instance the provider no longer has is closed with the reason.
+	if err := c.provider.Terminate(ctx, got.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	reaper := *c.reaper
+	reaper.Grace = time.Nanosecond
+	queuetest.Eventually(t, 10*time.Second, "the reaper to close the vanished instance", func() bool {
+		if _, err := reaper.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		in, err := c.s.Instance(ctx, got.ID)
+		return err == nil && !in.State.Live()
+	})
+	closed, _ := c.s.Instance(ctx, got.ID)
+	if closed.State != queue.InstancePreempted || !containsAll(closed.Reason, "no longer lists") {
+		t.Fatalf("vanished instance recorded as %s %q", closed.State, closed.Reason)
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }
