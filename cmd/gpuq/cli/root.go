@@ -81,6 +81,8 @@ func commands() []*cobra.Command {
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newNodesCmd(),
+		newInstancesCmd(),
+		newSpendCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
 		newOffersCmd(),

@@ -127,13 +127,30 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	if v.IsSet("autoscaler") {
+		if _, err := autoscalerConfig(v); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	placer := &control.PolicyPlacer{Sources: sources, Rules: rules}
 	placer.Spend = c.store.Spend // budgets are charged with recorded spend
 	errc := controlPlane(ctx, c, placer, logger)
+	capacity := make(chan error, 2)
+	loops, err := startCapacity(ctx, v, c, placer, sources, logger, capacity)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	go func() {
 		for range 3 {
 			if err := <-errc; err != nil {
 				logger.Error("control plane stopped", "err", err)
+			}
+		}
+		for range loops {
+			if err := <-capacity; err != nil {
+				logger.Error("autoscaler stopped", "err", err)
 			}
 		}
 	}()
@@ -231,6 +248,8 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
+				v.Set(autoscaleKey, true)
+				v.Set(workerArgsKey, simulated.workerArgs())
 			}
 			c, err := startControlPlane(ctx, v, logger, sources...)
 			if err != nil {
