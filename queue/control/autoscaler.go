@@ -87,15 +87,6 @@ type PoolLimits struct {
 	Billing queue.Billing `mapstructure:"billing" json:"billing"`
 }
 
-// ProjectLimits bound the instances launched for one project's jobs.
-type ProjectLimits struct {
-	// MaxInstances live at once for the project's jobs; 0: no bound.
-	MaxInstances int `mapstructure:"max_instances" json:"max_instances"`
-	// MaxSpendPerHour bounds the summed hourly price of those instances,
-	// as "amount CUR"; empty: no bound.
-	MaxSpendPerHour string `mapstructure:"max_spend_per_hour" json:"max_spend_per_hour"`
-}
-
 // AutoscalerConfig is the autoscaler's configuration (config key
 // `autoscaler`).
 type AutoscalerConfig struct {
@@ -104,8 +95,6 @@ type AutoscalerConfig struct {
 	// Defaults apply to every pool; Pools override them per pool.
 	Defaults PoolLimits            `mapstructure:"defaults" json:"defaults"`
 	Pools    map[string]PoolLimits `mapstructure:"pools" json:"pools"`
-	// Projects bound the instances launched for each project's jobs.
-	Projects map[string]ProjectLimits `mapstructure:"projects" json:"projects"`
 }
 
 // builtinLimits are PoolLimits' documented defaults.
@@ -194,17 +183,6 @@ func (c AutoscalerConfig) Validate() error {
 			return err
 		}
 	}
-	for name, p := range c.Projects {
-		key := "autoscaler.projects." + name
-		if p.MaxInstances < 0 {
-			return fmt.Errorf("%s.max_instances: must be 0 (no bound) or more, got %d", key, p.MaxInstances)
-		}
-		if p.MaxSpendPerHour != "" {
-			if _, err := policy.ParseMoney(p.MaxSpendPerHour); err != nil {
-				return fmt.Errorf("%s.max_spend_per_hour: %w", key, err)
-			}
-		}
-	}
 	return nil
 }
 
@@ -251,8 +229,7 @@ type BootTemplate struct {
 // Autoscaler rents machines when a pool has work and releases them when it
 // has none. Each pass it reads the demand per pool (jobs placed and not yet
 // claimed, jobs running) and the supply (instances launching, workers idle
-// or busy), launches through the pool's provider within the pool's and the
-// project's bounds, and releases instances whose worker stayed idle for the
+// or busy), launches through the pool's provider within the pool's bounds, and releases instances whose worker stayed idle for the
 // pool's idle timeout, never booted within the boot timeout or was
 // quarantined by its canary. A pool with no capacity is left alone for its
 // back-off and its waiting jobs go to their plan B. Every launch is recorded
@@ -567,7 +544,7 @@ func idleSince(in *queue.Instance, act queue.WorkerActivity) time.Time {
 }
 
 // launch rents up to n instances within the pool's launch rate and spend
-// bounds and the project's bounds.
+// bounds.
 func (a *Autoscaler) launch(ctx context.Context, logger *slog.Logger, now time.Time, po poolOffer, l PoolLimits,
 	n int, up []*queue.Instance, d queue.PoolDemand) error {
 	pool := po.offer.Pool
