@@ -33,7 +33,7 @@ var gpuqBinary struct {
 
 // gpuqBin builds the gpuq binary the simulated instances boot, once per
 // test binary: the instances run real `gpuq worker` processes.
-func gpuqBin(t *testing.T) string {
+func gpuqBin(t testing.TB) string {
 	t.Helper()
 	b := &gpuqBinary
 	b.once.Do(func() {
@@ -79,7 +79,7 @@ func simPool(name, country, tier, price string) sim.PoolConfig {
 
 // startScaled starts the cloud, the scheduler, reconciler and replacer and
 // (unless noAutoscaler) the autoscaler and the reaper.
-func startScaled(t *testing.T, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
+func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
 	t.Helper()
 	c := &scaled{n: queuetest.StartNATS(t)}
 	var url string
@@ -141,16 +141,20 @@ func startScaled(t *testing.T, pools []sim.PoolConfig, limits control.Autoscaler
 	return c
 }
 
-func (c *scaled) submit(t *testing.T, yaml string) uuid.UUID {
+func (c *scaled) submit(t testing.TB, yaml string) uuid.UUID {
 	t.Helper()
-	sub, err := queue.Submit(context.Background(), c.n.JS, mustSpec(t, yaml))
+	spec, err := queue.ParseSpec([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := queue.Submit(context.Background(), c.n.JS, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sub.JobID
 }
 
-func (c *scaled) job(t *testing.T, id uuid.UUID) *queue.Job {
+func (c *scaled) job(t testing.TB, id uuid.UUID) *queue.Job {
 	t.Helper()
 	j, err := c.s.Job(context.Background(), id)
 	if errors.Is(err, queue.ErrNotFound) {
@@ -162,7 +166,7 @@ func (c *scaled) job(t *testing.T, id uuid.UUID) *queue.Job {
 	return j
 }
 
-func (c *scaled) live(t *testing.T) []*queue.Instance {
+func (c *scaled) live(t testing.TB) []*queue.Instance {
 	t.Helper()
 	live, err := c.s.LiveInstances(context.Background())
 	if err != nil {
