@@ -80,7 +80,7 @@ TRACES ?= ../shared/traces
 
 .PHONY: sim-report
 SIM_SWEEP = ./$(BIN) simulate --sweep --trace-dir $(TRACES)/availability-aws-2022-10-26 \
-	--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pools '*_v100_1.json'
+	--trace-dir $(TRACES)/preemption-aws-2023-04-22 --pool-glob '*_v100_1.json'
 
 sim-report: build ## Sweep the spot strategies over $(TRACES) and write sim-report.md
 	$(SIM_SWEEP) | tee sim-report.md
@@ -88,3 +88,20 @@ sim-report: build ## Sweep the spot strategies over $(TRACES) and write sim-repo
 .PHONY: sim-heldout
 sim-heldout: build ## The same sweep with every start shifted by 3 h (held-out jobs), into sim-heldout.md
 	$(SIM_SWEEP) --sweep-start-offset-hours 3 | tee sim-heldout.md
+
+.PHONY: sim-slack
+sim-slack: build ## The same sweep with slack 20% and 40% of compute (held-out jobs), into sim-slack.md
+	$(SIM_SWEEP) --sweep-slack 0.2,0.4 | tee sim-slack.md
+
+# Moving a checkpoint between zones: 25 GB at 0.02 USD/GB of inter-zone
+# transfer (0.01 out, 0.01 in) and about 3 minutes at 140 MB/s.
+SIM_POOLS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
+	--pools $(TRACES)/availability-aws-2022-10-26/us-west-2a_v100_1.json,$(TRACES)/availability-aws-2022-10-26/us-west-2b_v100_1.json
+
+.PHONY: sim-pools
+sim-pools: build ## Each V100 zone of availability-aws-2022-10-26 alone and both with moves, into sim-pools.md
+	$(SIM_POOLS) | tee sim-pools.md
+
+.PHONY: sim-pools-heldout
+sim-pools-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-heldout.md
+	$(SIM_POOLS) --sweep-start-offset-hours 3 | tee sim-pools-heldout.md

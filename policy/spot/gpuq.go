@@ -17,6 +17,14 @@ import "time"
 //     covers outages and not the whole rest of the job, and a pool that
 //     flickers back for a moment does not cost a restart.
 //
+// When moving between pools costs something (State.Move), it prefers the
+// pool that holds the checkpoint, and moves to another only when the
+// restart plus the transfer fits in the slack and the move (egress, and the
+// restart on spot) costs less than both what a mean run of capacity there
+// saves over on-demand and what waiting for the checkpoint's pool would
+// cost: on-demand for whatever part of its expected outage the slack above
+// the reserve cannot absorb.
+//
 // The history is what the pools did before the decision, from before the
 // job's start on: the live scheduler keeps one PoolHistory per pool for as
 // long as it runs, and the simulator replays the traces before the job's
@@ -42,7 +50,7 @@ type Gpuq struct {
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 3, PriorRun: time.Hour}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -53,9 +61,9 @@ func (g Gpuq) Decide(s State) Action {
 	}
 	slack := s.Slack()
 	margin := scale(g.Margin, s.Overhead) + s.Tick
-	pool := longestUp(s)
+	pool := g.pick(s)
 	if s.Current.Kind == OnDemand {
-		if pool >= 0 && slack-s.Overhead >= margin &&
+		if pool >= 0 && slack-s.startOverhead(Placement{Kind: Spot, Pool: pool}) >= margin &&
 			time.Duration(s.Pools[pool].History.Run)*s.Tick >= scale(g.Settle, s.Overhead) {
 			return guard(s, spotIn(pool, "spot is back and the restart fits in the slack"))
 		}
@@ -67,7 +75,98 @@ func (g Gpuq) Decide(s State) Action {
 	if slack > g.reserve(s)+margin {
 		return guard(s, wait("no spot capacity, slack above the reserve"))
 	}
-	return guard(s, onDemand("no spot capacity, slack down to the reserve"))
+	a := onDemand("no spot capacity, slack down to the reserve")
+	if s.Checkpoint == "" {
+		a.Pool = mostUp(s)
+	}
+	return guard(s, a)
+}
+
+// pick returns the available pool to run spot in, or -1: the checkpoint's
+// when it has capacity and moving costs something, else the one up longest
+// among those worth moving to.
+func (g Gpuq) pick(s State) int {
+	if s.Move.zero() {
+		return longestUp(s)
+	}
+	if i := s.checkpoint(); i >= 0 && s.Pools[i].Available {
+		return i
+	}
+	best := -1
+	for i, p := range s.Pools {
+		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
+			continue
+		}
+		if s.moves(i) && !g.worthMoving(s, i) {
+			continue
+		}
+		best = i
+	}
+	return best
+}
+
+// worthMoving reports whether a move to pool i pays. The restart and the
+// transfer must leave slack. With prices known, the move's egress and its
+// restart on spot must cost less than waiting for the checkpoint's pool to
+// come back: nothing while the outage it can expect fits in the slack above
+// the reserve (or while on-demand, nothing more than staying there), else
+// on-demand for the rest of it; and less than what a mean run of capacity
+// in pool i (at most the work left) saves over on-demand.
+func (g Gpuq) worthMoving(s State, i int) bool {
+	margin := scale(g.Margin, s.Overhead) + s.Tick
+	if s.Slack()-s.Overhead-s.Move.Time < margin {
+		return false
+	}
+	if s.Prices.OnDemand == 0 {
+		return true
+	}
+	spotHour := float64(s.Prices.Spot)
+	saveHour := float64(s.Prices.OnDemand - s.Prices.Spot)
+	cost := float64(s.Move.Micros) + spotHour*(s.Overhead+s.Move.Time).Hours()
+	run := min(g.poolMeanRun(s, i), s.Compute-s.Done)
+	if saveHour*run.Hours() <= cost {
+		return false
+	}
+	home := s.checkpoint()
+	if home < 0 {
+		return true
+	}
+	outage := expectedOutage(s, home)
+	if s.Current.Kind != OnDemand {
+		outage -= max(s.Slack()-g.reserve(s)-margin, 0)
+	}
+	return saveHour*outage.Hours() > cost
+}
+
+// expectedOutage is how much longer pool i can be expected to stay without
+// capacity: its mean outage so far, or as long again as the current one
+// when that is longer (outages are heavy-tailed too).
+func expectedOutage(s State, i int) time.Duration {
+	h := s.Pools[i].History
+	downTicks := h.Ticks - h.UpTicks
+	downRuns := max(h.UpRuns, 1)
+	mean := time.Duration(downTicks) * s.Tick / time.Duration(downRuns)
+	return max(mean, time.Duration(h.Run)*s.Tick)
+}
+
+// poolMeanRun is the mean run of capacity of pool i, with PriorRun counted
+// as two runs seen before.
+func (g Gpuq) poolMeanRun(s State, i int) time.Duration {
+	h := s.Pools[i].History
+	up := time.Duration(h.UpTicks)*s.Tick + 2*g.PriorRun
+	return max(up/time.Duration(h.UpRuns+2), s.Tick)
+}
+
+// mostUp returns the pool with the most capacity seen so far: where to start
+// on-demand before there is a checkpoint, so that spot later needs no move.
+func mostUp(s State) int {
+	best := 0
+	for i, p := range s.Pools {
+		if p.History.UpTicks > s.Pools[best].History.UpTicks {
+			best = i
+		}
+	}
+	return best
 }
 
 // reserve is the slack kept for restarts to come and for outages late in the

@@ -58,16 +58,16 @@ func repeat(n int, runs ...int) []int {
 
 func TestGpuqLeavesOnDemandOnlyForAPoolThatHasSettled(t *testing.T) {
 	t.Parallel()
-	// d is 12 minutes and Settle 3: a pool must have been up 36 one-minute ticks.
+	// d is 12 minutes and Settle 2: a pool must have been up 24 one-minute ticks.
 	tests := []struct {
 		name string
 		up   int
 		want Kind
 	}{
 		{"back for a tick", 1, OnDemand},
-		{"back for two overheads", 24, OnDemand},
-		{"one tick short", 35, OnDemand},
-		{"back for three overheads", 36, Spot},
+		{"back for one overhead", 12, OnDemand},
+		{"one tick short", 23, OnDemand},
+		{"back for two overheads", 24, Spot},
 		{"back for hours", 300, Spot},
 	}
 	for _, tt := range tests {
@@ -110,6 +110,49 @@ func TestGpuqWaitsThroughAnOutageOnlyWhenThePoolsHaveHeldLong(t *testing.T) {
 			}
 			if got := NewGpuq().Decide(s); got.Kind != tt.want {
 				t.Errorf("Decide = %v (%s), want %v; reserve %v, slack %v", got.Kind, got.Reason, tt.want, NewGpuq().reserve(s), s.Slack())
+			}
+		})
+	}
+}
+
+func TestGpuqMovesToAnotherPoolOnlyWhenTheMovePays(t *testing.T) {
+	t.Parallel()
+	// The checkpoint is in pool a, whose outages last 45 minutes on average
+	// (it has been down for 30). Pool b's runs of capacity last about ten
+	// hours. A move costs its egress plus 18 minutes of spot.
+	long := observed(append(repeat(3, 600, 60), 30)...)
+	tests := []struct {
+		name   string
+		aUp    bool
+		egress int64
+		slack  time.Duration
+		want   Kind
+		wantIn string
+	}{
+		{"the checkpoint's pool is up: stay in its zone", true, 500_000, 10 * time.Hour, Spot, "a"},
+		{"a's outage fits in the slack: wait for it", false, 500_000, 10 * time.Hour, Wait, ""},
+		{"it does not: move to b", false, 500_000, 70 * time.Minute, Spot, "b"},
+		{"egress dearer than on-demand through the outage: no move", false, 5_000_000, 70 * time.Minute, Wait, ""},
+		{"the transfer does not fit the slack: no move", false, 500_000, 20 * time.Minute, OnDemand, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := Pool{ID: "a", History: observed(600, 60, 600, 30)}
+			if tt.aUp {
+				a = Pool{ID: "a", Available: true, History: observed(600, 60, 600)}
+			}
+			s := State{
+				Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 4*time.Hour + 8*time.Hour + tt.slack,
+				Overhead: 12 * time.Minute, Tick: time.Minute,
+				Pools:      []Pool{a, {ID: "b", Available: true, History: long}},
+				Checkpoint: "a",
+				Move:       Move{Micros: tt.egress, Time: 6 * time.Minute},
+				Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
+			}
+			got := NewGpuq().Decide(s)
+			if got.Kind != tt.want || (got.Kind == Spot && s.Pools[got.Pool].ID != tt.wantIn) {
+				t.Errorf("Decide = %v in pool %d (%s), want %v %s", got.Kind, got.Pool, got.Reason, tt.want, tt.wantIn)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ type Result struct {
 	Preemptions  int           `json:"preemptions"` // held spot instances taken away
 	Switches     int           `json:"switches"`    // instances left by the strategy's own choice
 	Starts       int           `json:"starts"`      // instances started, each paying the overhead
+	Moves        int           `json:"moves"`       // spot starts outside the checkpoint's zone
 	SpotTime     time.Duration `json:"spot_ns"`
 	OnDemandTime time.Duration `json:"on_demand_ns"`
 }
@@ -24,8 +25,9 @@ type Result struct {
 // the job's start, as the live scheduler would have seen it. A spot instance
 // is held for a whole tick and is preempted at the first tick its pool has no
 // capacity; each start of an instance, the first one included, loses the
-// restart overhead of progress.
-// Held time is charged tick by tick at prices.
+// restart overhead of progress, and a start outside the checkpoint's zone
+// also job.Move (see Move).
+// Held time is charged tick by tick at prices, each move once.
 func Simulate(traces []Trace, job Job, prices Prices, st Strategy) (Result, error) {
 	if err := prices.validate(); err != nil {
 		return Result{}, err
@@ -50,6 +52,7 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 	var cur Placement
 	var warm, done int64
 	var spotTicks, odTicks int64
+	loc, zone := -1, -1 // the checkpoint's zone, the current instance's
 	t := 0
 	for ; t < m.ticks && done < m.compute; t++ {
 		for i := range pools {
@@ -61,7 +64,7 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 			r.Preemptions++
 			cur, warm = Placement{}, 0
 		}
-		a := st.Decide(State{
+		s := State{
 			Elapsed:  time.Duration(t) * m.gap,
 			Done:     time.Duration(done) * q,
 			Compute:  time.Duration(m.compute) * q,
@@ -71,12 +74,23 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 			Current:  cur,
 			Warmup:   time.Duration(warm) * q,
 			Pools:    pools,
-		})
+			Prices:   prices,
+		}
+		if m.hasMove {
+			s.Move = Move{Micros: m.moveMicros, Time: time.Duration(m.move) * q}
+			if loc >= 0 {
+				s.Checkpoint = pools[loc].ID
+			}
+		}
+		a := st.Decide(s)
 		if a.Kind == Spot && (a.Pool < 0 || a.Pool >= len(pools) || !pools[a.Pool].Available) {
 			return Result{}, fmt.Errorf("strategy %s chose spot pool %d at tick %d, which has no capacity", st.Name(), a.Pool, t)
 		}
 		if a.Kind > OnDemand {
 			return Result{}, fmt.Errorf("strategy %s chose unknown kind %d at tick %d", st.Name(), a.Kind, t)
+		}
+		if a.Kind == OnDemand && loc < 0 && (a.Pool < 0 || a.Pool >= len(pools)) {
+			return Result{}, fmt.Errorf("strategy %s chose on-demand in zone %d at tick %d, which is not a pool's", st.Name(), a.Pool, t)
 		}
 		if !a.same(cur) {
 			if cur.Kind != Wait {
@@ -85,6 +99,16 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 			if a.Kind != Wait {
 				r.Starts++
 				warm = m.over
+				switch {
+				case a.Kind == OnDemand && loc >= 0:
+					zone = loc
+				case a.Kind == Spot && m.hasMove && loc >= 0 && a.Pool != loc:
+					r.Moves++
+					warm += m.move
+					zone = a.Pool
+				default:
+					zone = a.Pool
+				}
 			}
 			cur = a.Placement
 		}
@@ -99,11 +123,14 @@ func (m model) simulate(prices Prices, st Strategy) (Result, error) {
 		paid := min(m.k, warm)
 		warm -= paid
 		done += m.k - paid
+		if warm == 0 {
+			loc = zone
+		}
 	}
 	r.DeadlineMet = done >= m.compute
 	r.Finished = time.Duration(t) * m.gap
 	r.SpotTime = time.Duration(spotTicks) * m.gap
 	r.OnDemandTime = time.Duration(odTicks) * m.gap
-	r.CostMicros = m.micros(spotTicks*prices.Spot + odTicks*prices.OnDemand)
+	r.CostMicros = m.micros(m.tickCost(spotTicks*prices.Spot+odTicks*prices.OnDemand) + int64(r.Moves)*m.moveCost())
 	return r, nil
 }

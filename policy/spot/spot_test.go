@@ -39,6 +39,12 @@ func TestOptimumMatchesHandComputedOptima(t *testing.T) {
 			Job{Compute: 4 * time.Minute, Deadline: 6 * time.Minute, Overhead: time.Minute}, 2*sp + 4*od},
 		{"moves from one pool to the other", []Trace{trace("a", time.Minute, 1, 1, 0, 0), trace("b", time.Minute, 0, 0, 1, 1)},
 			Job{Compute: 2 * time.Minute, Deadline: 4 * time.Minute, Overhead: time.Minute}, 4 * sp},
+		{"pays the move's egress and transfer time", []Trace{trace("a", time.Minute, 1, 1, 1, 0, 0, 0), trace("b", time.Minute, 0, 0, 0, 1, 1, 1)},
+			Job{Compute: 3 * time.Minute, Deadline: 6 * time.Minute, Overhead: time.Minute, Move: Move{Micros: 7, Time: time.Minute}}, 6*sp + 7},
+		{"on-demand beats a move too dear", []Trace{trace("a", time.Minute, 1, 1, 1, 0, 0, 0), trace("b", time.Minute, 0, 0, 0, 1, 1, 1)},
+			Job{Compute: 3 * time.Minute, Deadline: 6 * time.Minute, Overhead: time.Minute, Move: Move{Micros: 2 * od, Time: time.Minute}}, 3*sp + 2*od},
+		{"the first start moves nothing", []Trace{trace("a", time.Minute, 0, 0, 0), trace("b", time.Minute, 1, 1, 1)},
+			Job{Compute: 2 * time.Minute, Deadline: 3 * time.Minute, Overhead: time.Minute, Move: Move{Micros: od, Time: time.Minute}}, 3 * sp},
 		{"overhead shorter than a tick", []Trace{trace("a", 10*time.Minute, 1, 1, 1)},
 			Job{Compute: 20 * time.Minute, Deadline: 30 * time.Minute, Overhead: 3 * time.Minute}, 3 * 10 * sp},
 		{"starts later in the trace", []Trace{trace("a", time.Minute, 0, 0, 1, 1, 1)},
@@ -92,18 +98,29 @@ func genJob(t *rapid.T, gap time.Duration, ticks int) Job {
 	return Job{Compute: compute, Deadline: deadline, Overhead: overhead}
 }
 
+// genMove draws a move between zones: none, egress only, transfer time
+// only, or both.
+func genMove(t *rapid.T, gap time.Duration) Move {
+	return Move{
+		Micros: rapid.SampledFrom([]int64{0, 30_000}).Draw(t, "move micros"),
+		Time:   time.Duration(rapid.IntRange(0, 3).Draw(t, "move time")) * gap / 2,
+	}
+}
+
 func TestOptimumEqualsExhaustiveSearchOnTinyTraces(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		traces := genTraces(t, time.Minute, 1, 5, 2)
+		traces := genTraces(t, time.Minute, 3, 6, 2)
 		job := genJob(t, time.Minute, len(traces[0].Avail))
+		job.Move = genMove(t, time.Minute)
 		opt, err := Optimum(traces, job, handPrices)
 		if err != nil {
 			t.Fatal(err)
 		}
-		choices := []Placement{{Kind: Wait}, {Kind: OnDemand}}
+		choices := []Placement{{Kind: Wait}}
 		for i := range traces {
-			choices = append(choices, Placement{Kind: Spot, Pool: i})
+			// On-demand names its zone before there is a checkpoint.
+			choices = append(choices, Placement{Kind: OnDemand, Pool: i}, Placement{Kind: Spot, Pool: i})
 		}
 		ticks := int(job.Deadline / time.Minute)
 		best := int64(-1)
@@ -276,6 +293,9 @@ func TestJobAndTraceErrorsNameTheField(t *testing.T) {
 		{"no compute", []Trace{a}, Job{Deadline: time.Minute}, handPrices, "job.compute"},
 		{"deadline too short", []Trace{a}, Job{Compute: 2 * time.Minute, Deadline: 2 * time.Minute, Overhead: time.Second}, handPrices, "job.deadline"},
 		{"past the trace", []Trace{a}, Job{Compute: time.Minute, Deadline: 2 * time.Minute, Start: 3 * time.Minute}, handPrices, "runs past the end"},
+		{"negative transfer", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute, Move: Move{Time: -time.Second}}, handPrices, "job.move.time"},
+		{"negative egress", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute, Move: Move{Micros: -1}}, handPrices, "job.move.micros"},
+		{"one name twice", []Trace{a, a}, Job{Compute: time.Minute, Deadline: time.Minute}, handPrices, "appears twice"},
 		{"no on-demand price", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute}, Prices{Currency: "USD"}, "prices.on_demand"},
 		{"no currency", []Trace{a}, Job{Compute: time.Minute, Deadline: time.Minute}, Prices{OnDemand: 1}, "prices.currency"},
 	}
@@ -345,6 +365,10 @@ func TestAdviseRejectsABadStateNamingTheField(t *testing.T) {
 		{"past the deadline", func(s *State) { s.Elapsed = 21 * time.Hour }, "state.elapsed"},
 		{"current pool unknown", func(s *State) { s.Current = Placement{Kind: Spot, Pool: 5} }, "state.current.pool"},
 		{"duplicate pool", func(s *State) { s.Pools[1].ID = s.Pools[0].ID }, "state.pools[1].id"},
+		{"checkpoint in no pool", func(s *State) { s.Checkpoint = "aws/eu-west-1a/v100/spot" }, "state.checkpoint"},
+		{"negative move", func(s *State) { s.Move.Micros = -1 }, "state.move"},
+		{"warm-up over overhead and transfer", func(s *State) { s.Move.Time = time.Minute; s.Warmup = 14 * time.Minute }, "state.warmup"},
+		{"negative price", func(s *State) { s.Prices.Spot = -1 }, "state.prices"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

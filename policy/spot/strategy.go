@@ -33,7 +33,9 @@ func (k Kind) String() string {
 // on-demand tier, or none.
 type Placement struct {
 	Kind Kind
-	// Pool is the index of the spot pool; it is meaningful only for Spot.
+	// Pool is the index of the spot pool for Spot. For OnDemand it names the
+	// zone only before there is a checkpoint; after, on-demand runs in the
+	// checkpoint's zone.
 	Pool int
 }
 
@@ -96,6 +98,16 @@ type State struct {
 	Current  Placement     // the instance held now; Wait when none
 	Warmup   time.Duration // overhead still to be paid on the current instance
 	Pools    []Pool
+	// Checkpoint is the ID of the pool whose zone holds the latest
+	// checkpoint; empty before an instance has paid its whole overhead.
+	// With a Move, a spot start in another pool moves the checkpoint there.
+	Checkpoint string
+	// Move is what a spot start outside the checkpoint's zone costs on top
+	// of Overhead; zero when every pool is one place.
+	Move Move
+	// Prices are what the job pays, when the caller knows them; a strategy
+	// weighs a move's egress against them. Zero when unknown.
+	Prices Prices
 }
 
 // Strategy chooses the placement for the next tick. A strategy other than
@@ -113,8 +125,37 @@ func (s State) gain(p Placement) time.Duration {
 	case p.same(s.Current):
 		return s.Tick - min(s.Tick, s.Warmup)
 	default:
-		return s.Tick - min(s.Tick, s.Overhead)
+		return s.Tick - min(s.Tick, s.startOverhead(p))
 	}
+}
+
+// checkpoint is the index of the pool holding the checkpoint, or -1.
+func (s State) checkpoint() int {
+	if s.Checkpoint == "" {
+		return -1
+	}
+	for i, p := range s.Pools {
+		if p.ID == s.Checkpoint {
+			return i
+		}
+	}
+	return -1
+}
+
+// moves reports whether a spot start in pool i moves the checkpoint.
+func (s State) moves(i int) bool {
+	if s.Move.zero() || s.Checkpoint == "" {
+		return false
+	}
+	return s.Pools[i].ID != s.Checkpoint
+}
+
+// startOverhead is the progress a fresh instance under p loses.
+func (s State) startOverhead(p Placement) time.Duration {
+	if p.Kind == Spot && s.moves(p.Pool) {
+		return s.Overhead + s.Move.Time
+	}
+	return s.Overhead
 }
 
 // ticksLeft is the number of whole ticks from now until the deadline.
@@ -206,8 +247,12 @@ func (s State) validate() error {
 		return fmt.Errorf("state.done: must be within 0–%v, got %v", s.Compute, s.Done)
 	case s.Overhead < 0:
 		return fmt.Errorf("state.overhead: must be ≥ 0, got %v", s.Overhead)
-	case s.Warmup < 0 || s.Warmup > s.Overhead:
-		return fmt.Errorf("state.warmup: must be within 0–%v, got %v", s.Overhead, s.Warmup)
+	case s.Move.Time < 0 || s.Move.Micros < 0:
+		return fmt.Errorf("state.move: must not be negative, got %+v", s.Move)
+	case s.Prices.OnDemand < 0 || s.Prices.Spot < 0:
+		return fmt.Errorf("state.prices: must not be negative, got %+v", s.Prices)
+	case s.Warmup < 0 || s.Warmup > s.Overhead+s.Move.Time:
+		return fmt.Errorf("state.warmup: must be within 0–%v, got %v", s.Overhead+s.Move.Time, s.Warmup)
 	case s.Elapsed < 0 || s.Elapsed > s.Deadline:
 		return fmt.Errorf("state.elapsed: must be within 0–%v (the deadline), got %v", s.Deadline, s.Elapsed)
 	case s.Current.Kind > OnDemand:
@@ -224,6 +269,9 @@ func (s State) validate() error {
 			return fmt.Errorf("state.pools[%d].id: %q appears twice", i, p.ID)
 		}
 		seen[p.ID] = true
+	}
+	if s.Checkpoint != "" && !seen[s.Checkpoint] {
+		return fmt.Errorf("state.checkpoint: %q is not one of state.pools", s.Checkpoint)
 	}
 	return nil
 }

@@ -108,17 +108,24 @@ func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger
 }
 
 // offerSources are the providers whose offers the scheduler places among and
-// `gpuq plan` reads: the configured local pools, or gpuq dev's defaults.
+// `gpuq plan` and `gpuq offers` read: the configured local pools (or gpuq
+// dev's defaults) and each configured real provider (configuredSources).
 func offerSources(v *viper.Viper) ([]adapters.OfferSource, error) {
-	pools, err := poolsOrDefault(v)
+	return configuredSources(v)
+}
+
+// placerFor builds the policy placer over the offer sources and the rules
+// under the config key `policy`.
+func placerFor(v *viper.Viper) (*control.PolicyPlacer, error) {
+	sources, err := offerSources(v)
 	if err != nil {
 		return nil, err
 	}
-	provider, err := local.New(pools)
+	rules, err := loadRules(v)
 	if err != nil {
 		return nil, err
 	}
-	return []adapters.OfferSource{provider}, nil
+	return &control.PolicyPlacer{Sources: sources, Rules: rules}, nil
 }
 
 // client is the control plane's client operations over c.

@@ -60,7 +60,7 @@ func runOffers(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	sources, err := configuredSources(v)
+	sources, err := offerSources(v)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func newServerCmd() *cobra.Command {
 
 // startControlPlane migrates, creates the streams and runs the scheduler and
 // reconciler in the background until ctx ends. Placement uses sources, or
-// the providers of the config when there are none (configuredSources).
+// the configured providers (offerSources) when there are none.
 func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger, sources ...adapters.OfferSource) (*clients, error) {
 	dbURL, err := required(v, "database-url")
 	if err != nil {
@@ -116,14 +116,15 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
-	if len(sources) == 0 {
-		if sources, err = configuredSources(v); err != nil {
+	var placer *control.PolicyPlacer
+	if len(sources) > 0 {
+		rules, err := loadRules(v)
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
-	}
-	rules, err := loadRules(v)
-	if err != nil {
+		placer = &control.PolicyPlacer{Sources: sources, Rules: rules}
+	} else if placer, err = placerFor(v); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -133,11 +134,10 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 			return nil, err
 		}
 	}
-	placer := &control.PolicyPlacer{Sources: sources, Rules: rules}
 	placer.Spend = c.store.Spend // budgets are charged with recorded spend
 	errc := controlPlane(ctx, c, placer, logger)
 	capacity := make(chan error, 2)
-	loops, err := startCapacity(ctx, v, c, placer, sources, logger, capacity)
+	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
 	if err != nil {
 		c.Close()
 		return nil, err

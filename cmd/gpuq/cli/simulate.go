@@ -28,14 +28,26 @@ n1, ...]}: n is the number of spot instances that could be held during that
 tick of G seconds (0: none, and a held instance is preempted).
 
 --sweep replays a grid of compute hours × slack × restart overhead × start
-offsets and prints mean and p90 per strategy, as a markdown report.`,
+offsets and prints mean and p90 per strategy, as a markdown report.
+
+--pools FILE,FILE… compares pools: the same card in several zones of one
+region set. It plays the job on each pool alone (greedy, Uniform Progress and
+gpuq, each against that pool's optimum) and on all of them, where a spot
+start outside the zone holding the checkpoint costs --move-cost (egress of
+the checkpoint) and --move-hours (transfer time, lost like the restart
+overhead): Uniform Progress falling back to the other pools, gpuq across
+pools, and the optimum over all pools, the lower bound every row is also
+measured against.`,
 		Args: cobra.NoArgs,
 		RunE: runSimulate,
 	}
 	f := cmd.Flags()
 	f.StringSlice("trace", nil, "trace files, one per spot pool (FILE[,FILE…])")
-	f.StringSlice("trace-dir", nil, "with --sweep: folders of traces, each one scenario whose pools are the files matching --pools")
-	f.String("pools", "*_v100_1.json", "with --trace-dir: glob selecting a folder's files that form the job's pools")
+	f.StringSlice("trace-dir", nil, "with --sweep: folders of traces, each one scenario whose pools are the files matching --pool-glob")
+	f.String("pool-glob", "*_v100_1.json", "with --trace-dir: glob selecting a folder's files that form the job's pools")
+	f.StringSlice("pools", nil, "trace files of the pools to compare, one zone each (FILE,FILE[,FILE…]); replaces --trace")
+	f.String("move-cost", "0", "with --pools: egress of the checkpoint per move between zones")
+	f.Float64("move-hours", 0, "with --pools: transfer time of the checkpoint per move between zones")
 	f.Float64("compute-hours", 0, "hours of compute the job needs (C)")
 	f.Float64("deadline-hours", 0, "hours from the start by which the job must be done (D)")
 	f.Float64("restart-overhead-hours", 0.2, "progress lost at each (re)start on a new instance (d)")
@@ -58,7 +70,9 @@ offsets and prints mean and p90 per strategy, as a markdown report.`,
 type simulateConfig struct {
 	Traces     []string
 	TraceDirs  []string
-	Pools      string
+	PoolGlob   string
+	Pools      []string // pool comparison mode
+	Move       spot.Move
 	Compute    time.Duration
 	Deadline   time.Duration
 	Overhead   time.Duration
@@ -81,7 +95,8 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 	}
 	c.Traces = v.GetStringSlice("trace")
 	c.TraceDirs = v.GetStringSlice("trace-dir")
-	c.Pools = v.GetString("pools")
+	c.PoolGlob = v.GetString("pool-glob")
+	c.Pools = v.GetStringSlice("pools")
 	c.Compute = hours(v.GetFloat64("compute-hours"))
 	c.Deadline = hours(v.GetFloat64("deadline-hours"))
 	c.Overhead = hours(v.GetFloat64("restart-overhead-hours"))
@@ -95,8 +110,30 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 	if c.Prices.Spot, err = parseMicros(v.GetString("spot-price")); err != nil {
 		return c, fmt.Errorf("--spot-price: %w", err)
 	}
+	if c.Move.Micros, err = parseMicros(v.GetString("move-cost")); err != nil {
+		return c, fmt.Errorf("--move-cost: %w", err)
+	}
+	if h := v.GetFloat64("move-hours"); h < 0 {
+		return c, fmt.Errorf("--move-hours: must be ≥ 0, got %v", h)
+	} else {
+		c.Move.Time = hours(h)
+	}
+	if len(c.Pools) > 0 {
+		switch {
+		case len(c.Pools) < 2:
+			return c, fmt.Errorf("--pools: give at least two trace files, got %d", len(c.Pools))
+		case len(c.Traces) > 0 || len(c.TraceDirs) > 0:
+			return c, fmt.Errorf("--pools: use it instead of --trace and --trace-dir, not with them")
+		}
+		c.Traces = c.Pools
+	} else if c.Move != (spot.Move{}) {
+		return c, fmt.Errorf("--move-cost, --move-hours: only with --pools")
+	}
 	if name := v.GetString("strategy"); name == "all" {
 		c.Strategies = spot.Strategies()
+		if len(c.Pools) > 0 {
+			c.Strategies = poolStrategies()
+		}
 	} else {
 		st, err := spot.ByName(name)
 		if err != nil {
@@ -204,7 +241,10 @@ func runSimulate(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	job := spot.Job{Compute: c.Compute, Deadline: c.Deadline, Overhead: c.Overhead, Start: c.Start}
+	job := spot.Job{Compute: c.Compute, Deadline: c.Deadline, Overhead: c.Overhead, Start: c.Start, Move: c.Move}
+	if len(c.Pools) > 0 {
+		return comparePools(cmd, c, traces, job)
+	}
 	cmp, err := spot.Compare(traces, job, c.Prices, c.Strategies)
 	if err != nil {
 		return err
@@ -232,12 +272,12 @@ func runSweep(cmd *cobra.Command, c simulateConfig) error {
 		scenarios = append(scenarios, spot.Scenario{Name: "traces", Traces: traces})
 	}
 	for _, dir := range c.TraceDirs {
-		paths, err := filepath.Glob(filepath.Join(dir, c.Pools))
+		paths, err := filepath.Glob(filepath.Join(dir, c.PoolGlob))
 		if err != nil {
-			return fmt.Errorf("--pools: %w", err)
+			return fmt.Errorf("--pool-glob: %w", err)
 		}
 		if len(paths) == 0 {
-			return fmt.Errorf("--trace-dir: no file in %s matches --pools %q", dir, c.Pools)
+			return fmt.Errorf("--trace-dir: no file in %s matches --pool-glob %q", dir, c.PoolGlob)
 		}
 		sort.Strings(paths)
 		traces, err := loadTraces(paths)
@@ -255,7 +295,15 @@ func runSweep(cmd *cobra.Command, c simulateConfig) error {
 			fmt.Fprintln(stderr)
 		}
 	}
-	rows, err := spot.Sweep(scenarios, c.Grid, c.Prices, c.Strategies, c.Workers, progress)
+	var rows []spot.Summary
+	var err error
+	if len(c.Pools) > 0 {
+		scenarios[0].Name = filepath.Base(filepath.Dir(c.Pools[0]))
+		c.Grid.Move = c.Move
+		rows, err = spot.SweepPools(scenarios, c.Grid, c.Prices, c.Strategies, c.Strategies, c.Workers, progress)
+	} else {
+		rows, err = spot.Sweep(scenarios, c.Grid, c.Prices, c.Strategies, c.Workers, progress)
+	}
 	if err != nil {
 		return err
 	}
@@ -283,6 +331,11 @@ func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, 
 	fmt.Fprintf(w, "Grid: compute %v h, slack %v of compute, restart overhead %v h, a start every %v h from %v h; on-demand %s %s/h, spot %s %s/h.\n\n",
 		hoursList(c.Grid.Computes), c.Grid.Slacks, hoursList(c.Grid.Overheads), c.Grid.StartStep.Hours(), c.Grid.StartOffset.Hours(),
 		formatMicros(c.Prices.OnDemand), c.Prices.Currency, formatMicros(c.Prices.Spot), c.Prices.Currency)
+	if len(c.Pools) > 0 {
+		fmt.Fprintf(w, "A move between zones costs %s %s of egress and %v h of transfer on top of the restart overhead. "+
+			"Gap: to the optimum over the pools the row may use; last column: to the optimum over all pools with moves.\n\n",
+			formatMicros(c.Move.Micros), c.Prices.Currency, c.Move.Time.Hours())
+	}
 	for _, sc := range scenarios {
 		names := make([]string, len(sc.Traces))
 		for i, tr := range sc.Traces {
@@ -295,8 +348,18 @@ func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, 
 		if r.Scenario != scenario {
 			scenario = r.Scenario
 			fmt.Fprintf(w, "\n## %s\n\n", scenario)
-			fmt.Fprintln(w, "| strategy | jobs | deadlines met | mean cost % of on-demand | p90 cost % | mean gap to optimum | p90 gap |")
-			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+			if len(c.Pools) > 0 {
+				fmt.Fprintln(w, "| pools | strategy | jobs | deadlines met | mean cost % of on-demand | p90 cost % | mean gap to optimum | p90 gap | mean gap to all-pools optimum |")
+				fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+			} else {
+				fmt.Fprintln(w, "| strategy | jobs | deadlines met | mean cost % of on-demand | p90 cost % | mean gap to optimum | p90 gap |")
+				fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+			}
+		}
+		if len(c.Pools) > 0 {
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
+				r.Pools, r.Strategy, r.Jobs, r.DeadlineMet, r.MeanCostPct, r.P90CostPct, r.MeanGapPct, r.P90GapPct, r.MeanGapAllPct)
+			continue
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
 			r.Strategy, r.Jobs, r.DeadlineMet, r.MeanCostPct, r.P90CostPct, r.MeanGapPct, r.P90GapPct)
@@ -311,4 +374,42 @@ func hoursList(ds []time.Duration) []float64 {
 		out[i] = d.Hours()
 	}
 	return out
+}
+
+// poolStrategies are the strategies a pool comparison plays by default:
+// on-demand only is its 100 % and spot-only may miss deadlines.
+func poolStrategies() []spot.Strategy {
+	return []spot.Strategy{spot.Greedy{}, spot.UniformProgress{}, spot.NewGpuq()}
+}
+
+// comparePools prints one job played on each pool alone and on all of them.
+func comparePools(cmd *cobra.Command, c simulateConfig, traces []spot.Trace, job spot.Job) error {
+	cmp, err := spot.ComparePools(traces, job, c.Prices, c.Strategies, c.Strategies)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if c.Output == "json" {
+		return writeJSON(w, cmp)
+	}
+	gapAll := func(cost int64) string {
+		return fmt.Sprintf("%.1f%%", 100*float64(cost-cmp.Optimum.CostMicros)/float64(cmp.Optimum.CostMicros))
+	}
+	t := newTable(w, "POOLS", "STRATEGY", "COST "+c.Prices.Currency, "% OF ON-DEMAND", "DEADLINE MET", "PREEMPTIONS", "MOVES", "GAP TO OPTIMUM", "GAP TO ALL-POOLS OPTIMUM")
+	for i, pool := range cmp.Pools {
+		for _, o := range cmp.Single[i] {
+			t.row(pool, o.Strategy, formatMicros(o.CostMicros), fmt.Sprintf("%.1f%%", o.CostPct), o.DeadlineMet,
+				o.Preemptions, o.Moves, fmt.Sprintf("%.1f%%", o.GapPct), gapAll(o.CostMicros))
+		}
+		opt := cmp.SingleOptimum[i]
+		t.row(pool, "optimum", formatMicros(opt.CostMicros), fmt.Sprintf("%.1f%%", cmp.CostPct(opt.CostMicros)), opt.DeadlineMet,
+			"", "", "0.0%", gapAll(opt.CostMicros))
+	}
+	for _, o := range cmp.Multi {
+		t.row(spot.AllPools, o.Strategy, formatMicros(o.CostMicros), fmt.Sprintf("%.1f%%", o.CostPct), o.DeadlineMet,
+			o.Preemptions, o.Moves, fmt.Sprintf("%.1f%%", o.GapPct), gapAll(o.CostMicros))
+	}
+	t.row(spot.AllPools, "optimum", formatMicros(cmp.Optimum.CostMicros), fmt.Sprintf("%.1f%%", cmp.CostPct(cmp.Optimum.CostMicros)),
+		cmp.Optimum.DeadlineMet, "", "", "0.0%", "0.0%")
+	return t.flush()
 }

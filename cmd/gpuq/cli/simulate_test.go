@@ -96,6 +96,10 @@ func TestSimulateErrorsNameTheFlag(t *testing.T) {
 		{"unknown strategy", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--strategy", "lucky"}, "--strategy"},
 		{"deadline past the trace", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "5"}, "job.deadline"},
 		{"missing file", []string{"--trace", a + ".nope", "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--trace"},
+		{"one pool to compare", []string{"--pools", a, "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--pools"},
+		{"pools and traces", []string{"--pools", a + "," + a, "--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--pools"},
+		{"move without pools", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--move-cost", "1"}, "--move-cost"},
+		{"negative transfer", []string{"--pools", a + "," + a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--move-hours", "-1"}, "--move-hours"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,5 +109,72 @@ func TestSimulateErrorsNameTheFlag(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestSimulatePoolsPlaysEachPoolAloneAndAllPoolsWithMoves(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// Zone a has spot for the first hour, zone b for the second: on all
+	// pools the job moves once, paying the 0.10 USD egress.
+	a := writeTrace(t, dir, "a.json", "1,1,1,1,1,1,0,0,0,0,0,0,0,0,0")
+	b := writeTrace(t, dir, "b.json", "0,0,0,0,0,0,1,1,1,1,1,1,1,1,1")
+	out, _, err := runCLI(t, "simulate", "--pools", a+","+b, "--compute-hours", "1.5", "--deadline-hours", "2.5",
+		"--restart-overhead-hours", "0.05", "--move-cost", "0.10", "--move-hours", "0.05", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Pools  []string `json:"pools"`
+		Single [][]struct {
+			Strategy string `json:"strategy"`
+		} `json:"single"`
+		Multi []struct {
+			Strategy    string `json:"strategy"`
+			DeadlineMet bool   `json:"deadline_met"`
+			Moves       int    `json:"moves"`
+		} `json:"multi"`
+		SingleOptimum []struct {
+			CostMicros int64 `json:"cost_micros"`
+		} `json:"single_optimum"`
+		Optimum struct {
+			CostMicros int64 `json:"cost_micros"`
+		} `json:"optimum"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if len(got.Pools) != 2 || len(got.Single) != 2 || len(got.Single[0]) != 3 || len(got.Multi) != 3 {
+		t.Fatalf("want greedy, uniform-progress and gpuq on each pool and on both, got %s", out)
+	}
+	for _, o := range got.Multi {
+		if !o.DeadlineMet || o.Moves != 1 {
+			t.Errorf("%s on all pools: met %v with %d moves, want met with one move", o.Strategy, o.DeadlineMet, o.Moves)
+		}
+	}
+	for i, opt := range got.SingleOptimum {
+		if got.Optimum.CostMicros >= opt.CostMicros {
+			t.Errorf("all-pools optimum %d micros, not under pool %s's %d", got.Optimum.CostMicros, got.Pools[i], opt.CostMicros)
+		}
+	}
+	table, _, err := runCLI(t, "simulate", "--pools", a+","+b, "--compute-hours", "1.5", "--deadline-hours", "2.5",
+		"--restart-overhead-hours", "0.05", "--move-cost", "0.10", "--move-hours", "0.05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"GAP TO ALL-POOLS OPTIMUM", "all pools", "uniform-progress", "optimum"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	report, _, err := runCLI(t, "simulate", "--sweep", "--pools", a+","+b, "--sweep-compute-hours", "1", "--sweep-slack", "0.5",
+		"--sweep-overhead-hours", "0.05", "--sweep-start-step-hours", "0.5", "--move-cost", "0.10", "--move-hours", "0.05")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| a | gpuq |", "| each pool alone | uniform-progress |", "| best pool alone | optimum |", "| all pools | gpuq |", "0.10 USD of egress"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
 	}
 }
