@@ -443,6 +443,11 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 		if got.State == adapters.StateFailed && end == queue.InstancePreempted {
 			end = queue.InstanceFailed
 		}
+		if act.QuarantinedAt != nil && end != queue.InstanceTerminated {
+			// A quarantined worker exits on its own; the pool pays for it.
+			end, reason = queue.InstanceFailed, "canary quarantined the node: "+act.QuarantineReason
+			a.exhaust(in.Pool, now, l.Backoff, reason)
+		}
 		return a.change(ctx, in, end, reason, nil)
 	}
 	if in.State == queue.InstanceDraining {

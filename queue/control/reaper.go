@@ -162,11 +162,14 @@ func (r *Reaper) Pass(ctx context.Context) ([]Reaped, error) {
 			if cfg.Now().Sub(deref(in.LaunchedAt, in.RequestedAt)) < cfg.Grace {
 				continue
 			}
-			end, reason := queue.InstancePreempted, p.Name()+" no longer lists the instance"
+			end, reason, why := queue.InstancePreempted, p.Name()+" no longer lists the instance", ""
 			if in.State == queue.InstanceDraining {
-				end = queue.InstanceTerminated
+				// gpuq released it: its record keeps why.
+				end, why = queue.InstanceTerminated, ""
+			} else {
+				why = reason
 			}
-			_, err := cfg.Store.ChangeInstance(ctx, queue.InstanceChange{ID: in.ID, From: []queue.InstanceState{in.State}, To: end, Reason: reason})
+			_, err := cfg.Store.ChangeInstance(ctx, queue.InstanceChange{ID: in.ID, From: []queue.InstanceState{in.State}, To: end, Reason: why})
 			if errors.Is(err, queue.ErrInstanceMoved) {
 				continue
 			}

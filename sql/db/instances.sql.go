@@ -113,7 +113,7 @@ func (q *Queries) InstanceEventList(ctx context.Context, instanceID string) ([]I
 }
 
 const instanceGet = `-- name: InstanceGet :one
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances WHERE id = $1
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances WHERE id = $1
 `
 
 func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) {
@@ -123,7 +123,6 @@ func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) 
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
-		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,
@@ -144,21 +143,20 @@ func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) 
 
 const instanceInsert = `-- name: InstanceInsert :one
 WITH i AS (
-    INSERT INTO instances (id, provider, pool, project, client_token, slots, price_micros, currency, billing)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-    RETURNING id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
+    INSERT INTO instances (id, provider, pool, client_token, slots, price_micros, currency, billing)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    RETURNING id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
-    SELECT i.id, 'requested', $10::text FROM i
+    SELECT i.id, 'requested', $9::text FROM i
 )
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
 `
 
 type InstanceInsertParams struct {
 	ID          string
 	Provider    string
 	Pool        string
-	Project     string
 	ClientToken string
 	Slots       int32
 	PriceMicros int64
@@ -171,7 +169,6 @@ type InstanceInsertRow struct {
 	ID           string
 	Provider     string
 	Pool         string
-	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string
@@ -195,7 +192,6 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 		arg.ID,
 		arg.Provider,
 		arg.Pool,
-		arg.Project,
 		arg.ClientToken,
 		arg.Slots,
 		arg.PriceMicros,
@@ -208,7 +204,6 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
-		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,
@@ -228,7 +223,7 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 }
 
 const instanceList = `-- name: InstanceList :many
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE ($1::text IS NULL OR pool = $1::text)
   AND ($2::instance_state IS NULL OR state = $2::instance_state)
 ORDER BY requested_at, id
@@ -254,7 +249,6 @@ func (q *Queries) InstanceList(ctx context.Context, arg InstanceListParams) ([]I
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
-			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -284,7 +278,7 @@ func (q *Queries) InstanceList(ctx context.Context, arg InstanceListParams) ([]I
 }
 
 const instanceListBilledSince = `-- name: InstanceListBilledSince :many
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE launched_at IS NOT NULL AND (ended_at IS NULL OR ended_at > $1::timestamptz)
 ORDER BY requested_at, id
 `
@@ -304,7 +298,6 @@ func (q *Queries) InstanceListBilledSince(ctx context.Context, since time.Time) 
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
-			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -334,7 +327,7 @@ func (q *Queries) InstanceListBilledSince(ctx context.Context, since time.Time) 
 }
 
 const instanceListLive = `-- name: InstanceListLive :many
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE state IN ('requested', 'pending', 'ready', 'draining')
 ORDER BY requested_at, id
 `
@@ -352,7 +345,6 @@ func (q *Queries) InstanceListLive(ctx context.Context) ([]Instance, error) {
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
-			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -410,12 +402,12 @@ WITH i AS (
                         ELSE NULL END,
         reason = CASE WHEN $5::text <> '' THEN $5::text ELSE instances.reason END
     WHERE instances.id = $6 AND instances.state = ANY($7::instance_state[])
-    RETURNING id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
+    RETURNING id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
     SELECT i.id, i.state, $5::text FROM i
 )
-SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
+SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
 `
 
 type InstanceTransitionParams struct {
@@ -432,7 +424,6 @@ type InstanceTransitionRow struct {
 	ID           string
 	Provider     string
 	Pool         string
-	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string
@@ -468,7 +459,6 @@ func (q *Queries) InstanceTransition(ctx context.Context, arg InstanceTransition
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
-		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,

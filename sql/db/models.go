@@ -204,7 +204,6 @@ type Instance struct {
 	ID           string
 	Provider     string
 	Pool         string
-	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string

@@ -2,8 +2,8 @@
 -- InstanceInsert records a launch before the provider is asked, with its
 -- "requested" event.
 WITH i AS (
-    INSERT INTO instances (id, provider, pool, project, client_token, slots, price_micros, currency, billing)
-    VALUES (@id, @provider, @pool, @project, @client_token, @slots, @price_micros, @currency, @billing)
+    INSERT INTO instances (id, provider, pool, client_token, slots, price_micros, currency, billing)
+    VALUES (@id, @provider, @pool, @client_token, @slots, @price_micros, @currency, @billing)
     RETURNING *
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
