@@ -52,9 +52,11 @@ const (
 // Instance is one machine gpuq rents, as recorded.
 type Instance struct {
 	// ID is gpuq's id: the boot spec's instance id and the worker's node id.
-	ID          string        `json:"id"`
-	Provider    string        `json:"provider"`
-	Pool        string        `json:"pool"`
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+	Pool     string `json:"pool"`
+	// Project is the project whose waiting jobs the launch was for.
+	Project     string        `json:"project,omitempty"`
 	State       InstanceState `json:"state"`
 	ClientToken string        `json:"client_token"`
 	ProviderID  string        `json:"provider_id,omitempty"`
@@ -76,12 +78,12 @@ type Instance struct {
 
 // NewInstance is a launch to record before the provider is asked.
 type NewInstance struct {
-	ID, Provider, Pool, ClientToken string
-	Slots                           int
-	PriceMicros                     int64
-	Currency                        string
-	Billing                         Billing
-	Message                         string
+	ID, Provider, Pool, Project, ClientToken string
+	Slots                                    int
+	PriceMicros                              int64
+	Currency                                 string
+	Billing                                  Billing
+	Message                                  string
 }
 
 // InstanceChange moves a recorded instance from one of From to To.
@@ -123,6 +125,8 @@ type PoolDemand struct {
 	Waiting       int
 	OldestWaiting time.Time
 	Running       int
+	// WaitingByProject counts the waiting jobs of each project.
+	WaitingByProject map[string]int
 }
 
 // InstanceAttempt is one attempt that ran on an instance, for attributing

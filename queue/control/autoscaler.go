@@ -87,6 +87,16 @@ type PoolLimits struct {
 	Billing queue.Billing `mapstructure:"billing" json:"billing"`
 }
 
+// ProjectLimits bound the instances launched for one project's waiting
+// jobs, across pools.
+type ProjectLimits struct {
+	// MaxInstances live at once for the project; 0: no bound.
+	MaxInstances int `mapstructure:"max_instances" json:"max_instances"`
+	// MaxSpendPerHour bounds the summed hourly price of those instances, as
+	// "amount CUR" in their currency; empty: no bound.
+	MaxSpendPerHour string `mapstructure:"max_spend_per_hour" json:"max_spend_per_hour"`
+}
+
 // AutoscalerConfig is the autoscaler's configuration (config key
 // `autoscaler`).
 type AutoscalerConfig struct {
@@ -95,6 +105,10 @@ type AutoscalerConfig struct {
 	// Defaults apply to every pool; Pools override them per pool.
 	Defaults PoolLimits            `mapstructure:"defaults" json:"defaults"`
 	Pools    map[string]PoolLimits `mapstructure:"pools" json:"pools"`
+	// Projects bound the instances launched for each project's jobs; a
+	// launch is for the project with the most jobs waiting in the pool
+	// that its bounds still allow.
+	Projects map[string]ProjectLimits `mapstructure:"projects" json:"projects"`
 }
 
 // builtinLimits are PoolLimits' documented defaults.
@@ -183,6 +197,22 @@ func (c AutoscalerConfig) Validate() error {
 			return err
 		}
 	}
+	projects := make([]string, 0, len(c.Projects))
+	for name := range c.Projects {
+		projects = append(projects, name)
+	}
+	slices.Sort(projects)
+	for _, name := range projects {
+		p, key := c.Projects[name], "autoscaler.projects."+name
+		if p.MaxInstances < 0 {
+			return fmt.Errorf("%s.max_instances: must be 0 (no bound) or more, got %d", key, p.MaxInstances)
+		}
+		if p.MaxSpendPerHour != "" {
+			if _, err := policy.ParseMoney(p.MaxSpendPerHour); err != nil {
+				return fmt.Errorf("%s.max_spend_per_hour: %w", key, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -229,7 +259,8 @@ type BootTemplate struct {
 // Autoscaler rents machines when a pool has work and releases them when it
 // has none. Each pass it reads the demand per pool (jobs placed and not yet
 // claimed, jobs running) and the supply (instances launching, workers idle
-// or busy), launches through the pool's provider within the pool's bounds, and releases instances whose worker stayed idle for the
+// or busy), launches through the pool's provider within the pool's and the
+// project's bounds, and releases instances whose worker stayed idle for the
 // pool's idle timeout, never booted within the boot timeout or was
 // quarantined by its canary. A pool with no capacity is left alone for its
 // back-off and its waiting jobs go to their plan B. Every launch is recorded
@@ -356,7 +387,7 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if err := a.scalePool(ctx, cfg, logger, now(), pools[name], wanted[name], byPool[name], activity); err != nil {
+		if err := a.scalePool(ctx, cfg, logger, now(), pools[name], wanted[name], byPool, activity); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
 	}
@@ -484,8 +515,9 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 // instances beyond its minimum, and moves its waiting jobs when it cannot
 // serve them.
 func (a *Autoscaler) scalePool(ctx context.Context, cfg AutoscalerConfig, logger *slog.Logger, now time.Time,
-	po poolOffer, d queue.PoolDemand, live []*queue.Instance, activity map[string]queue.WorkerActivity) error {
+	po poolOffer, d queue.PoolDemand, byPool map[string][]*queue.Instance, activity map[string]queue.WorkerActivity) error {
 	pool := po.offer.Pool
+	live := byPool[pool]
 	l := cfg.Limits(pool)
 	var up, ready []*queue.Instance
 	for _, in := range live {
@@ -509,7 +541,15 @@ func (a *Autoscaler) scalePool(ctx context.Context, cfg AutoscalerConfig, logger
 	}
 	need := min(max(ceilDiv(d.Waiting+d.Running, l.Slots), l.Min), l.Max)
 	if n := need - len(up); n > 0 {
-		return a.launch(ctx, logger, now, po, l, n, up, d)
+		var all []*queue.Instance
+		for _, ins := range byPool {
+			all = append(all, ins...)
+		}
+		added, err := a.launch(ctx, cfg, logger, now, po, l, n, up, all, d)
+		for _, in := range added {
+			byPool[pool] = append(byPool[pool], in)
+		}
+		return err
 	}
 	// Release idle workers beyond what the work and the minimum call for,
 	// longest idle first.
@@ -549,20 +589,22 @@ func idleSince(in *queue.Instance, act queue.WorkerActivity) time.Time {
 }
 
 // launch rents up to n instances within the pool's launch rate and spend
-// bounds.
-func (a *Autoscaler) launch(ctx context.Context, logger *slog.Logger, now time.Time, po poolOffer, l PoolLimits,
-	n int, up []*queue.Instance, d queue.PoolDemand) error {
+// bounds, each for the project with the most jobs waiting in the pool that
+// its own bounds (over all live instances) still allow. It returns the
+// instances it launched.
+func (a *Autoscaler) launch(ctx context.Context, cfg AutoscalerConfig, logger *slog.Logger, now time.Time, po poolOffer, l PoolLimits,
+	n int, up, all []*queue.Instance, d queue.PoolDemand) ([]*queue.Instance, error) {
 	pool := po.offer.Pool
 	recent, err := a.Store.LaunchesSince(ctx, pool, now.Add(-time.Minute))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n = min(n, l.MaxLaunchesPerMinute-recent)
 	price := po.offer.PricePerHour
 	if l.MaxSpendPerHour != "" {
 		limit, _ := policy.ParseMoney(l.MaxSpendPerHour) // checked by Validate
 		if limit.Currency != price.Currency {
-			return fmt.Errorf("max_spend_per_hour is in %s, the pool's offer in %s", limit.Currency, price.Currency)
+			return nil, fmt.Errorf("max_spend_per_hour is in %s, the pool's offer in %s", limit.Currency, price.Currency)
 		}
 		spent := int64(0)
 		for _, in := range up {
@@ -572,27 +614,88 @@ func (a *Autoscaler) launch(ctx context.Context, logger *slog.Logger, now time.T
 			n--
 		}
 	}
+	var added []*queue.Instance
 	for range max(n, 0) {
+		project, ok := projectFor(cfg, d, all, price, l.Slots)
+		if !ok {
+			logger.Info("project bounds hold back a launch", "pool", pool, "waiting", d.WaitingByProject)
+			break
+		}
 		id := "gq-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
 		in, err := a.Store.RecordInstance(ctx, queue.NewInstance{
-			ID: id, Provider: po.provider.Name(), Pool: pool, ClientToken: id, Slots: l.Slots,
+			ID: id, Provider: po.provider.Name(), Pool: pool, Project: project, ClientToken: id, Slots: l.Slots,
 			PriceMicros: price.Micros, Currency: price.Currency, Billing: l.Billing,
 			Message: fmt.Sprintf("%d jobs waiting (oldest %s), %d running, %d instances up", d.Waiting,
-				now.Sub(d.OldestWaiting).Round(time.Second), d.Running, len(up)),
+				now.Sub(d.OldestWaiting).Round(time.Second), d.Running, len(up)+len(added)),
 		})
 		if err != nil {
-			return err
+			return added, err
 		}
 		got, err := a.launchRecorded(ctx, logger, now, po, l, in)
 		if err != nil {
-			return err
+			return added, err
 		}
-		if !got.State.Live() {
-			return nil // no capacity: the pool is exhausted for its back-off
+		if got == nil || !got.State.Live() {
+			return added, nil // no capacity: the pool is exhausted for its back-off
 		}
-		up = append(up, got)
+		added = append(added, got)
+		all = append(all, got)
 	}
-	return nil
+	return added, nil
+}
+
+// projectFor picks the project a launch in the pool is for: the one with the
+// most waiting jobs there that the instances already coming up for it do not
+// cover and whose bounds allow one more instance at price. With no job
+// waiting (a pool's minimum, or running jobs' slots) the launch is for no
+// project.
+func projectFor(cfg AutoscalerConfig, d queue.PoolDemand, all []*queue.Instance, price policy.Money, slots int) (string, bool) {
+	if len(d.WaitingByProject) == 0 {
+		return "", true
+	}
+	projects := make([]string, 0, len(d.WaitingByProject))
+	for p := range d.WaitingByProject {
+		projects = append(projects, p)
+	}
+	slices.SortFunc(projects, func(x, y string) int {
+		if c := d.WaitingByProject[y] - d.WaitingByProject[x]; c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	for _, p := range projects {
+		count, coming, spend := 0, 0, int64(0)
+		for _, in := range all {
+			if in.Project != p || !in.State.Live() {
+				continue
+			}
+			count++
+			if in.Pool == d.Pool && (in.State == queue.InstanceRequested || in.State == queue.InstancePending) {
+				coming++
+			}
+			if in.Currency == price.Currency {
+				spend += in.PriceMicros
+			}
+		}
+		if coming*slots >= d.WaitingByProject[p] {
+			continue
+		}
+		lim, bounded := cfg.Projects[p]
+		if !bounded {
+			return p, true
+		}
+		if lim.MaxInstances > 0 && count >= lim.MaxInstances {
+			continue
+		}
+		if lim.MaxSpendPerHour != "" {
+			limit, _ := policy.ParseMoney(lim.MaxSpendPerHour) // checked by Validate
+			if limit.Currency != price.Currency || spend+price.Micros > limit.Micros {
+				continue
+			}
+		}
+		return p, true
+	}
+	return "", false
 }
 
 // launchRecorded asks the provider for the recorded instance, by its client

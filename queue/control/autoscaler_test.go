@@ -458,3 +458,39 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
+	t.Parallel()
+	pool := simPool("od", "DE", "on-demand", "0.10")
+	pool.BootDelay = 24 * time.Hour // no worker: the test is about launches
+	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{}, true)
+	ctx := context.Background()
+	var ids []uuid.UUID
+	for i, project := range []string{"capped", "capped", "capped", "free"} {
+		ids = append(ids, c.submit(t, fmt.Sprintf("name: j%d\nproject: %s\ncommand: [/bin/true]\n", i, project)))
+	}
+	queuetest.Eventually(t, 20*time.Second, "the jobs to be placed", func() bool {
+		for _, id := range ids {
+			if j := c.job(t, id); j == nil || j.State != queue.StatePlaced {
+				return false
+			}
+		}
+		return true
+	})
+	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.URL}, Logger: c.auto.Logger,
+		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{Max: 10, BootTimeout: time.Hour},
+			Projects: map[string]control.ProjectLimits{"capped": {MaxInstances: 1, MaxSpendPerHour: "1 EUR"}}}}
+	for range 2 {
+		if err := auto.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perProject := map[string]int{}
+	for _, in := range c.live(t) {
+		perProject[in.Project]++
+	}
+	if perProject["capped"] != 1 || perProject["free"] != 1 || len(perProject) != 2 {
+		t.Fatalf("live instances per project %v, want capped 1 (its bound), free 1", perProject)
+	}
+}

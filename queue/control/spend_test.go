@@ -50,6 +50,7 @@ func TestAutoscalerConfigRefusesBadLimitsNamingTheField(t *testing.T) {
 		{control.AutoscalerConfig{Pools: map[string]control.PoolLimits{"gpu": {MaxSpendPerHour: "ten"}}}, "autoscaler.pools.gpu.max_spend_per_hour"},
 		{control.AutoscalerConfig{Defaults: control.PoolLimits{IdleTimeout: -time.Second}}, "autoscaler.defaults.idle_timeout"},
 		{control.AutoscalerConfig{Interval: time.Microsecond}, "autoscaler.interval"},
+		{control.AutoscalerConfig{Projects: map[string]control.ProjectLimits{"vision": {MaxInstances: -1}}}, "autoscaler.projects.vision.max_instances"},
 	} {
 		err := tc.cfg.WithDefaults().Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

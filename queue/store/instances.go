@@ -18,7 +18,7 @@ import (
 // has its own id and client token.
 func (s *Store) RecordInstance(ctx context.Context, n queue.NewInstance) (*queue.Instance, error) {
 	row, err := s.q.InstanceInsert(ctx, db.InstanceInsertParams{
-		ID: n.ID, Provider: n.Provider, Pool: n.Pool, ClientToken: n.ClientToken, Slots: int32(n.Slots),
+		ID: n.ID, Provider: n.Provider, Pool: n.Pool, Project: n.Project, ClientToken: n.ClientToken, Slots: int32(n.Slots),
 		PriceMicros: n.PriceMicros, Currency: n.Currency, Billing: string(n.Billing), Message: n.Message,
 	})
 	if err != nil {
@@ -156,9 +156,20 @@ func (s *Store) PoolDemand(ctx context.Context) ([]queue.PoolDemand, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the demand per pool: %w", err)
 	}
-	out := make([]queue.PoolDemand, len(rows))
-	for i, r := range rows {
-		out[i] = queue.PoolDemand{Pool: r.Pool, Waiting: int(r.Waiting), OldestWaiting: r.OldestWaiting, Running: int(r.Running)}
+	var out []queue.PoolDemand
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Pool != r.Pool {
+			out = append(out, queue.PoolDemand{Pool: r.Pool, OldestWaiting: r.OldestWaiting, WaitingByProject: map[string]int{}})
+		}
+		d := &out[len(out)-1]
+		d.Waiting += int(r.Waiting)
+		d.Running += int(r.Running)
+		if r.Waiting > 0 {
+			d.WaitingByProject[r.Project] += int(r.Waiting)
+			if r.OldestWaiting.Before(d.OldestWaiting) {
+				d.OldestWaiting = r.OldestWaiting
+			}
+		}
 	}
 	return out, nil
 }
@@ -195,7 +206,7 @@ func instancesFromRows(rows []db.Instance) []*queue.Instance {
 }
 
 func instanceFromRow(r db.Instance) *queue.Instance {
-	return &queue.Instance{ID: r.ID, Provider: r.Provider, Pool: r.Pool, State: queue.InstanceState(r.State),
+	return &queue.Instance{ID: r.ID, Provider: r.Provider, Pool: r.Pool, Project: r.Project, State: queue.InstanceState(r.State),
 		ClientToken: r.ClientToken, ProviderID: r.ProviderID, Slots: int(r.Slots), PriceMicros: r.PriceMicros,
 		Currency: r.Currency, Billing: queue.Billing(r.Billing), RequestedAt: r.RequestedAt,
 		LaunchedAt: timePtr(r.LaunchedAt), ReadyAt: timePtr(r.ReadyAt), WorkerSeenAt: timePtr(r.WorkerSeenAt),

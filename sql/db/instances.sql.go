@@ -113,7 +113,7 @@ func (q *Queries) InstanceEventList(ctx context.Context, instanceID string) ([]I
 }
 
 const instanceGet = `-- name: InstanceGet :one
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances WHERE id = $1
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances WHERE id = $1
 `
 
 func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) {
@@ -123,6 +123,7 @@ func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) 
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
+		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,
@@ -143,20 +144,21 @@ func (q *Queries) InstanceGet(ctx context.Context, id string) (Instance, error) 
 
 const instanceInsert = `-- name: InstanceInsert :one
 WITH i AS (
-    INSERT INTO instances (id, provider, pool, client_token, slots, price_micros, currency, billing)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-    RETURNING id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
+    INSERT INTO instances (id, provider, pool, project, client_token, slots, price_micros, currency, billing)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    RETURNING id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
-    SELECT i.id, 'requested', $9::text FROM i
+    SELECT i.id, 'requested', $10::text FROM i
 )
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
 `
 
 type InstanceInsertParams struct {
 	ID          string
 	Provider    string
 	Pool        string
+	Project     string
 	ClientToken string
 	Slots       int32
 	PriceMicros int64
@@ -169,6 +171,7 @@ type InstanceInsertRow struct {
 	ID           string
 	Provider     string
 	Pool         string
+	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string
@@ -192,6 +195,7 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 		arg.ID,
 		arg.Provider,
 		arg.Pool,
+		arg.Project,
 		arg.ClientToken,
 		arg.Slots,
 		arg.PriceMicros,
@@ -204,6 +208,7 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
+		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,
@@ -223,7 +228,7 @@ func (q *Queries) InstanceInsert(ctx context.Context, arg InstanceInsertParams) 
 }
 
 const instanceList = `-- name: InstanceList :many
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE ($1::text IS NULL OR pool = $1::text)
   AND ($2::instance_state IS NULL OR state = $2::instance_state)
 ORDER BY requested_at, id
@@ -249,6 +254,7 @@ func (q *Queries) InstanceList(ctx context.Context, arg InstanceListParams) ([]I
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
+			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -278,7 +284,7 @@ func (q *Queries) InstanceList(ctx context.Context, arg InstanceListParams) ([]I
 }
 
 const instanceListBilledSince = `-- name: InstanceListBilledSince :many
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE launched_at IS NOT NULL AND (ended_at IS NULL OR ended_at > $1::timestamptz)
 ORDER BY requested_at, id
 `
@@ -298,6 +304,7 @@ func (q *Queries) InstanceListBilledSince(ctx context.Context, since time.Time) 
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
+			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -327,7 +334,7 @@ func (q *Queries) InstanceListBilledSince(ctx context.Context, since time.Time) 
 }
 
 const instanceListLive = `-- name: InstanceListLive :many
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM instances
 WHERE state IN ('requested', 'pending', 'ready', 'draining')
 ORDER BY requested_at, id
 `
@@ -345,6 +352,7 @@ func (q *Queries) InstanceListLive(ctx context.Context) ([]Instance, error) {
 			&i.ID,
 			&i.Provider,
 			&i.Pool,
+			&i.Project,
 			&i.State,
 			&i.ClientToken,
 			&i.ProviderID,
@@ -402,12 +410,12 @@ WITH i AS (
                         ELSE NULL END,
         reason = CASE WHEN $5::text <> '' THEN $5::text ELSE instances.reason END
     WHERE instances.id = $6 AND instances.state = ANY($7::instance_state[])
-    RETURNING id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
+    RETURNING id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
     SELECT i.id, i.state, $5::text FROM i
 )
-SELECT id, provider, pool, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
+SELECT id, provider, pool, project, state, client_token, provider_id, slots, price_micros, currency, billing, requested_at, launched_at, ready_at, worker_seen_at, drain_at, ended_at, reason FROM i
 `
 
 type InstanceTransitionParams struct {
@@ -424,6 +432,7 @@ type InstanceTransitionRow struct {
 	ID           string
 	Provider     string
 	Pool         string
+	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string
@@ -459,6 +468,7 @@ func (q *Queries) InstanceTransition(ctx context.Context, arg InstanceTransition
 		&i.ID,
 		&i.Provider,
 		&i.Pool,
+		&i.Project,
 		&i.State,
 		&i.ClientToken,
 		&i.ProviderID,
@@ -586,25 +596,26 @@ func (q *Queries) JobListWaitingInPool(ctx context.Context, arg JobListWaitingIn
 }
 
 const jobPoolDemand = `-- name: JobPoolDemand :many
-SELECT pool::text AS pool,
+SELECT pool::text AS pool, project,
        (count(*) FILTER (WHERE state = 'placed'))::int AS waiting,
        COALESCE(min(updated_at) FILTER (WHERE state = 'placed'), now())::timestamptz AS oldest_waiting,
        (count(*) FILTER (WHERE state = 'running'))::int AS running
 FROM jobs
 WHERE state IN ('placed', 'running') AND pool IS NOT NULL
-GROUP BY pool
-ORDER BY pool
+GROUP BY pool, project
+ORDER BY pool, project
 `
 
 type JobPoolDemandRow struct {
 	Pool          string
+	Project       string
 	Waiting       int32
 	OldestWaiting time.Time
 	Running       int32
 }
 
-// JobPoolDemand is, per pool, the jobs waiting to be claimed (and since
-// when the oldest waits) and the jobs running.
+// JobPoolDemand is, per pool and project, the jobs waiting to be claimed
+// (and since when the oldest waits) and the jobs running.
 func (q *Queries) JobPoolDemand(ctx context.Context) ([]JobPoolDemandRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobPoolDemand)
 	if err != nil {
@@ -616,6 +627,7 @@ func (q *Queries) JobPoolDemand(ctx context.Context) ([]JobPoolDemandRow, error)
 		var i JobPoolDemandRow
 		if err := rows.Scan(
 			&i.Pool,
+			&i.Project,
 			&i.Waiting,
 			&i.OldestWaiting,
 			&i.Running,

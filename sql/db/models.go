@@ -204,6 +204,7 @@ type Instance struct {
 	ID           string
 	Provider     string
 	Pool         string
+	Project      string
 	State        InstanceState
 	ClientToken  string
 	ProviderID   string

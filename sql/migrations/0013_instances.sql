@@ -20,6 +20,9 @@ CREATE TABLE instances (
     id              text PRIMARY KEY,
     provider        text NOT NULL,
     pool            text NOT NULL,
+    -- project is the project whose waiting jobs the launch was for; its
+    -- bounds count the instance.
+    project         text NOT NULL DEFAULT '',
     state           instance_state NOT NULL DEFAULT 'requested',
     -- client_token makes the launch idempotent at the provider.
     client_token    text NOT NULL UNIQUE,

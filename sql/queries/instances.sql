@@ -2,8 +2,8 @@
 -- InstanceInsert records a launch before the provider is asked, with its
 -- "requested" event.
 WITH i AS (
-    INSERT INTO instances (id, provider, pool, client_token, slots, price_micros, currency, billing)
-    VALUES (@id, @provider, @pool, @client_token, @slots, @price_micros, @currency, @billing)
+    INSERT INTO instances (id, provider, pool, project, client_token, slots, price_micros, currency, billing)
+    VALUES (@id, @provider, @pool, @project, @client_token, @slots, @price_micros, @currency, @billing)
     RETURNING *
 ), e AS (
     INSERT INTO instance_events (instance_id, state, message)
@@ -91,16 +91,16 @@ WHERE a.node_id = ANY(@ids::text[])
 ORDER BY a.node_id, a.started_at;
 
 -- name: JobPoolDemand :many
--- JobPoolDemand is, per pool, the jobs waiting to be claimed (and since
--- when the oldest waits) and the jobs running.
-SELECT pool::text AS pool,
+-- JobPoolDemand is, per pool and project, the jobs waiting to be claimed
+-- (and since when the oldest waits) and the jobs running.
+SELECT pool::text AS pool, project,
        (count(*) FILTER (WHERE state = 'placed'))::int AS waiting,
        COALESCE(min(updated_at) FILTER (WHERE state = 'placed'), now())::timestamptz AS oldest_waiting,
        (count(*) FILTER (WHERE state = 'running'))::int AS running
 FROM jobs
 WHERE state IN ('placed', 'running') AND pool IS NOT NULL
-GROUP BY pool
-ORDER BY pool;
+GROUP BY pool, project
+ORDER BY pool, project;
 
 -- name: JobListWaitingInPool :many
 SELECT id FROM jobs
