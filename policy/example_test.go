@@ -22,6 +22,8 @@ func ExamplePlace() {
 		Rules: []policy.Rule{
 			{Name: "personal-data", Labels: map[string]string{"data": "personal"}, Residency: "EU"},
 		},
+		// Moving data out of Hetzner's fsn1 costs 0.01 EUR/GB, whoever receives it.
+		EgressPrices: []policy.EgressPrice{{Provider: "hetzner", Region: "fsn*", PerGB: eur("0.01")}},
 	}
 	limit := eur("2.50")
 	job := policy.Requirements{
@@ -33,7 +35,7 @@ func ExamplePlace() {
 		Tier:             policy.TierSpotThenOnDemand,
 		MaxPricePerHour:  &limit,
 		ExpectedDuration: 4 * time.Hour,
-		Inputs:           []policy.Input{{Name: "scans", Region: "fsn1", Bytes: 200_000_000_000}},
+		Inputs:           []policy.Input{{Name: "scans", Provider: "hetzner", Region: "fsn1", Bytes: 200_000_000_000}},
 	}
 	egress := eur("0.01")
 	rate := 0.05
@@ -57,7 +59,7 @@ func ExamplePlace() {
 	for _, a := range d.Alternatives {
 		fmt.Printf("plan B %d: %s %s\n", a.Rank, a.Offer.Pool, a.Cost.Total)
 	}
-	for _, r := range d.Rejected {
+	for _, r := range d.Rejected() {
 		for _, reason := range d.ReasonsOf(r) {
 			fmt.Printf("rejected %s: %s\n", d.Offers[r.Offer].Pool, reason.Message)
 		}
@@ -77,7 +79,7 @@ func ExamplePlace() {
 	// plan B 2: scw-par-h100-spot 8.05 EUR
 	// rejected aws-use1-h100: region us-east-1 (US) outside residency EU required by rule personal-data
 	// rejected scw-par-h100: price 3.10 EUR/h over cap 2.50 EUR/h
-	// rejected ovh-gra-l4: card L4 not accepted (H100, A100-80GB)
+	// rejected ovh-gra-l4: card L4 (24 GB) not accepted (H100, A100-80GB)
 	// rejected ovh-gra-l4: card L4 has 24 GB, job needs 80 GB
-	// no placement among 5 offers: 5 offers outside residency EU∩CH; 4 with cards other than L4; 1 over the price cap 2.50 EUR/h; relaxing residency EU∩CH (rule personal-data, job) would make 1 offer feasible
+	// no placement among 5 offers: 5 offers outside residency EU∩CH (EU and CH share no country); 4 with cards other than L4; 1 over the price cap 2.50 EUR/h; relaxing residency EU∩CH (rule personal-data, job; EU and CH share no country) would make 1 offer feasible
 }

@@ -64,3 +64,33 @@ func TestExplainByAttrMatchesKeysProperty(t *testing.T) {
 
 // testNow is the time the internal tests decide at.
 func testNow() time.Time { return time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) }
+
+// TestValidAgreesWithValidateProperty checks the fast validity test that
+// preparing a set uses against the one that words the error.
+func TestValidAgreesWithValidateProperty(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		o := Offer{
+			Provider:     rapid.SampledFrom([]string{"", "aws"}).Draw(t, "provider"),
+			Pool:         rapid.SampledFrom([]string{"", "a-1", "a.1"}).Draw(t, "pool"),
+			Country:      rapid.SampledFrom([]string{"", "DE", "de", "Germany", "UK"}).Draw(t, "country"),
+			Tier:         rapid.SampledFrom([]Tier{"", TierSpot, TierOnDemand, TierSpotThenOnDemand}).Draw(t, "tier"),
+			PricePerHour: Money{Micros: rapid.Int64Range(-1, 1).Draw(t, "price"), Currency: rapid.SampledFrom([]string{"EUR", "eur", ""}).Draw(t, "currency")},
+			GPUCount:     rapid.IntRange(-1, 1).Draw(t, "gpus"), VCPU: rapid.IntRange(-1, 1).Draw(t, "vcpu"),
+			Availability: rapid.SampledFrom([]Availability{"", Available, Scarce, AvailabilityUnknown, Unavailable, "plenty"}).Draw(t, "avail"),
+			MaxDuration:  time.Duration(rapid.IntRange(-1, 1).Draw(t, "max_duration")),
+		}
+		if rapid.Bool().Draw(t, "has_egress") {
+			o.EgressPerGB = &Money{Micros: rapid.Int64Range(-1, 1).Draw(t, "egress"), Currency: rapid.SampledFrom([]string{"EUR", "x"}).Draw(t, "egress_currency")}
+		}
+		if rapid.Bool().Draw(t, "has_rate") {
+			o.PreemptionRate = ptrTo(rapid.Float64Range(-1, 1).Draw(t, "rate"))
+		}
+		_, countryOK := countryIndex(o.Country)
+		if got, want := o.valid(countryOK, o.Availability.rank()), o.validate() == nil; got != want {
+			t.Fatalf("valid = %v, validate = %v for %+v", got, o.validate(), o)
+		}
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -15,18 +16,27 @@ const (
 	AvailabilityUnknown Availability = "unknown"
 )
 
-// rank orders availabilities for ranking: lower is better.
+// rank orders availabilities for ranking: lower is better; 3 is none or
+// anything unknown. Every offer is ranked, so it switches on the length
+// before comparing.
 func (a Availability) rank() int {
-	switch a {
-	case Available:
-		return 0
-	case Scarce:
-		return 1
-	case AvailabilityUnknown, "":
+	switch len(a) {
+	case len(Available):
+		if a == Available {
+			return 0
+		}
+	case len(Scarce):
+		if a == Scarce {
+			return 1
+		}
+	case len(AvailabilityUnknown):
+		if a == AvailabilityUnknown {
+			return 2
+		}
+	case 0:
 		return 2
-	default:
-		return 3
 	}
+	return 3
 }
 
 // Offer is what a provider says it can rent now in one pool.
@@ -81,6 +91,18 @@ var poolBytes = func() (t [256]bool) {
 // Validate checks the offer's shape, naming the field at fault.
 func (o Offer) Validate() error { return o.validate() }
 
+// valid reports whether validate finds nothing wrong, given the offer's
+// countryIndex and Availability.rank, which preparing a set needs anyway;
+// it builds no error, so that a set of valid offers is prepared quickly.
+func (o *Offer) valid(countryOK bool, avail int) bool {
+	return o.Provider != "" && ValidPool(o.Pool) && (o.Tier == TierSpot || o.Tier == TierOnDemand) &&
+		o.PricePerHour.Micros >= 0 && validCurrency(o.PricePerHour.Currency) &&
+		(o.EgressPerGB == nil || o.EgressPerGB.Micros >= 0 && validCurrency(o.EgressPerGB.Currency)) &&
+		(o.PreemptionRate == nil || *o.PreemptionRate >= 0) && o.MaxDuration >= 0 &&
+		min(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) >= 0 &&
+		(o.Country == "" || countryOK) && (avail < 3 || o.Availability == Unavailable)
+}
+
 // validate is Validate without copying the offer, for the placement loop.
 func (o *Offer) validate() error {
 	switch {
@@ -100,9 +122,66 @@ func (o *Offer) validate() error {
 		return fmt.Errorf("max_duration: must be 0 (no limit) or more, got %s", o.MaxDuration)
 	case o.GPUCount < 0 || o.GPUMemoryGB < 0 || o.VCPU < 0 || o.MemoryGB < 0:
 		return fmt.Errorf("gpu_count, gpu_memory_gb, vcpu, memory_gb: must be 0 or more")
+	case o.Country != "" && !isCountryCode(o.Country):
+		return fmt.Errorf("country: want an upper-case ISO 3166-1 alpha-2 code such as DE, got %q", o.Country)
 	}
 	if o.Availability.rank() == 3 && o.Availability != Unavailable {
 		return fmt.Errorf("availability: must be available, scarce, none or unknown, got %q", o.Availability)
 	}
 	return nil
+}
+
+// HasGPU reports whether the offer is a GPU pool: it has GPUs, or names a
+// card other than "cpu".
+func (o *Offer) HasGPU() bool {
+	return o.GPUCount > 0 || o.Card != "" && !strings.EqualFold(o.Card, "cpu")
+}
+
+// NormalizeCountry returns an ISO 3166-1 alpha-2 code in upper case ("de"
+// → "DE"), or an error when code is not two letters. The empty code stays
+// empty: it means the country is unknown.
+func NormalizeCountry(code string) (string, error) {
+	up := strings.ToUpper(strings.TrimSpace(code))
+	if up != "" && !isCountryCode(up) {
+		return code, fmt.Errorf("want an ISO 3166-1 alpha-2 code such as DE, got %q", code)
+	}
+	return up, nil
+}
+
+func isCountryCode(code string) bool {
+	_, ok := countryIndex(code)
+	return ok
+}
+
+// NormalizeOffers checks offers as one set, as they arrive from a file or
+// from the providers, naming the entry at fault: `offers[3].country: …`.
+// It upper-cases country codes in place, validates each offer, and refuses
+// two offers with the same pool: a pool id names one NATS subject and one
+// consumer, so two offers under it would send a job to either.
+func NormalizeOffers(offers []Offer) error {
+	seen := make(map[string]int, len(offers))
+	for i := range offers {
+		o := &offers[i]
+		country, err := NormalizeCountry(o.Country)
+		if err != nil {
+			return fmt.Errorf("offers[%d].country: %w", i, err)
+		}
+		o.Country = country
+		if err := o.validate(); err != nil {
+			return fmt.Errorf("offers[%d].%w", i, err)
+		}
+		if j, dup := seen[o.Pool]; dup {
+			return fmt.Errorf("offers[%d].pool and offers[%d].pool: both are %q (%s %s %s and %s %s %s); a pool id must name one pool",
+				j, i, o.Pool, offers[j].Provider, offers[j].Region, orUnknown(offers[j].Country), o.Provider, o.Region, orUnknown(o.Country))
+		}
+		seen[o.Pool] = i
+	}
+	return nil
+}
+
+func orUnknown(country string) string {
+	if country == "" {
+		return "country unknown"
+	}
+	return country
 }

@@ -13,7 +13,11 @@ import (
 
 // Decision is a placement: the chosen offer, a ranked plan B, every
 // rejected offer with its reasons, and the residency it was made under. It
-// is stored as JSON with the job.
+// is stored as JSON with the job; Compact is its short stored form.
+//
+// A decision keeps each rejected offer as a failure mask and words the
+// reasons only when they are asked for (Rejected, Reasons, ReasonsOf,
+// MarshalJSON): most decisions are only acted upon, never read.
 type Decision struct {
 	// Version counts placements of the job: 1 from Place, previous+1 from
 	// Replace.
@@ -30,14 +34,12 @@ type Decision struct {
 	// Offers are the offers the decision was made among, in the order
 	// given. It is the caller's slice, not a copy: it must not be modified
 	// while the decision is in use.
-	Offers []Offer `json:"offers"`
-	// Rejected lists every rejected offer in input order, each with the
-	// indexes of its reasons in Reasons.
-	Rejected []Rejection `json:"rejected"`
-	// Reasons holds every distinct rejection reason once.
-	Reasons   []Reason          `json:"reasons,omitempty"`
+	Offers    []Offer           `json:"offers"`
 	Residency ResidencyDecision `json:"residency"`
 	Notes     []string          `json:"notes,omitempty"`
+	// rejections holds the rejected offers; JSON writes them as
+	// "rejected" and "reasons".
+	rejections *rejections
 }
 
 // Candidate is a feasible offer with its estimated cost.
@@ -52,10 +54,13 @@ type Candidate struct {
 //
 //	compute       = price/h × expected run time
 //	spot_overhead = price/h × preemption rate × run time (h) × restart overhead
-//	egress        = Σ bytes of inputs outside the offer's region × egress/GB
+//	egress        = Σ bytes of inputs outside the offer's region × the
+//	                egress/GB of the provider and region the input is in
 //	total         = compute + spot_overhead + egress
 //
-// An unknown egress price adds nothing to egress but sets EgressUnknown; an
+// An input's egress is billed where it is stored, so the offer's own egress
+// price never enters its estimate. An unknown source price adds nothing to
+// egress but sets EgressUnknown; an
 // unknown spot preemption rate uses Rules.Spot.AssumedPreemptionRate and
 // sets PreemptionRateAssumed.
 type Cost struct {
@@ -93,6 +98,11 @@ type placer struct {
 	ruleAllowN []string   // their names
 	ruleDeny   [][]string
 	ruleDenyN  []string
+	// allowGPUBy says who lets a CPU-only job use GPU pools ("job" or
+	// "rule <name>"); residentBy names the rules that refuse inputs stored
+	// outside the residency.
+	allowGPUBy string
+	residentBy []string
 	tier       Tier
 	capBase    int64 // -1 when no cap
 	budgetBase int64 // -1 when no job budget
@@ -119,9 +129,19 @@ type placer struct {
 	countryBits  [26*26 + 1]uint32 // by countryIndex+1; 0 is unknown
 	tierBits     [2]uint32         // on-demand, spot
 	availBits    [4]uint32         // by Availability.rank
+	gpuBits      [2]uint32         // by Offer.HasGPU
 	cardRanks    []int
 	currencies   []currencyFacts
-	inputRegions []int32 // region id per job input; -1 when no offer is there
+	// gpuPlanB is set for a CPU-only job allowed on GPU pools: they rank
+	// after every CPU pool.
+	gpuPlanB bool
+	// inputRegions and inputProviders are the region and provider ids of
+	// each job input; -1 when no offer is there, and a provider of -2 when
+	// the input names none (any provider in the region). inputPrice is the
+	// input's egress price in base micros per GB, -1 when unknown.
+	inputRegions   []int32
+	inputProviders []int32
+	inputPrice     []int64
 	// capLimit, budgetLimit and projectLimit are capBase, budgetBase and
 	// projectRemaining, or MaxInt64 when there is none.
 	capLimit, budgetLimit, projectLimit int64
@@ -135,10 +155,10 @@ type placer struct {
 	// can reach boundLimit, whatever its egress price and preemption rate.
 	boundPrice float64
 	// spotHours is the run time in hours lost per unit of preemption rate;
-	// outGB holds, per region id, the input GB that would leave other
-	// regions into it.
+	// outCost holds, per region id, at least the egress in base micros of
+	// moving the inputs into it.
 	spotHours float64
-	outGB     []float64
+	outCost   []float64
 	reasons   reasonTable
 	// byAttr answers most reasons by the offer's attributes alone; see
 	// attrLookup.
@@ -196,10 +216,19 @@ func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*pl
 			p.ruleDeny = append(p.ruleDeny, rule.DenyProviders)
 			p.ruleDenyN = append(p.ruleDenyN, rule.Name)
 		}
+		if rule.AllowGPUForCPU && p.allowGPUBy == "" {
+			p.allowGPUBy = "rule " + rule.Name
+		}
+		if rule.ResidentInputs {
+			p.residentBy = append(p.residentBy, rule.Name)
+		}
+	}
+	if job.AllowGPUForCPU {
+		p.allowGPUBy = "job"
 	}
 	if job.Residency != "" {
 		if _, ok := c.classes[strings.ToUpper(job.Residency)]; !ok {
-			return nil, fmt.Errorf("job.residency: undefined residency class %q", job.Residency)
+			return nil, fmt.Errorf("job.residency: undefined residency class %q; known classes: %s", job.Residency, c.classNames())
 		}
 		narrow(job.Residency, "job")
 	}
@@ -248,9 +277,17 @@ func (p *placer) prepareChecks() {
 	}
 	p.cardRanks = make([]int, len(s.cards.names))
 	p.cardBits = make([]uint32, len(s.cards.names))
-	for id, name := range s.cards.names {
-		p.cardRanks[id] = p.cardRank(name)
+	wants := make([][]string, len(p.job.Cards))
+	for i, c := range p.job.Cards {
+		wants[i] = CardTokens(c)
+	}
+	for id, card := range s.cards.names {
+		p.cardRanks[id] = cardRank(wants, s.cardNames.names[card.name], card.memGB)
 		p.cardBits[id] = flag(p.cardRanks[id] < 0, bitCard)
+	}
+	if p.job.GPUCount == 0 {
+		p.gpuPlanB = p.allowGPUBy != ""
+		p.gpuBits[1] = flag(!p.gpuPlanB, bitGPUPool)
 	}
 	if p.restricted {
 		p.countryBits[0] = bitResidency
@@ -288,34 +325,15 @@ func (p *placer) prepareChecks() {
 	// The bound is within a relative 1e-9 of exact for any amount that
 	// fits in int64, far wider than float64's rounding.
 	p.boundLimit = float64(min(p.budgetLimit, p.projectLimit)) * (1 - 1e-9)
-	p.inputRegions = make([]int32, len(p.job.Inputs))
-	for i, in := range p.job.Inputs {
-		id, ok := s.regions.lookup(in.Region, hashName(in.Region))
-		if !ok {
-			id = -1
-		}
-		p.inputRegions[i] = id
-	}
 	p.spotHours = p.runHours * float64(p.rules.Spot.RestartOverhead) / float64(time.Hour)
-	p.outGB = make([]float64, len(s.regions.names))
-	var maxGB float64
-	for r := range p.outGB {
-		for k, in := range p.job.Inputs {
-			if p.inputRegions[k] != int32(r) {
-				p.outGB[r] += float64(max(in.Bytes, 0)) / bytesPerGB
-			}
-		}
-		maxGB = max(maxGB, p.outGB[r])
-	}
-	// costBound is at most price × maxHours + maxEgress before its margin.
+	p.prepareInputs()
+	// costBound is at most price × maxHours + maxOut before its margin.
 	maxHours := p.runHours + max(s.maxRate, p.rules.Spot.AssumedPreemptionRate)*p.spotHours
-	var maxEgress float64
-	for c, e := range s.maxEgress {
-		if p.currencies[c].known {
-			maxEgress = max(maxEgress, float64(e)*p.currencies[c].perMicro*maxGB)
-		}
+	var maxOut float64
+	for _, c := range p.outCost {
+		maxOut = max(maxOut, c)
 	}
-	p.boundPrice = (p.boundLimit/(1+2e-9) - maxEgress) / maxHours
+	p.boundPrice = (p.boundLimit/(1+2e-9) - maxOut) / maxHours
 }
 
 // flag is bit when cond holds and 0 otherwise; it compiles to a
@@ -352,37 +370,37 @@ type estimate struct {
 	egressUnknownBytes                      int64
 }
 
-// place checks every offer, ranks the feasible ones and builds the decision.
-// Each rejected offer's reasons are found in the same pass, as indexes into
-// the reason table, so the offers are read once.
+// place checks every offer, ranks the feasible ones and builds the
+// decision. A rejected offer is kept as its index and failure mask; its
+// reasons are worded only when asked for (see rejections).
 func (p *placer) place(version int) (Decision, error) {
 	p.prepareChecks()
+	notes, err := p.checkInputs()
+	if err != nil {
+		return Decision{}, err
+	}
 	offers := p.set.offers
 	d := Decision{
 		Version: version, DecidedAt: p.now, Currency: p.rules.BaseCurrency,
-		Residency: p.residency, Alternatives: []Candidate{}, Offers: offers,
+		Residency: p.residency, Alternatives: []Candidate{}, Offers: offers, Notes: notes,
+	}
+	if disjoint := p.disjoint(); disjoint != "" {
+		d.Notes = append(d.Notes, disjoint)
 	}
 	keep := 1 + p.rules.MaxAlternatives
 	top := make([]ranked, 0, keep+1)
-	d.Rejected = make([]Rejection, 0, len(offers))
-	// Reasons are stored in chunks that never grow past their capacity,
-	// so a rejection's reasons never move once written.
-	var why []int32
+	rejected := make([]rejectedOffer, 0, len(offers))
 	for i := range offers {
 		f := &p.set.facts[i]
 		var est estimate
 		fail := p.check(i, f, &est)
 		if fail != 0 {
-			if cap(why)-len(why) < len(reasonCodes) {
-				why = make([]int32, 0, reasonChunk)
-			}
-			from := len(why)
-			why = p.explain(i, f, fail, &est, why)
-			d.Rejected = append(d.Rejected, Rejection{Offer: i, Reasons: why[from:len(why):len(why)]})
+			rejected = append(rejected, rejectedOffer{offer: int32(i), fail: fail})
 			continue
 		}
 		d.Feasible++
-		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.attrs[attrCard]]}
+		r := ranked{index: i, offer: &offers[i], est: est, avail: int(f.avail), card: p.cardRanks[f.card],
+			planB: p.gpuPlanB && f.gpu}
 		if len(top) == keep && !r.less(&top[keep-1]) {
 			continue
 		}
@@ -397,7 +415,7 @@ func (p *placer) place(version int) (Decision, error) {
 			top = top[:keep]
 		}
 	}
-	d.Reasons = p.reasons.list
+	d.rejections = &rejections{list: rejected, p: p}
 	for k := range top {
 		c := Candidate{Rank: k + 1, Offer: *top[k].offer, Cost: p.cost(top[k].offer, top[k].est)}
 		if k == 0 {
@@ -407,28 +425,32 @@ func (p *placer) place(version int) (Decision, error) {
 		}
 	}
 	if d.Chosen == nil {
-		fails := make([]uint32, len(d.Rejected))
-		for k, r := range d.Rejected {
-			for _, reason := range r.Reasons {
-				fails[k] |= 1 << p.reasons.keys[reason].code
-			}
-		}
-		return d, p.refusal(d, fails)
+		return d, p.refusal(d, rejected)
+	}
+	if top[0].planB {
+		d.Notes = append(d.Notes, "CPU-only job placed on GPU pool "+d.Chosen.Offer.Pool+" as plan B (allowed by "+p.allowGPUBy+
+			"): no CPU pool is feasible")
 	}
 	return d, nil
 }
 
-// ranked orders feasible offers: lowest total, then availability, then card
-// preference, then pool, provider and region names, then input order.
+// ranked orders feasible offers: CPU pools before GPU pools for a CPU-only
+// job, then lowest total, then availability, then card preference, then
+// pool, provider and region names, then input order.
 type ranked struct {
 	index int
 	offer *Offer
 	est   estimate
 	avail int
 	card  int
+	// planB marks a GPU pool for a CPU-only job.
+	planB bool
 }
 
 func (a *ranked) less(b *ranked) bool {
+	if a.planB != b.planB {
+		return b.planB
+	}
 	// cmp.Or would compare the names even when the numbers differ.
 	if c := cmp.Or(
 		cmp.Compare(a.est.total, b.est.total),
@@ -447,14 +469,17 @@ func (a *ranked) less(b *ranked) bool {
 	return a.index < b.index
 }
 
-// cardRank is the card's position in the job's preference; any card ranks 0
-// when the job accepts any.
-func (p *placer) cardRank(card string) int {
-	if len(p.job.Cards) == 0 {
+// cardRank is the position of the first of the job's card requirements
+// (as tokens) that an offer's card, named name with memGB GB (-1 when the
+// name says it), meets; any card ranks 0 when the job
+// accepts any, and -1 means none is met.
+func cardRank(wants [][]string, name string, memGB int64) int {
+	if len(wants) == 0 {
 		return 0
 	}
-	for i, c := range p.job.Cards {
-		if c == card {
+	have := offerCardTokens(name, memGB)
+	for i, want := range wants {
+		if len(want) > 0 && tokensWithin(want, have) {
 			return i
 		}
 	}
@@ -484,18 +509,22 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 	if f.spot {
 		spot = 1
 	}
-	fail := p.countryBits[f.attrs[attrCountry]+1] | p.providerBits[f.attrs[attrProvider]] | p.cardBits[f.attrs[attrCard]] |
-		p.tierBits[spot] | p.availBits[f.avail]
+	var gpu int
+	if f.gpu {
+		gpu = 1
+	}
+	fail := p.countryBits[int32(f.country)+1] | p.providerBits[f.provider] | p.cardBits[f.card] |
+		p.tierBits[spot] | p.availBits[f.avail] | p.gpuBits[gpu]
 	if f.huge {
 		o := &p.set.offers[i]
 		fail |= flag(o.GPUCount < j.GPUCount, bitGPUCount) | flag(o.GPUMemoryGB < j.MinGPUMemoryGB, bitGPUMemory) |
 			flag(o.VCPU < j.VCPU, bitVCPU) | flag(o.MemoryGB < j.MemoryGB, bitMemory)
 	} else {
-		fail |= flag(int(f.attrs[attrGPUCount]) < j.GPUCount, bitGPUCount) | flag(int(f.attrs[attrGPUMemory]) < j.MinGPUMemoryGB, bitGPUMemory) |
-			flag(int(f.attrs[attrVCPU]) < j.VCPU, bitVCPU) | flag(int(f.attrs[attrMemory]) < j.MemoryGB, bitMemory)
+		fail |= flag(int(f.gpuCount) < j.GPUCount, bitGPUCount) | flag(int(f.gpuMemory) < j.MinGPUMemoryGB, bitGPUMemory) |
+			flag(int(f.vcpu) < j.VCPU, bitVCPU) | flag(int(f.memory) < j.MemoryGB, bitMemory)
 	}
 	if p.regionBits != nil {
-		fail |= p.regionBits[f.attrs[attrRegion]]
+		fail |= p.regionBits[f.region]
 	}
 	if p.avoid != nil {
 		if _, ok := p.avoid[p.set.offers[i].Pool]; ok {
@@ -503,7 +532,7 @@ func (p *placer) check(i int, f *offerFacts, est *estimate) uint32 {
 		}
 	}
 	if fail != 0 && p.boundOnly {
-		if !p.currencies[f.priceCur].known || f.egressCur >= 0 && !p.currencies[f.egressCur].known {
+		if !p.currencies[f.priceCur].known {
 			return fail | bitCurrency
 		}
 		est.price, _ = p.toBase(f.priceCur, f.price)
@@ -535,6 +564,7 @@ var (
 	atAvoided       = codeIndex(ReasonAvoided)
 	atAvailability  = codeIndex(ReasonAvailability)
 	atCard          = codeIndex(ReasonCard)
+	atGPUPool       = codeIndex(ReasonGPUPool)
 	atGPUCount      = codeIndex(ReasonGPUCount)
 	atGPUMemory     = codeIndex(ReasonGPUMemory)
 	atVCPU          = codeIndex(ReasonVCPU)
@@ -545,9 +575,6 @@ var (
 	atProjectBudget = codeIndex(ReasonProjectBudget)
 	atDeadline      = codeIndex(ReasonDeadline)
 )
-
-// reasonChunk is how many reason indexes are allocated at a time.
-const reasonChunk = 4096
 
 // Failure-mask bits, one per reason code.
 var (
@@ -561,6 +588,7 @@ var (
 	bitAvoided       uint32 = 1 << atAvoided
 	bitAvailability  uint32 = 1 << atAvailability
 	bitCard          uint32 = 1 << atCard
+	bitGPUPool       uint32 = 1 << atGPUPool
 	bitGPUCount      uint32 = 1 << atGPUCount
 	bitGPUMemory     uint32 = 1 << atGPUMemory
 	bitVCPU          uint32 = 1 << atVCPU
@@ -591,10 +619,6 @@ type attrLookup struct {
 // holds; larger counts take the general path.
 const countSlots = 256
 
-// priceSlots is how many distinct prices byAttr holds; prices first seen
-// later take the general path.
-const priceSlots = 1024
-
 // prepareByAttr sizes byAttr for the set's ids. Each code's attributes
 // are those reasonKeys puts in its key; a code with one attribute checks it
 // as b too, and a code with none uses the tier, whose two slots then hold
@@ -610,12 +634,12 @@ func (p *placer) prepareByAttr() {
 		{atEscalated, attrSpot, attrSpot, 2},
 		{atAvailability, attrSpot, attrSpot, 2},
 		{atCard, attrCard, attrCard, len(s.cards.names)},
+		{atGPUPool, attrSpot, attrSpot, 2},
 		{atGPUCount, attrGPUCount, attrGPUCount, countSlots},
 		{atGPUMemory, attrCard, attrGPUMemory, len(s.cards.names)},
 		{atVCPU, attrVCPU, attrVCPU, countSlots},
 		{atMemory, attrMemory, attrMemory, countSlots},
 		{atCurrency, attrSpot, attrSpot, 2},
-		{atPriceCap, attrPrice, attrPrice, min(len(s.prices.names), priceSlots)},
 	}
 	total := 0
 	for _, l := range lookups {
@@ -638,7 +662,7 @@ func (p *placer) explain(i int, f *offerFacts, fail uint32, est *estimate, why [
 	for rest := fail; rest != 0; rest &= rest - 1 {
 		c := bits.TrailingZeros32(rest)
 		l := &p.byAttr[c]
-		a, b := f.attrs[l.a], f.attrs[l.b]
+		a, b := f.attr(l.a), f.attr(l.b)
 		slots := l.slots
 		if uint(a) < uint(len(slots)) {
 			if s := &slots[a]; s.i > 0 && s.b == b {
@@ -677,17 +701,17 @@ func (p *placer) explainByKey(i int, f *offerFacts, fail uint32, est *estimate, 
 // on the code would jump somewhere different for almost every reason.
 func (p *placer) reasonKeys(i int, f *offerFacts, fail uint32, est *estimate) *[len(reasonCodes)]reasonKey {
 	k := &p.keys // codes set by prepareChecks; codes without attributes keep a and b 0
-	provider, region, card := int64(f.attrs[attrProvider]), int64(f.attrs[attrRegion]), int64(f.attrs[attrCard])
+	provider, region, card := int64(f.provider), int64(f.region), int64(f.card)
 	// Each invalid offer is worded on its own.
 	k[atInvalid].a = -1 - int64(i)
-	k[atResidency].a, k[atResidency].b = region, int64(f.attrs[attrCountry])
+	k[atResidency].a, k[atResidency].b = region, int64(int32(f.country))
 	k[atProviderRule].a, k[atProvider].a, k[atRegion].a = provider, provider, region
 	k[atTier].a = int64(flag(f.spot, 1))
 	if fail&bitAvoided != 0 {
 		k[atAvoided].a = int64(p.avoid[p.set.offers[i].Pool])
 	}
-	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.attrs[attrGPUMemory])
-	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.attrs[attrGPUCount]), int64(f.attrs[attrVCPU]), int64(f.attrs[attrMemory])
+	k[atCard].a, k[atGPUMemory].a, k[atGPUMemory].b = card, card, int64(f.gpuMemory)
+	k[atGPUCount].a, k[atVCPU].a, k[atMemory].a = int64(f.gpuCount), int64(f.vcpu), int64(f.memory)
 	if f.huge {
 		o := &p.set.offers[i]
 		k[atGPUMemory].b = int64(o.GPUMemoryGB)
@@ -706,8 +730,12 @@ func (p *placer) word(code int, o *Offer, est *estimate) string {
 	case atInvalid:
 		return "invalid offer: " + o.validate().Error()
 	case atResidency:
-		return "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
+		msg := "region " + o.Region + " (" + cmp.Or(o.Country, "country unknown") + ") outside residency " +
 			p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ")
+		if d := p.disjointClasses(); d != "" {
+			msg += " (" + d + ")"
+		}
+		return msg
 	case atProviderRule:
 		return p.providerRuleReason(o.Provider)
 	case atProvider:
@@ -723,7 +751,13 @@ func (p *placer) word(code int, o *Offer, est *estimate) string {
 	case atAvailability:
 		return "no capacity (availability none)"
 	case atCard:
-		return "card " + o.Card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
+		card := o.Card
+		if o.GPUMemoryGB > 0 && !cardNamesMemory(o.Card) {
+			card += " (" + strconv.Itoa(o.GPUMemoryGB) + " GB)"
+		}
+		return "card " + card + " not accepted (" + strings.Join(j.Cards, ", ") + ")"
+	case atGPUPool:
+		return "GPU pool kept for GPU jobs; a CPU-only job may use it as plan B with placement.allow_gpu_for_cpu"
 	case atGPUCount:
 		return strconv.Itoa(o.GPUCount) + " GPUs, job needs " + strconv.Itoa(j.GPUCount)
 	case atGPUMemory:
@@ -733,7 +767,7 @@ func (p *placer) word(code int, o *Offer, est *estimate) string {
 	case atMemory:
 		return strconv.Itoa(o.MemoryGB) + " GB memory, job needs " + strconv.Itoa(j.MemoryGB) + " GB"
 	case atCurrency:
-		return "price or egress in a currency with no exchange rate to " + p.rules.BaseCurrency
+		return "price in a currency with no exchange rate to " + p.rules.BaseCurrency
 	case atPriceCap:
 		s := "price " + o.PricePerHour.String() + "/h"
 		if o.PricePerHour.Currency != p.rules.BaseCurrency {
@@ -771,7 +805,7 @@ func (p *placer) providerRuleReason(provider string) string {
 const bytesPerGB = 1_000_000_000
 
 // estimate prices the job on an offer with facts f in base micros; it is
-// false when a price is in a currency without an exchange rate.
+// false when the price is in a currency without an exchange rate.
 func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 	*e = estimate{runTime: p.runTime}
 	var ok bool
@@ -795,32 +829,27 @@ func (p *placer) estimate(f *offerFacts, e *estimate) bool {
 		e.runTime += time.Duration(lost)
 		e.overhead = mulDiv(e.price, int64(lost), hour)
 	}
-	var egressPrice int64
-	if f.egressCur >= 0 {
-		if egressPrice, ok = p.toBase(f.egressCur, f.egress); !ok {
-			return false
-		}
-	}
 	for k, in := range p.job.Inputs {
-		if p.inputRegions[k] == f.attrs[attrRegion] || in.Bytes == 0 {
+		if in.Bytes == 0 || p.local(k, f) {
 			continue
 		}
-		if f.egressCur < 0 {
+		price := p.inputPrice[k]
+		if price < 0 {
 			e.egressUnknown = true
 			e.egressUnknownBytes = addSat(e.egressUnknownBytes, in.Bytes)
 			continue
 		}
-		e.egress = addSat(e.egress, mulDiv(in.Bytes, egressPrice, bytesPerGB))
+		e.egress = addSat(e.egress, mulDiv(in.Bytes, price, bytesPerGB))
 	}
 	e.total = addSat(addSat(e.compute, e.overhead), e.egress)
 	return true
 }
 
 // costBound is at least the total estimate would find for an offer with
-// facts f and base price per hour price, in known currencies: the same
-// model in float64 without rounding down, with every input outside the
-// offer's region charged at its egress price, and a 1e-9 margin over
-// float64's rounding. It is NaN or +Inf where the model overflows.
+// facts f and base price per hour price, in a known currency: the same
+// model in float64 without rounding down, with every input that may move
+// charged at its source's egress price, and a 1e-9 margin over float64's
+// rounding. It is NaN or +Inf where the model overflows.
 func (p *placer) costBound(f *offerFacts, price int64) float64 {
 	hours := p.runHours
 	if f.spot {
@@ -830,16 +859,12 @@ func (p *placer) costBound(f *offerFacts, price int64) float64 {
 		}
 		hours += rate * p.spotHours
 	}
-	b := float64(price) * hours
-	if f.egressCur >= 0 {
-		b += float64(f.egress) * p.currencies[f.egressCur].perMicro * p.outGB[f.attrs[attrRegion]]
-	}
-	return b * (1 + 1e-9)
+	return (float64(price)*hours + p.outCost[f.region]) * (1 + 1e-9)
 }
 
 // toBase converts non-negative micros of the set's currency cur into base
 // micros, as rates.toBase does.
-func (p *placer) toBase(cur int32, micros int64) (int64, bool) {
+func (p *placer) toBase(cur int16, micros int64) (int64, bool) {
 	c := &p.currencies[cur]
 	if !c.known {
 		return 0, false
@@ -856,7 +881,7 @@ func (p *placer) cost(o *Offer, e estimate) Cost {
 		Total: r.money(e.total), EgressUnknown: e.egressUnknown, PreemptionRateAssumed: e.rateAssumed,
 	}
 	if e.egressUnknown {
-		c.Notes = append(c.Notes, fmt.Sprintf("egress price unknown for %s leaving other regions into %s: not included in the total",
+		c.Notes = append(c.Notes, fmt.Sprintf("egress price unknown where %s of inputs moved into %s is stored: not included in the total (the policy's egress_prices can give it)",
 			formatBytes(e.egressUnknownBytes), o.Region))
 	}
 	if e.rateAssumed {

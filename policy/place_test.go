@@ -89,7 +89,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 		{name: "no capacity", offer: func(o *policy.Offer) { o.Availability = policy.Unavailable },
 			code: policy.ReasonAvailability, message: "no capacity (availability none)"},
 		{name: "card not accepted", offer: func(o *policy.Offer) { o.Card = "L4" },
-			code: policy.ReasonCard, message: "card L4 not accepted (H100, A100-80GB)"},
+			code: policy.ReasonCard, message: "card L4 (80 GB) not accepted (H100, A100-80GB)"},
 		{name: "too few GPUs", offer: func(o *policy.Offer) { o.GPUCount = 1 },
 			code: policy.ReasonGPUCount, message: "1 GPUs, job needs 2"},
 		{name: "too little GPU memory", offer: func(o *policy.Offer) { o.GPUMemoryGB = 40 },
@@ -99,7 +99,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 		{name: "too little memory", offer: func(o *policy.Offer) { o.MemoryGB = 64 },
 			code: policy.ReasonMemory, message: "64 GB memory, job needs 128 GB"},
 		{name: "currency without exchange rate", offer: func(o *policy.Offer) { o.PricePerHour = money("300 JPY") },
-			code: policy.ReasonCurrency, message: "price or egress in a currency with no exchange rate to EUR"},
+			code: policy.ReasonCurrency, message: "price in a currency with no exchange rate to EUR"},
 		{name: "over the price cap", offer: func(o *policy.Offer) { o.PricePerHour = money("3.10 EUR") },
 			code: policy.ReasonPriceCap, message: "price 3.10 EUR/h over cap 2.50 EUR/h"},
 		{name: "over the price cap after conversion", offer: func(o *policy.Offer) { o.PricePerHour = money("3.00 USD") },
@@ -110,7 +110,9 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 			code: policy.ReasonProjectBudget, message: "estimated cost 20.00 EUR over the 10.00 EUR left of budget imaging (month cap 1000.00 EUR)"},
 		{name: "egress counts against the budget", job: func(j *policy.Requirements) {
 			j.Budget = ptr(money("25 EUR"))
-			j.Inputs = []policy.Input{{Region: "eu-west-1", Bytes: 600_000_000_000}}
+			j.Inputs = []policy.Input{{Provider: "aws", Region: "eu-west-1", Bytes: 600_000_000_000}}
+		}, rules: func(r *policy.Rules) {
+			r.EgressPrices = []policy.EgressPrice{{Provider: "aws", PerGB: money("0.01 EUR")}}
 		}, code: policy.ReasonJobBudget, message: "estimated cost 26.00 EUR over the job budget 25.00 EUR"},
 		{name: "too slow for the deadline", job: func(j *policy.Requirements) { j.Deadline = now.Add(9 * time.Hour) },
 			code: policy.ReasonDeadline, message: "expected run time 10h0m0s ends after the deadline 2026-03-02T18:00:00Z"},
@@ -141,7 +143,7 @@ func TestPlaceRejectsEachReasonWithItsMessage(t *testing.T) {
 			if !errors.As(err, &refusal) {
 				t.Fatalf("Place = %+v, %v; want a NoPlacementError", d.Chosen, err)
 			}
-			got := refusal.Decision.ReasonsOf(refusal.Decision.Rejected[0])
+			got := refusal.Decision.ReasonsOf(refusal.Decision.Rejected()[0])
 			for _, r := range got {
 				if r.Code == tt.code {
 					if !strings.Contains(r.Message, tt.message) {
@@ -159,7 +161,9 @@ func TestPlaceAcceptsTheBaseOfferWithItsCost(t *testing.T) {
 	t.Parallel()
 	job := baseJob()
 	job.Inputs = []policy.Input{{Region: "fsn1", Bytes: 1e12}, {Region: "eu-west-1", Bytes: 100_000_000_000}}
-	d, err := policy.Place(job, []policy.Offer{baseOffer()}, baseRules(), now)
+	rules := baseRules()
+	rules.EgressPrices = []policy.EgressPrice{{Provider: "aws", Region: "eu-*", PerGB: money("0.01 EUR")}}
+	d, err := policy.Place(job, []policy.Offer{baseOffer()}, rules, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +200,7 @@ func TestPlaceFlagsUnknownEgressAndPreemptionRate(t *testing.T) {
 	if c.SpotOverhead.String() != "0.333333 EUR" {
 		t.Errorf("spot overhead = %s", c.SpotOverhead)
 	}
-	if len(c.Notes) != 2 || !strings.Contains(c.Notes[0], "egress price unknown for 50 GB") {
+	if len(c.Notes) != 2 || !strings.Contains(c.Notes[0], "egress price unknown where 50 GB of inputs moved into fsn1 is stored") {
 		t.Errorf("notes = %q", c.Notes)
 	}
 }
@@ -269,7 +273,7 @@ func TestNoPlacementCountsReasonsAndNamesTheBestRelaxation(t *testing.T) {
 		t.Errorf("err = %v\nwant  %s", err, want)
 	}
 	var refusal *policy.NoPlacementError
-	if !errors.As(err, &refusal) || len(refusal.Decision.Rejected) != 17 || refusal.Relaxation.Code != policy.ReasonResidency {
+	if !errors.As(err, &refusal) || len(refusal.Decision.Rejected()) != 17 || refusal.Relaxation.Code != policy.ReasonResidency {
 		t.Errorf("refusal = %+v", refusal)
 	}
 }
@@ -315,8 +319,13 @@ func TestDecisionRoundTripsThroughJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(back, d) {
-		t.Errorf("round trip changed the decision:\n%+v\n%+v", back, d)
+	again, err := json.Marshal(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(data) || !reflect.DeepEqual(back.Rejected(), d.Rejected()) || !reflect.DeepEqual(back.Reasons(), d.Reasons()) ||
+		back.RejectedCount() != 1 || !reflect.DeepEqual(back.Chosen, d.Chosen) {
+		t.Errorf("round trip changed the decision:\n%s\n%s", again, data)
 	}
 }
 
@@ -337,10 +346,10 @@ func TestRejectionsShareEachDistinctReasonWordedOnce(t *testing.T) {
 		t.Fatalf("err = %v, want a refusal", err)
 	}
 	d := refusal.Decision
-	if len(d.Rejected) != 12 || len(d.Reasons) != 3 {
-		t.Fatalf("%d rejections with %d distinct reasons %+v, want 12 with 3", len(d.Rejected), len(d.Reasons), d.Reasons)
+	if len(d.Rejected()) != 12 || len(d.Reasons()) != 3 {
+		t.Fatalf("%d rejections with %d distinct reasons %+v, want 12 with 3", len(d.Rejected()), len(d.Reasons()), d.Reasons())
 	}
-	for i, r := range d.Rejected {
+	for i, r := range d.Rejected() {
 		got := d.ReasonsOf(r)
 		if r.Offer != i || d.Offers[r.Offer].Pool != offers[i].Pool {
 			t.Errorf("rejection %d names offer %d", i, r.Offer)
@@ -374,12 +383,12 @@ func TestPlaceComparesResourceCountsBeyondInt32Exactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Chosen.Offer.Pool != "c" || len(d.Rejected) != 2 {
-		t.Fatalf("chosen %s, %d rejected; want c, 2", d.Chosen.Offer.Pool, len(d.Rejected))
+	if d.Chosen.Offer.Pool != "c" || len(d.Rejected()) != 2 {
+		t.Fatalf("chosen %s, %d rejected; want c, 2", d.Chosen.Offer.Pool, len(d.Rejected()))
 	}
 	for i, want := range []string{"2147483649 vCPU, job needs 2147483658", "2147483650 vCPU, job needs 2147483658"} {
-		if got := d.ReasonsOf(d.Rejected[i]); len(got) != 1 || got[0].Message != want {
-			t.Errorf("%s: reasons %+v, want %q", d.Offers[d.Rejected[i].Offer].Pool, got, want)
+		if got := d.ReasonsOf(d.Rejected()[i]); len(got) != 1 || got[0].Message != want {
+			t.Errorf("%s: reasons %+v, want %q", d.Offers[d.Rejected()[i].Offer].Pool, got, want)
 		}
 	}
 }

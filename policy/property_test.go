@@ -1,11 +1,12 @@
 package policy_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
 	"path"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -79,6 +80,9 @@ func genRules(t *rapid.T) policy.Rules {
 		}
 		r.Rules = append(r.Rules, rule)
 	}
+	if rapid.Bool().Draw(t, "has_egress_prices") {
+		r.EgressPrices = []policy.EgressPrice{{Region: "r1", PerGB: genMoney(t, "source_egress", 100_000)}}
+	}
 	if rapid.Bool().Draw(t, "has_budget") {
 		r.Budgets = []policy.Budget{{
 			Project: rapid.SampledFrom(propProjects).Draw(t, "budget_project"), Period: "month",
@@ -110,7 +114,10 @@ func genJob(t *rapid.T) policy.Requirements {
 		j.Budget = ptr(genMoney(t, "job_budget", 100_000_000))
 	}
 	if rapid.Bool().Draw(t, "has_input") {
-		j.Inputs = []policy.Input{{Region: "r1", Bytes: rapid.Int64Range(0, 2e12).Draw(t, "bytes")}}
+		j.Inputs = []policy.Input{{
+			Provider: rapid.SampledFrom([]string{"", "aws", "hetzner"}).Draw(t, "input_provider"),
+			Region:   "r1", Bytes: rapid.Int64Range(0, 2e12).Draw(t, "bytes"),
+		}}
 	}
 	return j
 }
@@ -142,8 +149,11 @@ func ruleMatches(r policy.Rule, j policy.Requirements) bool {
 	return true
 }
 
-// referenceTotal is the documented cost model, computed independently.
-func referenceTotal(j policy.Requirements, o policy.Offer) int64 {
+// referenceTotal is the documented cost model, computed independently:
+// each input moved off the provider and region that store it is charged at
+// its source's egress price (egress_prices, else the highest that offers
+// there state), never at the offer's.
+func referenceTotal(j policy.Requirements, rules policy.Rules, offers []policy.Offer, o policy.Offer) int64 {
 	price := toEUR(o.PricePerHour)
 	mul := func(a, b, c int64) int64 {
 		return new(big.Int).Div(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)), big.NewInt(c)).Int64()
@@ -158,15 +168,36 @@ func referenceTotal(j policy.Requirements, o policy.Offer) int64 {
 		total += mul(price, int64(lost), int64(time.Hour))
 	}
 	for _, in := range j.Inputs {
-		if in.Region != o.Region && o.EgressPerGB != nil {
-			total += mul(in.Bytes, toEUR(*o.EgressPerGB), 1e9)
+		if in.Region == o.Region && (in.Provider == "" || in.Provider == o.Provider) {
+			continue
+		}
+		if egress, ok := referenceSourcePrice(in, rules, offers); ok {
+			total += mul(in.Bytes, egress, 1e9)
 		}
 	}
 	return total
 }
 
-// checkFeasible fails t when o breaks a constraint job and rules impose.
-func checkFeasible(t *rapid.T, j policy.Requirements, rules policy.Rules, o policy.Offer) {
+// referenceSourcePrice is the egress price in EUR micros per GB of moving
+// in out of where it is stored.
+func referenceSourcePrice(in policy.Input, rules policy.Rules, offers []policy.Offer) (int64, bool) {
+	for _, e := range rules.EgressPrices {
+		if ok, _ := path.Match(e.Region, in.Region); ok || e.Region == "" {
+			return toEUR(e.PerGB), true
+		}
+	}
+	price, found := int64(0), false
+	for _, o := range offers {
+		if o.Region == in.Region && (in.Provider == "" || o.Provider == in.Provider) && o.EgressPerGB != nil {
+			price, found = max(price, toEUR(*o.EgressPerGB)), true
+		}
+	}
+	return price, found
+}
+
+// checkFeasible fails t when o, one of offers, breaks a constraint job and
+// rules impose.
+func checkFeasible(t *rapid.T, j policy.Requirements, rules policy.Rules, offers []policy.Offer, o policy.Offer) {
 	if j.Residency != "" && !inClass(rules, j.Residency, o.Country) {
 		t.Fatalf("%s in %q is outside the job's residency %s", o.Pool, o.Country, j.Residency)
 	}
@@ -178,7 +209,7 @@ func checkFeasible(t *rapid.T, j policy.Requirements, rules policy.Rules, o poli
 	if j.MaxPricePerHour != nil && toEUR(o.PricePerHour) > toEUR(*j.MaxPricePerHour) {
 		t.Fatalf("%s costs %s/h over the cap %s", o.Pool, o.PricePerHour, j.MaxPricePerHour)
 	}
-	total := referenceTotal(j, o)
+	total := referenceTotal(j, rules, offers, o)
 	if j.Budget != nil && total > toEUR(*j.Budget) {
 		t.Fatalf("%s costs %d over the job budget %s", o.Pool, total, j.Budget)
 	}
@@ -203,10 +234,10 @@ func TestPlaceProperties(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("Place: %v", err)
 		}
-		if d.Feasible+len(d.Rejected) != len(offers) {
-			t.Fatalf("%d feasible + %d rejected != %d offers", d.Feasible, len(d.Rejected), len(offers))
+		if d.Feasible+len(d.Rejected()) != len(offers) {
+			t.Fatalf("%d feasible + %d rejected != %d offers", d.Feasible, len(d.Rejected()), len(offers))
 		}
-		for _, r := range d.Rejected {
+		for _, r := range d.Rejected() {
 			if len(r.Reasons) == 0 {
 				t.Fatalf("%s rejected without a reason", d.Offers[r.Offer].Pool)
 			}
@@ -223,8 +254,8 @@ func TestPlaceProperties(t *testing.T) {
 			t.Fatalf("kept %d of %d feasible offers", len(kept), d.Feasible)
 		}
 		for _, c := range kept {
-			checkFeasible(t, job, rules, c.Offer)
-			if want := referenceTotal(job, c.Offer); c.Cost.Total.Micros != want {
+			checkFeasible(t, job, rules, offers, c.Offer)
+			if want := referenceTotal(job, rules, offers, c.Offer); c.Cost.Total.Micros != want {
 				t.Fatalf("%s total %d, reference %d", c.Offer.Pool, c.Cost.Total.Micros, want)
 			}
 		}
@@ -296,8 +327,10 @@ func TestOfferSetDecidesAsPlaceForEveryJobProperty(t *testing.T) {
 			job, rules := genJob(t), genRules(t)
 			want, wantErr := policy.Place(job, offers, rules, now)
 			got, gotErr := set.Place(job, rules, now)
-			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
-				t.Fatalf("offer set decided\n%+v, %v\nPlace decided\n%+v, %v", got, gotErr, want, wantErr)
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(want)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !bytes.Equal(gotJSON, wantJSON) {
+				t.Fatalf("offer set decided\n%s, %v\nPlace decided\n%s, %v", gotJSON, gotErr, wantJSON, wantErr)
 			}
 			checkReasons(t, got)
 		}
@@ -308,7 +341,7 @@ func TestOfferSetDecidesAsPlaceForEveryJobProperty(t *testing.T) {
 // in the order the checks run, and the table words each reason once.
 func checkReasons(t *rapid.T, d policy.Decision) {
 	seen := map[policy.Reason]bool{}
-	for _, r := range d.Reasons {
+	for _, r := range d.Reasons() {
 		if seen[r] {
 			t.Fatalf("reason %+v worded twice", r)
 		}
@@ -317,20 +350,20 @@ func checkReasons(t *rapid.T, d policy.Decision) {
 	order := map[policy.ReasonCode]int{}
 	for i, c := range []policy.ReasonCode{policy.ReasonInvalidOffer, policy.ReasonResidency, policy.ReasonProviderRule,
 		policy.ReasonProvider, policy.ReasonRegion, policy.ReasonTier, policy.ReasonEscalated, policy.ReasonAvoided,
-		policy.ReasonAvailability, policy.ReasonCard, policy.ReasonGPUCount, policy.ReasonGPUMemory, policy.ReasonVCPU,
+		policy.ReasonAvailability, policy.ReasonCard, policy.ReasonGPUPool, policy.ReasonGPUCount, policy.ReasonGPUMemory, policy.ReasonVCPU,
 		policy.ReasonMemory, policy.ReasonCurrency, policy.ReasonPriceCap, policy.ReasonJobBudget,
 		policy.ReasonProjectBudget, policy.ReasonDeadline} {
 		order[c] = i
 	}
-	for _, r := range d.Rejected {
+	for _, r := range d.Rejected() {
 		if r.Offer < 0 || r.Offer >= len(d.Offers) {
 			t.Fatalf("rejection names offer %d of %d", r.Offer, len(d.Offers))
 		}
 		for i, k := range r.Reasons {
-			if k < 0 || int(k) >= len(d.Reasons) {
-				t.Fatalf("%s names reason %d of %d", d.Offers[r.Offer].Pool, k, len(d.Reasons))
+			if k < 0 || int(k) >= len(d.Reasons()) {
+				t.Fatalf("%s names reason %d of %d", d.Offers[r.Offer].Pool, k, len(d.Reasons()))
 			}
-			if i > 0 && order[d.Reasons[k].Code] <= order[d.Reasons[r.Reasons[i-1]].Code] {
+			if i > 0 && order[d.Reasons()[k].Code] <= order[d.Reasons()[r.Reasons[i-1]].Code] {
 				t.Fatalf("%s reasons out of order: %+v", d.Offers[r.Offer].Pool, d.ReasonsOf(r))
 			}
 		}
@@ -350,13 +383,13 @@ func TestRejectedOffersCarryBudgetReasonsProperty(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("Place: %v", err)
 		}
-		for _, r := range d.Rejected {
+		for _, r := range d.Rejected() {
 			o := d.Offers[r.Offer]
 			has := map[policy.ReasonCode]bool{}
 			for _, reason := range d.ReasonsOf(r) {
 				has[reason.Code] = true
 			}
-			total := referenceTotal(job, o)
+			total := referenceTotal(job, rules, offers, o)
 			if want := job.Budget != nil && total > toEUR(*job.Budget); has[policy.ReasonJobBudget] != want {
 				t.Fatalf("%s costs %d, job budget %v: job budget reason %v, want %v", o.Pool, total, job.Budget, has[policy.ReasonJobBudget], want)
 			}

@@ -22,6 +22,7 @@ const (
 	ReasonAvoided       ReasonCode = "avoided"
 	ReasonAvailability  ReasonCode = "availability"
 	ReasonCard          ReasonCode = "card"
+	ReasonGPUPool       ReasonCode = "gpu_pool"
 	ReasonGPUCount      ReasonCode = "gpu_count"
 	ReasonGPUMemory     ReasonCode = "gpu_memory"
 	ReasonVCPU          ReasonCode = "vcpu"
@@ -36,7 +37,7 @@ const (
 // reasonCodes lists the codes in the order checks run.
 var reasonCodes = [...]ReasonCode{
 	ReasonInvalidOffer, ReasonResidency, ReasonProviderRule, ReasonProvider, ReasonRegion,
-	ReasonTier, ReasonEscalated, ReasonAvoided, ReasonAvailability, ReasonCard, ReasonGPUCount,
+	ReasonTier, ReasonEscalated, ReasonAvoided, ReasonAvailability, ReasonCard, ReasonGPUPool, ReasonGPUCount,
 	ReasonGPUMemory, ReasonVCPU, ReasonMemory, ReasonCurrency, ReasonPriceCap, ReasonJobBudget,
 	ReasonProjectBudget, ReasonDeadline,
 }
@@ -55,16 +56,6 @@ type Reason struct {
 type Rejection struct {
 	Offer   int     `json:"offer"`
 	Reasons []int32 `json:"reasons"`
-}
-
-// ReasonsOf returns every reason r was rejected, worded, in the order the
-// checks run.
-func (d *Decision) ReasonsOf(r Rejection) []Reason {
-	out := make([]Reason, len(r.Reasons))
-	for i, k := range r.Reasons {
-		out[i] = d.Reasons[k]
-	}
-	return out
 }
 
 // reasonKey identifies one distinct reason: its code and the offer's
@@ -176,13 +167,13 @@ func plural(n int, word string) string {
 	return word + "s"
 }
 
-// refusal counts the reasons of the rejected offers, given as failure
-// masks, and picks the relaxation: the reason that alone rejects the most
-// offers.
-func (p *placer) refusal(d Decision, fails []uint32) *NoPlacementError {
-	e := &NoPlacementError{Offers: len(d.Rejected), Decision: d}
+// refusal counts the reasons of the rejected offers and picks the
+// relaxation: the reason that alone rejects the most offers.
+func (p *placer) refusal(d Decision, rejected []rejectedOffer) *NoPlacementError {
+	e := &NoPlacementError{Offers: len(rejected), Decision: d}
 	var counts, alone [len(reasonCodes)]int
-	for _, fail := range fails {
+	for _, r := range rejected {
+		fail := r.fail
 		for f := fail; f != 0; f &= f - 1 {
 			counts[bits.TrailingZeros32(f)]++
 		}
@@ -216,6 +207,9 @@ func (p *placer) summary(code ReasonCode) string {
 	case ReasonInvalidOffer:
 		return "malformed"
 	case ReasonResidency:
+		if d := p.disjointClasses(); d != "" {
+			return "outside residency " + p.residency.Class + " (" + d + ")"
+		}
 		return "outside residency " + p.residency.Class
 	case ReasonProviderRule:
 		return "from providers the organisation's rules exclude"
@@ -233,6 +227,8 @@ func (p *placer) summary(code ReasonCode) string {
 		return "without capacity"
 	case ReasonCard:
 		return "with cards other than " + strings.Join(j.Cards, ", ")
+	case ReasonGPUPool:
+		return "in GPU pools kept for GPU jobs"
 	case ReasonGPUCount:
 		return fmt.Sprintf("with fewer than %d GPUs", j.GPUCount)
 	case ReasonGPUMemory:
@@ -259,7 +255,11 @@ func (p *placer) summary(code ReasonCode) string {
 func (p *placer) constraint(code ReasonCode) string {
 	switch code {
 	case ReasonResidency:
-		return "residency " + p.residency.Class + " (" + strings.Join(p.residency.ImposedBy, ", ") + ")"
+		c := "residency " + p.residency.Class + " (" + strings.Join(p.residency.ImposedBy, ", ")
+		if d := p.disjointClasses(); d != "" {
+			c += "; " + d
+		}
+		return c + ")"
 	case ReasonProviderRule:
 		return "the provider rules"
 	case ReasonProvider:
@@ -276,6 +276,8 @@ func (p *placer) constraint(code ReasonCode) string {
 		return "the wait for capacity"
 	case ReasonCard:
 		return "resources.gpu.cards"
+	case ReasonGPUPool:
+		return "placement.allow_gpu_for_cpu"
 	case ReasonGPUCount:
 		return "resources.gpu.count"
 	case ReasonGPUMemory:
@@ -296,4 +298,27 @@ func (p *placer) constraint(code ReasonCode) string {
 		return "deadline"
 	}
 	return string(code)
+}
+
+// disjointClasses says, when the classes the residency intersects share no
+// country, which they are: "EEA and CH share no country". Otherwise "".
+func (p *placer) disjointClasses() string {
+	if !p.restricted || p.allowed != (countrySet{}) {
+		return ""
+	}
+	names := strings.Split(p.residency.Class, "∩")
+	if len(names) < 2 {
+		return ""
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " share no country"
+}
+
+// disjoint is the decision's note when its residency is empty.
+func (p *placer) disjoint() string {
+	d := p.disjointClasses()
+	if d == "" {
+		return ""
+	}
+	return "residency " + p.residency.Class + " required by " + strings.Join(p.residency.ImposedBy, " and ") + " is empty: " +
+		d + ", so no offer can be inside it"
 }

@@ -46,8 +46,8 @@ func TestReplaceMovesAwayFromAPoolThatJustPreempted(t *testing.T) {
 	if next.Notes[0] != "moved from pool fsn-spot to pool fsn2-spot" {
 		t.Errorf("notes = %q", next.Notes)
 	}
-	if r := next.ReasonsOf(next.Rejected[0]); r[0].Code != policy.ReasonAvoided || !strings.Contains(r[0].Message, "pool fsn-spot preempted the job at") {
-		t.Errorf("rejected = %+v", next.Rejected)
+	if r := next.ReasonsOf(next.Rejected()[0]); r[0].Code != policy.ReasonAvoided || !strings.Contains(r[0].Message, "pool fsn-spot preempted the job at") {
+		t.Errorf("rejected = %+v", next.Rejected())
 	}
 	// Once AvoidFor has passed the cheap pool is back.
 	again, err := policy.Replace(job, offers, baseRules(), next, history, later.Add(2*time.Hour))
@@ -65,7 +65,7 @@ func TestReplaceAvoidsAPoolWithoutCapacity(t *testing.T) {
 	if err != nil || next.Chosen.Offer.Pool != "fsn2-spot" {
 		t.Fatalf("next = %+v, %v", next.Chosen, err)
 	}
-	if r := next.ReasonsOf(next.Rejected[0]); !strings.Contains(r[0].Message, "had no capacity") {
+	if r := next.ReasonsOf(next.Rejected()[0]); !strings.Contains(r[0].Message, "had no capacity") {
 		t.Errorf("reason = %+v", r)
 	}
 }
@@ -121,7 +121,7 @@ func TestReplaceNeverWidensResidency(t *testing.T) {
 	if got := refusal.Decision.Residency; got.Class != "EU" || got.ImposedBy[0] != "placement v1" {
 		t.Errorf("residency = %+v", got)
 	}
-	if msg := refusal.Decision.ReasonsOf(refusal.Decision.Rejected[0])[0].Message; msg != "region fsn1 (NO) outside residency EU required by placement v1" {
+	if msg := refusal.Decision.ReasonsOf(refusal.Decision.Rejected()[0])[0].Message; msg != "region fsn1 (NO) outside residency EU required by placement v1" {
 		t.Errorf("reason = %q", msg)
 	}
 }

@@ -50,14 +50,25 @@ type Requirements struct {
 	// means until the deadline, or Rules.DefaultExpectedDuration.
 	ExpectedDuration time.Duration `json:"expected_duration,omitempty" yaml:"expected_duration" mapstructure:"expected_duration"`
 	Inputs           []Input       `json:"inputs,omitempty" yaml:"inputs" mapstructure:"inputs"`
+	// AllowGPUForCPU lets a CPU-only job (GPUCount 0) use GPU pools, ranked
+	// after every CPU pool. Without it, or a matching rule that allows it,
+	// a CPU-only job is placed on CPU pools only.
+	AllowGPUForCPU bool `json:"allow_gpu_for_cpu,omitempty" yaml:"allow_gpu_for_cpu" mapstructure:"allow_gpu_for_cpu"`
 }
 
-// Input is a data set the job reads; moving it out of its region costs
-// egress.
+// Input is a data set the job reads. Moving it out of its region costs
+// egress, billed by the provider where it is stored: the price comes from
+// Rules.EgressPrices, or else from that provider's offers in that region.
 type Input struct {
-	Name   string `json:"name,omitempty" yaml:"name" mapstructure:"name"`
-	Region string `json:"region" yaml:"region" mapstructure:"region"`
-	Bytes  int64  `json:"bytes" yaml:"bytes" mapstructure:"bytes"`
+	Name string `json:"name,omitempty" yaml:"name" mapstructure:"name"`
+	// Provider stores the data; empty means any provider with offers in
+	// Region.
+	Provider string `json:"provider,omitempty" yaml:"provider" mapstructure:"provider"`
+	Region   string `json:"region" yaml:"region" mapstructure:"region"`
+	// Country is the ISO 3166-1 alpha-2 code of Region; when empty, the
+	// country the offers in Region state.
+	Country string `json:"country,omitempty" yaml:"country" mapstructure:"country"`
+	Bytes   int64  `json:"bytes" yaml:"bytes" mapstructure:"bytes"`
 }
 
 // Validate checks the job on its own, naming the field at fault.
@@ -96,6 +107,9 @@ func (j Requirements) Validate() error {
 	for i, in := range j.Inputs {
 		if in.Bytes < 0 {
 			return fmt.Errorf("job.inputs[%d].bytes: must be 0 or more, got %d", i, in.Bytes)
+		}
+		if _, err := NormalizeCountry(in.Country); err != nil {
+			return fmt.Errorf("job.inputs[%d].country: %w", i, err)
 		}
 	}
 	return nil

@@ -33,6 +33,20 @@ type Rules struct {
 	DefaultExpectedDuration time.Duration `json:"default_expected_duration,omitempty" yaml:"default_expected_duration" mapstructure:"default_expected_duration"`
 	// MaxAlternatives caps the ranked plan B kept in a decision. Default 10.
 	MaxAlternatives int `json:"max_alternatives,omitempty" yaml:"max_alternatives" mapstructure:"max_alternatives"`
+	// EgressPrices are what moving a GB of a job's input out of where it is
+	// stored costs; the first entry matching the input's provider and
+	// region applies (an input that names no provider matches on its
+	// region alone). An input no entry matches is priced at the egress its
+	// provider's offers in its region state.
+	EgressPrices []EgressPrice `json:"egress_prices,omitempty" yaml:"egress_prices" mapstructure:"egress_prices"`
+}
+
+// EgressPrice is the egress price of the regions matching Region at the
+// providers matching Provider (globs; empty matches all).
+type EgressPrice struct {
+	Provider string `json:"provider,omitempty" yaml:"provider" mapstructure:"provider"`
+	Region   string `json:"region,omitempty" yaml:"region" mapstructure:"region"`
+	PerGB    Money  `json:"per_gb" yaml:"per_gb" mapstructure:"per_gb"`
 }
 
 // Rule applies to every job whose project matches Project and whose labels
@@ -50,6 +64,13 @@ type Rule struct {
 	// may use; DenyProviders lists provider globs they may not use.
 	AllowProviders []string `json:"allow_providers,omitempty" yaml:"allow_providers" mapstructure:"allow_providers"`
 	DenyProviders  []string `json:"deny_providers,omitempty" yaml:"deny_providers" mapstructure:"deny_providers"`
+	// AllowGPUForCPU lets matching CPU-only jobs use GPU pools, ranked
+	// after every CPU pool, as the job's placement.allow_gpu_for_cpu does.
+	AllowGPUForCPU bool `json:"allow_gpu_for_cpu,omitempty" yaml:"allow_gpu_for_cpu" mapstructure:"allow_gpu_for_cpu"`
+	// ResidentInputs refuses a matching job whose inputs are stored
+	// outside its residency (or in a country that is unknown); without it
+	// such an input is noted on the decision.
+	ResidentInputs bool `json:"resident_inputs,omitempty" yaml:"resident_inputs" mapstructure:"resident_inputs"`
 }
 
 // Budget caps what the projects matching Project may spend in a period.
@@ -171,6 +192,8 @@ type compiled struct {
 	rates   rates
 	classes map[string]countrySet
 	budgets []compiledBudget
+	// egress holds EgressPrices' prices in base micros per GB.
+	egress []int64
 }
 
 type compiledBudget struct {
@@ -240,7 +263,7 @@ func compile(r Rules) (*compiled, error) {
 		}
 		if rule.Residency != "" {
 			if _, ok := c.classes[strings.ToUpper(rule.Residency)]; !ok {
-				return nil, fmt.Errorf("%s: undefined residency class %q", key("residency"), rule.Residency)
+				return nil, fmt.Errorf("%s: undefined residency class %q; known classes: %s", key("residency"), rule.Residency, c.classNames())
 			}
 		}
 		if !validGlobs(rule.AllowProviders) {
@@ -281,6 +304,23 @@ func compile(r Rules) (*compiled, error) {
 		}
 		c.budgets = append(c.budgets, compiledBudget{Budget: b, remaining: remaining})
 	}
+	for i, e := range r.EgressPrices {
+		key := fmt.Sprintf("egress_prices[%d]", i)
+		if !validGlob(e.Provider) {
+			return nil, globError(key+".provider", e.Provider)
+		}
+		if !validGlob(e.Region) {
+			return nil, globError(key+".region", e.Region)
+		}
+		if e.PerGB.Micros < 0 {
+			return nil, fmt.Errorf("%s.per_gb: must not be negative, got %s", key, e.PerGB)
+		}
+		v, ok := c.rates.toBase(e.PerGB)
+		if !ok {
+			return nil, fmt.Errorf("%s.per_gb: unknown currency %q (not %s and not in exchange_rates)", key, e.PerGB.Currency, r.BaseCurrency)
+		}
+		c.egress = append(c.egress, v)
+	}
 	switch {
 	case r.Spot.RestartOverhead < 0:
 		return nil, fmt.Errorf("spot.restart_overhead: must not be negative, got %s", r.Spot.RestartOverhead)
@@ -298,6 +338,17 @@ func compile(r Rules) (*compiled, error) {
 		return nil, fmt.Errorf("max_alternatives: must be 0 or more, got %d", r.MaxAlternatives)
 	}
 	return c, nil
+}
+
+// classNames lists the residency classes defined, built-ins first.
+func (c *compiled) classNames() string {
+	names := []string{"EU", "EEA", "CH", "UK"}
+	for _, n := range sortedKeys(c.classes) {
+		if _, builtin := builtinClasses[n]; !builtin {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // matches reports whether rule applies to job.

@@ -97,6 +97,9 @@ type PlacementSpec struct {
 	Regions   []string `json:"regions,omitempty"`
 	Residency string   `json:"residency,omitempty"`
 	Providers []string `json:"providers,omitempty"`
+	// AllowGPUForCPU lets a CPU-only job use GPU pools as plan B, ranked
+	// after every CPU pool.
+	AllowGPUForCPU bool `json:"allow_gpu_for_cpu,omitempty"`
 }
 
 // BudgetSpec caps what the job may cost, as amounts like "2.50 EUR".
@@ -127,10 +130,16 @@ type CheckpointSpec struct {
 
 // Input is data the job reads, used to estimate egress cost.
 type Input struct {
-	Name   string `json:"name,omitempty"`
-	URI    string `json:"uri,omitempty"`
-	Region string `json:"region"`
-	Bytes  int64  `json:"bytes"`
+	Name string `json:"name,omitempty"`
+	URI  string `json:"uri,omitempty"`
+	// Provider stores the data and bills its egress; empty means any
+	// provider with offers in Region.
+	Provider string `json:"provider,omitempty"`
+	Region   string `json:"region"`
+	// Country is the ISO 3166-1 alpha-2 code of Region, when the offers
+	// there do not say it.
+	Country string `json:"country,omitempty"`
+	Bytes   int64  `json:"bytes"`
 }
 
 // Duration is a time.Duration written as "90s", "2h30m".
@@ -479,6 +488,8 @@ func (s *Spec) Validate() error {
 		for i, c := range g.Cards {
 			if strings.TrimSpace(c) == "" {
 				bad(fmt.Sprintf("spec.resources.gpu.cards[%d]", i), "must name a card such as H100 or A100-80GB")
+			} else if err := policy.CheckCard(c); err != nil {
+				bad(fmt.Sprintf("spec.resources.gpu.cards[%d]", i), "%v", err)
 			}
 		}
 		if g.MemoryGB < 0 || g.MemoryGB > 1024 {
@@ -560,10 +571,32 @@ func (s *Spec) Validate() error {
 		if in.Bytes < 0 {
 			bad(fmt.Sprintf("spec.inputs[%d].bytes", i), "must not be negative, got %d", in.Bytes)
 		}
+		if _, err := policy.NormalizeCountry(in.Country); err != nil {
+			bad(fmt.Sprintf("spec.inputs[%d].country", i), "%v", err)
+		}
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 	if len(probs) > 0 {
 		return &SpecError{Problems: probs}
 	}
 	return nil
+}
+
+// specKeys renames the placement engine's job fields to the job spec's keys.
+var specKeys = strings.NewReplacer(
+	"job.gpu_count", "spec.resources.gpu.count", "job.min_gpu_memory_gb", "spec.resources.gpu.memory_gb",
+	"job.vcpu", "spec.resources.cpu", "job.memory_gb", "spec.resources.memory_gb", "job.tier", "spec.placement.tier",
+	"job.providers", "spec.placement.providers", "job.regions", "spec.placement.regions",
+	"job.residency", "spec.placement.residency", "job.expected_duration", "spec.expected_duration",
+	"job.inputs", "spec.inputs", "job.max_price_per_hour", "spec.budget.max_price_per_hour", "job.budget", "spec.budget.total",
+)
+
+// SpecKeys renames the placement engine's field names in err (policy.Requirements's,
+// such as job.residency) to the job spec's keys (spec.placement.residency),
+// so that an error about a job names what its author wrote.
+func SpecKeys(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(specKeys.Replace(err.Error()))
 }

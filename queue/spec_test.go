@@ -31,6 +31,9 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"unknown built-in", "command: [\"gpuq:sleep\"]\n", "spec.command", "not a built-in job"},
 		{"built-in with arguments", "command: [\"gpuq:noop\", x]\n", "spec.command", "without arguments"},
 		{"oversize", "command: [echo]\nenv: {A: \"" + strings.Repeat("x", 10<<20) + "\"}\n", "spec", "over the 262144-byte limit"},
+		{"unknown card", "command: [echo]\nresources: {gpu: {count: 1, cards: [H100, X100]}}\n", "spec.resources.gpu.cards[1]", `unknown card "X100"; known families: A10, A100,`},
+		{"input country", "command: [echo]\ninputs: [{region: r, bytes: 1, country: Germany}]\n", "spec.inputs[0].country", `want an ISO 3166-1 alpha-2 code such as DE, got "Germany"`},
+		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,7 +66,7 @@ resources:
   gpu: {count: 1, cards: [H100, A100-80GB], memory_gb: 80}
   cpu: 8
   memory_gb: 64
-placement: {tier: spot, regions: ["eu-*"], residency: EU, providers: [local]}
+placement: {tier: spot, regions: ["eu-*"], residency: EU, providers: [local], allow_gpu_for_cpu: true}
 budget: {max_price_per_hour: "2.50 EUR", total: "100 EUR"}
 retries: {max_errors: 1, max_preemptions: 50, delay: 30s}
 checkpoint: {paths: [ckpt], interval: 10m}
@@ -72,10 +75,13 @@ labels: {team: vision}
 timeout: 12h
 deadline: 2026-12-01T18:00:00Z
 expected_duration: 6h
-inputs: [{uri: "s3://bucket/imagenet", region: eu-central-1, bytes: 150000000000}]
+inputs: [{uri: "s3://bucket/imagenet", provider: aws, region: eu-central-1, country: de, bytes: 150000000000}]
 `))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if in := spec.Inputs[0]; !spec.Placement.AllowGPUForCPU || in.Provider != "aws" || in.Country != "de" {
+		t.Fatalf("placement fields not decoded: %+v", spec)
 	}
 	if spec.Resources.GPU.Count != 1 || spec.Placement.Residency != "EU" || spec.MaxErrors() != 1 || spec.RetryDelay() != 30*time.Second {
 		t.Fatalf("fields not decoded: %+v", spec)

@@ -123,6 +123,10 @@ func offersParse(t *testing.T, tg Target) {
 			t.Errorf("offer %s: provider %q, want %q", o.Pool, o.Provider, tg.Provider.Name())
 		}
 	}
+	// The control plane refuses a set with two offers under one pool id.
+	if err := policy.NormalizeOffers(slices.Clone(got)); err != nil {
+		t.Errorf("offers as one set: %v", err)
+	}
 	if len(tg.WantOffers) == 0 {
 		t.Fatalf("the target states no expected offers")
 	}

@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/gpuq/gpuq/policy"
@@ -56,20 +55,21 @@ func (c PoolConfig) Offer(key string) (policy.Offer, error) {
 		tier = policy.TierOnDemand
 	}
 	o := policy.Offer{
-		Provider: ProviderName, Pool: c.Pool, Region: c.Region, Country: strings.ToUpper(c.Country),
+		Provider: ProviderName, Pool: c.Pool, Region: c.Region,
 		Card: c.Card, GPUCount: c.GPUCount, GPUMemoryGB: c.GPUMemoryGB, VCPU: c.VCPU, MemoryGB: c.MemoryGB,
 		Tier: tier, Availability: policy.Available, PreemptionRate: c.PreemptionRate,
 	}
 	if c.Region == "" {
 		return o, fmt.Errorf("%s.region: must be set", key)
 	}
-	if len(o.Country) != 2 {
+	country, err := policy.NormalizeCountry(c.Country)
+	if err != nil || country == "" {
 		return o, fmt.Errorf("%s.country: want an ISO 3166-1 alpha-2 code such as DE, got %q", key, c.Country)
 	}
+	o.Country = country
 	if c.Card == "" {
 		return o, fmt.Errorf("%s.card: must be set (\"cpu\" for a pool without GPUs)", key)
 	}
-	var err error
 	if o.PricePerHour, err = policy.ParseMoney(price + " " + currency); err != nil {
 		return o, fmt.Errorf("%s.price_per_hour, %s.currency: %w", key, key, err)
 	}

@@ -47,6 +47,7 @@ func TestNewRefusesBadPoolsNamingTheKey(t *testing.T) {
 	}{
 		{"pool not a subject token", func(c *local.PoolConfig) { c.Pool = "dev.gpu" }, `pools[1].pool: "dev.gpu" must match`},
 		{"missing country", func(c *local.PoolConfig) { c.Country = "" }, `pools[1].country: want an ISO 3166-1 alpha-2 code`},
+		{"country that is not a code", func(c *local.PoolConfig) { c.Country = "Germany" }, `pools[1].country: want an ISO 3166-1 alpha-2 code such as DE, got "Germany"`},
 		{"missing region", func(c *local.PoolConfig) { c.Region = "" }, `pools[1].region: must be set`},
 		{"missing card", func(c *local.PoolConfig) { c.Card = "" }, `pools[1].card: must be set`},
 		{"bad tier", func(c *local.PoolConfig) { c.Tier = "cheap" }, `pools[1].tier: must be spot or on-demand`},

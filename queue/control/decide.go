@@ -3,12 +3,14 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/policy/spot"
+	"github.com/gpuq/gpuq/queue"
 )
 
 // Offers is the offer set a decision is made among: the offers as the
@@ -39,13 +41,18 @@ func NewOffers(offers []policy.Offer) *Offers {
 	return &Offers{List: offers, Set: policy.NewOfferSet(offers), Histories: h}
 }
 
-// CollectOffers asks every source for its offers and prepares them: the one
-// way the scheduler and `gpuq plan` build their offer set. A source that
-// fails fails the whole set, so that no decision is made on part of it.
+// CollectOffers asks every source for its offers, checks them as one set
+// (policy.NormalizeOffers) and prepares them: the one way the scheduler and
+// `gpuq plan` build their offer set. A source that fails, or offers that
+// are malformed or share a pool id, fail the whole set, so that no decision
+// is made on part of it.
 func CollectOffers(ctx context.Context, sources []adapters.OfferSource) (*Offers, error) {
 	offers, err := adapters.CollectOffers(ctx, sources...)
 	if err != nil {
 		return nil, err
+	}
+	if err := policy.NormalizeOffers(offers); err != nil {
+		return nil, fmt.Errorf("checking the providers' offers: %w", err)
 	}
 	return NewOffers(offers), nil
 }
@@ -103,8 +110,14 @@ func Decide(q Question) (policy.Decision, error) {
 		history.Events = append(history.Events, q.Prior.Events...)
 		d, err = q.Offers.Set.Replace(job, rules, previous, history, q.Now)
 	}
-	if err != nil {
+	var none *policy.NoPlacementError
+	if errors.As(err, &none) {
 		return d, err
+	}
+	if err != nil {
+		// What is wrong is the job's, against these rules (an undefined
+		// residency class, inputs outside it): name the spec's keys.
+		return d, queue.SpecKeys(err)
 	}
 	if note != "" {
 		d.Notes = append(d.Notes, note)

@@ -127,3 +127,20 @@ func TestSchedulerAndPlanReachTheSameDecision(t *testing.T) {
 		}
 	})
 }
+
+func TestPolicyJobCarriesCardsInputsAndAllowGPUForCPU(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `command: [run]
+resources: {cpu: 4}
+placement: {allow_gpu_for_cpu: true}
+inputs: [{name: frames, provider: aws, region: us-east-1, country: us, bytes: 1000}]
+`)
+	job, err := control.PolicyJob(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := policy.Input{Name: "frames", Provider: "aws", Region: "us-east-1", Country: "us", Bytes: 1000}
+	if !job.AllowGPUForCPU || len(job.Inputs) != 1 || job.Inputs[0] != want {
+		t.Errorf("requirements = %+v", job)
+	}
+}

@@ -293,7 +293,7 @@ func PolicyJob(s *queue.Spec) (policy.Requirements, error) {
 		MemoryGB:  int(math.Ceil(s.Resources.MemoryGB)),
 		Tier:      policy.Tier(s.Placement.Tier),
 		Providers: s.Placement.Providers, Regions: s.Placement.Regions, Residency: s.Placement.Residency,
-		ExpectedDuration: time.Duration(s.ExpectedDuration),
+		ExpectedDuration: time.Duration(s.ExpectedDuration), AllowGPUForCPU: s.Placement.AllowGPUForCPU,
 	}
 	if g := s.Resources.GPU; g != nil {
 		j.GPUCount, j.Cards, j.MinGPUMemoryGB = g.Count, g.Cards, g.MemoryGB
@@ -320,7 +320,7 @@ func PolicyJob(s *queue.Spec) (policy.Requirements, error) {
 		if name == "" {
 			name = in.URI
 		}
-		j.Inputs = append(j.Inputs, policy.Input{Name: name, Region: in.Region, Bytes: in.Bytes})
+		j.Inputs = append(j.Inputs, policy.Input{Name: name, Provider: in.Provider, Region: in.Region, Country: in.Country, Bytes: in.Bytes})
 	}
 	return j, nil
 }

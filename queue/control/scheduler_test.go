@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,6 +250,12 @@ func TestPolicyPlacerRejectsOutsideResidencyAndExplainsWhy(t *testing.T) {
 	var rej *queue.RejectionError
 	if !errors.As(err, &rej) {
 		t.Fatalf("want a rejection, got %v", err)
+	}
+	// A class the rules do not define is named by the spec's key.
+	job = &queue.Job{Spec: mustSpec(t, "command: [/bin/true]\nplacement: {residency: EUU}\n")}
+	_, err = placer.Place(context.Background(), job, nil)
+	if !errors.As(err, &rej) || !strings.HasPrefix(rej.Reason, `spec.placement.residency: undefined residency class "EUU"; known classes: EU, EEA, CH, UK`) {
+		t.Fatalf("want a rejection naming spec.placement.residency, got %v", err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // CPUCard is the card name of a pool without GPUs: its canary passes without
@@ -94,7 +96,7 @@ func (e Expectations) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 	}
-	if e.Card != "" && len(cardTokens(e.Card)) == 0 {
+	if e.Card != "" && len(adapters.CardTokens(e.Card)) == 0 {
 		return bad("card", "must name a card such as H100 or A100-80GB, got %q", e.Card)
 	}
 	if e.Count < 0 || e.Count > 64 {

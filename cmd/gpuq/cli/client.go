@@ -257,7 +257,7 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		if json.Unmarshal(st.Placement, &d) == nil && d.Chosen != nil {
 			o := d.Chosen.Offer
 			fmt.Fprintf(w, "           %s %s (%s), %s, %s/h, estimated %s; %d of %d offers feasible\n",
-				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Feasible+len(d.Rejected))
+				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Feasible+d.RejectedCount())
 			if d.Residency.Class != "" {
 				fmt.Fprintf(w, "residency  %s, required by %s\n", d.Residency.Class, strings.Join(d.Residency.ImposedBy, ", "))
 			}

@@ -4,17 +4,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 )
+
+// Exit statuses of gpuq plan besides 0 and 1 (any other error).
+const (
+	// exitPlanInfeasible: there are offers, and none is feasible.
+	exitPlanInfeasible = 2
+	// exitPlanNoOffers: there are no offers at all.
+	exitPlanNoOffers = 3
+)
+
+// maxPlanFileBytes bounds the policy and offers files plan reads.
+const maxPlanFileBytes = 64 << 20
 
 func newPlanCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -24,7 +39,8 @@ func newPlanCmd() *cobra.Command {
 alternatives, every rejected offer with every reason, and the cost breakdown.
 Offers come from --offers, or else from the configured local pools (config key
 "pools"). Rules come from --policy, or else from the config key "policy".
-When no offer is feasible, plan prints the rejections and exits with status 2.`,
+When no offer is feasible, plan prints the rejections and exits with status 2;
+when there are no offers at all, it exits with status 3.`,
 		Args: cobra.NoArgs,
 		RunE: runPlan,
 	}
@@ -50,9 +66,12 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	offers, err := loadOffers(cmd, v)
+	offers, source, err := loadOffers(cmd, v)
 	if err != nil {
 		return err
+	}
+	if len(offers.List) == 0 {
+		return &ExitError{Code: exitPlanNoOffers, Err: fmt.Errorf("no offers: none from %s, so there is nothing to place the job on", source)}
 	}
 	now := time.Now().UTC()
 	d, err := control.Decide(control.Question{Job: job, SubmittedAt: now, Rules: rules, Offers: offers, Now: now})
@@ -66,10 +85,12 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 		} else if werr := printRejected(out, refusal.Decision); werr != nil {
 			return werr
 		}
-		return &ExitError{Code: 2, Err: err}
+		return &ExitError{Code: exitPlanInfeasible, Err: err}
 	}
 	if err != nil {
-		return err
+		// The rules were checked when they loaded: what is left is the
+		// job's against them, such as an undefined residency class.
+		return fmt.Errorf("job spec %s: %w", v.GetString("file"), err)
 	}
 	if format == "json" {
 		return writeJSON(cmd.OutOrStdout(), d)
@@ -94,13 +115,12 @@ func configDecodeHook() viper.DecoderConfigOption {
 func loadRules(v *viper.Viper) (policy.Rules, error) {
 	var rules policy.Rules
 	if path := v.GetString("policy"); path != "" {
-		f := viper.New()
-		f.SetConfigFile(path)
-		if err := f.ReadInConfig(); err != nil {
-			return rules, fmt.Errorf("reading policy file %s: %w", path, err)
+		f, err := readPlanFile("policy", path)
+		if err != nil {
+			return rules, err
 		}
 		if err := f.Unmarshal(&rules, configDecodeHook()); err != nil {
-			return rules, fmt.Errorf("policy file %s: %w", path, err)
+			return rules, fmt.Errorf("policy file %s: %w", path, unknownKeys(err, reflect.TypeOf(rules)))
 		}
 		if err := rules.Validate(); err != nil {
 			return rules, fmt.Errorf("policy file %s: %w", path, err)
@@ -110,7 +130,7 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 	if v.IsSet("policy") {
 		if _, isFlag := v.Get("policy").(string); !isFlag {
 			if err := v.UnmarshalKey("policy", &rules, configDecodeHook()); err != nil {
-				return rules, fmt.Errorf("config key policy: %w", err)
+				return rules, fmt.Errorf("config key policy: %w", unknownKeys(err, reflect.TypeOf(rules)))
 			}
 		}
 	}
@@ -121,32 +141,139 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 }
 
 // loadOffers reads --offers, or else asks the same offer sources the
-// scheduler places among.
-func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, error) {
+// scheduler places among, and says where the offers came from. Offers are
+// checked as one set: a malformed entry or two entries under one pool id
+// are refused naming them.
+func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, string, error) {
 	if path := v.GetString("offers"); path != "" {
-		f := viper.New()
-		f.SetConfigFile(path)
-		if err := f.ReadInConfig(); err != nil {
-			return nil, fmt.Errorf("reading offers file %s: %w", path, err)
+		source := "offers file " + path
+		f, err := readPlanFile("offers", path)
+		if err != nil {
+			return nil, source, err
 		}
 		var file struct {
 			Offers []policy.Offer `mapstructure:"offers"`
 		}
 		if err := f.Unmarshal(&file, configDecodeHook()); err != nil {
-			return nil, fmt.Errorf("offers file %s: %w", path, err)
+			return nil, source, fmt.Errorf("%s: %w", source, unknownKeys(err, reflect.TypeOf(file)))
 		}
-		for i, o := range file.Offers {
-			if err := o.Validate(); err != nil {
-				return nil, fmt.Errorf("offers file %s: offers[%d].%w", path, i, err)
-			}
+		if err := policy.NormalizeOffers(file.Offers); err != nil {
+			return nil, source, fmt.Errorf("%s: %w", source, err)
 		}
-		return control.NewOffers(file.Offers), nil
+		return control.NewOffers(file.Offers), source, nil
 	}
+	source := "the configured pools (config key pools)"
 	sources, err := offerSources(v)
 	if err != nil {
-		return nil, err
+		return nil, source, err
 	}
-	return control.CollectOffers(cmd.Context(), sources)
+	offers, err := control.CollectOffers(cmd.Context(), sources)
+	return offers, source, err
+}
+
+// readPlanFile reads a policy or offers file. Its YAML syntax is checked
+// first with the job spec's parser, whose errors give the line where the
+// problem is (the config reader's are a line early).
+func readPlanFile(kind, path string) (*viper.Viper, error) {
+	data, err := readLimited(path, maxPlanFileBytes+1)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s file: %w", kind, err)
+	}
+	if len(data) > maxPlanFileBytes {
+		return nil, fmt.Errorf("%s file %s: over the %d-byte limit", kind, path, maxPlanFileBytes)
+	}
+	if _, err := yaml.YAMLToJSON(data); err != nil {
+		return nil, fmt.Errorf("%s file %s: not valid YAML or JSON: %w", kind, path, err)
+	}
+	f := viper.New()
+	f.SetConfigFile(path)
+	if err := f.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("reading %s file %s: %w", kind, path, err)
+	}
+	return f, nil
+}
+
+// invalidKeys matches mapstructure's report of unknown keys: "'rules[0]' has
+// invalid keys: foo, bar", with ” for the top level.
+var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.+)`)
+
+// unknownKeys rewrites mapstructure's unknown-key errors in err to name
+// each key by its full path and list the keys allowed there, found in t:
+// `exchange_rate: unknown key; allowed: base_currency, exchange_rates, …`.
+// Other errors are returned as they are.
+func unknownKeys(err error, t reflect.Type) error {
+	matches := invalidKeys.FindAllStringSubmatch(err.Error(), -1)
+	if matches == nil {
+		return err
+	}
+	var msgs []string
+	for _, m := range matches {
+		allowed := strings.Join(keysAt(t, m[1]), ", ")
+		for _, key := range strings.Split(m[2], ", ") {
+			full := key
+			if m[1] != "" {
+				full = m[1] + "." + key
+			}
+			msg := full + ": unknown key"
+			if allowed != "" {
+				msg += "; allowed: " + allowed
+			}
+			msgs = append(msgs, msg)
+		}
+	}
+	slices.Sort(msgs)
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// keysAt lists the mapstructure keys of the struct at path ("rules[0]",
+// "spot") inside t, or nil when path leads elsewhere.
+func keysAt(t reflect.Type, path string) []string {
+	for _, part := range strings.FieldsFunc(path, func(r rune) bool { return r == '.' }) {
+		name, _, indexed := strings.Cut(part, "[")
+		t = structOf(t)
+		if t == nil {
+			return nil
+		}
+		f, ok := fieldByKey(t, name)
+		if !ok {
+			return nil
+		}
+		t = f.Type
+		if indexed {
+			for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+				t = t.Elem()
+			}
+		}
+	}
+	if t = structOf(t); t == nil {
+		return nil
+	}
+	var keys []string
+	for i := range t.NumField() {
+		if k := t.Field(i).Tag.Get("mapstructure"); k != "" && k != "-" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func structOf(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	return t
+}
+
+func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("mapstructure") == key {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
@@ -165,21 +292,9 @@ func planJobFromFile(path string) (policy.Requirements, error) {
 		return job, fmt.Errorf("job spec %s: %w", path, err)
 	}
 	if err := job.Validate(); err != nil {
-		return job, fmt.Errorf("job spec %s: %w", path, specKey(err))
+		return job, fmt.Errorf("job spec %s: %w", path, queue.SpecKeys(err))
 	}
 	return job, nil
-}
-
-// specKey renames policy.Requirements's field names in err to the job spec's keys.
-func specKey(err error) error {
-	r := strings.NewReplacer(
-		"job.gpu_count", "resources.gpu.count", "job.min_gpu_memory_gb", "resources.gpu.memory_gb",
-		"job.vcpu", "resources.cpu", "job.memory_gb", "resources.memory_gb", "job.tier", "placement.tier",
-		"job.providers", "placement.providers", "job.regions", "placement.regions",
-		"job.expected_duration", "expected_duration", "job.inputs", "inputs",
-		"job.max_price_per_hour", "budget.max_price_per_hour", "job.budget", "budget.total",
-	)
-	return errors.New(r.Replace(err.Error()))
 }
 
 func printDecision(w io.Writer, d policy.Decision) error {
@@ -191,7 +306,7 @@ func printDecision(w io.Writer, d policy.Decision) error {
 	for _, n := range append(c.Cost.Notes, d.Notes...) {
 		fmt.Fprintf(w, "note:       %s\n", n)
 	}
-	fmt.Fprintf(w, "feasible:   %d of %d offers\n\n", d.Feasible, d.Feasible+len(d.Rejected))
+	fmt.Fprintf(w, "feasible:   %d of %d offers\n\n", d.Feasible, d.Feasible+d.RejectedCount())
 	t := newTable(w, "RANK", "POOL", "PROVIDER", "REGION", "COUNTRY", "CARD", "TIER", "PRICE/H", "TOTAL", "AVAILABILITY")
 	for _, a := range append([]policy.Candidate{*c}, d.Alternatives...) {
 		o := a.Offer
@@ -201,7 +316,7 @@ func printDecision(w io.Writer, d policy.Decision) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	if len(d.Rejected) == 0 {
+	if d.RejectedCount() == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
@@ -210,10 +325,11 @@ func printDecision(w io.Writer, d policy.Decision) error {
 
 func printRejected(w io.Writer, d policy.Decision) error {
 	t := newTable(w, "REJECTED", "PROVIDER", "REGION", "REASONS")
-	for _, r := range d.Rejected {
+	reasons := d.Reasons()
+	for _, r := range d.Rejected() {
 		msgs := make([]string, len(r.Reasons))
 		for i, k := range r.Reasons {
-			msgs[i] = d.Reasons[k].Message
+			msgs[i] = reasons[k].Message
 		}
 		o := d.Offers[r.Offer]
 		t.row(o.Pool, o.Provider, o.Region, strings.Join(msgs, "; "))

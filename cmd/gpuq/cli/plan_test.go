@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"os"
@@ -72,10 +73,10 @@ func TestPlanJSONIsTheDecision(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
-	if d.Chosen.Offer.Pool != "hz-fsn-a100" || len(d.Alternatives) != 1 || len(d.Rejected) != 5 || d.Residency.Class != "EU" {
+	if d.Chosen.Offer.Pool != "hz-fsn-a100" || len(d.Alternatives) != 1 || len(d.Rejected()) != 5 || d.Residency.Class != "EU" {
 		t.Errorf("decision = %+v", d)
 	}
-	first := d.Rejected[0]
+	first := d.Rejected()[0]
 	if d.Offers[first.Offer].Pool != "aws-use1-h100" || d.ReasonsOf(first)[0].Message != "region us-east-1 (US) outside residency EU required by rule personal-data and job" {
 		t.Errorf("first rejection %s: %+v", d.Offers[first.Offer].Pool, d.ReasonsOf(first))
 	}
@@ -148,6 +149,95 @@ func TestPlanRefusesBadInputNamingTheKey(t *testing.T) {
 			_, _, err := runCLI(t, args...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlanExitStatusTellsNoOffersFromNoFeasibleOffer(t *testing.T) {
+	t.Parallel()
+	job := writeFile(t, "job.yaml", planJob)
+	tests := []struct {
+		name, offers string
+		code         int
+		want         string
+	}{
+		{"no offers at all", "offers: []\n", 3, "no offers: none from offers file "},
+		{"offers, none feasible", "offers:\n  - {provider: aws, pool: use1, region: us-east-1, country: US, card: H100, gpu_count: 1, gpu_memory_gb: 80, vcpu: 8, memory_gb: 64, tier: on-demand, price_per_hour: \"1 EUR\"}\n",
+			2, "no placement among 1 offer: 1 offer outside residency EU"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := runCLI(t, "plan", "-f", job, "--offers", writeFile(t, "offers.yaml", tt.offers), "--policy", "../../../examples/policy-eu.yaml")
+			var exit *ExitError
+			if !errors.As(err, &exit) || exit.Code != tt.code || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want exit status %d and %q", err, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// Each case is what a user writes (job spec, offers, policy) and what plan
+// says back.
+func TestPlanAnswersWhatUsersWrite(t *testing.T) {
+	t.Parallel()
+	const offers = `offers:
+  - {provider: hetzner, pool: fsn-a100-40, region: fsn1, country: de, card: A100-40GB, gpu_count: 1, gpu_memory_gb: 40, vcpu: 16, memory_gb: 128, tier: on-demand, price_per_hour: "1.00 EUR", egress_per_gb: "0 EUR"}
+  - {provider: hetzner, pool: fsn-a100-80, region: fsn1, country: DE, card: NVIDIA A100-SXM4-80GB, gpu_count: 1, gpu_memory_gb: 80, vcpu: 16, memory_gb: 128, tier: on-demand, price_per_hour: "1.50 EUR", egress_per_gb: "0 EUR"}
+  - {provider: hetzner, pool: fsn-t4, region: fsn1, country: DE, card: T4, gpu_count: 1, gpu_memory_gb: 16, vcpu: 16, memory_gb: 64, tier: on-demand, price_per_hour: "0.20 EUR", egress_per_gb: "0 EUR"}
+  - {provider: hetzner, pool: fsn-cpu, region: fsn1, country: DE, card: cpu, gpu_count: 0, vcpu: 16, memory_gb: 64, tier: on-demand, price_per_hour: "0.25 EUR", egress_per_gb: "0 EUR"}
+  - {provider: aws, pool: use1-h100, region: us-east-1, country: US, card: H100, gpu_count: 1, gpu_memory_gb: 80, vcpu: 16, memory_gb: 128, tier: on-demand, price_per_hour: "3.00 EUR", egress_per_gb: "0.09 EUR"}
+`
+	const rules = "rules:\n  - {name: eea-only, project: eu-*, residency: EEA}\n"
+	tests := []struct {
+		name, job string
+		offers    string
+		policy    string
+		want      []string // in the output, or in the error when it starts with "error: "
+	}{
+		{"a family matches every size", "resources: {gpu: {count: 1, cards: [a100]}}", offers, "",
+			[]string{"chosen:     fsn-a100-40", "2     fsn-a100-80"}},
+		{"a size narrows it", "resources: {gpu: {count: 1, cards: [A100-80GB]}}", offers, "",
+			[]string{"chosen:     fsn-a100-80", "card A100-40GB not accepted (A100-80GB)"}},
+		{"an unknown card is refused naming the field", "resources: {gpu: {count: 1, cards: [H100, X100]}}", offers, "",
+			[]string{`error: job spec `, `: invalid job spec: spec.resources.gpu.cards[1]: unknown card "X100"; known families: A10, A100,`}},
+		{"CPU work stays off a cheaper GPU pool", "resources: {cpu: 8}", offers, "",
+			[]string{"chosen:     fsn-cpu", "GPU pool kept for GPU jobs"}},
+		{"allowed, a GPU pool is plan B", "resources: {cpu: 8}\nplacement: {allow_gpu_for_cpu: true}", offers, "",
+			[]string{"chosen:     fsn-cpu", "2     fsn-t4"}},
+		{"egress is billed where the input is stored", "resources: {gpu: {count: 1, cards: [A100, H100]}}\ninputs: [{name: frames, provider: aws, region: us-east-1, bytes: 1000000000000}]", offers, "",
+			[]string{"chosen:     use1-h100", "1.00 EUR  91.00 EUR"}},
+		{"a bad residency names placement.residency and the file", "placement: {residency: EUU}", offers, "",
+			[]string{"error: job spec ", `: spec.placement.residency: undefined residency class "EUU"; known classes: EU, EEA, CH, UK`}},
+		{"disjoint classes share no country", "project: eu-ml\nplacement: {residency: CH}", offers, rules,
+			[]string{"error: no placement among 5 offers: 5 offers outside residency EEA∩CH (EEA and CH share no country)"}},
+		{"duplicate pool ids name both entries", "", offers + "  - {provider: aws, pool: fsn-cpu, region: us-east-1, country: US, card: cpu, vcpu: 16, memory_gb: 64, tier: on-demand, price_per_hour: \"0.10 EUR\"}\n", "",
+			[]string{`error: offers file `, `offers[3].pool and offers[5].pool: both are "fsn-cpu" (hetzner fsn1 DE and aws us-east-1 US)`}},
+		{"a country that is not a code is refused naming the field", "", strings.Replace(offers, "country: US", "country: USA", 1), "",
+			[]string{`offers[4].country: want an ISO 3166-1 alpha-2 code such as DE, got "USA"`}},
+		{"a YAML error names its line", "", offers, "base_currency: EUR\nrules:\n  - {name: a, residency: EU\n",
+			[]string{"error: policy file ", "yaml: line 3: did not find expected ',' or '}'"}},
+		{"unknown policy keys name their path", "", offers, "exchange_rate: {USD: 0.9}\nrules:\n  - {name: a, residencey: EU}\n",
+			[]string{"error: policy file ", "exchange_rate: unknown key; allowed: base_currency, exchange_rates,", "rules[0].residencey: unknown key; allowed: name, project, labels, residency,"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			job := "command: [run]\n" + cmp.Or(tt.job, "resources: {cpu: 8}")
+			args := []string{"plan", "-f", writeFile(t, "job.yaml", job), "--offers", writeFile(t, "offers.yaml", tt.offers)}
+			if tt.policy != "" {
+				args = append(args, "--policy", writeFile(t, "policy.yaml", tt.policy))
+			}
+			out, _, err := runCLI(t, args...)
+			got := out
+			if err != nil {
+				got = "error: " + err.Error()
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("plan said:\n%s\nwant it to contain %q", got, want)
+				}
 			}
 		})
 	}
