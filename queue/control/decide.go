@@ -109,7 +109,9 @@ func Decide(q Question) (policy.Decision, error) {
 		if err := json.Unmarshal(q.Prior.Placement.Decision, &previous); err != nil {
 			return policy.Decision{}, fmt.Errorf("reading the previous decision: %w", err)
 		}
-		d, err = q.Offers.Set.Replace(job, rules, previous, historyOf(q.Prior.Attempts), q.Now)
+		history := historyOf(q.Prior.Attempts)
+		history.Events = append(history.Events, q.Prior.Events...)
+		d, err = q.Offers.Set.Replace(job, rules, previous, history, q.Now)
 	}
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {

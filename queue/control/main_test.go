@@ -11,7 +11,11 @@ import (
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	removeGpuqBinary()
+	os.Exit(code)
+}
 
 func mustSpec(t *testing.T, yaml string) *queue.Spec {
 	t.Helper()

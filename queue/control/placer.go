@@ -34,6 +34,9 @@ type Prior struct {
 	// Checkpoint is the job's latest checkpoint; nil when it has none or
 	// the caller did not look (PolicyPlacer.Checkpoints then looks).
 	Checkpoint *queue.Checkpoint
+	// Events are what happened to the job outside its attempts, such as a
+	// pool that could not launch capacity for it (policy.EventNoCapacity).
+	Events []policy.Event
 }
 
 // PolicyPlacer places jobs with the policy engine over the offers of the

@@ -14,6 +14,79 @@ import (
 	"github.com/google/uuid"
 )
 
+type InstanceState string
+
+const (
+	InstanceStateRequested  InstanceState = "requested"
+	InstanceStatePending    InstanceState = "pending"
+	InstanceStateReady      InstanceState = "ready"
+	InstanceStateDraining   InstanceState = "draining"
+	InstanceStateTerminated InstanceState = "terminated"
+	InstanceStatePreempted  InstanceState = "preempted"
+	InstanceStateFailed     InstanceState = "failed"
+)
+
+func (e *InstanceState) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = InstanceState(s)
+	case string:
+		*e = InstanceState(s)
+	default:
+		return fmt.Errorf("unsupported scan type for InstanceState: %T", src)
+	}
+	return nil
+}
+
+type NullInstanceState struct {
+	InstanceState InstanceState
+	Valid         bool // Valid is true if InstanceState is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullInstanceState) Scan(value interface{}) error {
+	if value == nil {
+		ns.InstanceState, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.InstanceState.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullInstanceState) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.InstanceState), nil
+}
+
+func (e InstanceState) Valid() bool {
+	switch e {
+	case InstanceStateRequested,
+		InstanceStatePending,
+		InstanceStateReady,
+		InstanceStateDraining,
+		InstanceStateTerminated,
+		InstanceStatePreempted,
+		InstanceStateFailed:
+		return true
+	}
+	return false
+}
+
+func AllInstanceStateValues() []InstanceState {
+	return []InstanceState{
+		InstanceStateRequested,
+		InstanceStatePending,
+		InstanceStateReady,
+		InstanceStateDraining,
+		InstanceStateTerminated,
+		InstanceStatePreempted,
+		InstanceStateFailed,
+	}
+}
+
 type JobState string
 
 const (
@@ -186,6 +259,35 @@ type Checkpoint struct {
 	Region    string
 	StoreUri  string
 	CreatedAt time.Time
+}
+
+type Instance struct {
+	ID           string
+	Provider     string
+	Pool         string
+	Project      string
+	State        InstanceState
+	ClientToken  string
+	ProviderID   string
+	Slots        int32
+	PriceMicros  int64
+	Currency     string
+	Billing      string
+	RequestedAt  time.Time
+	LaunchedAt   sql.NullTime
+	ReadyAt      sql.NullTime
+	WorkerSeenAt sql.NullTime
+	DrainAt      sql.NullTime
+	EndedAt      sql.NullTime
+	Reason       string
+}
+
+type InstanceEvent struct {
+	ID         int64
+	InstanceID string
+	At         time.Time
+	State      InstanceState
+	Message    string
 }
 
 type JobEvent struct {

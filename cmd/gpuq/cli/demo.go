@@ -123,6 +123,8 @@ type DemoReport struct {
 	ElapsedSeconds float64         `json:"elapsed_seconds"`
 	Jobs           []DemoJobResult `json:"jobs"`
 	Train          DemoTrain       `json:"train"`
+	// Autoscale is the autoscaling act on the simulated cloud.
+	Autoscale *DemoAutoscale `json:"autoscale,omitempty"`
 	// Problems lists every expectation that did not hold; empty on success.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -353,7 +355,18 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 
 	runCtx, cancel := context.WithTimeout(ctx, v.GetDuration("timeout"))
 	defer cancel()
-	return d.scenario(runCtx)
+	report, err := d.scenario(runCtx)
+	if err != nil {
+		return nil, err
+	}
+	// The autoscaling act runs its own control plane, over the simulated
+	// cloud, on the same NATS and PostgreSQL.
+	stopCP()
+	d.stopWorkers(v.GetDuration("grace") + 10*time.Second)
+	var problems []string
+	report.Autoscale, problems, err = d.autoscaleAct(runCtx, stack, dir, exe, logFile, logger)
+	report.Problems = append(report.Problems, problems...)
+	return report, err
 }
 
 // demoSubmitted is a submitted demo job and the latest state seen for it.
@@ -798,6 +811,11 @@ func printDemoReport(w io.Writer, r *DemoReport) error {
 	fmt.Fprintf(w, "train checkpoints  %s\n", strings.Join(seq, " "))
 	fmt.Fprintf(w, "train resume       worker pid %d SIGKILLed after checkpoint %d (holding step %d); attempt 2 logged resumed=1 from step %d\n",
 		tr.KilledWorkerPID, tr.LastSeqOfFirstAttempt, tr.StepInCheckpoint, tr.ResumedFromStep)
+	if r.Autoscale != nil {
+		if err := printDemoAutoscale(w, r.Autoscale); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "elapsed            %.1fs, start-up and shutdown included\n", r.ElapsedSeconds)
 	if len(r.Problems) == 0 {
 		fmt.Fprintln(w, "result             every expectation held")

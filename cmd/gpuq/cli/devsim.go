@@ -13,8 +13,6 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/adapters/sim"
-	"github.com/gpuq/gpuq/queue"
-	"github.com/gpuq/gpuq/queue/control"
 )
 
 // simDev is `gpuq dev --provider sim`: a simulated cloud whose instances are
@@ -23,10 +21,7 @@ type simDev struct {
 	cloud    *sim.Cloud
 	provider *sim.Provider
 	workers  *local.Launcher
-	slots    int
 	logger   *slog.Logger
-	// pools records what launches say of each pool's capacity.
-	pools control.PoolEventRecorder
 }
 
 // newSimDev reads the simulated cloud's settings (--traces, --sim-speed,
@@ -70,7 +65,7 @@ func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
 				i, p.Currency, base, p.Currency, p.Currency)
 		}
 	}
-	d := &simDev{workers: &local.Launcher{}, slots: v.GetInt("slots"), logger: logger}
+	d := &simDev{workers: &local.Launcher{}, logger: logger}
 	if d.cloud, err = sim.New(cfg, d.workers, logger, nil); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
@@ -80,11 +75,9 @@ func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
 
 func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSource{d.provider} }
 
-// start runs the cloud and keeps one instance in every pool, as `gpuq dev`
-// keeps one local worker per pool; the returned channel closes once every
-// worker has stopped after ctx ends.
-func (d *simDev) start(ctx context.Context, stack *devStack, pools control.PoolEventRecorder) <-chan struct{} {
-	d.pools = pools
+// start runs the cloud; the autoscaler rents its instances as jobs arrive.
+// The returned channel closes once every worker has stopped after ctx ends.
+func (d *simDev) start(ctx context.Context, stack *devStack) <-chan struct{} {
 	// The simulated machine image: workers still open PostgreSQL
 	// themselves, so the machine's environment names it.
 	d.workers.Env = []string{"GPUQ_DATABASE_URL=" + stack.dbURL}
@@ -93,95 +86,21 @@ func (d *simDev) start(ctx context.Context, stack *devStack, pools control.PoolE
 		defer close(done)
 		d.cloud.Run(ctx) //nolint:errcheck // ends with ctx
 	}()
-	for _, p := range d.cloud.Pools() {
-		go d.keepInstance(ctx, p, stack.natsURL)
-	}
 	return done
 }
 
-// keepInstance keeps one instance of pool: it launches one, waits until it
-// is gone (preempted, lost), and launches the next once the pool has
-// capacity again.
-func (d *simDev) keepInstance(ctx context.Context, pool sim.PoolConfig, natsURL string) {
-	name := strings.ReplaceAll(pool.Pool, "_", "-")
-	// The worker needs time after its grace to record and hand back
-	// before the provider's SIGKILL.
-	grace := (pool.Grace * 2 / 3).Round(time.Millisecond)
-	for n := 1; ctx.Err() == nil; n++ {
-		id := fmt.Sprintf("dev-%s-%d", name, n)
-		if len(id) > 64 {
-			id = fmt.Sprintf("dev-%d-%d", time.Now().UnixNano(), n)
-		}
-		req := adapters.LaunchRequest{Pool: pool.Pool, ClientToken: id, Boot: adapters.BootSpec{
-			InstanceID: id, Pool: pool.Pool, Region: pool.Region, Country: pool.Country, Slots: d.slots,
-			WorkerArgs: []string{"--grace", grace.String()}, NATSURL: natsURL,
-		}}
-		inst, err := d.launch(ctx, req)
-		if err != nil {
-			return
-		}
-		d.logger.Info("sim: launched", "pool", pool.Pool, "instance", inst.ProviderID)
-		for ctx.Err() == nil {
-			if !sleepCtx(ctx, time.Second) {
-				return
-			}
-			got, err := d.provider.Describe(ctx, inst.ProviderID)
-			if err == nil && !got.State.Gone() {
-				continue
-			}
-			if err == nil {
-				d.logger.Warn("sim: instance gone; launching the next when the pool has capacity", "pool", pool.Pool, "instance", inst.ProviderID, "state", got.State, "reason", got.Reason)
-			}
-			if err == nil && got.State == adapters.StateFailed {
-				// A worker that died on its own (a crash, a quarantined
-				// node) is not relaunched at once, so a crash loop stays slow.
-				if !sleepCtx(ctx, 10*time.Second) {
-					return
-				}
-			}
-			break
+// workerArgs are the flags every simulated instance's worker gets: a grace
+// two thirds of the shortest pool's, so that a worker has time after its
+// job's grace to record and hand back before the provider's SIGKILL.
+func (d *simDev) workerArgs() []string {
+	var grace time.Duration
+	for _, p := range d.cloud.Pools() {
+		if g := p.Grace; grace == 0 || g < grace {
+			grace = g
 		}
 	}
-}
-
-// launch retries req until it succeeds or ctx ends; no capacity is waited
-// out quietly. The launch, and the first refusal for lack of capacity, are
-// recorded against the pool.
-func (d *simDev) launch(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error) {
-	for refused := false; ; {
-		inst, err := d.provider.Launch(ctx, req)
-		if err == nil {
-			d.recordPool(ctx, req.Pool, queue.PoolLaunched)
-			return inst, nil
-		}
-		if !errors.Is(err, adapters.ErrCapacityUnavailable) {
-			d.logger.Error("sim: launch failed", "pool", req.Pool, "err", err)
-		} else if !refused {
-			refused = true
-			d.recordPool(ctx, req.Pool, queue.PoolNoCapacity)
-		}
-		if !sleepCtx(ctx, time.Second) {
-			return adapters.Instance{}, ctx.Err()
-		}
+	if grace == 0 {
+		grace = 10 * time.Second
 	}
-}
-
-func (d *simDev) recordPool(ctx context.Context, pool, kind string) {
-	if d.pools == nil {
-		return
-	}
-	if err := d.pools.RecordPoolEvent(ctx, queue.PoolEvent{Pool: pool, Kind: kind, At: time.Now()}); err != nil && ctx.Err() == nil {
-		d.logger.Warn("sim: recording the pool's history", "pool", pool, "err", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return []string{"--grace", (grace * 2 / 3).Round(time.Millisecond).String()}
 }

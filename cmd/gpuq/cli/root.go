@@ -82,6 +82,8 @@ func commands() []*cobra.Command {
 		newCheckpointCmd(),
 		newNodesCmd(),
 		newPoolsCmd(),
+		newInstancesCmd(),
+		newSpendCmd(),
 		newCanaryCmd(),
 		newPlanCmd(),
 		newOffersCmd(),

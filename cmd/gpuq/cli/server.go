@@ -132,14 +132,31 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	if v.IsSet("autoscaler") {
+		if _, err := autoscalerConfig(v); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
 	errc := controlPlane(ctx, c, placer, logger)
+	capacity := make(chan error, 2)
+	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	go func() {
 		for range 3 {
 			if err := <-errc; err != nil {
 				logger.Error("control plane stopped", "err", err)
+			}
+		}
+		for range loops {
+			if err := <-capacity; err != nil {
+				logger.Error("autoscaler stopped", "err", err)
 			}
 		}
 	}()
@@ -237,6 +254,8 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
+				v.Set(autoscaleKey, true)
+				v.Set(workerArgsKey, simulated.workerArgs())
 			}
 			c, err := startControlPlane(ctx, v, logger, sources...)
 			if err != nil {
@@ -255,7 +274,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			if simulated != nil {
-				done := simulated.start(ctx, stack, c.store)
+				done := simulated.start(ctx, stack)
 				defer func() { <-done }()
 			} else {
 				pools, err := poolsOrDefault(v)

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/queue/control"
+)
+
+// Settings `gpuq dev --provider sim` passes to startControlPlane: its pools
+// start at zero and are served by the autoscaler alone, whose workers get
+// extra flags (a grace inside the simulated pools' own).
+const (
+	autoscaleKey  = "internal-autoscale"
+	workerArgsKey = "internal-worker-args"
+)
+
+// autoscalerConfig reads the config key `autoscaler` and refuses a bad one,
+// naming the field.
+func autoscalerConfig(v *viper.Viper) (control.AutoscalerConfig, error) {
+	var cfg control.AutoscalerConfig
+	if err := v.UnmarshalKey("autoscaler", &cfg, configDecodeHook()); err != nil {
+		return cfg, fmt.Errorf("config key autoscaler: %w", err)
+	}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// startCapacity runs the autoscaler and the reaper over the sources that can
+// rent instances, when the config has an `autoscaler` section or dev asks
+// for it; it returns how many loops report on errc.
+func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer control.Placer, sources []adapters.OfferSource,
+	logger *slog.Logger, errc chan<- error) (int, error) {
+	if !v.IsSet("autoscaler") && !v.GetBool(autoscaleKey) {
+		return 0, nil
+	}
+	cfg, err := autoscalerConfig(v)
+	if err != nil {
+		return 0, err
+	}
+	if n := v.GetInt("slots"); cfg.Defaults.Slots == 0 && n > 0 {
+		cfg.Defaults.Slots = n // gpuq dev --slots
+	}
+	var providers []control.InstanceProvider
+	var reaped []control.ReaperProvider
+	for _, s := range sources {
+		if p, ok := s.(control.InstanceProvider); ok {
+			providers = append(providers, p)
+		}
+		if p, ok := s.(control.ReaperProvider); ok {
+			reaped = append(reaped, p)
+		}
+	}
+	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, JS: c.js, Placer: placer, Config: cfg,
+		Boot: control.BootTemplate{NATSURL: v.GetString("nats-url"), WorkerArgs: v.GetStringSlice(workerArgsKey)}, Logger: logger}
+	reaper := &control.Reaper{Providers: reaped, Store: c.store, Logger: logger}
+	go func() { errc <- auto.Run(ctx) }()
+	go func() { errc <- reaper.Run(ctx) }()
+	logger.Info("autoscaler running", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
+	return 2, nil
+}

@@ -1,0 +1,496 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/adapters/sim"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
+)
+
+var gpuqBinary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// gpuqBin builds the gpuq binary the simulated instances boot, once per
+// test binary: the instances run real `gpuq worker` processes.
+func gpuqBin(t testing.TB) string {
+	t.Helper()
+	b := &gpuqBinary
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "gpuq-control-bin-"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "gpuq")
+		out, err := exec.Command("go", "build", "-o", b.path, "github.com/gpuq/gpuq/cmd/gpuq").CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func removeGpuqBinary() {
+	if gpuqBinary.dir != "" {
+		os.RemoveAll(gpuqBinary.dir)
+	}
+}
+
+// scaled is a control plane with an autoscaler over a simulated cloud whose
+// instances run real worker processes, on real JetStream and PostgreSQL.
+type scaled struct {
+	n        *queuetest.NATS
+	s        *store.Store
+	cloud    *sim.Cloud
+	provider *sim.Provider
+	placer   *control.PolicyPlacer
+	auto     *control.Autoscaler
+	reaper   *control.Reaper
+	logs     *os.File
+}
+
+// simPool is a CPU pool of the simulated cloud priced in EUR.
+func simPool(name, country, tier, price string) sim.PoolConfig {
+	return sim.PoolConfig{Pool: name, Region: "r-" + name, Country: country, Card: "cpu", VCPU: 8, MemoryGB: 32,
+		Tier: tier, PricePerHour: price, Currency: "EUR", Grace: 3 * time.Second}
+}
+
+// startScaled starts the cloud, the scheduler, reconciler and replacer and
+// (unless noAutoscaler) the autoscaler and the reaper.
+func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
+	t.Helper()
+	c := &scaled{n: queuetest.StartNATS(t)}
+	var url string
+	c.s, url = queuetest.Store(t, c.n)
+	logs, err := os.Create(filepath.Join(t.TempDir(), "workers.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.logs = logs
+	t.Cleanup(func() {
+		if t.Failed() {
+			if b, err := os.ReadFile(logs.Name()); err == nil && len(b) > 0 {
+				t.Logf("worker output (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
+			}
+		}
+		logs.Close()
+	})
+	// The simulated machine image: its workers still open PostgreSQL
+	// themselves, so the machine's environment names it.
+	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs, Env: []string{"GPUQ_DATABASE_URL=" + url}}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cloudDone := make(chan struct{})
+	go func() { defer close(cloudDone); c.cloud.Run(ctx) }() //nolint:errcheck // ends with ctx
+	c.provider = c.cloud.Provider(adapters.RetryConfig{Attempts: 2, Backoff: time.Millisecond, MaxWait: time.Second, AttemptTimeout: 5 * time.Second})
+	c.placer = &control.PolicyPlacer{Sources: []adapters.OfferSource{c.provider}, OfferTTL: 200 * time.Millisecond}
+	plane := &control.Plane{JS: c.n.JS, Store: c.s, Placer: c.placer, Logger: logger}
+	planeErrs := plane.Start(ctx)
+	errc := make(chan error, 2)
+	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Config: limits, Logger: logger,
+		// Short leases so a drained worker's hand-back is quick; --grace
+		// inside the pool's grace so the worker records before SIGKILL.
+		Boot: control.BootTemplate{NATSURL: c.n.URL, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
+	c.reaper = &control.Reaper{Providers: []control.ReaperProvider{c.provider}, Store: c.s, Interval: time.Second, Grace: 2 * time.Second, Logger: logger}
+	loops := 3
+	if !noAutoscaler {
+		loops += 2
+		go func() { errc <- c.auto.Run(ctx) }()
+		go func() { errc <- c.reaper.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range 3 {
+			if err := <-planeErrs; err != nil {
+				t.Errorf("control loop: %v", err)
+			}
+		}
+		for range loops - 3 {
+			if err := <-errc; err != nil {
+				t.Errorf("control loop: %v", err)
+			}
+		}
+		<-cloudDone
+	})
+	return c
+}
+
+func (c *scaled) submit(t testing.TB, yaml string) uuid.UUID {
+	t.Helper()
+	spec, err := queue.ParseSpec([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := queue.Submit(context.Background(), c.n.JS, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub.JobID
+}
+
+func (c *scaled) job(t testing.TB, id uuid.UUID) *queue.Job {
+	t.Helper()
+	j, err := c.s.Job(context.Background(), id)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (c *scaled) live(t testing.TB) []*queue.Instance {
+	t.Helper()
+	live, err := c.s.LiveInstances(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return live
+}
+
+// maxOverlap is the most instances of pool recorded live at one time,
+// read from the instance table: each one from its request to its end.
+func maxOverlap(t *testing.T, s *store.Store, pool string) int {
+	t.Helper()
+	var n int
+	err := s.DB.QueryRow(`
+		SELECT COALESCE(max(c), 0) FROM (
+			SELECT (SELECT count(*) FROM instances j WHERE j.pool = i.pool AND j.requested_at <= i.requested_at
+			        AND COALESCE(j.ended_at, 'infinity') > i.requested_at) AS c
+			FROM instances i WHERE i.pool = $1) x`, pool).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestFiftyJobsIntoAnEmptySystemScaleUpWithinMaxSucceedOnceAndScaleBackToZero(t *testing.T) {
+	t.Parallel()
+	const interval, idle = 200 * time.Millisecond, 2 * time.Second
+	pools := []sim.PoolConfig{simPool("od", "DE", "on-demand", "0.36")}
+	pools[0].BootDelay = time.Millisecond
+	c := startScaled(t, pools, control.AutoscalerConfig{Interval: interval,
+		Defaults: control.PoolLimits{Max: 3, Slots: 2, IdleTimeout: idle, BootTimeout: 30 * time.Second}}, false)
+	if live := c.live(t); len(live) != 0 {
+		t.Fatalf("instances before any job: %v", live)
+	}
+	start := time.Now()
+	var ids []uuid.UUID
+	for i := range 50 {
+		ids = append(ids, c.submit(t, fmt.Sprintf("name: j%d\ncommand: [sleep, \"0.2\"]\nplacement: {residency: EU}\n", i)))
+	}
+	queuetest.Eventually(t, 90*time.Second, "50 jobs to succeed", func() bool {
+		for _, id := range ids {
+			if j := c.job(t, id); j == nil || j.State != queue.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	done := time.Now()
+	t.Logf("50 jobs succeeded %s after the first submission", done.Sub(start).Round(time.Millisecond))
+	for _, id := range ids {
+		attempts, err := c.s.Attempts(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wins := 0
+		for _, a := range attempts {
+			if a.Outcome == queue.OutcomeSucceeded {
+				wins++
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("job %s succeeded %d times: %+v", id, wins, attempts)
+		}
+	}
+	// The last job ended before done; a drained instance ends with its
+	// worker's exit, which the next pass records.
+	deadline := idle + interval + 3*time.Second
+	queuetest.Eventually(t, deadline, "zero live instances after the idle timeout", func() bool { return len(c.live(t)) == 0 })
+	t.Logf("zero instances %s after the last job", time.Since(done).Round(time.Millisecond))
+	if n := maxOverlap(t, c.s, "od"); n > 3 || n == 0 {
+		t.Fatalf("at most %d instances were live at once; want 1–3", n)
+	}
+	if n := c.cloud.Created(); n > 6 {
+		t.Fatalf("the cloud created %d instances for 50 short jobs on a pool of 3", n)
+	}
+
+	// Spend: gpuq's report against the table, priced independently here
+	// (per-second billing, rounded up, micros rounded down per instance).
+	var want int64
+	if err := c.s.DB.QueryRow(`SELECT COALESCE(sum(price_micros * ceil(extract(epoch FROM ended_at - launched_at))::bigint / 3600), 0)
+		FROM instances WHERE launched_at IS NOT NULL`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	report, err := control.Spend(context.Background(), c.s, start.Add(-time.Hour), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Totals) != 1 || report.Totals[0].Micros != want || want == 0 {
+		t.Fatalf("spend totals %+v, want %d EUR micros from the instance table", report.Totals, want)
+	}
+	if tot := report.Totals[0]; tot.IdleMicros <= 0 || tot.IdleMicros >= tot.Micros {
+		t.Fatalf("idle %d of %d: the idle timeout must cost something, and the jobs too", tot.IdleMicros, tot.Micros)
+	}
+	var jobs int64
+	for _, p := range report.Projects {
+		jobs += p.Micros
+	}
+	if jobs+report.Totals[0].IdleMicros != report.Totals[0].Micros {
+		t.Fatalf("projects %d + idle %d != total %d", jobs, report.Totals[0].IdleMicros, report.Totals[0].Micros)
+	}
+}
+
+// movedNote returns the audit-trail message that says why the job moved.
+func movedNote(t *testing.T, s *store.Store, id uuid.UUID) string {
+	t.Helper()
+	evs, err := s.EventsOf(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if len(e.Message) > 10 && e.Message[:10] == "moved from" {
+			return e.Message
+		}
+	}
+	return ""
+}
+
+func TestNoCapacityMovesWaitingJobsToPlanBInsideTheirResidency(t *testing.T) {
+	t.Parallel()
+	// spot-de is cheapest and chosen first; od-us is cheaper than od-de but
+	// outside the jobs' residency.
+	pools := []sim.PoolConfig{simPool("spot-de", "DE", "spot", "0.10"), simPool("od-de", "DE", "on-demand", "0.40"),
+		simPool("od-us", "US", "on-demand", "0.20")}
+	for i := range pools {
+		pools[i].BootDelay = time.Millisecond
+	}
+	c := startScaled(t, pools, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 2, Slots: 2, IdleTimeout: time.Second, Backoff: time.Minute}}, false)
+	// The first launch, spot-de's, finds no capacity.
+	c.cloud.Fail(sim.OpLaunch, adapters.ErrCapacityUnavailable, 1, 0)
+	var ids []uuid.UUID
+	for i := range 3 {
+		ids = append(ids, c.submit(t, fmt.Sprintf("name: eu%d\ncommand: [sleep, \"0.1\"]\nplacement: {residency: EU, tier: spot-then-on-demand}\n", i)))
+	}
+	queuetest.Eventually(t, 60*time.Second, "the jobs to succeed", func() bool {
+		for _, id := range ids {
+			if j := c.job(t, id); j == nil || j.State != queue.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		p, err := c.s.LatestPlacement(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Pool != "od-de" || p.Version != 2 || p.Residency != "EU" {
+			t.Fatalf("job %s ended on pool %s (placement %d, residency %q), want od-de, 2, EU", id, p.Pool, p.Version, p.Residency)
+		}
+		if note := movedNote(t, c.s, id); note == "" || !containsAll(note, "spot-de", "od-de", "no capacity") {
+			t.Fatalf("job %s audit trail says %q, want the move and its reason", id, note)
+		}
+	}
+	failed, err := c.s.Instances(context.Background(), "spot-de", queue.InstanceFailed)
+	if err != nil || len(failed) != 1 {
+		t.Fatalf("spot-de's failed launches: %v %v", failed, err)
+	}
+	if got := c.auto.Exhausted(time.Now()); got["spot-de"] == "" {
+		t.Fatalf("spot-de not left alone after no capacity: %v", got)
+	}
+}
+
+func TestInstanceWhoseWorkerNeverBootsIsTerminatedAndItsJobsGoElsewhere(t *testing.T) {
+	t.Parallel()
+	slow, fast := simPool("slow", "DE", "on-demand", "0.10"), simPool("fast", "DE", "on-demand", "0.30")
+	slow.BootDelay, fast.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{slow, fast}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: 2 * time.Second, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "fast" {
+		t.Fatalf("job ran on %s, want fast", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "slow", "fast", "boot") {
+		t.Fatalf("audit trail says %q, want the move off slow for its boot timeout", note)
+	}
+	queuetest.Eventually(t, 10*time.Second, "slow's instance to end", func() bool {
+		ins, err := c.s.Instances(context.Background(), "slow", "")
+		return err == nil && len(ins) == 1 && !ins[0].State.Live()
+	})
+	ins, _ := c.s.Instances(context.Background(), "slow", "")
+	if in := ins[0]; in.State != queue.InstanceTerminated || !containsAll(in.Reason, "boot timeout") && !containsAll(in.Reason, "no ready worker") {
+		t.Fatalf("slow's instance: %s %q", in.State, in.Reason)
+	}
+}
+
+// crashingLauncher rents the machine and then never records it, as a
+// server killed between the provider's answer and its record.
+type crashingLauncher struct {
+	*sim.Provider
+	crash context.CancelFunc
+}
+
+func (p crashingLauncher) Launch(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error) {
+	if _, err := p.Provider.Launch(ctx, req); err != nil {
+		return adapters.Instance{}, err
+	}
+	p.crash()
+	return adapters.Instance{}, context.Cause(ctx)
+}
+
+func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(t *testing.T) {
+	t.Parallel()
+	slowBoot := simPool("od", "DE", "on-demand", "0.10")
+	slowBoot.BootDelay = 24 * time.Hour // no worker: the test is about the machine
+	c := startScaled(t, []sim.PoolConfig{slowBoot}, control.AutoscalerConfig{}, true)
+	ctx := context.Background()
+	id := c.submit(t, "command: [/bin/true]\n")
+	queuetest.Eventually(t, 20*time.Second, "the job to be placed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StatePlaced
+	})
+	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
+	boot := control.BootTemplate{NATSURL: c.n.URL}
+	crashCtx, crash := context.WithCancel(ctx)
+	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
+		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
+	first.Pass(crashCtx) //nolint:errcheck // cut off on purpose
+	if n := c.cloud.Created(); n != 1 {
+		t.Fatalf("the cloud rented %d machines, want 1", n)
+	}
+	recorded, err := c.s.Instances(ctx, "od", "")
+	if err != nil || len(recorded) != 1 || recorded[0].State != queue.InstanceRequested {
+		t.Fatalf("after the cut-off launch the table holds %+v (%v); want one requested instance", recorded, err)
+	}
+	// The restarted server: a reaper pass first, then the autoscaler.
+	reaped, err := c.reaper.Pass(ctx)
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaper on a launch recorded as requested: %+v %v; want it left to the autoscaler", reaped, err)
+	}
+	second := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
+	for range 2 {
+		if err := second.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.cloud.Created(); n != 1 {
+		t.Fatalf("after the restart the cloud rented %d machines, want still 1", n)
+	}
+	got, err := c.s.Instance(ctx, recorded[0].ID)
+	if err != nil || got.State != queue.InstancePending || got.ProviderID == "" {
+		t.Fatalf("the cut-off launch is recorded as %+v (%v); want pending with its provider id", got, err)
+	}
+
+	// A machine billed with gpuq's tags that the table does not know (its
+	// record lost with a database restore, say) is terminated and reported.
+	stray, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "stray-1", Boot: adapters.BootSpec{
+		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped, err = c.reaper.Pass(ctx)
+	if err != nil || len(reaped) != 1 || reaped[0].ProviderID != stray.ProviderID || reaped[0].Action != "terminated" {
+		t.Fatalf("reaper: %+v %v; want the stray machine terminated", reaped, err)
+	}
+	if d, err := c.provider.Describe(ctx, stray.ProviderID); err != nil || !d.State.Gone() && d.State != adapters.StateStopping {
+		t.Fatalf("stray machine after the reaper: %+v %v", d, err)
+	}
+
+	// A recorded instance the provider no longer has is closed with the reason.
+	if err := c.provider.Terminate(ctx, got.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	reaper := *c.reaper
+	reaper.Grace = time.Nanosecond
+	queuetest.Eventually(t, 10*time.Second, "the reaper to close the vanished instance", func() bool {
+		if _, err := reaper.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		in, err := c.s.Instance(ctx, got.ID)
+		return err == nil && !in.State.Live()
+	})
+	closed, _ := c.s.Instance(ctx, got.ID)
+	if closed.State != queue.InstancePreempted || !containsAll(closed.Reason, "no longer lists") {
+		t.Fatalf("vanished instance recorded as %s %q", closed.State, closed.Reason)
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
+	t.Parallel()
+	pool := simPool("od", "DE", "on-demand", "0.10")
+	pool.BootDelay = 24 * time.Hour // no worker: the test is about launches
+	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{}, true)
+	ctx := context.Background()
+	var ids []uuid.UUID
+	for i, project := range []string{"capped", "capped", "capped", "free"} {
+		ids = append(ids, c.submit(t, fmt.Sprintf("name: j%d\nproject: %s\ncommand: [/bin/true]\n", i, project)))
+	}
+	queuetest.Eventually(t, 20*time.Second, "the jobs to be placed", func() bool {
+		for _, id := range ids {
+			if j := c.job(t, id); j == nil || j.State != queue.StatePlaced {
+				return false
+			}
+		}
+		return true
+	})
+	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.URL}, Logger: c.auto.Logger,
+		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{Max: 10, BootTimeout: time.Hour},
+			Projects: map[string]control.ProjectLimits{"capped": {MaxInstances: 1, MaxSpendPerHour: "1 EUR"}}}}
+	for range 2 {
+		if err := auto.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perProject := map[string]int{}
+	for _, in := range c.live(t) {
+		perProject[in.Project]++
+	}
+	if perProject["capped"] != 1 || perProject["free"] != 1 || len(perProject) != 2 {
+		t.Fatalf("live instances per project %v, want capped 1 (its bound), free 1", perProject)
+	}
+}

@@ -1,0 +1,140 @@
+package queue
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrInstanceMoved is returned when an instance change finds the instance in
+// none of the states it expected: another change came first.
+var ErrInstanceMoved = errors.New("instance is no longer in the expected state")
+
+// InstanceState is where a rented machine is in its life; it mirrors the
+// PostgreSQL enum instance_state.
+type InstanceState string
+
+const (
+	// InstanceRequested: recorded with its client token; the provider was
+	// (or is being) asked.
+	InstanceRequested InstanceState = "requested"
+	// InstancePending: the provider rented it; its worker is not up yet.
+	InstancePending InstanceState = "pending"
+	// InstanceReady: its worker is up and pulling.
+	InstanceReady InstanceState = "ready"
+	// InstanceDraining: being released; its worker finishes or hands back.
+	InstanceDraining InstanceState = "draining"
+	// InstanceTerminated: released by gpuq; no longer billed.
+	InstanceTerminated InstanceState = "terminated"
+	// InstancePreempted: reclaimed by the provider, or gone without gpuq
+	// asking; no longer billed.
+	InstancePreempted InstanceState = "preempted"
+	// InstanceFailed: never came up (no capacity, refused, boot timeout).
+	InstanceFailed InstanceState = "failed"
+)
+
+// InstanceStates lists every instance state, live ones first.
+var InstanceStates = []InstanceState{InstanceRequested, InstancePending, InstanceReady, InstanceDraining,
+	InstanceTerminated, InstancePreempted, InstanceFailed}
+
+// Live reports whether an instance in state s may be billed or come up.
+func (s InstanceState) Live() bool {
+	return s == InstanceRequested || s == InstancePending || s == InstanceReady || s == InstanceDraining
+}
+
+// Billing is the unit a provider rounds an instance's billed time up to.
+type Billing string
+
+const (
+	BillPerSecond Billing = "second"
+	BillPerHour   Billing = "hour"
+)
+
+// Instance is one machine gpuq rents, as recorded.
+type Instance struct {
+	// ID is gpuq's id: the boot spec's instance id and the worker's node id.
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+	Pool     string `json:"pool"`
+	// Project is the project whose waiting jobs the launch was for.
+	Project     string        `json:"project,omitempty"`
+	State       InstanceState `json:"state"`
+	ClientToken string        `json:"client_token"`
+	ProviderID  string        `json:"provider_id,omitempty"`
+	Slots       int           `json:"slots"`
+	// PriceMicros per hour in Currency, billed per Billing unit.
+	PriceMicros int64     `json:"price_micros"`
+	Currency    string    `json:"currency"`
+	Billing     Billing   `json:"billing"`
+	RequestedAt time.Time `json:"requested_at"`
+	// LaunchedAt starts the bill and EndedAt stops it.
+	LaunchedAt   *time.Time `json:"launched_at,omitempty"`
+	ReadyAt      *time.Time `json:"ready_at,omitempty"`
+	WorkerSeenAt *time.Time `json:"worker_seen_at,omitempty"`
+	DrainAt      *time.Time `json:"drain_at,omitempty"`
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	// Reason is why it was last moved: why it ended, for an ended one.
+	Reason string `json:"reason,omitempty"`
+}
+
+// NewInstance is a launch to record before the provider is asked.
+type NewInstance struct {
+	ID, Provider, Pool, Project, ClientToken string
+	Slots                                    int
+	PriceMicros                              int64
+	Currency                                 string
+	Billing                                  Billing
+	Message                                  string
+}
+
+// InstanceChange moves a recorded instance from one of From to To.
+type InstanceChange struct {
+	ID   string
+	From []InstanceState
+	To   InstanceState
+	// ProviderID and LaunchedAt are recorded when set (a launch's answer).
+	ProviderID string
+	LaunchedAt *time.Time
+	// EndedAt is when the bill stopped, for an ending; default now.
+	EndedAt *time.Time
+	Reason  string
+}
+
+// InstanceEvent is one state change of an instance.
+type InstanceEvent struct {
+	At      time.Time     `json:"at"`
+	State   InstanceState `json:"state"`
+	Message string        `json:"message,omitempty"`
+}
+
+// WorkerActivity is what the control plane knows of an instance's worker:
+// the jobs it runs now, when it was last active, and its canary record.
+type WorkerActivity struct {
+	Busy       int
+	LastActive time.Time
+	// CanaryAt is its latest canary run, nil before the first.
+	CanaryAt *time.Time
+	// QuarantinedAt is set once the canary quarantined its node.
+	QuarantinedAt    *time.Time
+	QuarantineReason string
+}
+
+// PoolDemand is the work one pool has: jobs waiting to be claimed (and
+// since when the oldest waits) and jobs running.
+type PoolDemand struct {
+	Pool          string
+	Waiting       int
+	OldestWaiting time.Time
+	Running       int
+	// WaitingByProject counts the waiting jobs of each project.
+	WaitingByProject map[string]int
+}
+
+// InstanceAttempt is one attempt that ran on an instance, for attributing
+// the instance's bill.
+type InstanceAttempt struct {
+	InstanceID string
+	JobID      string
+	Attempt    int
+	Project    string
+	From, To   time.Time
+}
