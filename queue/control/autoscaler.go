@@ -708,13 +708,8 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 		Slots: in.Slots, WorkerArgs: a.Boot.WorkerArgs, NATSURL: a.Boot.NATSURL, Executable: a.Boot.Executable}
 	got, err := po.provider.Launch(ctx, adapters.LaunchRequest{Pool: in.Pool, ClientToken: in.ClientToken, Boot: boot})
 	switch {
-	case err == nil:
-		a.recordPool(ctx, logger, now, in.Pool, queue.PoolLaunched)
 	case errors.Is(err, adapters.ErrCapacityUnavailable):
 		a.recordPool(ctx, logger, now, in.Pool, queue.PoolNoCapacity)
-	}
-	switch {
-	case errors.Is(err, adapters.ErrCapacityUnavailable):
 		reason := fmt.Sprintf("no capacity in pool %s: %v", in.Pool, err)
 		a.exhaust(in.Pool, now, l.Backoff, reason)
 		out, cerr := a.change(ctx, in, queue.InstanceFailed, reason, nil)
@@ -729,6 +724,7 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 	case err != nil:
 		return a.change(ctx, in, queue.InstanceFailed, "launch refused: "+err.Error(), nil)
 	}
+	a.recordPool(ctx, logger, now, in.Pool, queue.PoolLaunched)
 	launched := got.LaunchedAt
 	if launched.IsZero() {
 		launched = now
