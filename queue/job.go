@@ -124,8 +124,13 @@ type Placement struct {
 	// attempts under this placement accrue.
 	PriceMicros int64  `json:"price_micros,omitempty"`
 	Currency    string `json:"currency,omitempty"`
-	// Decision is the placement policy's full explanation, stored as is.
+	// Decision is the placement policy's explanation in its compact form
+	// (policy.Compact): the chosen offer, the ranked plan B and the
+	// rejections counted by reason with a few examples each.
 	Decision []byte `json:"-"`
+	// Replay, when not nil, is what the decision was made from, stored with
+	// it so that the full decision can be recomputed on demand.
+	Replay *DecisionReplay `json:"-"`
 	// Guards are re-checked against the spend recorded when the placement
 	// is committed; a placement failing one is not recorded.
 	Guards []BudgetGuard `json:"-"`

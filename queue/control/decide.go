@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +20,9 @@ type Offers struct {
 	List      []policy.Offer
 	Set       *policy.OfferSet
 	Histories map[string]spot.PoolHistory
+
+	// snapshot is shared by the copies a placer hands out per decision.
+	snapshot *snapshot
 }
 
 // DefaultOfferTTL is how long offers are reused by default, and the step at
@@ -39,7 +41,7 @@ func NewOffers(offers []policy.Offer) *Offers {
 		ph.Observe(o.Availability != policy.Unavailable)
 		h[o.Pool] = ph
 	}
-	return &Offers{List: offers, Set: policy.NewOfferSet(offers), Histories: h}
+	return &Offers{List: offers, Set: policy.NewOfferSet(offers), Histories: h, snapshot: &snapshot{}}
 }
 
 // CollectOffers asks every source for its offers, checks them as one set
@@ -85,9 +87,25 @@ type Question struct {
 // are charged with spend, and policy places the job (or re-places it after
 // Prior).
 func Decide(q Question) (policy.Decision, error) {
+	d, _, err := decideQuestion(q)
+	return d, err
+}
+
+// decideQuestion is Decide, also returning the recipe that replays the decision
+// over the same offers.
+func decideQuestion(q Question) (policy.Decision, Recipe, error) {
+	d, r, err := decideOnce(q)
+	if err != nil {
+		return d, r, err
+	}
+	r.Notes = d.Notes
+	return d, r, nil
+}
+
+func decideOnce(q Question) (policy.Decision, Recipe, error) {
 	rules, err := q.Rules.ChargeBudgets(q.Job.Project, q.Now, q.Spend)
 	if err != nil {
-		return policy.Decision{}, err
+		return policy.Decision{}, Recipe{}, err
 	}
 	if q.Tick == 0 {
 		q.Tick = DefaultOfferTTL
@@ -101,31 +119,27 @@ func Decide(q Question) (policy.Decision, error) {
 	}
 	tq.Prices = strategyPrices(q.Offers.List, q.Rules)
 	note := policy.AdviseTier(&job, q.Rules, tq)
-	var d policy.Decision
-	if q.Prior == nil {
-		d, err = q.Offers.Set.Place(job, rules, q.Now)
-	} else {
-		var previous policy.Decision
-		if err := json.Unmarshal(q.Prior.Placement.Decision, &previous); err != nil {
-			return policy.Decision{}, fmt.Errorf("reading the previous decision: %w", err)
-		}
+	r := Recipe{Job: job, Rules: rules, Now: q.Now}
+	if note != "" {
+		r.Notes = []string{note}
+	}
+	if q.Prior != nil {
+		r.Previous = q.Prior.Placement.Decision
 		history := historyOf(q.Prior.Attempts)
 		history.Events = append(history.Events, q.Prior.Events...)
-		d, err = q.Offers.Set.Replace(job, rules, previous, history, q.Now)
+		r.History = &history
 	}
+	d, err := r.place(q.Offers.Set)
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
-		return d, err
+		return d, r, err
 	}
 	if err != nil {
 		// What is wrong is the job's, against these rules (an undefined
 		// residency class, inputs outside it): name the spec's keys.
-		return d, queue.SpecKeys(err)
+		return d, r, queue.SpecKeys(err)
 	}
-	if note != "" {
-		d.Notes = append(d.Notes, note)
-	}
-	return d, nil
+	return d, r, nil
 }
 
 // checkpointMove returns the spot pool in the region of the job's latest

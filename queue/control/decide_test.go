@@ -118,12 +118,31 @@ func TestSchedulerAndPlanReachTheSameDecision(t *testing.T) {
 		if placeErr != nil {
 			t.Fatal(placeErr)
 		}
-		want, err := json.Marshal(planned)
+		// The scheduler stores the compact form of the decision plan makes,
+		// and what replays it into plan's full decision. (The full form is
+		// written first: wording reasons for the compact form first would
+		// number them in another order.)
+		wantFull, err := json.Marshal(planned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(planned.Compact(control.DecisionAlternatives, control.DecisionExamples))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(placed.Decision) != string(want) {
 			t.Fatalf("scheduler decided\n%s\nplan decided\n%s", placed.Decision, want)
+		}
+		replayed, err := control.Replay(placed.Replay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := json.Marshal(replayed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(full) != string(wantFull) {
+			t.Fatalf("replayed\n%s\nplan decided\n%s", full, wantFull)
 		}
 	})
 }

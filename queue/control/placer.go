@@ -149,7 +149,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 			return queue.Placement{}, err
 		}
 	}
-	d, err := Decide(q)
+	d, recipe, err := decideQuestion(q)
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
 		return queue.Placement{}, &queue.RejectionError{Reason: none.Error()}
@@ -159,6 +159,9 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	}
 	pl, err := placementOf(d)
 	if err != nil {
+		return pl, err
+	}
+	if pl.Replay, err = replayOf(offers, recipe); err != nil {
 		return pl, err
 	}
 	if p.Spend != nil {
@@ -359,7 +362,7 @@ func placementOf(d policy.Decision) (queue.Placement, error) {
 	if d.Chosen == nil {
 		return queue.Placement{}, &queue.RejectionError{Reason: "no placement chosen"}
 	}
-	body, err := json.Marshal(d)
+	body, err := json.Marshal(d.Compact(DecisionAlternatives, DecisionExamples))
 	if err != nil {
 		return queue.Placement{}, err
 	}
@@ -369,6 +372,19 @@ func placementOf(d policy.Decision) (queue.Placement, error) {
 		Residency: d.Residency.Class, Countries: d.Residency.Countries,
 		PriceMicros: price.Micros, Currency: price.Currency, Decision: body,
 	}, nil
+}
+
+// replayOf is the replay record of a decision made over offers by recipe.
+func replayOf(offers *Offers, recipe Recipe) (*queue.DecisionReplay, error) {
+	id, body, err := offers.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("snapshotting the offers: %w", err)
+	}
+	r, err := json.Marshal(recipe)
+	if err != nil {
+		return nil, fmt.Errorf("recording the decision's recipe: %w", err)
+	}
+	return &queue.DecisionReplay{SnapshotID: id, Offers: body, Recipe: r}, nil
 }
 
 // PolicyJob converts a job spec into the placement engine's requirements.

@@ -96,12 +96,25 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 		Residency struct {
 			Class string `json:"class"`
 		} `json:"residency"`
-		Rejected []struct {
-			Reasons []json.RawMessage `json:"reasons"`
-		} `json:"rejected"`
+		Rejected int `json:"rejected_count"`
 	}
-	if err := json.Unmarshal(p.Decision, &d); err != nil || d.Residency.Class != "EU" || len(d.Rejected) < 3 {
-		t.Fatalf("the re-placement decision must keep EU and explain the rejections: %s", p.Decision)
+	if err := json.Unmarshal(p.Decision, &d); err != nil || d.Residency.Class != "EU" || d.Rejected < 3 {
+		t.Fatalf("the re-placement decision must keep EU and count the rejections: %s", p.Decision)
+	}
+	// The full re-placement decision is recomputed from what it was
+	// decided from: the previous decision and the job's preemptions
+	// included, every rejected offer has its reasons.
+	full, err := control.Explain(ctx, store, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Version != 3 || full.Chosen == nil || full.Chosen.Offer.Pool != "od" || full.RejectedCount() != d.Rejected {
+		t.Fatalf("explained re-placement: version %d, chosen %+v, %d rejected; want version 3 on od with %d rejected", full.Version, full.Chosen, full.RejectedCount(), d.Rejected)
+	}
+	for _, r := range full.Rejected() {
+		if len(full.ReasonsOf(r)) == 0 {
+			t.Fatalf("rejected offer %d has no reason", r.Offer)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
@@ -239,11 +240,10 @@ func TestPolicyPlacerRejectsOutsideResidencyAndExplainsWhy(t *testing.T) {
 	if p.Pool != "de-cpu" || p.Residency != "EU" || len(p.Countries) != 27 {
 		t.Fatalf("want the German pool under EU residency, got %+v", p)
 	}
-	var d struct {
-		Rejected []json.RawMessage `json:"rejected"`
-	}
-	if err := json.Unmarshal(p.Decision, &d); err != nil || len(d.Rejected) != 1 {
-		t.Fatalf("the decision must record the rejected US offer: %s", p.Decision)
+	var d policy.Compact
+	if err := json.Unmarshal(p.Decision, &d); err != nil || d.Rejected != 1 || len(d.Reasons) != 1 ||
+		d.Reasons[0].Code != "residency" || len(d.Reasons[0].Examples) != 1 || d.Reasons[0].Examples[0].Pool != "us-cpu" {
+		t.Fatalf("the decision must record the rejected US offer and why: %s", p.Decision)
 	}
 	job = &queue.Job{Spec: mustSpec(t, "command: [/bin/true]\nplacement: {residency: EU, regions: [us-*]}\n")}
 	_, err = placer.Place(context.Background(), job, nil)

@@ -53,6 +53,7 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 	slices.Sort(projects)
 	out := make([]*queue.Job, len(jobs))
 	var done []queue.PlacedJob
+	var snapshots []string
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
 		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
 			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
@@ -87,12 +88,16 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 			events[i] = eventOf(id, queue.StatePending, 0, "submitted", nil)
 		}
 		var committed []queue.Event
-		done, committed, err = commitPlacements(ctx, q, d)
+		if done, committed, err = commitPlacements(ctx, q, d); err != nil {
+			return nil, err
+		}
+		snapshots, err = s.recordReplays(ctx, q, done)
 		return append(events, committed...), err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	s.rememberSnapshots(ctx, snapshots)
 	return out, done, nil
 }
 
@@ -107,12 +112,19 @@ func (s *Store) CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.
 		return nil, nil
 	}
 	var done []queue.PlacedJob
+	var snapshots []string
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
 		var events []queue.Event
 		var err error
-		done, events, err = commitPlacements(ctx, q, d)
+		if done, events, err = commitPlacements(ctx, q, d); err != nil {
+			return nil, err
+		}
+		snapshots, err = s.recordReplays(ctx, q, done)
 		return events, err
 	})
+	if err == nil {
+		s.rememberSnapshots(ctx, snapshots)
+	}
 	return done, err
 }
 

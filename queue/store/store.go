@@ -32,9 +32,13 @@ type Store struct {
 	// HistoryRetention bounds the recorded availability of pools; the
 	// zero value is PoolHistoryRetention's defaults.
 	HistoryRetention PoolHistoryRetention
+	// SnapshotRetention is how long offer snapshots are kept for replaying
+	// placements; zero is DefaultSnapshotRetention.
+	SnapshotRetention time.Duration
 
 	historyMu   sync.Mutex
 	compactedAt time.Time
+	snaps       snapshots
 }
 
 // Open connects to PostgreSQL at url and checks the connection.

@@ -335,6 +335,19 @@ type Node struct {
 	QuarantineReason    string
 }
 
+type OfferSnapshot struct {
+	ID        string
+	Offers    json.RawMessage
+	CreatedAt time.Time
+}
+
+type PlacementRecipe struct {
+	JobID    uuid.UUID
+	Version  int32
+	Snapshot string
+	Recipe   json.RawMessage
+}
+
 type PlacementRow struct {
 	JobID       uuid.UUID
 	Version     int32

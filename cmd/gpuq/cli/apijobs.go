@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/viper"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
@@ -151,6 +152,16 @@ func (a *apiJobs) Submit(ctx context.Context, spec *queue.Spec) (*queue.Job, err
 func (a *apiJobs) Job(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
 	var job queue.Job
 	return &job, a.call(ctx, http.MethodGet, jobPath(id, ""), nil, nil, "", &job)
+}
+
+func (a *apiJobs) Explain(ctx context.Context, id uuid.UUID) (*policy.Decision, error) {
+	var view struct {
+		Decision policy.Decision `json:"decision"`
+	}
+	if err := a.call(ctx, http.MethodGet, jobPath(id, "/placement"), url.Values{"explain": {"true"}}, nil, "", &view); err != nil {
+		return nil, err
+	}
+	return &view.Decision, nil
 }
 
 func (a *apiJobs) Status(ctx context.Context, id uuid.UUID) (*control.JobStatus, error) {

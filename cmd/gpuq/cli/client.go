@@ -294,8 +294,18 @@ func jobCommand(use, short string, run func(cmd *cobra.Command, v *viper.Viper, 
 type JobStatus = control.JobStatus
 
 func newStatusCmd() *cobra.Command {
-	return jobCommand("status JOB_ID", "Show a job: state, attempts, latest checkpoint, placement, and the last log lines on failure",
+	cmd := jobCommand("status JOB_ID", "Show a job: state, attempts, latest checkpoint, placement, and the last log lines on failure",
 		func(cmd *cobra.Command, _ *viper.Viper, svc jobService, id uuid.UUID, format string) error {
+			if explain, _ := cmd.Flags().GetBool("explain"); explain {
+				d, err := svc.Explain(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeJSON(cmd.OutOrStdout(), d)
+				}
+				return printExplained(cmd.OutOrStdout(), *d)
+			}
 			st, err := svc.Status(cmd.Context(), id)
 			if err != nil {
 				return err
@@ -305,6 +315,25 @@ func newStatusCmd() *cobra.Command {
 			}
 			return printStatus(cmd.OutOrStdout(), st)
 		})
+	cmd.Flags().Bool("explain", false, "explain the job's current placement in full: every offer it was decided among, the ranked plan B and every rejected offer with its reasons, recomputed from the offers and rules it was made with")
+	return cmd
+}
+
+// printExplained prints a recomputed decision as `gpuq plan` does; a
+// decision that chose nothing lists its rejections alone.
+func printExplained(w io.Writer, d policy.Decision) error {
+	if d.Chosen == nil {
+		return printRejected(w, d)
+	}
+	return printDecision(w, d)
+}
+
+// exampleOf words a rejection tally's first example.
+func exampleOf(r policy.ReasonTally) string {
+	if len(r.Examples) == 0 {
+		return "-"
+	}
+	return r.Examples[0].Pool + ": " + r.Examples[0].Message
 }
 
 func printStatus(w io.Writer, st *JobStatus) error {
@@ -319,11 +348,14 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	fmt.Fprintf(w, "attempts   %d (errors %d, preemptions %d)\n", j.Attempt, j.Errors, j.Preemptions)
 	if st.Pool != "" {
 		fmt.Fprintf(w, "placement  v%d on pool %s\n", j.PlacementVersion, st.Pool)
-		var d policy.Decision
+		var d policy.Compact
 		if json.Unmarshal(st.Placement, &d) == nil && d.Chosen != nil {
 			o := d.Chosen.Offer
 			fmt.Fprintf(w, "           %s %s (%s), %s, %s/h, estimated %s; %d of %d offers feasible\n",
-				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Feasible+d.RejectedCount())
+				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Offers)
+			for _, r := range d.Reasons {
+				fmt.Fprintf(w, "           %d rejected: %s, e.g. %s\n", r.Offers, r.Code, exampleOf(r))
+			}
 			if d.Residency.Class != "" {
 				fmt.Fprintf(w, "residency  %s, required by %s\n", d.Residency.Class, strings.Join(d.Residency.ImposedBy, ", "))
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
@@ -29,6 +30,8 @@ type jobService interface {
 	// Job returns a job; queue.ErrNotFound when there is none.
 	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	Status(ctx context.Context, id uuid.UUID) (*control.JobStatus, error)
+	// Explain recomputes the job's current placement decision in full.
+	Explain(ctx context.Context, id uuid.UUID) (*policy.Decision, error)
 	List(ctx context.Context, f listFilter) (*JobPage, error)
 	// Events calls fn with the job's latest state change and each later
 	// one until fn returns false, the job is finished or ctx ends.
@@ -89,6 +92,10 @@ func (d *directJobs) Submit(ctx context.Context, spec *queue.Spec) (*queue.Job, 
 
 func (d *directJobs) Job(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
 	return d.c.client().Job(ctx, id)
+}
+
+func (d *directJobs) Explain(ctx context.Context, id uuid.UUID) (*policy.Decision, error) {
+	return control.Explain(ctx, d.c.store, id)
 }
 
 func (d *directJobs) Status(ctx context.Context, id uuid.UUID) (*control.JobStatus, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
@@ -173,6 +174,20 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	call("GET", "/v1/jobs/{id}/placement", "/v1/jobs/"+id+"/placement", "", nil, 200).json(t, &pl)
 	if pl.Pool != "de-cpu" || !strings.Contains(string(pl.Decision), "chosen") {
 		t.Fatalf("placement: %+v", pl)
+	}
+	// explain=true recomputes the full decision: every offer, each rejected
+	// one with its reasons.
+	var explained httpapi.PlacementView
+	call("GET", "/v1/jobs/{id}/placement", "/v1/jobs/"+id+"/placement?explain=true", "", nil, 200).json(t, &explained)
+	var full policy.Decision
+	if err := json.Unmarshal(explained.Decision, &full); err != nil || full.Chosen == nil || full.Chosen.Offer.Pool != "de-cpu" ||
+		len(full.Offers) == 0 || full.Feasible+full.RejectedCount() != len(full.Offers) {
+		t.Fatalf("explained placement (%v): %s", err, explained.Decision)
+	}
+	for _, r := range full.Rejected() {
+		if len(full.ReasonsOf(r)) == 0 {
+			t.Fatalf("rejected offer %s has no reason", full.Offers[r.Offer].Pool)
+		}
 	}
 
 	// Cancel: the running sleeper stops; a second cancel is 409.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
 
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
@@ -74,7 +75,7 @@ func (s *Server) registerPlacement(api huma.API) {
 	register(api, huma.Operation{
 		OperationID: "get-job-placement", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/placement", Tags: []string{"placement"},
 		Summary:     "Explain where a job was placed and why",
-		Description: "404 when the job has not been placed (yet).",
+		Description: "404 when the job has not been placed (yet). The decision is the stored compact form; with explain=true it is recomputed in full (404 when what it was decided from is no longer kept).",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.placement)
 	register(api, huma.Operation{
@@ -108,7 +109,13 @@ func (s *Server) checkpoints(ctx context.Context, in *jobInput) (*checkpointsOut
 	return &checkpointsOutput{Body: cps}, nil
 }
 
-func (s *Server) placement(ctx context.Context, in *jobInput) (*placementOutput, error) {
+// placementInput names a job and whether to explain its placement in full.
+type placementInput struct {
+	ID      uuid.UUID `path:"id" doc:"job id"`
+	Explain bool      `query:"explain" doc:"recompute the full decision, every rejected offer with its reasons, from the offers and rules it was made with; without it the decision is the stored compact form (chosen offer, plan B, rejections counted by reason with a few examples)"`
+}
+
+func (s *Server) placement(ctx context.Context, in *placementInput) (*placementOutput, error) {
 	if _, err := s.ownJob(ctx, in.ID); err != nil {
 		return nil, err
 	}
@@ -119,8 +126,21 @@ func (s *Server) placement(ctx context.Context, in *jobInput) (*placementOutput,
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading placement", err)
 	}
-	return &placementOutput{Body: &PlacementView{Version: p.Version, Pool: p.Pool, Region: p.Region, Residency: p.Residency,
-		Countries: p.Countries, PriceMicros: p.PriceMicros, Currency: p.Currency, Decision: p.Decision}}, nil
+	view := &PlacementView{Version: p.Version, Pool: p.Pool, Region: p.Region, Residency: p.Residency,
+		Countries: p.Countries, PriceMicros: p.PriceMicros, Currency: p.Currency, Decision: p.Decision}
+	if in.Explain {
+		d, err := control.Explain(ctx, s.cfg.Store, in.ID)
+		if errors.Is(err, control.ErrNoReplay) {
+			return nil, huma.Error404NotFound("job " + in.ID.String() + ": " + err.Error())
+		}
+		if err != nil {
+			return nil, internal(s.cfg.Logger, "explaining placement", err)
+		}
+		if view.Decision, err = json.Marshal(d); err != nil {
+			return nil, internal(s.cfg.Logger, "writing the decision", err)
+		}
+	}
+	return &placementOutput{Body: view}, nil
 }
 
 func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error) {
