@@ -207,7 +207,7 @@ func (r Rules) BudgetGuards(project string, d Decision, now time.Time) ([]Budget
 // commit time.
 func (r Rules) GuardReason(g BudgetGuard) string {
 	b := r.Budgets[g.Budget]
-	return fmt.Sprintf("budget %s (%s cap %s): spend recorded since the decision leaves less than the estimated cost %s", b.Project, b.Period, b.Cap, Money{Micros: g.Cost, Currency: r.WithDefaults().BaseCurrency})
+	return fmt.Sprintf("budget %s (%s cap %s): spend recorded and reserved by placed jobs leaves less than the estimated cost %s", b.Project, b.Period, b.Cap, Money{Micros: g.Cost, Currency: r.WithDefaults().BaseCurrency})
 }
 
 // rateMicros is an exchange rate as base micros per unit, as compile sets it.

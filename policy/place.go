@@ -188,6 +188,9 @@ func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*pl
 	if p.runTime == 0 {
 		p.runTime = c.DefaultExpectedDuration
 	}
+	// A very short job is charged the minimum, so that its reservation
+	// against a budget is not a rounding error.
+	p.runTime = max(p.runTime, c.MinChargedDuration)
 	var names []string
 	narrow := func(class, by string) {
 		set := c.classes[strings.ToUpper(class)]

@@ -31,6 +31,10 @@ type Rules struct {
 	// DefaultExpectedDuration is the run time assumed for a job that gives
 	// neither an expected duration nor a deadline. Default 1h.
 	DefaultExpectedDuration time.Duration `json:"default_expected_duration,omitempty" yaml:"default_expected_duration" mapstructure:"default_expected_duration"`
+	// MinChargedDuration is the least run time a job's cost is estimated
+	// for, so that a job saying `expected_duration: 1s` reserves a
+	// meaningful part of its project's budget. Default 1m.
+	MinChargedDuration time.Duration `json:"min_charged_duration,omitempty" yaml:"min_charged_duration" mapstructure:"min_charged_duration"`
 	// MaxAlternatives caps the ranked plan B kept in a decision. Default 10.
 	MaxAlternatives int `json:"max_alternatives,omitempty" yaml:"max_alternatives" mapstructure:"max_alternatives"`
 	// EgressPrices are what moving a GB of a job's input out of where it is
@@ -129,6 +133,9 @@ func (r Rules) WithDefaults() Rules {
 	}
 	if r.DefaultExpectedDuration == 0 {
 		r.DefaultExpectedDuration = time.Hour
+	}
+	if r.MinChargedDuration == 0 {
+		r.MinChargedDuration = time.Minute
 	}
 	if r.MaxAlternatives == 0 {
 		r.MaxAlternatives = 10
@@ -334,6 +341,8 @@ func compile(r Rules) (*compiled, error) {
 		return nil, fmt.Errorf("replacement.avoid_for: must not be negative, got %s", r.Replacement.AvoidFor)
 	case r.DefaultExpectedDuration < 0:
 		return nil, fmt.Errorf("default_expected_duration: must not be negative, got %s", r.DefaultExpectedDuration)
+	case r.MinChargedDuration < 0:
+		return nil, fmt.Errorf("min_charged_duration: must not be negative, got %s", r.MinChargedDuration)
 	case r.MaxAlternatives < 0:
 		return nil, fmt.Errorf("max_alternatives: must be 0 or more, got %d", r.MaxAlternatives)
 	}

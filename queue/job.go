@@ -124,6 +124,12 @@ type Placement struct {
 	// attempts under this placement accrue.
 	PriceMicros int64  `json:"price_micros,omitempty"`
 	Currency    string `json:"currency,omitempty"`
+	// EstimateMicros in EstimateCurrency is the job's estimated cost on
+	// the chosen offer, which it reserves against its project's budgets
+	// until it finishes; Provider is the offer's provider.
+	EstimateMicros   int64  `json:"estimate_micros,omitempty"`
+	EstimateCurrency string `json:"estimate_currency,omitempty"`
+	Provider         string `json:"provider,omitempty"`
 	// Decision is the placement policy's explanation in its compact form
 	// (policy.Compact): the chosen offer, the ranked plan B and the
 	// rejections counted by reason with a few examples each.

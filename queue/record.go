@@ -78,3 +78,20 @@ type Page struct {
 	AfterID uuid.UUID
 	Limit   int
 }
+
+// LedgerEntry is one line of a project's budget ledger: a job with its
+// current placement's provider, region and estimate, and what its attempts
+// have accrued in one currency.
+type LedgerEntry struct {
+	JobID            uuid.UUID
+	Project          string
+	Name             string
+	State            JobState
+	Provider         string
+	Region           string
+	Pool             string
+	EstimateMicros   int64
+	EstimateCurrency string
+	Currency         string
+	AccruedMicros    int64
+}

@@ -62,6 +62,11 @@ type StreamOptions struct {
 	LogMessagesPerJob int64
 	// Retention of events and logs. Default 14 days.
 	Retention time.Duration
+	// MaxBytes caps streams by name (Storage.StreamLimits); a stream left
+	// out is unbounded in bytes. A full submission or run stream refuses
+	// new messages, so nothing accepted is dropped; a full events or logs
+	// stream drops its oldest.
+	MaxBytes map[string]int64
 }
 
 func (o StreamOptions) withDefaults() StreamOptions {
@@ -97,9 +102,9 @@ type StreamManager interface {
 func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error {
 	o = o.withDefaults()
 	configs := []jetstream.StreamConfig{
-		{Name: StreamSubmit, Subjects: []string{"gpuq.submit.*"}, Retention: jetstream.WorkQueuePolicy,
+		{Name: StreamSubmit, Subjects: []string{"gpuq.submit.*"}, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow, MaxMsgSize: MaxSpecBytes + 4096},
-		{Name: StreamRun, Subjects: []string{"gpuq.run.*.*"}, Retention: jetstream.WorkQueuePolicy,
+		{Name: StreamRun, Subjects: []string{"gpuq.run.*.*"}, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow},
 		{Name: StreamEvents, Subjects: []string{"gpuq.events.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
@@ -107,6 +112,9 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},
 	}
 	for _, c := range configs {
+		if b := o.MaxBytes[c.Name]; b > 0 {
+			c.MaxBytes = b
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
 			return fmt.Errorf("creating stream %s: %w", c.Name, err)
 		}

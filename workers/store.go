@@ -29,6 +29,10 @@ type ObjectStore struct {
 	JS jetstream.ObjectStoreManager
 	// Replicas of each bucket; 3 on a production cluster. Default 1.
 	Replicas int
+	// MaxBytes caps each bucket (storage.bucket_max_bytes); 0 is no cap.
+	// An upload into a full bucket fails, and so does the checkpoint
+	// that needed it.
+	MaxBytes int64
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.ObjectStore
@@ -59,7 +63,7 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 		if replicas == 0 {
 			replicas = 1
 		}
-		b, err = s.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas})
+		b, err = s.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes})
 	} else {
 		b, err = s.JS.ObjectStore(ctx, name)
 	}

@@ -29,7 +29,10 @@ func TestProjectBudgetIsChargedWithSpendAsItAccrues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := policy.Rules{Budgets: []policy.Budget{{Project: "vision", Period: "month", Cap: policy.Money{Micros: 10_000_000, Currency: "EUR"}}}}
+	// A 1 s job is charged a second, not the default minute, so that it
+	// fits the budget until spend has accrued.
+	rules := policy.Rules{MinChargedDuration: time.Second,
+		Budgets: []policy.Budget{{Project: "vision", Period: "month", Cap: policy.Money{Micros: 10_000_000, Currency: "EUR"}}}}
 	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules, Spend: s.Spend}
 	newJob := func(project string) *queue.Job {
 		spec := mustSpec(t, "project: "+project+"\ncommand: [/bin/true]\nexpected_duration: 1s\n")

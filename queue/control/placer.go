@@ -366,11 +366,12 @@ func placementOf(d policy.Decision) (queue.Placement, error) {
 	if err != nil {
 		return queue.Placement{}, err
 	}
-	price := d.Chosen.Offer.PricePerHour
+	price, estimate := d.Chosen.Offer.PricePerHour, d.Chosen.Cost.Total
 	return queue.Placement{
-		Pool: d.Chosen.Offer.Pool, Region: d.Chosen.Offer.Region,
+		Pool: d.Chosen.Offer.Pool, Region: d.Chosen.Offer.Region, Provider: d.Chosen.Offer.Provider,
 		Residency: d.Residency.Class, Countries: d.Residency.Countries,
 		PriceMicros: price.Micros, Currency: price.Currency, Decision: body,
+		EstimateMicros: max(estimate.Micros, 0), EstimateCurrency: estimate.Currency,
 	}, nil
 }
 

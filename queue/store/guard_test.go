@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +93,113 @@ func TestCommitRejectsAPlacementThatSpendRecordedSinceTheDecisionPushesOverBudge
 	}
 	if last := events[len(events)-1]; last.State != queue.StateRejected || last.Message != j.Reason {
 		t.Errorf("the audit trail ends with %+v, want the rejection and its reason", last)
+	}
+}
+
+// Two schedulers committing placements for one project at the same moment
+// must not overspend together: each commit takes the project's budget lock
+// and sees the reservations of the commits before it. Four concurrent
+// commits of 15 jobs at 0.10 EUR against a 1 EUR cap place exactly 10.
+func TestConcurrentCommitsCannotOverspendAProjectBudgetTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	for round := range 3 {
+		project := fmt.Sprintf("vision%d", round)
+		guard := []queue.BudgetGuard{{Project: project, Since: time.Now().Add(-time.Hour), LimitMicros: 1_000_000,
+			CostMicros: 100_000, Rates: map[string]int64{"EUR": 1_000_000}, Reason: "budget " + project}}
+		// Every job is recorded first, so that only the commits of the
+		// placements run together.
+		var batches [][]queue.PlacedJob
+		for range 4 {
+			var jobs []queue.NewJob
+			var placed []queue.PlacedJob
+			for range 15 {
+				id := uuid.New()
+				jobs = append(jobs, queue.NewJob{ID: id, Spec: mustSpec(t, "project: "+project+"\ncommand: [/bin/true]")})
+				placed = append(placed, queue.PlacedJob{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r",
+					PriceMicros: 100_000, Currency: "EUR", EstimateMicros: 100_000, EstimateCurrency: "EUR", Guards: guard}})
+			}
+			if _, err := s.RecordJobs(ctx, jobs); err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, placed)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, len(batches))
+		for _, placed := range batches {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := s.CommitPlacements(ctx, queue.Decided{Placed: placed})
+				errs <- err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		var placedN, rejectedN int
+		if err := s.DB.QueryRow(`SELECT count(*) FILTER (WHERE state = 'placed'), count(*) FILTER (WHERE state = 'rejected') FROM jobs WHERE project = $1`,
+			project).Scan(&placedN, &rejectedN); err != nil {
+			t.Fatal(err)
+		}
+		if placedN != 10 || rejectedN != 50 {
+			t.Fatalf("round %d: %d placed and %d rejected of 60 jobs at 0.10 EUR against a 1 EUR cap; want 10 and 50", round, placedN, rejectedN)
+		}
+	}
+}
+
+// What a job reserves is its estimate less what it has accrued; once it
+// finishes, the unused part is released and only its spend is charged.
+func TestAFinishedJobReleasesTheUnusedPartOfItsReservation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "project: vision\ncommand: [/bin/true]")}}); err != nil {
+		t.Fatal(err)
+	}
+	// 3600 EUR/h, estimated at 100 EUR.
+	if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r",
+		PriceMicros: 3_600_000_000, Currency: "EUR", EstimateMicros: 100_000_000, EstimateCurrency: "EUR"}}}); err != nil {
+		t.Fatal(err)
+	}
+	charged := func() int64 {
+		t.Helper()
+		c, err := s.Charged(ctx, "vision", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c["EUR"]
+	}
+	if got := charged(); got != 100_000_000 {
+		t.Fatalf("a placed job must reserve its estimate: charged %d micros", got)
+	}
+	c, err := claim(t, s, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 s at one euro a second: 10 spent, 90 still reserved.
+	if _, err := s.DB.Exec(`UPDATE attempts SET started_at = heartbeat_at - interval '10 seconds' WHERE job_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := charged(); got != 100_000_000 {
+		t.Fatalf("spend plus what is still reserved must stay the estimate while it runs: charged %d micros", got)
+	}
+	if err := s.Succeed(ctx, id, c.Job.Attempt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.Exec(`UPDATE attempts SET started_at = ended_at - interval '10 seconds' WHERE job_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := charged(); got != 10_000_000 {
+		t.Fatalf("a finished job is charged its spend only: charged %d micros, want 10 EUR", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -162,54 +163,91 @@ func commitPlacements(ctx context.Context, q *db.Queries, d queue.Decided) ([]qu
 	return done, append(events, placedEvents...), err
 }
 
-// checkGuards re-checks the budget guards of placements in one statement and
-// splits them into those that hold and the reasons of those that failed.
+// checkGuards re-checks the budget guards of placements against what each
+// project has used: the spend recorded now plus what its unfinished jobs
+// still reserve. It first takes each guarded project's budget lock, in name
+// order, so that concurrent commits for one project run one after the other
+// and each sees the reservations of those before it. Within the batch,
+// placements are taken in order: each one that holds adds its cost to its
+// project's use before the next is checked. It splits them into those that
+// hold and the reasons of those that failed.
 func checkGuards(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]queue.PlacedJob, map[uuid.UUID]string, error) {
-	var params db.ProjectBudgetOverrunsParams
+	var params db.ProjectBudgetUseParams
 	var owner []int
+	var projects []string
 	for i, p := range placed {
 		for _, g := range p.Placement.Guards {
 			n := int32(len(owner))
 			params.Guards = append(params.Guards, n)
 			params.Projects = append(params.Projects, g.Project)
 			params.Since = append(params.Since, g.Since.UTC())
-			params.LimitMicros = append(params.LimitMicros, g.LimitMicros)
-			params.CostMicros = append(params.CostMicros, g.CostMicros)
 			for c, r := range g.Rates {
 				params.RateGuards = append(params.RateGuards, n)
 				params.RateCurrencies = append(params.RateCurrencies, c)
 				params.RateMicros = append(params.RateMicros, r)
 			}
 			owner = append(owner, i)
+			if !slices.Contains(projects, g.Project) {
+				projects = append(projects, g.Project)
+			}
 		}
 	}
 	if len(owner) == 0 {
 		return placed, nil, nil
 	}
-	over, err := q.ProjectBudgetOverruns(ctx, params)
+	slices.Sort(projects)
+	for _, project := range projects {
+		if err := q.ProjectBudgetLock(ctx, project); err != nil {
+			return nil, nil, fmt.Errorf("locking the budgets of project %s: %w", project, err)
+		}
+	}
+	// A job placed again releases its old reservation for the new one.
+	params.Exclude = make([]uuid.UUID, len(placed))
+	for i, p := range placed {
+		params.Exclude[i] = p.JobID
+	}
+	use, err := q.ProjectBudgetUse(ctx, params)
 	if err != nil {
 		return nil, nil, fmt.Errorf("re-checking %d budget guards: %w", len(owner), err)
 	}
+	if len(use) != len(owner) {
+		return nil, nil, fmt.Errorf("re-checking %d budget guards: %d answered", len(owner), len(use))
+	}
 	failed := map[uuid.UUID]string{}
-	drop := map[int]bool{}
-	for _, g := range over {
-		i := owner[g]
-		if drop[i] {
+	added := map[string]int64{} // per project: the cost of this batch's placements that held
+	kept := make([]queue.PlacedJob, 0, len(placed))
+	for i, p := range placed {
+		first := slices.Index(owner, i)
+		if first < 0 {
+			kept = append(kept, p)
 			continue
 		}
-		drop[i] = true
-		guards := placed[i].Placement.Guards
-		// The guard index within its placement names the budget.
-		first := slices.Index(owner, i)
-		failed[placed[i].JobID] = guards[int(g)-first].Reason
-	}
-	kept := make([]queue.PlacedJob, 0, len(placed)-len(drop))
-	for i, p := range placed {
-		if !drop[i] {
-			kept = append(kept, p)
+		ok := true
+		for k, g := range p.Placement.Guards {
+			u := use[first+k]
+			if u.Unknown || addSat(addSat(u.UsedMicros, added[g.Project]), g.CostMicros) > g.LimitMicros {
+				failed[p.JobID], ok = g.Reason, false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		kept = append(kept, p)
+		if len(p.Placement.Guards) > 0 {
+			g := p.Placement.Guards[0]
+			added[g.Project] = addSat(added[g.Project], g.CostMicros)
 		}
 	}
 	return kept, failed, nil
+}
+
+// addSat adds non-negative micros, saturating instead of overflowing.
+func addSat(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
 }
 
 // placeMany moves each job to its next placement and stores the placement
@@ -223,6 +261,7 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: make([]string, n), Regions: make([]string, n),
 		Residencies: make([]string, n), Countries: make([]string, n), PriceMicros: make([]int64, n),
 		Currencies: make([]string, n), Decisions: make([]string, n),
+		EstimateMicros: make([]int64, n), EstimateCurrencies: make([]string, n), Providers: make([]string, n),
 	}
 	byID := make(map[uuid.UUID]queue.PlacedJob, n)
 	for i, p := range placed {
@@ -239,6 +278,8 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		params.Regions[i], params.Residencies[i] = p.Placement.Region, p.Placement.Residency
 		params.Countries[i], params.Decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
 		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
+		params.EstimateMicros[i], params.EstimateCurrencies[i] = max(p.Placement.EstimateMicros, 0), p.Placement.EstimateCurrency
+		params.Providers[i] = p.Placement.Provider
 		byID[p.JobID] = p
 	}
 	ids, err := q.JobPlaceMany(ctx, params)
@@ -276,4 +317,55 @@ func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map
 // RecordPlacements commits placements with no rejections (CommitPlacements).
 func (s *Store) RecordPlacements(ctx context.Context, placed []queue.PlacedJob) ([]queue.PlacedJob, error) {
 	return s.CommitPlacements(ctx, queue.Decided{Placed: placed})
+}
+
+// Charged is what a project's budgets are charged with when a placement is
+// decided, in micros per currency: the spend of its attempts started since
+// a time (Spend) plus what its unfinished jobs still reserve, each its
+// placement's estimate less what it has accrued. The commit re-checks the
+// same under the project's budget lock (CommitPlacements), so this snapshot
+// only makes the decision's reason precise.
+func (s *Store) Charged(ctx context.Context, project string, since time.Time) (map[string]int64, error) {
+	out, err := s.Spend(ctx, project, since)
+	if err != nil {
+		return nil, err
+	}
+	reserved, err := s.Reserved(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	for c, micros := range reserved {
+		out[c] = addSat(out[c], micros)
+	}
+	return out, nil
+}
+
+// Reserved is what a project's unfinished jobs still reserve against its
+// budgets, in micros per currency.
+func (s *Store) Reserved(ctx context.Context, project string) (map[string]int64, error) {
+	rows, err := s.q.ProjectReservedByCurrency(ctx, project)
+	if err != nil {
+		return nil, fmt.Errorf("summing the reservations of project %s: %w", project, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Currency] = r.Micros
+	}
+	return out, nil
+}
+
+// Ledger lists the budget ledger of projects since a time, at most max
+// lines (JobLedger): newest jobs first within each project.
+func (s *Store) Ledger(ctx context.Context, projects []string, since time.Time, max int) ([]queue.LedgerEntry, error) {
+	rows, err := s.q.JobLedger(ctx, db.JobLedgerParams{Projects: projects, Since: since, MaxRows: int32(max)})
+	if err != nil {
+		return nil, fmt.Errorf("reading the ledger of %v: %w", projects, err)
+	}
+	out := make([]queue.LedgerEntry, len(rows))
+	for i, r := range rows {
+		out[i] = queue.LedgerEntry{JobID: r.ID, Project: r.Project, Name: r.Name, State: queue.JobState(r.State),
+			Provider: r.Provider, Region: r.Region, Pool: r.Pool, EstimateMicros: r.EstimateMicros,
+			EstimateCurrency: r.EstimateCurrency, Currency: r.Currency, AccruedMicros: r.AccruedMicros}
+	}
+	return out, nil
 }

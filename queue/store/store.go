@@ -35,6 +35,9 @@ type Store struct {
 	// SnapshotRetention is how long offer snapshots are kept for replaying
 	// placements; zero is DefaultSnapshotRetention.
 	SnapshotRetention time.Duration
+	// Storage bounds the checkpoints kept per job and the bytes a project
+	// stores; the zero value is queue.Storage's defaults.
+	Storage queue.Storage
 
 	historyMu   sync.Mutex
 	compactedAt time.Time
@@ -257,14 +260,33 @@ func (s *Store) RecordNotice(ctx context.Context, id uuid.UUID, attempt int, mes
 }
 
 // RecordCheckpoint records a committed checkpoint under attempt and returns
-// its sequence number; ErrFenced when the attempt no longer owns the job.
+// its sequence number; ErrFenced when the attempt no longer owns the job. In
+// the same transaction the job's checkpoints older than its latest
+// Storage.KeepCheckpoints are pruned (their archives are deleted by the
+// control plane, PruneCheckpoints). A checkpoint that would take the job's
+// project past its stored-bytes quota is refused with ErrQuotaExceeded.
 func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error) {
-	seq, err := s.q.CheckpointInsert(ctx, db.CheckpointInsertParams{JobID: id, Attempt: int32(attempt), Bytes: a.Bytes, Sha256: a.SHA256, Region: a.Region, StoreUri: a.StoreURI})
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, queue.ErrFenced
-	}
+	limits := s.Storage.WithDefaults()
+	var seq int32
+	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		if err := checkQuota(ctx, q, limits, id, a.Bytes); err != nil {
+			return nil, err
+		}
+		var err error
+		seq, err = q.CheckpointInsert(ctx, db.CheckpointInsertParams{JobID: id, Attempt: int32(attempt), Bytes: a.Bytes, Sha256: a.SHA256, Region: a.Region, StoreUri: a.StoreURI})
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, queue.ErrFenced
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recording checkpoint of job %s: %w", id, err)
+		}
+		if err := q.CheckpointPruneJob(ctx, db.CheckpointPruneJobParams{JobID: id, Keep: int32(limits.KeepCheckpoints)}); err != nil {
+			return nil, fmt.Errorf("pruning the checkpoints of job %s: %w", id, err)
+		}
+		return nil, nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("recording checkpoint of job %s: %w", id, err)
+		return 0, err
 	}
 	return int(seq), nil
 }
@@ -510,7 +532,8 @@ func (s *Store) LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Place
 		return nil, err
 	}
 	return &queue.Placement{Version: int(r.Version), Pool: r.Pool, Region: r.Region, Residency: r.Residency, Countries: r.Countries,
-		PriceMicros: r.PriceMicros, Currency: r.Currency, Decision: r.Decision}, nil
+		PriceMicros: r.PriceMicros, Currency: r.Currency, Decision: r.Decision,
+		EstimateMicros: r.EstimateMicros, EstimateCurrency: r.EstimateCurrency, Provider: r.Provider}, nil
 }
 
 // Result returns where the job's outputs were stored.

@@ -7,9 +7,53 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
+
+const checkpointGarbageDelete = `-- name: CheckpointGarbageDelete :exec
+DELETE FROM checkpoint_garbage WHERE store_uri = ANY($1::text[])
+`
+
+func (q *Queries) CheckpointGarbageDelete(ctx context.Context, storeUris []string) error {
+	_, err := q.db.ExecContext(ctx, checkpointGarbageDelete, pq.Array(storeUris))
+	return err
+}
+
+const checkpointGarbageList = `-- name: CheckpointGarbageList :many
+SELECT store_uri, job_id, project, bytes, queued_at FROM checkpoint_garbage ORDER BY queued_at, store_uri LIMIT $1::int
+`
+
+func (q *Queries) CheckpointGarbageList(ctx context.Context, maxRows int32) ([]CheckpointGarbage, error) {
+	rows, err := q.db.QueryContext(ctx, checkpointGarbageList, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CheckpointGarbage
+	for rows.Next() {
+		var i CheckpointGarbage
+		if err := rows.Scan(
+			&i.StoreUri,
+			&i.JobID,
+			&i.Project,
+			&i.Bytes,
+			&i.QueuedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const checkpointInsert = `-- name: CheckpointInsert :one
 WITH j AS (
@@ -105,4 +149,59 @@ func (q *Queries) CheckpointListByJob(ctx context.Context, jobID uuid.UUID) ([]C
 		return nil, err
 	}
 	return items, nil
+}
+
+const checkpointPrune = `-- name: CheckpointPrune :execrows
+WITH d AS (
+    DELETE FROM checkpoints c
+    USING jobs j
+    WHERE c.job_id = j.id
+      AND (c.seq <= j.checkpoint_seq - $1::int OR j.finalized_at < $2::timestamptz)
+    RETURNING c.job_id, c.store_uri, c.bytes
+)
+INSERT INTO checkpoint_garbage (store_uri, job_id, project, bytes)
+SELECT d.store_uri, d.job_id, j.project, d.bytes FROM d JOIN jobs j ON j.id = d.job_id
+ON CONFLICT (store_uri) DO NOTHING
+`
+
+type CheckpointPruneParams struct {
+	Keep           int32
+	FinishedBefore time.Time
+}
+
+// CheckpointPrune moves into checkpoint_garbage every checkpoint older than
+// its job's latest keep, and every checkpoint of a job finished before
+// finished_before.
+func (q *Queries) CheckpointPrune(ctx context.Context, arg CheckpointPruneParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, checkpointPrune, arg.Keep, arg.FinishedBefore)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const checkpointPruneJob = `-- name: CheckpointPruneJob :exec
+WITH d AS (
+    DELETE FROM checkpoints c
+    USING jobs j
+    WHERE j.id = $1 AND c.job_id = j.id AND c.seq <= j.checkpoint_seq - $2::int
+    RETURNING c.job_id, c.store_uri, c.bytes
+)
+INSERT INTO checkpoint_garbage (store_uri, job_id, project, bytes)
+SELECT d.store_uri, d.job_id, j.project, d.bytes FROM d JOIN jobs j ON j.id = d.job_id
+ON CONFLICT (store_uri) DO NOTHING
+`
+
+type CheckpointPruneJobParams struct {
+	JobID uuid.UUID
+	Keep  int32
+}
+
+// CheckpointPruneJob moves a job's checkpoints older than its latest keep
+// into checkpoint_garbage, whose archives the control plane deletes.
+// Sequence numbers are consecutive, so the latest keep are those within
+// keep of the job's checkpoint_seq.
+func (q *Queries) CheckpointPruneJob(ctx context.Context, arg CheckpointPruneJobParams) error {
+	_, err := q.db.ExecContext(ctx, checkpointPruneJob, arg.JobID, arg.Keep)
+	return err
 }

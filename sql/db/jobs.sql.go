@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
@@ -338,6 +339,87 @@ func (q *Queries) JobLeaseRemaining(ctx context.Context, id uuid.UUID) (JobLease
 	return i, err
 }
 
+const jobLedger = `-- name: JobLedger :many
+SELECT j.id, j.project, j.name, j.state::text AS state,
+       COALESCE(p.provider, '')::text AS provider, COALESCE(p.region, '')::text AS region, COALESCE(p.pool, '')::text AS pool,
+       COALESCE(p.estimate_micros, 0)::bigint AS estimate_micros, COALESCE(p.estimate_currency, '')::text AS estimate_currency,
+       COALESCE(a.currency, '')::text AS currency, COALESCE(a.micros, 0)::bigint AS accrued_micros
+FROM jobs j
+LEFT JOIN placements p ON p.job_id = j.id AND p.version = j.placement_version
+LEFT JOIN LATERAL (
+    SELECT a.currency,
+           SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600)::bigint AS micros
+    FROM attempts a
+    WHERE a.job_id = j.id AND a.started_at >= $1 AND a.currency <> ''
+    GROUP BY a.currency
+) a ON true
+WHERE j.project = ANY($2::text[])
+  AND (j.submitted_at >= $1 OR j.finalized_at IS NULL
+       OR EXISTS (SELECT 1 FROM attempts x WHERE x.job_id = j.id AND x.started_at >= $1))
+ORDER BY j.project, j.submitted_at DESC, j.id, a.currency
+LIMIT $3::int
+`
+
+type JobLedgerParams struct {
+	Since    time.Time
+	Projects []string
+	MaxRows  int32
+}
+
+type JobLedgerRow struct {
+	ID               uuid.UUID
+	Project          string
+	Name             string
+	State            string
+	Provider         string
+	Region           string
+	Pool             string
+	EstimateMicros   int64
+	EstimateCurrency string
+	Currency         string
+	AccruedMicros    int64
+}
+
+// JobLedger is the budget ledger of projects' jobs: each job submitted
+// since a time, or unfinished, or with an attempt started since then, with
+// its current placement's provider, region and estimate, and what its
+// attempts started since then have accrued, per currency. A job not placed
+// has empty placement columns and one row with an empty currency.
+func (q *Queries) JobLedger(ctx context.Context, arg JobLedgerParams) ([]JobLedgerRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobLedger, arg.Since, pq.Array(arg.Projects), arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobLedgerRow
+	for rows.Next() {
+		var i JobLedgerRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.State,
+			&i.Provider,
+			&i.Region,
+			&i.Pool,
+			&i.EstimateMicros,
+			&i.EstimateCurrency,
+			&i.Currency,
+			&i.AccruedMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobList = `-- name: JobList :many
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
 WHERE ($1::job_state IS NULL OR state = $1::job_state)
@@ -594,7 +676,9 @@ WITH u AS (
     SELECT unnest($1::uuid[]) AS job_id, unnest($2::int[]) AS version, unnest($3::text[]) AS pool,
            unnest($4::text[]) AS region, unnest($5::text[]) AS residency,
            unnest($6::text[]) AS countries, unnest($7::bigint[]) AS price_micros,
-           unnest($8::text[]) AS currency, unnest($9::text[]) AS decision
+           unnest($8::text[]) AS currency, unnest($9::text[]) AS decision,
+           unnest($10::bigint[]) AS estimate_micros, unnest($11::text[]) AS estimate_currency,
+           unnest($12::text[]) AS provider
 ), j AS (
     UPDATE jobs
     SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
@@ -602,9 +686,11 @@ WITH u AS (
     WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
     RETURNING jobs.id, jobs.pool, jobs.placement_version
 ), p AS (
-    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
+                            estimate_micros, estimate_currency, provider)
     SELECT u.job_id, u.version, u.pool, u.region, u.residency,
-           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
+           u.estimate_micros, u.estimate_currency, u.provider
     FROM u JOIN j ON j.id = u.job_id
     ON CONFLICT (job_id, version) DO NOTHING
 )
@@ -617,15 +703,18 @@ RETURNING job_id
 `
 
 type JobPlaceManyParams struct {
-	JobIds      []uuid.UUID
-	Versions    []int32
-	Pools       []string
-	Regions     []string
-	Residencies []string
-	Countries   []string
-	PriceMicros []int64
-	Currencies  []string
-	Decisions   []string
+	JobIds             []uuid.UUID
+	Versions           []int32
+	Pools              []string
+	Regions            []string
+	Residencies        []string
+	Countries          []string
+	PriceMicros        []int64
+	Currencies         []string
+	Decisions          []string
+	EstimateMicros     []int64
+	EstimateCurrencies []string
+	Providers          []string
 }
 
 // JobPlaceMany moves a batch of waiting jobs to their next placement, records
@@ -633,7 +722,9 @@ type JobPlaceManyParams struct {
 // accrue) and the "placed" events, in one statement; it returns the jobs it
 // placed. A job that is running or finished, or was placed again meanwhile,
 // is left alone and gets no placement row. countries holds each placement's
-// country codes joined by commas.
+// country codes joined by commas. estimate_micros (in estimate_currencies)
+// is the placement's estimated cost, which the job reserves against its
+// project's budgets until it finishes.
 func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]uuid.UUID, error) {
 	rows, err := q.db.QueryContext(ctx, jobPlaceMany,
 		pq.Array(arg.JobIds),
@@ -645,6 +736,9 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]u
 		pq.Array(arg.PriceMicros),
 		pq.Array(arg.Currencies),
 		pq.Array(arg.Decisions),
+		pq.Array(arg.EstimateMicros),
+		pq.Array(arg.EstimateCurrencies),
+		pq.Array(arg.Providers),
 	)
 	if err != nil {
 		return nil, err

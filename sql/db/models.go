@@ -261,6 +261,14 @@ type Checkpoint struct {
 	CreatedAt time.Time
 }
 
+type CheckpointGarbage struct {
+	StoreUri string
+	JobID    uuid.UUID
+	Project  string
+	Bytes    int64
+	QueuedAt time.Time
+}
+
 type Instance struct {
 	ID           string
 	Provider     string
@@ -349,16 +357,19 @@ type PlacementRecipe struct {
 }
 
 type PlacementRow struct {
-	JobID       uuid.UUID
-	Version     int32
-	Pool        string
-	Region      string
-	Residency   string
-	Countries   []string
-	Decision    json.RawMessage
-	CreatedAt   time.Time
-	PriceMicros int64
-	Currency    string
+	JobID            uuid.UUID
+	Version          int32
+	Pool             string
+	Region           string
+	Residency        string
+	Countries        []string
+	Decision         json.RawMessage
+	CreatedAt        time.Time
+	PriceMicros      int64
+	Currency         string
+	EstimateMicros   int64
+	EstimateCurrency string
+	Provider         string
 }
 
 type PoolHistory struct {

@@ -13,7 +13,7 @@ import (
 )
 
 const placementLatest = `-- name: PlacementLatest :one
-SELECT job_id, version, pool, region, residency, countries, decision, created_at, price_micros, currency FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
+SELECT job_id, version, pool, region, residency, countries, decision, created_at, price_micros, currency, estimate_micros, estimate_currency, provider FROM placements WHERE job_id = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (PlacementRow, error) {
@@ -30,6 +30,9 @@ func (q *Queries) PlacementLatest(ctx context.Context, jobID uuid.UUID) (Placeme
 		&i.CreatedAt,
 		&i.PriceMicros,
 		&i.Currency,
+		&i.EstimateMicros,
+		&i.EstimateCurrency,
+		&i.Provider,
 	)
 	return i, err
 }

@@ -9,75 +9,123 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lib/pq"
 )
 
-const projectBudgetOverruns = `-- name: ProjectBudgetOverruns :many
+const projectBudgetLock = `-- name: ProjectBudgetLock :exec
+SELECT pg_advisory_xact_lock(hashtextextended('gpuq.budget:' || $1::text, 0))
+`
+
+// ProjectBudgetLock takes the transaction's advisory lock on a project's
+// budget: commits that check and reserve against the same project's budgets
+// run one after the other, so each sees the reservations of those before.
+func (q *Queries) ProjectBudgetLock(ctx context.Context, project string) error {
+	_, err := q.db.ExecContext(ctx, projectBudgetLock, project)
+	return err
+}
+
+const projectBudgetUse = `-- name: ProjectBudgetUse :many
 WITH g AS (
     SELECT unnest($1::int[]) AS guard, unnest($2::text[]) AS project,
-           unnest($3::timestamptz[]) AS since, unnest($4::bigint[]) AS limit_micros,
-           unnest($5::bigint[]) AS cost_micros
+           unnest($3::timestamptz[]) AS since
 ), r AS (
-    SELECT unnest($6::int[]) AS guard, unnest($7::text[]) AS currency,
-           unnest($8::bigint[]) AS rate_micros
-), s AS (
+    SELECT unnest($4::int[]) AS guard, unnest($5::text[]) AS currency,
+           unnest($6::bigint[]) AS rate_micros
+), sc AS (
     SELECT g.guard, a.currency,
            COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
     FROM g
     JOIN jobs j ON j.project = g.project
     JOIN attempts a ON a.job_id = j.id AND a.started_at >= g.since AND a.currency <> ''
     GROUP BY g.guard, a.currency
+), s AS (
+    SELECT sc.guard, bool_or(r.currency IS NULL) AS unknown,
+           COALESCE(SUM(div(sc.micros::numeric * r.rate_micros, 1000000)), 0) AS micros
+    FROM sc
+    LEFT JOIN r ON r.guard = sc.guard AND r.currency = sc.currency
+    GROUP BY sc.guard
+), u AS (
+    SELECT g.guard, j.id, p.estimate_micros, p.estimate_currency
+    FROM g
+    JOIN jobs j ON j.project = g.project AND j.finalized_at IS NULL AND NOT (j.id = ANY($7::uuid[]))
+    JOIN placements p ON p.job_id = j.id AND p.version = j.placement_version AND p.estimate_micros > 0
+), ua AS (
+    SELECT u.guard, u.id, a.currency,
+           COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+    FROM u
+    JOIN attempts a ON a.job_id = u.id AND a.currency <> ''
+    GROUP BY u.guard, u.id, a.currency
+), uj AS (
+    SELECT u.guard, u.id,
+           bool_or(re.currency IS NULL) OR bool_or(ua.currency IS NOT NULL AND ra.currency IS NULL) AS unknown,
+           GREATEST(MAX(div(u.estimate_micros::numeric * re.rate_micros, 1000000))
+                    - COALESCE(SUM(div(ua.micros::numeric * ra.rate_micros, 1000000)), 0), 0) AS micros
+    FROM u
+    LEFT JOIN r re ON re.guard = u.guard AND re.currency = u.estimate_currency
+    LEFT JOIN ua ON ua.guard = u.guard AND ua.id = u.id
+    LEFT JOIN r ra ON ra.guard = u.guard AND ra.currency = ua.currency
+    GROUP BY u.guard, u.id
+), rv AS (
+    SELECT uj.guard, bool_or(uj.unknown) AS unknown, COALESCE(SUM(uj.micros), 0) AS micros
+    FROM uj
+    GROUP BY uj.guard
 )
-SELECT g.guard::int AS guard
+SELECT g.guard::int AS guard,
+       (COALESCE(s.unknown, false) OR COALESCE(rv.unknown, false))::bool AS unknown,
+       (COALESCE(s.micros, 0) + COALESCE(rv.micros, 0))::bigint AS used_micros
 FROM g
 LEFT JOIN s ON s.guard = g.guard
-LEFT JOIN r ON r.guard = s.guard AND r.currency = s.currency
-GROUP BY g.guard, g.limit_micros, g.cost_micros
-HAVING bool_or(s.currency IS NOT NULL AND r.currency IS NULL)
-    OR g.cost_micros + COALESCE(SUM(div(s.micros::numeric * r.rate_micros, 1000000)), 0) > g.limit_micros
+LEFT JOIN rv ON rv.guard = g.guard
 ORDER BY g.guard
 `
 
-type ProjectBudgetOverrunsParams struct {
+type ProjectBudgetUseParams struct {
 	Guards         []int32
 	Projects       []string
 	Since          []time.Time
-	LimitMicros    []int64
-	CostMicros     []int64
 	RateGuards     []int32
 	RateCurrencies []string
 	RateMicros     []int64
+	Exclude        []uuid.UUID
 }
 
-// ProjectBudgetOverruns re-checks budget guards against the spend recorded
-// now and returns the guards that fail: those whose project's attempts
-// started since the guard's period start have cost, each currency converted
-// into the base currency at the guard's rate (base micros per unit, rounded
-// down, as policy converts), more than the guard's limit less the cost of
-// the placement it guards. Spend in a currency the guard has no rate for
-// fails the guard. It reads spend as AttemptSpendByProject does.
-func (q *Queries) ProjectBudgetOverruns(ctx context.Context, arg ProjectBudgetOverrunsParams) ([]int32, error) {
-	rows, err := q.db.QueryContext(ctx, projectBudgetOverruns,
+type ProjectBudgetUseRow struct {
+	Guard      int32
+	Unknown    bool
+	UsedMicros int64
+}
+
+// ProjectBudgetUse returns, for each budget guard, what its project has
+// used in base micros: the spend of its attempts started since the guard's
+// period start, plus what its unfinished jobs (other than those in exclude,
+// which are being placed again) still reserve: their current placement's
+// estimate less what their attempts have accrued, never below zero. Each
+// currency is converted into the base currency at the guard's rate (base
+// micros per unit, rounded down, as policy converts); an amount in a
+// currency the guard has no rate for sets unknown. Spend reads as
+// AttemptSpendByProject does.
+func (q *Queries) ProjectBudgetUse(ctx context.Context, arg ProjectBudgetUseParams) ([]ProjectBudgetUseRow, error) {
+	rows, err := q.db.QueryContext(ctx, projectBudgetUse,
 		pq.Array(arg.Guards),
 		pq.Array(arg.Projects),
 		pq.Array(arg.Since),
-		pq.Array(arg.LimitMicros),
-		pq.Array(arg.CostMicros),
 		pq.Array(arg.RateGuards),
 		pq.Array(arg.RateCurrencies),
 		pq.Array(arg.RateMicros),
+		pq.Array(arg.Exclude),
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []int32
+	var items []ProjectBudgetUseRow
 	for rows.Next() {
-		var guard int32
-		if err := rows.Scan(&guard); err != nil {
+		var i ProjectBudgetUseRow
+		if err := rows.Scan(&i.Guard, &i.Unknown, &i.UsedMicros); err != nil {
 			return nil, err
 		}
-		items = append(items, guard)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -95,4 +143,63 @@ INSERT INTO projects (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTH
 func (q *Queries) ProjectEnsureMany(ctx context.Context, names []string) error {
 	_, err := q.db.ExecContext(ctx, projectEnsureMany, pq.Array(names))
 	return err
+}
+
+const projectReservedByCurrency = `-- name: ProjectReservedByCurrency :many
+SELECT p.estimate_currency AS currency,
+       COALESCE(SUM(GREATEST(p.estimate_micros - COALESCE((
+           SELECT SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600)
+           FROM attempts a WHERE a.job_id = j.id AND a.currency = p.estimate_currency), 0), 0)), 0)::bigint AS micros
+FROM jobs j
+JOIN placements p ON p.job_id = j.id AND p.version = j.placement_version AND p.estimate_micros > 0
+WHERE j.project = $1 AND j.finalized_at IS NULL
+GROUP BY p.estimate_currency
+ORDER BY p.estimate_currency
+`
+
+type ProjectReservedByCurrencyRow struct {
+	Currency string
+	Micros   int64
+}
+
+// ProjectReservedByCurrency is what a project's unfinished jobs still
+// reserve, per estimate currency: each job's current placement's estimate
+// less what its attempts have accrued in that currency, never below zero.
+func (q *Queries) ProjectReservedByCurrency(ctx context.Context, project string) ([]ProjectReservedByCurrencyRow, error) {
+	rows, err := q.db.QueryContext(ctx, projectReservedByCurrency, project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectReservedByCurrencyRow
+	for rows.Next() {
+		var i ProjectReservedByCurrencyRow
+		if err := rows.Scan(&i.Currency, &i.Micros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const projectStoredBytes = `-- name: ProjectStoredBytes :one
+SELECT (COALESCE((SELECT SUM(c.bytes) FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.project = $1), 0)
+      + COALESCE((SELECT SUM(r.bytes) FROM results r JOIN jobs j ON j.id = r.job_id WHERE j.project = $1), 0)
+      + COALESCE((SELECT SUM(g.bytes) FROM checkpoint_garbage g WHERE g.project = $1), 0))::bigint AS bytes
+`
+
+// ProjectStoredBytes is what a project keeps in the archive stores: its
+// recorded checkpoints and results, and the pruned checkpoints not yet
+// deleted.
+func (q *Queries) ProjectStoredBytes(ctx context.Context, project string) (int64, error) {
+	row := q.db.QueryRowContext(ctx, projectStoredBytes, project)
+	var bytes int64
+	err := row.Scan(&bytes)
+	return bytes, err
 }

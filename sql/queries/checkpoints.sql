@@ -19,3 +19,40 @@ SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq DESC LIMIT 1;
 
 -- name: CheckpointListByJob :many
 SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq;
+
+-- name: CheckpointPruneJob :exec
+-- CheckpointPruneJob moves a job's checkpoints older than its latest keep
+-- into checkpoint_garbage, whose archives the control plane deletes.
+-- Sequence numbers are consecutive, so the latest keep are those within
+-- keep of the job's checkpoint_seq.
+WITH d AS (
+    DELETE FROM checkpoints c
+    USING jobs j
+    WHERE j.id = @job_id AND c.job_id = j.id AND c.seq <= j.checkpoint_seq - @keep::int
+    RETURNING c.job_id, c.store_uri, c.bytes
+)
+INSERT INTO checkpoint_garbage (store_uri, job_id, project, bytes)
+SELECT d.store_uri, d.job_id, j.project, d.bytes FROM d JOIN jobs j ON j.id = d.job_id
+ON CONFLICT (store_uri) DO NOTHING;
+
+-- name: CheckpointPrune :execrows
+-- CheckpointPrune moves into checkpoint_garbage every checkpoint older than
+-- its job's latest keep, and every checkpoint of a job finished before
+-- finished_before.
+WITH d AS (
+    DELETE FROM checkpoints c
+    USING jobs j
+    WHERE c.job_id = j.id
+      AND (c.seq <= j.checkpoint_seq - @keep::int OR j.finalized_at < @finished_before::timestamptz)
+    RETURNING c.job_id, c.store_uri, c.bytes
+)
+INSERT INTO checkpoint_garbage (store_uri, job_id, project, bytes)
+SELECT d.store_uri, d.job_id, j.project, d.bytes FROM d JOIN jobs j ON j.id = d.job_id
+ON CONFLICT (store_uri) DO NOTHING;
+
+-- name: CheckpointGarbageList :many
+SELECT * FROM checkpoint_garbage ORDER BY queued_at, store_uri LIMIT @max_rows::int;
+
+-- name: CheckpointGarbageDelete :exec
+DELETE FROM checkpoint_garbage WHERE store_uri = ANY(@store_uris::text[]);
+

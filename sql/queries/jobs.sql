@@ -31,12 +31,16 @@ SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_k
 -- accrue) and the "placed" events, in one statement; it returns the jobs it
 -- placed. A job that is running or finished, or was placed again meanwhile,
 -- is left alone and gets no placement row. countries holds each placement's
--- country codes joined by commas.
+-- country codes joined by commas. estimate_micros (in estimate_currencies)
+-- is the placement's estimated cost, which the job reserves against its
+-- project's budgets until it finishes.
 WITH u AS (
     SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@versions::int[]) AS version, unnest(@pools::text[]) AS pool,
            unnest(@regions::text[]) AS region, unnest(@residencies::text[]) AS residency,
            unnest(@countries::text[]) AS countries, unnest(@price_micros::bigint[]) AS price_micros,
-           unnest(@currencies::text[]) AS currency, unnest(@decisions::text[]) AS decision
+           unnest(@currencies::text[]) AS currency, unnest(@decisions::text[]) AS decision,
+           unnest(@estimate_micros::bigint[]) AS estimate_micros, unnest(@estimate_currencies::text[]) AS estimate_currency,
+           unnest(@providers::text[]) AS provider
 ), j AS (
     UPDATE jobs
     SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
@@ -44,9 +48,11 @@ WITH u AS (
     WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
     RETURNING jobs.id, jobs.pool, jobs.placement_version
 ), p AS (
-    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision)
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
+                            estimate_micros, estimate_currency, provider)
     SELECT u.job_id, u.version, u.pool, u.region, u.residency,
-           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
+           u.estimate_micros, u.estimate_currency, u.provider
     FROM u JOIN j ON j.id = u.job_id
     ON CONFLICT (job_id, version) DO NOTHING
 )
@@ -206,3 +212,28 @@ WHERE project = ANY(@projects::text[])
        OR (submitted_at, id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY submitted_at DESC, id DESC
 LIMIT @max_rows;
+
+-- name: JobLedger :many
+-- JobLedger is the budget ledger of projects' jobs: each job submitted
+-- since a time, or unfinished, or with an attempt started since then, with
+-- its current placement's provider, region and estimate, and what its
+-- attempts started since then have accrued, per currency. A job not placed
+-- has empty placement columns and one row with an empty currency.
+SELECT j.id, j.project, j.name, j.state::text AS state,
+       COALESCE(p.provider, '')::text AS provider, COALESCE(p.region, '')::text AS region, COALESCE(p.pool, '')::text AS pool,
+       COALESCE(p.estimate_micros, 0)::bigint AS estimate_micros, COALESCE(p.estimate_currency, '')::text AS estimate_currency,
+       COALESCE(a.currency, '')::text AS currency, COALESCE(a.micros, 0)::bigint AS accrued_micros
+FROM jobs j
+LEFT JOIN placements p ON p.job_id = j.id AND p.version = j.placement_version
+LEFT JOIN LATERAL (
+    SELECT a.currency,
+           SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600)::bigint AS micros
+    FROM attempts a
+    WHERE a.job_id = j.id AND a.started_at >= @since AND a.currency <> ''
+    GROUP BY a.currency
+) a ON true
+WHERE j.project = ANY(@projects::text[])
+  AND (j.submitted_at >= @since OR j.finalized_at IS NULL
+       OR EXISTS (SELECT 1 FROM attempts x WHERE x.job_id = j.id AND x.started_at >= @since))
+ORDER BY j.project, j.submitted_at DESC, j.id, a.currency
+LIMIT @max_rows::int;

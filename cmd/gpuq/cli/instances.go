@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -69,11 +70,15 @@ func newInstancesCmd() *cobra.Command {
 func newSpendCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "spend",
-		Short: "What the rented instances cost, per pool and project, with idle time apart",
+		Short: "What the rented instances cost, per pool and project; with --project, the project's budget ledger",
 		Long: `spend prices every instance billed in the window from its billed time (rounded up to the
 second or hour its provider bills by) at its price, and attributes it to the jobs that ran on it:
 an attempt's share is the price over its run time divided by the instance's slots. What no job
-used is idle.`,
+used is idle.
+
+With --project it shows that project's budget ledger instead: what its jobs accrued and still
+reserve per currency, and each job's estimate against what it accrued, summed per provider and
+region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -84,17 +89,30 @@ used is idle.`,
 			if err != nil {
 				return err
 			}
-			window := v.GetDuration("since")
-			if window <= 0 {
-				return fmt.Errorf("--since: must be a positive duration such as 24h, got %s", window)
+			now := time.Now()
+			since, err := sinceFlag(v.GetString("since"), now)
+			if err != nil {
+				return err
 			}
 			c, err := dial(cmd.Context(), v, true)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			now := time.Now()
-			r, err := control.Spend(cmd.Context(), c.store, now.Add(-window), now)
+			if project := v.GetString("project"); project != "" {
+				if len(project) > 63 {
+					return fmt.Errorf("--project: at most 63 characters, got %d", len(project))
+				}
+				l, err := control.ProjectLedger(cmd.Context(), c.store, project, since)
+				if err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeJSON(cmd.OutOrStdout(), l)
+				}
+				return writeLedger(cmd.OutOrStdout(), l)
+			}
+			r, err := control.Spend(cmd.Context(), c.store, since, now)
 			if err != nil {
 				return err
 			}
@@ -117,6 +135,61 @@ used is idle.`,
 		},
 	}
 	connFlags(cmd)
-	cmd.Flags().Duration("since", 30*24*time.Hour, "the window: instances billed in the last this long")
+	cmd.Flags().String("since", "720h", "the window: the last this long (720h), or since a time (RFC 3339)")
+	cmd.Flags().String("project", "", "show this project's budget ledger: per job and per provider and region, estimated vs accrued")
 	return cmd
+}
+
+// sinceFlag reads --since: a positive duration back from now, or an RFC
+// 3339 time.
+func sinceFlag(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("--since: must be a positive duration such as 24h, got %s", d)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since: want a duration such as 24h or a time such as 2026-01-02T15:04:05Z, got %q", s)
+	}
+	return t, nil
+}
+
+// writeLedger prints a project's budget ledger as tables.
+func writeLedger(w io.Writer, l *control.Ledger) error {
+	money := func(micros int64, cur string) string {
+		if cur == "" {
+			return "-"
+		}
+		return policy.Money{Micros: micros, Currency: cur}.String()
+	}
+	fmt.Fprintf(w, "project %s since %s\n\n", l.Project, l.Since.UTC().Format(time.RFC3339))
+	t := newTable(w, "CURRENCY", "ACCRUED", "RESERVED")
+	for _, a := range l.Amounts {
+		t.row(a.Currency, money(a.Micros, a.Currency), money(a.ReservedMicros, a.Currency))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	t = newTable(w, "PROVIDER", "REGION", "JOBS", "ESTIMATED", "ACCRUED", "RESERVED")
+	for _, p := range l.Places {
+		t.row(orDash(p.Provider), orDash(p.Region), p.Jobs, money(p.EstimatedMicros, p.Currency), money(p.AccruedMicros, p.Currency), money(p.ReservedMicros, p.Currency))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	t = newTable(w, "JOB", "NAME", "STATE", "PROVIDER", "REGION", "ESTIMATED", "ACCRUED", "RESERVED")
+	for _, j := range l.Jobs {
+		t.row(j.JobID, j.Name, j.State, orDash(j.Provider), orDash(j.Region), money(j.EstimatedMicros, j.Currency), money(j.AccruedMicros, j.Currency), money(j.ReservedMicros, j.Currency))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if l.Truncated {
+		fmt.Fprintf(w, "(the %d newest jobs; the totals count them all)\n", control.LedgerJobs)
+	}
+	return nil
 }

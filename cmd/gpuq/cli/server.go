@@ -19,6 +19,7 @@ import (
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/sql/migrations"
 	"github.com/gpuq/gpuq/sql/pgtemp"
+	"github.com/gpuq/gpuq/workers"
 )
 
 func newMigrateCmd() *cobra.Command {
@@ -112,11 +113,16 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	if _, err := migrate(ctx, dbURL); err != nil {
 		return nil, err
 	}
+	storage, err := storageConfig(v)
+	if err != nil {
+		return nil, err
+	}
 	c, err := dial(ctx, v, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
+	c.store.Storage = storage
+	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{Replicas: v.GetInt("replicas"), MaxBytes: storage.StreamLimits()}); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -138,10 +144,17 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 			return nil, err
 		}
 	}
-	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
+	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
 	errc := controlPlane(ctx, c, placer, logger)
+	pruner := &control.Pruner{Store: c.store, Interval: storage.PruneInterval, Logger: logger,
+		Archives: &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes}}
+	go func() {
+		if err := pruner.Run(ctx); err != nil {
+			logger.Error("checkpoint pruner stopped", "err", err)
+		}
+	}()
 	capacity := make(chan error, 2)
 	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
 	if err != nil {

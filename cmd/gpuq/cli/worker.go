@@ -66,15 +66,20 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
+			storage, err := storageConfig(v)
+			if err != nil {
+				return err
+			}
 			c, err := dial(cmd.Context(), v, true)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
+			c.store.Storage = storage
+			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas"), MaxBytes: storage.StreamLimits()}); err != nil {
 				return err
 			}
-			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
+			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes})
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
@@ -12,20 +11,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
-// Spend is what a project's jobs have cost since a time, per currency.
-type Spend struct {
-	Project string        `json:"project"`
-	Since   time.Time     `json:"since"`
-	Amounts []SpendAmount `json:"amounts"`
-}
-
-// SpendAmount is spend in one currency, in integer micros.
-type SpendAmount struct {
-	Currency string `json:"currency"`
-	Micros   int64  `json:"micros"`
-}
+// Spend is a project's budget ledger since a time: what its jobs accrued
+// and still reserve per currency, and estimated against accrued per
+// provider and region and per job (`gpuq spend --project P -o json`).
+type Spend = control.Ledger
 
 // NewToken asks for a token.
 type NewToken struct {
@@ -63,7 +55,7 @@ type tokenIDInput struct {
 func (s *Server) registerAdmin(api huma.API) {
 	register(api, huma.Operation{
 		OperationID: "get-project-spend", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/projects/{project}/spend", Tags: []string{"projects"},
-		Summary:  "What a project's jobs have cost since a time",
+		Summary:  "A project's budget ledger: accrued and reserved per currency, estimated against accrued per provider and region and per job",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.spend)
 	register(api, huma.Operation{
@@ -110,15 +102,10 @@ func (s *Server) spend(ctx context.Context, in *spendInput) (*struct{ Body *Spen
 		}
 		since = t
 	}
-	m, err := s.cfg.Store.Spend(ctx, in.Project, since)
+	out, err := control.ProjectLedger(ctx, s.cfg.Store, in.Project, since)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading spend", err)
 	}
-	out := &Spend{Project: in.Project, Since: since, Amounts: []SpendAmount{}}
-	for c, micros := range m {
-		out.Amounts = append(out.Amounts, SpendAmount{Currency: c, Micros: micros})
-	}
-	sort.Slice(out.Amounts, func(i, j int) bool { return out.Amounts[i].Currency < out.Amounts[j].Currency })
 	return &struct{ Body *Spend }{Body: out}, nil
 }
 

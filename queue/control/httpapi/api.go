@@ -30,7 +30,7 @@ import (
 type Store interface {
 	control.ClientStore
 	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
-	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
+	control.LedgerStore
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 	DecisionReplay(ctx context.Context, id uuid.UUID, version int) (*queue.DecisionReplay, error)
 	TokenStore

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+func TestStorageConfigReadsSizesAndNamesTheKeyOfABadValue(t *testing.T) {
+	t.Parallel()
+	read := func(yaml string) (*viper.Viper, error) {
+		v := viper.New()
+		v.SetConfigType("yaml")
+		return v, v.ReadConfig(strings.NewReader(yaml))
+	}
+	v, err := read(`
+storage:
+  keep_checkpoints: 5
+  checkpoint_retention: 24h
+  project_quota: 10GiB
+  project_quotas: {vision: 500MB}
+  stream_max_bytes: {logs: 2GiB}
+  bucket_max_bytes: "1048576"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := storageConfig(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.KeepCheckpoints != 5 || s.CheckpointRetention != 24*time.Hour || s.ProjectQuotaBytes != 10<<30 ||
+		s.QuotaOf("vision") != 500_000_000 || s.StreamLimits()["GPUQ_LOGS"] != 2<<30 || s.BucketMaxBytes != 1<<20 {
+		t.Fatalf("storage config: %+v", s)
+	}
+	for yaml, key := range map[string]string{
+		"storage: {project_quota: lots}":            "storage.project_quota",
+		"storage: {project_quotas: {vision: -1GB}}": "storage.project_quotas.vision",
+		"storage: {stream_max_bytes: {jobs: 1GB}}":  "storage.stream_max_bytes.jobs",
+		"storage: {keep_checkpoints: -2}":           "storage.keep_checkpoints",
+		"storage: {keep_checkpoint: 2}":             "keep_checkpoint",
+		"storage: {checkpoint_retention: a-week}":   "checkpoint_retention",
+	} {
+		v, err := read(yaml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := storageConfig(v); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: got %v, want an error naming %s", yaml, err, key)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ErrQuotaExceeded is returned when recording an archive would take a
+// project past its stored-bytes quota.
+var ErrQuotaExceeded = errors.New("storage quota exceeded")
+
+// Storage bounds what gpuq keeps: checkpoints per job and after a job
+// finishes, bytes per project in the archive stores, and bytes per stream
+// and bucket in JetStream. It is the `storage` section of the
+// configuration.
+type Storage struct {
+	// KeepCheckpoints is how many of a job's latest checkpoints are kept;
+	// older ones are deleted once a newer one is recorded. Default 3.
+	KeepCheckpoints int
+	// CheckpointRetention is how long a finished job's checkpoints are
+	// kept. Default 168h (a week).
+	CheckpointRetention time.Duration
+	// PruneInterval is how often the control plane deletes pruned archives
+	// and the checkpoints of jobs past retention. Default 10s.
+	PruneInterval time.Duration
+	// ProjectQuotaBytes caps what one project keeps in the archive stores
+	// (checkpoints, results, pruned archives not yet deleted); 0 is no
+	// cap. ProjectQuotas overrides it per project.
+	ProjectQuotaBytes int64
+	ProjectQuotas     map[string]int64
+	// StreamMaxBytes caps each JetStream stream, by its short name
+	// (submit, run, events, logs: GPUQ_SUBMIT, …); a stream left out gets
+	// its DefaultStreamMaxBytes.
+	StreamMaxBytes map[string]int64
+	// BucketMaxBytes caps each archive bucket. Default 10 GiB.
+	BucketMaxBytes int64
+}
+
+// DefaultStreamMaxBytes are the streams' byte caps when the configuration
+// names none: a full submission or run stream refuses new messages (the
+// submitter gets an error), a full events or logs stream drops its oldest.
+var DefaultStreamMaxBytes = map[string]int64{
+	"submit": 1 << 30,
+	"run":    1 << 30,
+	"events": 1 << 30,
+	"logs":   4 << 30,
+}
+
+// StreamLimits are the byte caps of the streams by stream name, the
+// defaults filled in, as EnsureStreams takes them (StreamOptions.MaxBytes).
+func (s Storage) StreamLimits() map[string]int64 {
+	out := map[string]int64{}
+	for short, b := range DefaultStreamMaxBytes {
+		if v, ok := s.StreamMaxBytes[short]; ok {
+			b = v
+		}
+		out["GPUQ_"+strings.ToUpper(short)] = b
+	}
+	return out
+}
+
+// WithDefaults returns s with every unset default filled in.
+func (s Storage) WithDefaults() Storage {
+	if s.KeepCheckpoints == 0 {
+		s.KeepCheckpoints = 3
+	}
+	if s.CheckpointRetention == 0 {
+		s.CheckpointRetention = 7 * 24 * time.Hour
+	}
+	if s.PruneInterval == 0 {
+		s.PruneInterval = 10 * time.Second
+	}
+	if s.BucketMaxBytes == 0 {
+		s.BucketMaxBytes = 10 << 30
+	}
+	return s
+}
+
+// Validate refuses settings that cannot be applied, naming the key.
+func (s Storage) Validate() error {
+	switch {
+	case s.KeepCheckpoints < 0 || s.KeepCheckpoints > 1000:
+		return fmt.Errorf("storage.keep_checkpoints: must be 1–1000, got %d", s.KeepCheckpoints)
+	case s.CheckpointRetention < 0:
+		return fmt.Errorf("storage.checkpoint_retention: must not be negative, got %s", s.CheckpointRetention)
+	case s.PruneInterval < 0:
+		return fmt.Errorf("storage.prune_interval: must not be negative, got %s", s.PruneInterval)
+	case s.ProjectQuotaBytes < 0:
+		return fmt.Errorf("storage.project_quota: must not be negative, got %d", s.ProjectQuotaBytes)
+	case s.BucketMaxBytes < 0:
+		return fmt.Errorf("storage.bucket_max_bytes: must not be negative, got %d", s.BucketMaxBytes)
+	}
+	for p, q := range s.ProjectQuotas {
+		if q < 0 {
+			return fmt.Errorf("storage.project_quotas.%s: must not be negative, got %d", p, q)
+		}
+	}
+	for name, b := range s.StreamMaxBytes {
+		if _, ok := DefaultStreamMaxBytes[name]; !ok {
+			return fmt.Errorf("storage.stream_max_bytes.%s: no such stream; streams are submit, run, events and logs", name)
+		}
+		if b < 0 {
+			return fmt.Errorf("storage.stream_max_bytes.%s: must not be negative, got %d", name, b)
+		}
+	}
+	return nil
+}
+
+// QuotaOf is a project's stored-bytes quota; 0 is none.
+func (s Storage) QuotaOf(project string) int64 {
+	if q, ok := s.ProjectQuotas[project]; ok {
+		return q
+	}
+	return s.ProjectQuotaBytes
+}
+
+// Garbage is the archive of a pruned checkpoint, still to be deleted from
+// its store.
+type Garbage struct {
+	StoreURI string
+	JobID    uuid.UUID
+	Project  string
+	Bytes    int64
+}

@@ -1,0 +1,99 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestStorageSettingsAreCheckedNamingTheKey(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    Storage
+		want string
+	}{
+		{Storage{KeepCheckpoints: -1}, "storage.keep_checkpoints"},
+		{Storage{CheckpointRetention: -time.Second}, "storage.checkpoint_retention"},
+		{Storage{ProjectQuotas: map[string]int64{"vision": -1}}, "storage.project_quotas.vision"},
+		{Storage{StreamMaxBytes: map[string]int64{"submissions": 1}}, "storage.stream_max_bytes.submissions"},
+	} {
+		if err := c.s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error naming %s", c.s, err, c.want)
+		}
+	}
+	s := Storage{StreamMaxBytes: map[string]int64{"logs": 123}, ProjectQuotaBytes: 10, ProjectQuotas: map[string]int64{"vision": 20}}.WithDefaults()
+	if s.KeepCheckpoints != 3 || s.QuotaOf("vision") != 20 || s.QuotaOf("audio") != 10 {
+		t.Fatalf("defaults and quotas: %+v", s)
+	}
+	limits := s.StreamLimits()
+	if limits[StreamLogs] != 123 || limits[StreamSubmit] != 1<<30 || len(limits) != 4 {
+		t.Fatalf("stream limits: %v", limits)
+	}
+}
+
+// Every stream is capped in bytes from the configuration. A full
+// submission stream refuses a new submission with an error rather than
+// dropping one it accepted.
+func TestStreamsAreCappedInBytesAndAFullSubmissionStreamRefusesMore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := StartEmbeddedNATS(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := Storage{StreamMaxBytes: map[string]int64{"submit": 4096}}.StreamLimits()
+	if err := EnsureStreams(ctx, js, StreamOptions{MaxBytes: limits}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range limits {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.MaxBytes; got != want {
+			t.Errorf("stream %s MaxBytes = %d, want %d", name, got, want)
+		}
+	}
+	var accepted int
+	var refused error
+	for i := range 100 {
+		spec, err := ParseSpec([]byte(fmt.Sprintf("name: j%d\ncommand: [sh, -c, %q]\n", i, strings.Repeat("x", 300))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Submit(ctx, js, spec); err != nil {
+			refused = err
+			break
+		}
+		accepted++
+	}
+	if refused == nil || accepted == 0 {
+		t.Fatalf("a 4 KiB submission stream took %d submissions and refused none", accepted)
+	}
+	st, err := js.Stream(ctx, StreamSubmit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(info.State.Msgs) != accepted {
+		t.Fatalf("the full stream holds %d messages, want the %d it accepted (none dropped)", info.State.Msgs, accepted)
+	}
+}
