@@ -347,7 +347,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 
 	d.workDir = filepath.Join(dir, "work")
 	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, Args: []string{
-		"--nats-url", stack.natsURL, "--database-url", stack.dbURL,
+		"--nats-url", stack.natsURL,
 		"--ack-wait", v.GetDuration("ack-wait").String(), "--grace", v.GetDuration("grace").String(),
 		"--data-dir", d.workDir,
 	}}

@@ -141,7 +141,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
-	errc := controlPlane(ctx, c, placer, logger)
+	errc, err := controlPlane(ctx, c, placer, logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	capacity := make(chan error, 2)
 	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
 	if err != nil {
@@ -281,7 +285,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
