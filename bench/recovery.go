@@ -31,7 +31,7 @@ type recoveryResult struct {
 // that it runs the job under the next attempt. The control plane runs in
 // this process; the workers are real processes of the gpuq binary.
 func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall.Signal, trials int, ackWait, grace time.Duration) (res recoveryResult, err error) {
-	p, nc, js, url, stop, err := s.session(ctx, 0, 1, ackWait)
+	p, nc, js, _, stop, err := s.session(ctx, 0, 1, ackWait)
 	if err != nil {
 		return recoveryResult{}, err
 	}
@@ -48,7 +48,7 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 		}
 	}()
 	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Args: []string{
-		"--nats-url", s.nats.URL(), "--database-url", url, "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
+		"--nats-url", s.nats.URL(), "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
 	}}
 	workers := map[int]*local.Instance{}
 	launch := func() error {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -95,5 +96,16 @@ func TestStreamsAreCappedInBytesAndAFullSubmissionStreamRefusesMore(t *testing.T
 	}
 	if int(info.State.Msgs) != accepted {
 		t.Fatalf("the full stream holds %d messages, want the %d it accepted (none dropped)", info.State.Msgs, accepted)
+	}
+}
+
+// A refused checkpoint crosses the worker service as what it is, so that
+// the job's `gpuq checkpoint save` prints the control plane's reason.
+func TestAQuotaRefusalCrossesTheWorkerServiceWithItsMessage(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("%w: project vision stores 10 bytes (storage.project_quotas.vision)", ErrQuotaExceeded)
+	got := EncodeError(err).Err()
+	if !errors.Is(got, ErrQuotaExceeded) || got.Error() != err.Error() {
+		t.Fatalf("got %v, want %v matching ErrQuotaExceeded", got, err)
 	}
 }

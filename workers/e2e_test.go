@@ -67,6 +67,9 @@ func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	store, url := queuetest.Store(t, n)
+	// These tests read back every checkpoint each attempt recorded, so
+	// none is pruned here (TestThousandJobs… covers pruning).
+	store.Storage.KeepCheckpoints = 1000
 	provider, err := local.New([]local.PoolConfig{testPool})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +82,9 @@ func newCluster(t testing.TB) *cluster {
 		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	if _, err := (&control.WorkerService{NATS: n.NC, Store: store}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return &cluster{n: n, store: store, dbURL: url}
 }
 
@@ -91,7 +97,7 @@ func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra 
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--nats-url", c.n.URL, "--database-url", c.dbURL,
+	args := append([]string{"--nats-url", c.n.URL,
 		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
 	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile}
 	inst, err := l.Launch(context.Background(), testPool)

@@ -332,6 +332,8 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	cv := viper.New()
 	cv.Set("nats-url", stack.natsURL)
 	cv.Set("database-url", stack.dbURL)
+	// The demo lists and downloads every checkpoint of its train job.
+	cv.Set("storage.keep_checkpoints", 1000)
 	cpCtx, stopCP := context.WithCancel(ctx)
 	defer stopCP()
 	c, err := startControlPlane(cpCtx, cv, logger)
@@ -347,7 +349,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 
 	d.workDir = filepath.Join(dir, "work")
 	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, Args: []string{
-		"--nats-url", stack.natsURL, "--database-url", stack.dbURL,
+		"--nats-url", stack.natsURL,
 		"--ack-wait", v.GetDuration("ack-wait").String(), "--grace", v.GetDuration("grace").String(),
 		"--data-dir", d.workDir,
 	}}

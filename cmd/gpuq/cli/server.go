@@ -147,7 +147,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
-	errc := controlPlane(ctx, c, placer, logger)
+	errc, err := controlPlane(ctx, c, placer, logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	pruner := &control.Pruner{Store: c.store, Interval: storage.PruneInterval, Logger: logger,
 		Archives: &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes}}
 	go func() {
@@ -294,7 +298,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
