@@ -37,7 +37,7 @@ func (q *Queries) AttemptEnd(ctx context.Context, arg AttemptEndParams) error {
 }
 
 const attemptListByJob = `-- name: AttemptListByJob :many
-SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency FROM attempts WHERE job_id = $1 ORDER BY attempt
+SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency, claim_id FROM attempts WHERE job_id = $1 ORDER BY attempt
 `
 
 func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Attempt, error) {
@@ -65,6 +65,7 @@ func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Atte
 			&i.CanaryRunID,
 			&i.PriceMicros,
 			&i.Currency,
+			&i.ClaimID,
 		); err != nil {
 			return nil, err
 		}
