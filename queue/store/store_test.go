@@ -2,8 +2,8 @@ package store_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
