@@ -47,9 +47,11 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 			progress("worker output:\n%s", out[max(0, len(out)-6000):])
 		}
 	}()
-	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Args: []string{
-		"--nats-url", s.nats.URL(), "--database-url", url, "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
-	}}
+	// Workers are started as gpuq dev starts them: secrets in the environment.
+	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile,
+		Env: []string{"GPUQ_NATS_CREDENTIAL=" + s.nats.Control().String(), "GPUQ_DATABASE_URL=" + url}, Args: []string{
+			"--nats-url", s.nats.URL(), "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
+		}}
 	workers := map[int]*local.Instance{}
 	launch := func() error {
 		inst, err := launcher.Launch(ctx, benchPool)

@@ -80,7 +80,7 @@ func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSourc
 func (d *simDev) start(ctx context.Context, stack *devStack) <-chan struct{} {
 	// The simulated machine image: workers still open PostgreSQL
 	// themselves, so the machine's environment names it.
-	d.workers.Env = []string{"GPUQ_DATABASE_URL=" + stack.dbURL}
+	d.workers.Env = stack.workerEnv()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -110,7 +110,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	if _, err := migrate(ctx, dbURL); err != nil {
-		return nil, err
+		return nil, redactErr(fmt.Errorf("migrating: %w", err), dbURL)
 	}
 	c, err := dial(ctx, v, true)
 	if err != nil {
@@ -176,12 +176,30 @@ func poolsOrDefault(v *viper.Viper) ([]local.PoolConfig, error) {
 }
 
 // devStack is an embedded NATS server and, unless a database URL is given,
-// a private PostgreSQL cluster, both under one data directory.
+// a private PostgreSQL cluster, both under one data directory. The NATS
+// server runs with gpuq's roles, as a deployment's does.
 type devStack struct {
-	nats    *queue.EmbeddedNATS
-	pg      *pgtemp.Cluster
+	nats *queue.EmbeddedNATS
+	pg   *pgtemp.Cluster
+	// natsURL carries no credential.
 	natsURL string
 	dbURL   string
+}
+
+// configure points v at the stack with the control plane's credential.
+func (s *devStack) configure(v *viper.Viper) {
+	v.Set("nats-url", s.natsURL)
+	v.Set("nats-credential", s.nats.Control().String())
+	v.Set("database-url", s.dbURL)
+	v.Set(issuerKey, s.nats.Issuer)
+}
+
+// workerEnv is the environment a worker the stack starts gets its
+// connection from; secrets go there, never on a command line. Workers still
+// record through PostgreSQL and announce events themselves, so they hold
+// the control plane's NATS credential and the database URL.
+func (s *devStack) workerEnv() []string {
+	return []string{adapters.EnvNATSCredential + "=" + s.nats.Control().String(), "GPUQ_DATABASE_URL=" + s.dbURL}
 }
 
 // startDevStack starts NATS and, without dbURL, a private cluster with pg's
@@ -249,8 +267,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer stack.Stop()
-			v.Set("nats-url", stack.natsURL)
-			v.Set("database-url", stack.dbURL)
+			stack.configure(v)
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
@@ -281,7 +298,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, Env: stack.workerEnv()}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
@@ -318,7 +335,8 @@ gpuq submit, status, logs… run from the same directory find it.`,
 // writeDevConfig writes the connection settings, the API's URL and the dev
 // token, readable by the user only since it holds the token.
 func writeDevConfig(s *devStack, apiURL, token string) error {
-	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\ndatabase-url: %s\n", s.natsURL, s.dbURL)
+	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\n",
+		s.natsURL, s.nats.Control(), s.dbURL)
 	if apiURL != "" {
 		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
 	}
