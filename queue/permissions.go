@@ -48,23 +48,21 @@ func ArchiveBucket(region string) string {
 	}, region)
 }
 
-// WorkerInbox is the inbox prefix of a worker of pool: its replies arrive
-// there, so its credential may subscribe to nothing else of the kind.
-func WorkerInbox(pool string) string { return "_INBOX.worker." + pool }
-
 // ClientInbox is the inbox prefix of a submitter of project.
 func ClientInbox(project string) string { return "_INBOX.client." + project }
 
 // WorkerRole is a worker's of pool in region: it calls the worker service of
 // its pool, pulls from and acknowledges its pool's consumer only, writes
 // job logs, and reads and writes its region's archive bucket. It cannot
-// submit, publish a run order or a cancel, or read another pool.
-func WorkerRole(pool, region string) NATSRole {
+// submit, publish a run order or a cancel, or read another pool. It may
+// read, never write, the archive buckets of readRegions: where a job moved
+// from another region (inside its residency) left its checkpoints.
+func WorkerRole(pool, region string, readRegions ...string) NATSRole {
 	cons := PoolConsumer(pool)
 	obj := "OBJ_" + ArchiveBucket(region)
 	bucket := ArchiveBucket(region)
 	api := "$JS.API."
-	return NATSRole{
+	r := NATSRole{
 		Name: RoleUser(RoleWorker, pool, region),
 		Publish: []string{
 			"gpuq.svc.worker." + pool + ".>",
@@ -97,12 +95,31 @@ func WorkerRole(pool, region string) NATSRole {
 			"$O." + bucket + ".>",
 		},
 		Subscribe: []string{
-			WorkerInbox(pool) + ".>",
+			WorkerInboxPrefix(pool) + ".>",
 			// A cancelled job's worker hears it here; publishing one is
 			// the control plane's alone.
 			CancelSubject("*"),
 		},
 	}
+	for _, rr := range readRegions {
+		if rr == region {
+			continue
+		}
+		obj := "OBJ_" + ArchiveBucket(rr)
+		r.Publish = append(r.Publish,
+			api+"STREAM.INFO."+obj,
+			api+"STREAM.MSG.GET."+obj,
+			api+"DIRECT.GET."+obj,
+			api+"DIRECT.GET."+obj+".>",
+			api+"CONSUMER.CREATE."+obj,
+			api+"CONSUMER.CREATE."+obj+".>",
+			api+"CONSUMER.INFO."+obj+".*",
+			api+"CONSUMER.DELETE."+obj+".*",
+			"$JS.FC."+obj+".>",
+			"$JS.ACK."+obj+".>",
+		)
+	}
+	return r
 }
 
 // SubmitterRole is a submitter's of projects: it publishes submissions and

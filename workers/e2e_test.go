@@ -79,6 +79,9 @@ func newCluster(t testing.TB) *cluster {
 		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	if _, err := (&control.WorkerService{NATS: n.NC, Store: store}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return &cluster{n: n, store: store, dbURL: url}
 }
 
@@ -91,9 +94,14 @@ func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra 
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--nats-url", c.n.URL, "--database-url", c.dbURL,
+	args := append([]string{"--nats-url", c.n.Server.URL(),
 		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
-	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile}
+	// As gpuq dev starts it: a worker credential scoped to the pool, in
+	// the environment.
+	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile, PoolEnv: func(p local.PoolConfig) ([]string, error) {
+		cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
+		return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
+	}}
 	inst, err := l.Launch(context.Background(), testPool)
 	if err != nil {
 		t.Fatal(err)

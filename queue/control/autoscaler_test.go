@@ -82,8 +82,7 @@ func simPool(name, country, tier, price string) sim.PoolConfig {
 func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
 	t.Helper()
 	c := &scaled{n: queuetest.StartNATS(t)}
-	var url string
-	c.s, url = queuetest.Store(t, c.n)
+	c.s, _ = queuetest.Store(t, c.n)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "workers.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +96,9 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 		}
 		logs.Close()
 	})
-	// The simulated machine image: its workers still open PostgreSQL
-	// and announce events themselves, so the machine's environment names
-	// the database and the control plane's NATS credential.
-	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs, Env: []string{"GPUQ_DATABASE_URL=" + url,
-		adapters.EnvNATSCredential + "=" + c.n.Server.Control().String()}}
+	// The machine image holds nothing: each machine's NATS credential,
+	// scoped to its pool, comes with its boot spec.
+	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
 		t.Fatal(err)
@@ -113,6 +110,9 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 	c.placer = &control.PolicyPlacer{Sources: []adapters.OfferSource{c.provider}, OfferTTL: 200 * time.Millisecond}
 	plane := &control.Plane{JS: c.n.JS, Store: c.s, Placer: c.placer, Logger: logger}
 	planeErrs := plane.Start(ctx)
+	if _, err := (&control.WorkerService{NATS: c.n.NC, Store: c.s, Logger: logger}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	errc := make(chan error, 2)
 	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
 		Placer: c.placer, Config: limits, Logger: logger,

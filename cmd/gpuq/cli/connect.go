@@ -22,11 +22,17 @@ import (
 	"github.com/gpuq/gpuq/workers"
 )
 
-// connFlags adds the connection flags every networked command takes.
+// connFlags adds the connection flags every networked command of the
+// control plane takes.
 func connFlags(cmd *cobra.Command) {
+	natsFlags(cmd)
+	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL)")
+}
+
+// natsFlags adds the NATS connection flags; a worker takes nothing else.
+func natsFlags(cmd *cobra.Command) {
 	cmd.Flags().String("nats-url", "", "NATS server URL (env GPUQ_NATS_URL)")
 	natsAuthFlags(cmd)
-	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL)")
 }
 
 // natsAuthFlags adds the NATS credential and TLS flags. A password is never
@@ -194,17 +200,17 @@ func required(v *viper.Viper, key string) (string, error) {
 
 // dial connects to NATS and, when withDB, to PostgreSQL; events recorded
 // through the store are announced on JetStream.
-func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
+func dial(ctx context.Context, v *viper.Viper, withDB bool, opts ...nats.Option) (*clients, error) {
 	natsURL, err := required(v, "nats-url")
 	if err != nil {
 		return nil, err
 	}
-	opts, _, err := natsOptions(v, natsURL)
+	auth, _, err := natsOptions(v, natsURL)
 	if err != nil {
 		return nil, err
 	}
 	c := &clients{}
-	opts = append([]nats.Option{nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
+	opts = append(append([]nats.Option{nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, auth...), opts...)
 	c.nc, err = nats.Connect(natsURL, opts...)
 	if err != nil {
 		return nil, redactErr(fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err), natsURL)
@@ -248,9 +254,12 @@ func defaultPools() []local.PoolConfig {
 }
 
 // controlPlane runs the scheduler, the reconciler and the replacer until
-// ctx ends.
-func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) <-chan error {
-	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx)
+// ctx ends, and serves the worker service.
+func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) (<-chan error, error) {
+	if _, err := (&control.WorkerService{NATS: c.nc, Store: c.store, Logger: logger}).Start(ctx); err != nil {
+		return nil, err
+	}
+	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx), nil
 }
 
 // offerSources are the providers whose offers the scheduler places among and

@@ -345,7 +345,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	d.say("control plane running (scheduler, reconciler, policy placer over pools %s)", strings.Join(slices.Sorted(maps.Keys(d.pools)), ", "))
 
 	d.workDir = filepath.Join(dir, "work")
-	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, Env: stack.workerEnv(), Args: []string{
+	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, PoolEnv: stack.workerEnv, Args: []string{
 		"--nats-url", stack.natsURL,
 		"--ack-wait", v.GetDuration("ack-wait").String(), "--grace", v.GetDuration("grace").String(),
 		"--data-dir", d.workDir,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/sql/migrations"
@@ -141,7 +143,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
-	errc := controlPlane(ctx, c, placer, logger)
+	errc, err := controlPlane(ctx, c, placer, logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	capacity := make(chan error, 2)
 	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
 	if err != nil {
@@ -194,12 +200,49 @@ func (s *devStack) configure(v *viper.Viper) {
 	v.Set(issuerKey, s.nats.Issuer)
 }
 
-// workerEnv is the environment a worker the stack starts gets its
-// connection from; secrets go there, never on a command line. Workers still
-// record through PostgreSQL and announce events themselves, so they hold
-// the control plane's NATS credential and the database URL.
-func (s *devStack) workerEnv() []string {
-	return []string{adapters.EnvNATSCredential + "=" + s.nats.Control().String(), "GPUQ_DATABASE_URL=" + s.dbURL}
+// poolPlace is where a pool runs.
+type poolPlace struct{ Region, Country string }
+
+// archiveReaders names, for a worker in region, the other regions whose
+// archive buckets it may read: where a job moved into its pool may have
+// left checkpoints. A move stays inside the job's residency, so these are
+// the regions of pools in the same country or, for a country of the EEA or
+// Switzerland, in that area.
+func archiveReaders(places []poolPlace) func(pool, region string) []string {
+	eea, _ := policy.Residency(policy.Rules{}, "EEA")
+	ch, _ := policy.Residency(policy.Rules{}, "CH")
+	area := func(country string) string {
+		if eea.Contains(country) || ch.Contains(country) {
+			return "EEA+CH"
+		}
+		return country
+	}
+	return func(_, region string) []string {
+		var own []string
+		for _, p := range places {
+			if p.Region == region {
+				own = append(own, area(p.Country))
+			}
+		}
+		var out []string
+		for _, p := range places {
+			if p.Region != region && slices.Contains(own, area(p.Country)) && !slices.Contains(out, p.Region) {
+				out = append(out, p.Region)
+			}
+		}
+		return out
+	}
+}
+
+// workerEnv is the environment a worker of pool that the stack starts gets
+// its credential from: a worker credential scoped to the pool and its
+// region, in the environment, never on a command line.
+func (s *devStack) workerEnv(pool local.PoolConfig) ([]string, error) {
+	cred, err := s.nats.Issuer.IssueWorker(pool.Pool, pool.Region, "")
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", pool.Pool, err)
+	}
+	return []string{adapters.EnvNATSCredential + "=" + cred.String()}, nil
 }
 
 // startDevStack starts NATS and, without dbURL, a private cluster with pg's
@@ -268,6 +311,21 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			}
 			defer stack.Stop()
 			stack.configure(v)
+			var places []poolPlace
+			if simulated != nil {
+				for _, p := range simulated.cloud.Pools() {
+					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
+				}
+			} else {
+				pools, err := poolsOrDefault(v)
+				if err != nil {
+					return err
+				}
+				for _, p := range pools {
+					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
+				}
+			}
+			stack.nats.Issuer.ReadRegions = archiveReaders(places)
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
@@ -298,7 +356,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, Env: stack.workerEnv()}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, PoolEnv: stack.workerEnv}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx

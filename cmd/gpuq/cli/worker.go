@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -66,15 +67,16 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, true)
+			// Replies come to the pool's own inbox prefix, so that a
+			// worker credential may subscribe to its replies only.
+			c, err := dial(cmd.Context(), v, false, nats.CustomInboxPrefix(queue.WorkerInboxPrefix(cfg.Pool)))
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
-				return err
-			}
-			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
+			// The control plane creates the streams; a worker credential
+			// may not, and may only create its own pool's consumer.
+			w, err := workers.New(cfg, c.nc, c.js, workers.NewServiceRecords(c.nc, cfg.Pool, cfg.WorkerID), &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
 			if err != nil {
 				return err
 			}
@@ -122,7 +124,7 @@ provider's reason and hands the jobs back at once.`,
 			return err
 		},
 	}
-	connFlags(cmd)
+	natsFlags(cmd)
 	cmd.Flags().String("pool", "", "pool to pull jobs from (required)")
 	cmd.Flags().Int("slots", 1, "jobs to run at once")
 	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store")

@@ -24,3 +24,18 @@ func TestWorkerRefusesABadNoticeNamingTheFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkerTakesNoDatabaseURL(t *testing.T) {
+	t.Parallel()
+	out, _, err := runCLI(t, "worker", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "database") || !strings.Contains(out, "--nats-url") {
+		t.Fatalf("gpuq worker --help must offer --nats-url and no database flag:\n%s", out)
+	}
+	_, _, err = runCLI(t, "worker", "--pool", "p", "--no-canary", "--nats-url", "nats://127.0.0.1:1", "--database-url", "postgres://x")
+	if err == nil || !strings.Contains(err.Error(), "unknown flag: --database-url") {
+		t.Fatalf("gpuq worker --database-url: want an unknown flag error, got %v", err)
+	}
+}

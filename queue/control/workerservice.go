@@ -1,0 +1,258 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// WorkerStore is what the worker service needs from the system of record:
+// the fenced writes workers ask for, and the reads that answer them.
+type WorkerStore interface {
+	ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]queue.ClaimResult, error)
+	Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease time.Duration) error
+	RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error)
+	RecordNotice(ctx context.Context, id uuid.UUID, attempt int, message string, lease time.Duration) error
+	Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error
+	SucceedMany(ctx context.Context, refs []queue.AttemptRef) ([]bool, error)
+	Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
+	Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
+	EndAttempt(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int) error
+	MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	Node(ctx context.Context, id string) (*queue.Node, error)
+	RecordCanary(ctx context.Context, r queue.CanaryRecord) (int64, *queue.Node, error)
+}
+
+// WorkerService serves the worker service: workers' claims, leases,
+// checkpoint records, completions, hand-backs and canary reports arrive as
+// NATS requests on gpuq.svc.worker.<pool>.<op>, and the service does the
+// fenced PostgreSQL writes. Every control plane serves it in the queue group
+// gpuq-control, so servers share the load and a request to a server that
+// dies is answered by none and retried by the worker where that is safe.
+// Completions without outputs from all workers are batched into one
+// statement: each batch carries what arrived while the previous one ran.
+type WorkerService struct {
+	NATS  *nats.Conn
+	Store WorkerStore
+	// Concurrency bounds the requests handled at once. Default 64.
+	Concurrency int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+
+	successes *batcher[queue.AttemptRef, bool]
+	slots     chan struct{}
+}
+
+// maxWorkerRequest bounds a request's body.
+const maxWorkerRequest = 1 << 20
+
+// Start serves the worker service until ctx ends.
+func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
+	if s.NATS == nil || s.Store == nil {
+		return nil, errors.New("worker service: nats and store must be set")
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Concurrency <= 0 {
+		s.Concurrency = 64
+	}
+	s.slots = make(chan struct{}, s.Concurrency)
+	s.successes = newBatcher(s.Store.SucceedMany)
+	svc, err := micro.AddService(s.NATS, micro.Config{
+		Name: queue.WorkerServiceName, Version: "1.0.0", QueueGroup: queue.ControlQueueGroup,
+		Description: "gpuq workers' claims, leases, checkpoint records and completions",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker service: %w", err)
+	}
+	// The serving context outlives a stop so that requests already taken
+	// finish their writes and replies.
+	serve := context.WithoutCancel(ctx)
+	batchCtx, stopBatch := context.WithCancel(serve)
+	go s.successes.run(batchCtx)
+	var inflight sync.WaitGroup
+	for _, op := range queue.WorkerOps {
+		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
+			s.slots <- struct{}{}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer func() { <-s.slots }()
+				s.serve(serve, op, req)
+			}()
+		}), micro.WithEndpointSubject(queue.WorkerServicePrefix+".*."+op))
+		if err != nil {
+			svc.Stop() //nolint:errcheck // failing anyway
+			stopBatch()
+			return nil, fmt.Errorf("worker service endpoint %s: %w", op, err)
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		svc.Stop() //nolint:errcheck // the connection may be closing
+		inflight.Wait()
+		stopBatch()
+	}()
+	return svc, nil
+}
+
+func (s *WorkerService) serve(ctx context.Context, op string, req micro.Request) {
+	reply, err := s.handle(ctx, op, req.Subject(), req.Data())
+	if err != nil {
+		reply = &queue.WorkerReply{Error: queue.EncodeError(err)}
+		var bad *badRequest
+		if errors.As(err, &bad) {
+			reply.Error = &queue.WireError{Kind: queue.WireBadRequest, Message: bad.Error()}
+		}
+		if reply.Error.Kind == queue.WireInternal {
+			s.Logger.Error("worker service", "op", op, "subject", req.Subject(), "err", err)
+		}
+	}
+	if err := req.RespondJSON(reply); err != nil {
+		s.Logger.Warn("worker service: replying", "op", op, "err", err)
+	}
+}
+
+// badRequest is a request the service cannot act on.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{msg: fmt.Sprintf(format, args...)} }
+
+// handle checks a request against its subject and does what it asks.
+func (s *WorkerService) handle(ctx context.Context, op, subject string, data []byte) (*queue.WorkerReply, error) {
+	pool, subOp, ok := queue.WorkerSubjectParts(subject)
+	if !ok || subOp != op {
+		return nil, badf("subject %q: not a worker service subject", subject)
+	}
+	if len(data) > maxWorkerRequest {
+		return nil, badf("request: %d bytes, over the limit of %d", len(data), maxWorkerRequest)
+	}
+	var r queue.WorkerRequest
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, badf("request: %v", err)
+	}
+	if r.Pool != pool {
+		return nil, badf("pool: %q is not the subject's pool %q", r.Pool, pool)
+	}
+	if op != queue.WorkerOpClaim && op != queue.WorkerOpComplete && op != queue.WorkerOpNode && op != queue.WorkerOpCanary {
+		if r.JobID == uuid.Nil {
+			return nil, badf("job_id: required")
+		}
+		if op != queue.WorkerOpJob && r.Attempt < 0 {
+			return nil, badf("attempt: must not be negative, got %d", r.Attempt)
+		}
+	}
+	out := &queue.WorkerReply{}
+	switch op {
+	case queue.WorkerOpClaim:
+		return s.claim(ctx, pool, r.Claims)
+	case queue.WorkerOpHeartbeat:
+		return out, s.Store.Heartbeat(ctx, r.JobID, r.Attempt, r.Lease)
+	case queue.WorkerOpNotice:
+		return out, s.Store.RecordNotice(ctx, r.JobID, r.Attempt, r.Message, r.Lease)
+	case queue.WorkerOpCheckpoint:
+		if r.Archive == nil {
+			return nil, badf("archive: required")
+		}
+		seq, err := s.Store.RecordCheckpoint(ctx, r.JobID, r.Attempt, *r.Archive)
+		out.Seq = seq
+		return out, err
+	case queue.WorkerOpComplete:
+		recorded, err := s.complete(ctx, r.Completions)
+		out.Recorded = recorded
+		return out, err
+	case queue.WorkerOpFail:
+		return out, s.Store.Fail(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode, r.Message)
+	case queue.WorkerOpHandback:
+		return out, s.Store.Requeue(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode, r.Message)
+	case queue.WorkerOpEnd:
+		return out, s.Store.EndAttempt(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode)
+	case queue.WorkerOpDead:
+		return out, s.Store.MarkDead(ctx, r.JobID, r.Attempt, r.Message)
+	case queue.WorkerOpJob:
+		j, err := s.Store.Job(ctx, r.JobID)
+		out.Job = j
+		return out, err
+	case queue.WorkerOpNode:
+		n, err := s.Store.Node(ctx, r.NodeID)
+		out.Node = n
+		return out, err
+	case queue.WorkerOpCanary:
+		if r.Canary == nil {
+			return nil, badf("canary: required")
+		}
+		if r.Canary.Pool != pool {
+			return nil, badf("canary.pool: %q is not the subject's pool %q", r.Canary.Pool, pool)
+		}
+		id, n, err := s.Store.RecordCanary(ctx, *r.Canary)
+		out.CanaryRunID, out.Node = id, n
+		return out, err
+	}
+	return nil, badf("op %q: unknown", op)
+}
+
+// claim claims a worker's batch of jobs.
+func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.ClaimRequest) (*queue.WorkerReply, error) {
+	if len(claims) == 0 || len(claims) > queue.MaxWorkerBatch {
+		return nil, badf("claims: must hold 1–%d claims, got %d", queue.MaxWorkerBatch, len(claims))
+	}
+	for i, c := range claims {
+		if c.Pool != pool {
+			return nil, badf("claims[%d].pool: %q is not the subject's pool %q", i, c.Pool, pool)
+		}
+		if c.Lease < time.Second || c.Lease > 24*time.Hour {
+			return nil, badf("claims[%d].lease: must be 1s–24h, got %s", i, c.Lease)
+		}
+	}
+	results, err := s.Store.ClaimMany(ctx, claims)
+	if err != nil {
+		return nil, err
+	}
+	out := &queue.WorkerReply{Claims: make([]queue.WireClaimResult, len(results))}
+	for i, r := range results {
+		out.Claims[i] = queue.WireClaimResult{Claimed: r.Claimed, Error: queue.EncodeError(r.Err)}
+	}
+	return out, nil
+}
+
+// complete records a batch of completions: those without outputs join the
+// service-wide batch, those with outputs are recorded one by one.
+func (s *WorkerService) complete(ctx context.Context, cs []queue.Completion) ([]bool, error) {
+	if len(cs) == 0 || len(cs) > queue.MaxWorkerBatch {
+		return nil, badf("completions: must hold 1–%d completions, got %d", queue.MaxWorkerBatch, len(cs))
+	}
+	recorded := make([]bool, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.Outputs == nil {
+				recorded[i], errs[i] = s.successes.call(ctx, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+				return
+			}
+			err := s.Store.Succeed(ctx, c.JobID, c.Attempt, c.Outputs)
+			if errors.Is(err, queue.ErrFenced) {
+				return
+			}
+			recorded[i], errs[i] = err == nil, err
+		}()
+	}
+	wg.Wait()
+	return recorded, errors.Join(errs...)
+}
