@@ -108,9 +108,14 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--nats-url", c.n.URL,
+	args := append([]string{"--nats-url", c.n.Server.URL(),
 		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
-	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile}
+	// As gpuq dev starts it: a worker credential scoped to the pool, in
+	// the environment.
+	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile, PoolEnv: func(p local.PoolConfig) ([]string, error) {
+		cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
+		return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
+	}}
 	inst, err := l.Launch(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)

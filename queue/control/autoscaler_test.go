@@ -96,6 +96,8 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 		}
 		logs.Close()
 	})
+	// The machine image holds nothing: each machine's NATS credential,
+	// scoped to its pool, comes with its boot spec.
 	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
@@ -117,7 +119,7 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 		Placer: c.placer, Config: limits, Logger: logger,
 		// Short leases so a drained worker's hand-back is quick; --grace
 		// inside the pool's grace so the worker records before SIGKILL.
-		Boot: control.BootTemplate{NATSURL: c.n.URL, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
+		Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
 	c.reaper = &control.Reaper{Providers: []control.ReaperProvider{c.provider}, Store: c.s, Interval: time.Second, Grace: 2 * time.Second, Logger: logger}
 	loops := 3
 	if !noAutoscaler {
@@ -385,7 +387,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 		return j != nil && j.State == queue.StatePlaced
 	})
 	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
-	boot := control.BootTemplate{NATSURL: c.n.URL}
+	boot := control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
 	crashCtx, crash := context.WithCancel(ctx)
 	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
 		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
@@ -420,7 +422,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 	// A machine billed with gpuq's tags that the table does not know (its
 	// record lost with a database restore, say) is terminated and reported.
 	stray, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "stray-1", Boot: adapters.BootSpec{
-		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.URL}})
+		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.Server.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +481,7 @@ func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
 		return true
 	})
 	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
-		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.URL}, Logger: c.auto.Logger,
+		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}, Logger: c.auto.Logger,
 		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{Max: 10, BootTimeout: time.Hour},
 			Projects: map[string]control.ProjectLimits{"capped": {MaxInstances: 1, MaxSpendPerHour: "1 EUR"}}}}
 	for range 2 {

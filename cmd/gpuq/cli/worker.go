@@ -78,9 +78,8 @@ provider's reason and hands the jobs back at once.`,
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
-				return err
-			}
+			// The control plane creates the streams; a worker credential
+			// may not, and may only create its own pool's consumer.
 			// A request lost with the server that took it is sent again
 			// well inside the lease, so that its repeat finds the attempt
 			// it started still live.
