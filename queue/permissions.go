@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -187,6 +188,10 @@ func ParseRoleUser(user string) (role NATSRole, instance string, err error) {
 	}
 }
 
+// ValidateRegion checks that a region can be one token of a user name and a
+// subject, as a worker credential needs.
+func ValidateRegion(region string) error { return validRegionToken(region) }
+
 // validRegionToken checks that a region (or instance id) can be one token of
 // a user name and a subject.
 func validRegionToken(s string) error {
@@ -214,4 +219,57 @@ func InboxFor(user string) string {
 		}
 	}
 	return ""
+}
+
+// PasswordVariable names the environment variable a NATS server's
+// configuration reads a role's password from: GPUQ_NATS_PASSWORD_ and the
+// user name in upper case with every other character than a letter or digit
+// turned into '_'.
+func PasswordVariable(user string) string {
+	return "GPUQ_NATS_PASSWORD_" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, user)
+}
+
+// AuthConfig is a nats-server authorization block granting roles: one user
+// per role, its password read from the environment (PasswordVariable; a
+// bcrypt hash there keeps the plain password off the server).
+func AuthConfig(roles []NATSRole) string {
+	var b strings.Builder
+	b.WriteString("authorization {\n  users: [\n")
+	for _, r := range roles {
+		fmt.Fprintf(&b, "    {\n      user: %s\n      password: $%s\n", quote(r.Name), PasswordVariable(r.Name))
+		if !r.All() {
+			b.WriteString("      permissions: {\n")
+			for _, p := range []struct {
+				name    string
+				subject []string
+			}{{"publish", r.Publish}, {"subscribe", r.Subscribe}} {
+				fmt.Fprintf(&b, "        %s: {\n          allow: [\n", p.name)
+				for _, s := range p.subject {
+					fmt.Fprintf(&b, "            %s\n", quote(s))
+				}
+				b.WriteString("          ]\n        }\n")
+			}
+			b.WriteString("      }\n")
+		}
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// quote writes s as a double-quoted string of the NATS configuration.
+func quote(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) //nolint:errcheck // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }
