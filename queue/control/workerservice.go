@@ -74,6 +74,9 @@ type WorkerService struct {
 	slots     chan struct{}
 }
 
+// successRunners is how many completion batches are written at once.
+const successRunners = 4
+
 // maxWorkerRequest bounds a request's body.
 const maxWorkerRequest = 1 << 20
 
@@ -101,7 +104,11 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	// finish their writes and replies.
 	serve := context.WithoutCancel(ctx)
 	batchCtx, stopBatch := context.WithCancel(serve)
-	go s.successes.run(batchCtx)
+	// A few batches in flight at once, so that one slow commit does not
+	// hold back every worker's completions.
+	for range successRunners {
+		go s.successes.run(batchCtx)
+	}
 	var inflight sync.WaitGroup
 	for _, op := range queue.WorkerOps {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
