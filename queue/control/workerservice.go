@@ -37,6 +37,9 @@ type WorkerStore interface {
 	// job whose claim was refused back for re-placement, and tell a
 	// repeated write from a fenced one.
 	RefuseClaim(ctx context.Context, id uuid.UUID, placementVersion int, reason string) (bool, error)
+	// AttemptPools keeps a worker of one pool out of another pool's
+	// attempts.
+	AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[queue.AttemptRef]string, error)
 	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
@@ -183,6 +186,9 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 			return nil, badf("attempt: must not be negative, got %d", r.Attempt)
 		}
 	}
+	if err := s.checkAttempts(ctx, op, pool, &r); err != nil {
+		return nil, err
+	}
 	out := &queue.WorkerReply{}
 	switch op {
 	case queue.WorkerOpClaim:
@@ -315,6 +321,37 @@ func (s *WorkerService) handBack(ctx context.Context, c queue.ClaimRequest, reas
 	}
 	s.Logger.Info("re-placed a job whose claim was refused", "job", job.ID, "refused_pool", c.Pool, "to", next.Pool, "placement", next.Version)
 	return publishOrders(ctx, s.JS, []queue.RunOrder{orderFor(job.ID, next)}, "")
+}
+
+// checkAttempts refuses a write into an attempt that a worker of another
+// pool claimed: a worker credential is scoped to its pool, and so are the
+// attempts it may write to. An attempt that does not exist is left to the
+// write's own fencing.
+func (s *WorkerService) checkAttempts(ctx context.Context, op, pool string, r *queue.WorkerRequest) error {
+	var refs []queue.AttemptRef
+	switch op {
+	case queue.WorkerOpClaim, queue.WorkerOpJob, queue.WorkerOpNode, queue.WorkerOpCanary:
+		return nil
+	case queue.WorkerOpComplete:
+		for _, c := range r.Completions {
+			refs = append(refs, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+		}
+	default:
+		refs = []queue.AttemptRef{{JobID: r.JobID, Attempt: r.Attempt}}
+	}
+	if len(refs) == 0 || len(refs) > queue.MaxWorkerBatch {
+		return nil // the operation refuses it, naming the field
+	}
+	pools, err := s.Store.AttemptPools(ctx, refs)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if p, ok := pools[ref]; ok && p != pool {
+			return badf("attempt: attempt %d of job %s was claimed by pool %s, not %s", ref.Attempt, ref.JobID, p, pool)
+		}
+	}
+	return nil
 }
 
 // checkArchive refuses a checkpoint or output record that does not name the

@@ -208,10 +208,15 @@ func TestWorkerServiceRefusesAClaimOutsideResidencyAndNeverEndsTheJob(t *testing
 	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, `archive.region: "us-1" is not pool p's region "r"`) {
 		t.Fatalf("a checkpoint in another region: %+v", r.Error)
 	}
-	// The US worker cannot record into the EU job's attempt either.
+	// The US worker cannot record into the EU job's attempt either, nor
+	// store a checkpoint in its region for the job under any attempt.
 	cp.Pool, cp.Archive.Region = "us", "us-1"
-	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "outside residency EU") {
+	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "was claimed by pool p") {
 		t.Fatalf("a checkpoint from the US pool: %+v", r.Error)
+	}
+	cp.Attempt = 2
+	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "archive.region: region us-1 (country US) lies outside residency EU") {
+		t.Fatalf("a checkpoint in the US region: %+v", r.Error)
 	}
 	if cps, _ := s.Checkpoints(ctx, id); len(cps) != 0 {
 		t.Fatalf("refused checkpoints were recorded: %v", cps)
@@ -240,5 +245,40 @@ func TestMarkDeadIsFencedByAttempt(t *testing.T) {
 	}
 	if j, _ := s.Job(ctx, id); j.State != queue.StateDead {
 		t.Fatalf("want dead, got %s", j.State)
+	}
+}
+
+func TestWorkerServiceKeepsAWorkerOutOfAnotherPoolsAttempts(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	id := placedJob(t, s)
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}); r.Claims[0].Claimed == nil {
+		t.Fatalf("claim: %+v", r.Claims[0].Error)
+	}
+	// A worker of pool "us" that learnt the job's id and attempt.
+	for _, c := range []struct {
+		op  string
+		req queue.WorkerRequest
+	}{
+		{queue.WorkerOpHeartbeat, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Lease: time.Hour}},
+		{queue.WorkerOpComplete, queue.WorkerRequest{Pool: "us", Completions: []queue.Completion{{JobID: id, Attempt: 1}}}},
+		{queue.WorkerOpFail, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Outcome: queue.OutcomeFailed, Message: "x"}},
+		{queue.WorkerOpHandback, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Outcome: queue.OutcomePreempted, Message: "x"}},
+		{queue.WorkerOpDead, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Message: "x"}},
+	} {
+		r := ask(t, n, queue.WorkerServiceSubject("us", c.op), c.req)
+		if r.Error == nil || r.Error.Kind != queue.WireBadRequest || !strings.Contains(r.Error.Message, "was claimed by pool p, not us") {
+			t.Errorf("%s from another pool: want refused naming the attempt, got %+v", c.op, r.Error)
+		}
+	}
+	j, err := s.Job(ctx, id)
+	if err != nil || j.State != queue.StateRunning || j.Attempt != 1 {
+		t.Fatalf("another pool's worker changed the job: %+v, %v", j, err)
+	}
+	// The claiming pool's own worker still completes it.
+	r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 1}}})
+	if r.Error != nil || !r.Recorded[0] {
+		t.Fatalf("completion by the claiming pool: %+v", r)
 	}
 }

@@ -645,3 +645,21 @@ func isUniqueViolation(err error) bool {
 	var pqErr *pq.Error
 	return errors.As(err, &pqErr) && pqErr.Code == "23505"
 }
+
+// AttemptPools returns the pool that claimed each of refs' attempts; an
+// attempt that does not exist is left out.
+func (s *Store) AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[queue.AttemptRef]string, error) {
+	params := db.AttemptPoolsParams{JobIds: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, r := range refs {
+		params.JobIds[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+	}
+	rows, err := s.q.AttemptPools(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("reading the pools of %d attempts: %w", len(refs), err)
+	}
+	out := make(map[queue.AttemptRef]string, len(rows))
+	for _, r := range rows {
+		out[queue.AttemptRef{JobID: r.JobID, Attempt: int(r.Attempt)}] = r.Pool
+	}
+	return out, nil
+}
