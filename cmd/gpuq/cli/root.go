@@ -91,5 +91,6 @@ func commands() []*cobra.Command {
 		newDemoCmd(),
 		newOpenAPICmd(),
 		newTokenCmd(),
+		newNATSAuthCmd(),
 	}
 }
