@@ -9,19 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
 )
 
-// startWorkerWithEnv launches `gpuq worker` for the test pool with env added
-// to its environment, as a supervisor or a careless operator would.
-func (c *cluster) startWorkerWithEnv(t *testing.T, env []string, args ...string) *local.Instance {
+// startWorkerWithEnv launches `gpuq worker` for the test pool as gpuq dev
+// does (a pool credential in its environment), with env added to its
+// environment as a supervisor or a careless operator would; it returns the
+// credential.
+func (c *cluster) startWorkerWithEnv(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "worker.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cred, err := c.n.Server.Issuer.IssueWorker(testPool.Pool, testPool.Region, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, adapters.EnvNATSCredential+"="+cred.String())
 	l := &local.Launcher{Executable: gpuqBin, Args: args, Env: env, Output: logFile}
 	inst, err := l.Launch(context.Background(), testPool)
 	if err != nil {
@@ -36,7 +44,7 @@ func (c *cluster) startWorkerWithEnv(t *testing.T, env []string, args ...string)
 			t.Logf("worker %s output:\n%s", inst.ID(), out)
 		}
 	})
-	return inst
+	return cred.String()
 }
 
 func TestJobSeesACleanEnvironmentWithoutTheWorkersCredentials(t *testing.T) {
@@ -45,8 +53,8 @@ func TestJobSeesACleanEnvironmentWithoutTheWorkersCredentials(t *testing.T) {
 	const secret = "worker-only-s3cret-value"
 	// The database and NATS URLs come from the worker's environment, the
 	// database one there by mistake; HF_HOME is passed on by name.
-	c.startWorkerWithEnv(t, []string{
-		"GPUQ_DATABASE_URL=" + c.dbURL, "GPUQ_NATS_URL=" + c.n.URL, "GPUQ_SLOTS=1",
+	cred := c.startWorkerWithEnv(t, []string{
+		"GPUQ_DATABASE_URL=" + c.dbURL, "GPUQ_NATS_URL=" + c.n.Server.URL(), "GPUQ_SLOTS=1",
 		"AWS_SECRET_ACCESS_KEY=" + secret, "HF_HOME=/models/hf", "CUDA_VISIBLE_DEVICES=3",
 	}, "--ack-wait", "5s", "--grace", "2s", "--worker-id", "envcheck-worker-77", "--pass-env", "HF_HOME")
 	id := c.submit(t, `name: env
@@ -55,7 +63,7 @@ command: [/bin/sh, -c, 'echo x > "$GPUQ_CHECKPOINT_DIR/x" && gpuq checkpoint sav
 `)
 	c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
 	logs := c.logs(t, id)
-	for _, leak := range []string{c.dbURL, c.n.URL, secret, "envcheck-worker-77", "CUDA_VISIBLE_DEVICES", "GPUQ_SLOTS", "GPUQ_DATABASE_URL", "GPUQ_NATS_URL"} {
+	for _, leak := range []string{c.dbURL, c.n.Server.URL(), cred, adapters.EnvNATSCredential, secret, "envcheck-worker-77", "CUDA_VISIBLE_DEVICES", "GPUQ_SLOTS", "GPUQ_DATABASE_URL", "GPUQ_NATS_URL"} {
 		if strings.Contains(logs, leak) {
 			t.Errorf("the job's environment shows %q, which only the worker may hold:\n%s", leak, logs)
 		}
@@ -91,8 +99,7 @@ command: [/bin/sh, -c, 'echo x > "$GPUQ_CHECKPOINT_DIR/x" && gpuq checkpoint sav
 func TestWorkerRefusesToPassItsOwnSettingsToJobs(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	out := runCLI(t, 1, "worker", "--pool", testPool.Pool, "--nats-url", c.n.URL, "--database-url", c.dbURL,
-		"--no-canary", "--pass-env", "HF_HOME,GPUQ_DATABASE_URL")
+	out := runCLI(t, 1, "worker", "--pool", testPool.Pool, "--nats-url", c.n.URL, "--no-canary", "--pass-env", "HF_HOME,GPUQ_DATABASE_URL")
 	if !strings.Contains(out, "worker.pass-env: GPUQ_DATABASE_URL") {
 		t.Fatalf("want an error naming worker.pass-env and the variable, got %q", out)
 	}
