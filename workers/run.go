@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,27 +33,31 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log := w.cfg.Logger.With("job", order.JobID, "pool", w.cfg.Pool)
 	if len(order.Countries) > 0 && !slices.Contains(order.Countries, w.cfg.Country) {
-		reason := fmt.Sprintf("refused by worker %s in region %s (country %q): outside residency %s", w.cfg.WorkerID, w.cfg.Region, w.cfg.Country, order.Residency)
-		log.Error("residency violation: refusing job", "reason", reason)
-		if err := w.store.MarkDead(io, order.JobID, 0, reason); err != nil {
-			log.Error("recording refusal", "err", err)
-			msg.NakWithDelay(5 * time.Second) //nolint:errcheck // redelivered after AckWait otherwise
-			return
-		}
-		ackDone(io, msg, log)
+		// Defence in depth: the control plane checks the pool's country
+		// at claim from its own registry; a worker configured elsewhere
+		// leaves the job to the pool's other workers and never ends it.
+		log.Error("residency: refusing a job outside this worker's country; leaving it to other workers",
+			"worker", w.cfg.WorkerID, "region", w.cfg.Region, "country", w.cfg.Country, "residency", order.Residency)
+		msg.NakWithDelay(w.cfg.AckWait) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
 	res, err := w.claims.call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
-		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(),
+		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(), ClaimID: uuid.New(),
 	})
 	claimed := res.Claimed
 	if err == nil {
 		err = res.Err
 	}
 	var nc *queue.NotClaimableError
+	var refused *queue.ClaimRefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The control plane handed the job back for re-placement.
+		log.Warn("dropping run message", "reason", refused.Error())
+		ackDone(io, msg, log)
+		return
 	case errors.As(err, &nc) && nc.LeaseLeft > 0:
 		// Another attempt holds a live lease: look again when it ends.
 		msg.NakWithDelay(nc.LeaseLeft + 250*time.Millisecond) //nolint:errcheck // redelivered after AckWait otherwise

@@ -156,6 +156,9 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 		return nil, err
 	}
 	host, _ := os.Hostname()
+	if sr, ok := store.(*ServiceRecords); ok && sr.WorkerID == "" {
+		sr.WorkerID = cfg.WorkerID
+	}
 	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir,
 		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany)}, nil
 }

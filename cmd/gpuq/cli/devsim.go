@@ -89,9 +89,6 @@ func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSourc
 // start runs the cloud; the autoscaler rents its instances as jobs arrive.
 // The returned channel closes once every worker has stopped after ctx ends.
 func (d *simDev) start(ctx context.Context, stack *devStack) <-chan struct{} {
-	// The simulated machine image: workers still open PostgreSQL
-	// themselves, so the machine's environment names it.
-	d.workers.Env = []string{"GPUQ_DATABASE_URL=" + stack.dbURL}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -92,5 +92,6 @@ func commands() []*cobra.Command {
 		newDemoCmd(),
 		newOpenAPICmd(),
 		newTokenCmd(),
+		newNATSAuthCmd(),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -36,9 +37,13 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
+			region, country, err := workerLocation(cmd, v, v.GetString("pool"))
+			if err != nil {
+				return err
+			}
 			cfg := workers.Config{
-				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: v.GetString("region"),
-				Country: v.GetString("country"), WorkerID: v.GetString("worker-id"),
+				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: region,
+				Country: country, WorkerID: v.GetString("worker-id"),
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
 				NodeID: canary.NodeID(v.GetString("instance-id")), Logger: newLogger(),
 			}
@@ -66,15 +71,21 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, true)
+			// Replies come to the pool's own inbox prefix, so that a
+			// worker credential may subscribe to its replies only.
+			c, err := dial(cmd.Context(), v, false, nats.CustomInboxPrefix(queue.WorkerInboxPrefix(cfg.Pool)))
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
-				return err
-			}
-			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
+			// The control plane creates the streams; a worker credential
+			// may not, and may only create its own pool's consumer.
+			// A request lost with the server that took it is sent again
+			// well inside the lease, so that its repeat finds the attempt
+			// it started still live.
+			records := workers.NewServiceRecords(c.nc, cfg.Pool, cfg.WorkerID)
+			records.Timeout = max(cfg.AckWait/4, time.Second)
+			w, err := workers.New(cfg, c.nc, c.js, records, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
 			if err != nil {
 				return err
 			}
@@ -122,11 +133,11 @@ provider's reason and hands the jobs back at once.`,
 			return err
 		},
 	}
-	connFlags(cmd)
+	natsFlags(cmd)
 	cmd.Flags().String("pool", "", "pool to pull jobs from (required)")
 	cmd.Flags().Int("slots", 1, "jobs to run at once")
-	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store")
-	cmd.Flags().String("country", "", "ISO 3166-1 country this worker runs in; jobs whose residency excludes it are refused")
+	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store (default: the pool's region under pools in the config file)")
+	cmd.Flags().String("country", "", "ISO 3166-1 country this worker runs in; jobs whose residency excludes it are refused (default: the pool's country under pools in the config file)")
 	cmd.Flags().String("worker-id", "", "name of this worker in attempts (default host-pid)")
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
@@ -219,4 +230,33 @@ func noticeWatcher(v *viper.Viper, logger *slog.Logger, onWarning func(notice.Wa
 		return nil, err
 	}
 	return &workerNotice{kind: kind, watcher: w}, nil
+}
+
+// workerLocation is the region and country of a worker of pool: the pool's
+// entry under the config key `pools` (the configuration the control plane
+// places with), else --region and --country. A flag or environment variable
+// that contradicts the pool's entry is refused rather than silently
+// overridden.
+func workerLocation(cmd *cobra.Command, v *viper.Viper, pool string) (region, country string, err error) {
+	region, country = v.GetString("region"), v.GetString("country")
+	pools, err := localPools(v)
+	if err != nil {
+		return "", "", err
+	}
+	for _, p := range pools {
+		if p.Pool != pool {
+			continue
+		}
+		for _, c := range []struct{ flag, env, got, want string }{
+			{"region", "GPUQ_REGION", region, p.Region},
+			{"country", "GPUQ_COUNTRY", country, p.Country},
+		} {
+			explicit := cmd.Flags().Changed(c.flag) || os.Getenv(c.env) != ""
+			if explicit && c.got != c.want {
+				return "", "", fmt.Errorf("%s: %q contradicts pool %s's %s %q in the config file", c.flag, c.got, pool, c.flag, c.want)
+			}
+		}
+		return p.Region, p.Country, nil
+	}
+	return region, country, nil
 }
