@@ -120,9 +120,13 @@ func TestServersLeadOneAtATimeAndAServerKilledMidLaunchLeaksNoMachine(t *testing
 	t.Cleanup(ns.Stop)
 	ctx := context.Background()
 
-	// The simulated machine image: workers still open PostgreSQL
-	// themselves, so the machine's environment names it.
-	cloud := startProc(t, bin, []string{"GPUQ_DATABASE_URL=" + dbURL}, "sim-cloud", "--listen", "127.0.0.1:0", "--hold-launches", "1",
+	// The simulated machine image carries a worker credential of the pool:
+	// the servers here have no issuer of per-machine credentials.
+	workerCred, err := ns.Issuer.IssueWorker("sim-de-a100", "eu-central-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud := startProc(t, bin, []string{adapters.EnvNATSCredential + "=" + workerCred.String()}, "sim-cloud", "--listen", "127.0.0.1:0", "--hold-launches", "1",
 		"--config", writeFile(t, "cloud.yaml", simCloudConfig), "-o", "json")
 	var url string
 	waitFor(t, 30*time.Second, "sim-cloud printed no URL", func() bool {
@@ -139,7 +143,7 @@ autoscaler:
   defaults: {max: 2, idle_timeout: 3s}
 `)
 	server := func() *proc {
-		return startProc(t, bin, nil, "server", "--nats-url", ns.URL(), "--database-url", dbURL, "--config", config)
+		return startProc(t, bin, []string{adapters.EnvNATSCredential + "=" + ns.Control().String()}, "server", "--nats-url", ns.URL(), "--database-url", dbURL, "--config", config)
 	}
 	leading := func(p *proc) bool { return strings.Contains(p.logs.String(), "msg=leading") }
 	standing := func(p *proc) bool { return strings.Contains(p.logs.String(), "another server leads") }
@@ -148,7 +152,7 @@ autoscaler:
 	b := server()
 	waitFor(t, 60*time.Second, "the second server did not stand by", func() bool { return standing(b) })
 
-	submitted, errOut, err := runCLI(t, "submit", "--nats-url", ns.URL(), "--database-url", dbURL, "-f",
+	submitted, errOut, err := runCLI(t, "submit", "--nats-url", ns.ControlURL(), "--database-url", dbURL, "-f",
 		writeFile(t, "job.yaml", "name: on-a100\nresources: {gpu: {count: 1, cards: [A100]}}\ncommand: [echo, rented]\n"))
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, errOut)
@@ -180,7 +184,7 @@ autoscaler:
 	waitFor(t, 30*time.Second, "the standing-by server did not take the lead", func() bool { return leading(b) })
 
 	status := func() JobStatus {
-		out, errOut, err := runCLI(t, "status", id, "-o", "json", "--nats-url", ns.URL(), "--database-url", dbURL)
+		out, errOut, err := runCLI(t, "status", id, "-o", "json", "--nats-url", ns.ControlURL(), "--database-url", dbURL)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, errOut)
 		}
