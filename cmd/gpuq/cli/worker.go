@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -45,7 +47,7 @@ provider's reason and hands the jobs back at once.`,
 				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: region,
 				Country: country, WorkerID: v.GetString("worker-id"),
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
-				NodeID: canary.NodeID(v.GetString("instance-id")), Logger: newLogger(),
+				NodeID: canary.NodeID(v.GetString("instance-id")), PassEnv: passEnv(v), Logger: newLogger(),
 			}
 			if cfg.Pool == "" {
 				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
@@ -142,6 +144,7 @@ provider's reason and hands the jobs back at once.`,
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	cmd.Flags().StringSlice("pass-env", nil, "a variable of the worker's environment that jobs get too, e.g. CUDA_VISIBLE_DEVICES (repeatable or comma-separated; env GPUQ_PASS_ENV); jobs see nothing else of it")
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
 	cmd.Flags().String("provider", "local", "provider of the worker's pool; chooses the default --notice")
@@ -159,6 +162,16 @@ provider's reason and hands the jobs back at once.`,
 	cmd.Flags().Int("quarantine-after", canary.DefaultQuarantineAfter, "quarantine the node after this many canary failures in a row")
 	addCanaryFlags(cmd)
 	return cmd
+}
+
+// passEnv is --pass-env as names: repeated, comma- or space-separated (env
+// GPUQ_PASS_ENV), or a list in the config file.
+func passEnv(v *viper.Viper) []string {
+	var names []string
+	for _, s := range v.GetStringSlice("pass-env") {
+		names = append(names, strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })...)
+	}
+	return names
 }
 
 // exitQuarantined is the exit status of a worker whose node was quarantined,
