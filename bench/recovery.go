@@ -47,7 +47,13 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 			progress("worker output:\n%s", out[max(0, len(out)-6000):])
 		}
 	}()
-	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Args: []string{
+	// Workers are started as gpuq dev starts them: the credential in the
+	// environment, scoped to the pool.
+	cred, err := s.nats.Issuer.IssueWorker(benchPool.Pool, benchPool.Region, "")
+	if err != nil {
+		return recoveryResult{}, err
+	}
+	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Env: []string{"GPUQ_NATS_CREDENTIAL=" + cred.String()}, Args: []string{
 		"--nats-url", s.nats.URL(), "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
 	}}
 	workers := map[int]*local.Instance{}

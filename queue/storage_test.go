@@ -48,7 +48,7 @@ func TestStreamsAreCappedInBytesAndAFullSubmissionStreamRefusesMore(t *testing.T
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
+	nc, err := nats.Connect(srv.ControlURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,11 @@ SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq DESC LIMIT 1;
 -- name: CheckpointListByJob :many
 SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq;
 
+-- name: CheckpointGetByURI :one
+-- CheckpointGetByURI finds a checkpoint an attempt recorded: a repeated
+-- record returns it instead of inserting it twice.
+SELECT * FROM checkpoints WHERE job_id = @job_id AND attempt = @attempt AND store_uri = @store_uri;
+
 -- name: CheckpointPruneJob :exec
 -- CheckpointPruneJob moves a job's checkpoints older than its latest keep
 -- into checkpoint_garbage, whose archives the control plane deletes.
@@ -55,4 +60,3 @@ SELECT * FROM checkpoint_garbage ORDER BY queued_at, store_uri LIMIT @max_rows::
 
 -- name: CheckpointGarbageDelete :exec
 DELETE FROM checkpoint_garbage WHERE store_uri = ANY(@store_uris::text[]);
-

@@ -330,8 +330,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	// The control plane sees only the demo's connections: pools and policy
 	// rules from a config file would change what the demo proves.
 	cv := viper.New()
-	cv.Set("nats-url", stack.natsURL)
-	cv.Set("database-url", stack.dbURL)
+	stack.configure(cv)
 	// The demo lists and downloads every checkpoint of its train job.
 	cv.Set("storage.keep_checkpoints", 1000)
 	cpCtx, stopCP := context.WithCancel(ctx)
@@ -348,7 +347,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	d.say("control plane running (scheduler, reconciler, policy placer over pools %s)", strings.Join(slices.Sorted(maps.Keys(d.pools)), ", "))
 
 	d.workDir = filepath.Join(dir, "work")
-	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, Args: []string{
+	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, PoolEnv: stack.workerEnv, Args: []string{
 		"--nats-url", stack.natsURL,
 		"--ack-wait", v.GetDuration("ack-wait").String(), "--grace", v.GetDuration("grace").String(),
 		"--data-dir", d.workDir,
