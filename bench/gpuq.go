@@ -84,7 +84,8 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 		p.Stop()
 		return nil, err
 	}
-	if _, err := (&control.WorkerService{NATS: svcNC, Store: svcStore, Logger: quiet}).Start(ctx); err != nil {
+	svc := &control.WorkerService{NATS: svcNC, Store: svcStore, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
+	if _, err := svc.Start(ctx); err != nil {
 		p.Stop()
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,11 +18,12 @@ import (
 // request/reply on gpuq.svc.worker.<pool>.<op>. The worker holds no
 // database credential; the control plane does the fenced writes.
 //
-// A request whose reply is lost (the server that took it died) is retried
-// only when repeating it cannot apply it twice: reads and lease refreshes.
-// Every other write is fenced by attempt, so a write that did happen and is
-// repeated finds the attempt no longer running and changes nothing; the
-// worker then treats it as fenced and leaves the message to redelivery.
+// A request whose reply is lost (the server that took it died) is sent
+// again only when repeating it cannot apply it twice: reads and lease
+// refreshes; claims, which carry a claim id the repeat returns the attempt
+// of; checkpoint records, unique by archive name; completions, failures and
+// hand-backs, fenced by attempt, which the service answers as done when the
+// attempt already ended so. Notices and canary reports are sent once.
 type ServiceRecords struct {
 	NATS *nats.Conn
 	// Pool is the pool the worker's credential is scoped to.
@@ -99,11 +101,11 @@ func (r *ServiceRecords) call(ctx context.Context, op string, req *queue.WorkerR
 	return nil, last
 }
 
-// ClaimMany claims a batch of jobs. It is not retried: a claim applied whose
-// reply was lost leaves the job running under a lease no worker refreshes,
-// and the message, naked, is claimed again once that lease has run out.
+// ClaimMany claims a batch of jobs. It is repeated after a lost reply only
+// when every claim carries a ClaimID.
 func (r *ServiceRecords) ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]queue.ClaimResult, error) {
-	reply, err := r.call(ctx, queue.WorkerOpClaim, &queue.WorkerRequest{Claims: reqs}, false)
+	idempotent := !slices.ContainsFunc(reqs, func(c queue.ClaimRequest) bool { return c.ClaimID == uuid.Nil })
+	reply, err := r.call(ctx, queue.WorkerOpClaim, &queue.WorkerRequest{Claims: reqs}, idempotent)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +136,7 @@ func (r *ServiceRecords) RecordNotice(ctx context.Context, id uuid.UUID, attempt
 
 // RecordCheckpoint records a committed checkpoint under attempt.
 func (r *ServiceRecords) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error) {
-	reply, err := r.call(ctx, queue.WorkerOpCheckpoint, &queue.WorkerRequest{JobID: id, Attempt: attempt, Archive: &a}, false)
+	reply, err := r.call(ctx, queue.WorkerOpCheckpoint, &queue.WorkerRequest{JobID: id, Attempt: attempt, Archive: &a}, true)
 	if err != nil {
 		return 0, err
 	}
@@ -160,7 +162,7 @@ func (r *ServiceRecords) SucceedMany(ctx context.Context, refs []queue.AttemptRe
 }
 
 func (r *ServiceRecords) complete(ctx context.Context, cs []queue.Completion) ([]bool, error) {
-	reply, err := r.call(ctx, queue.WorkerOpComplete, &queue.WorkerRequest{Completions: cs}, false)
+	reply, err := r.call(ctx, queue.WorkerOpComplete, &queue.WorkerRequest{Completions: cs}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +174,13 @@ func (r *ServiceRecords) complete(ctx context.Context, cs []queue.Completion) ([
 
 // Fail finalises the job as failed under attempt.
 func (r *ServiceRecords) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
-	_, err := r.call(ctx, queue.WorkerOpFail, &queue.WorkerRequest{JobID: id, Attempt: attempt, Outcome: outcome, ExitCode: exit, Message: reason}, false)
+	_, err := r.call(ctx, queue.WorkerOpFail, &queue.WorkerRequest{JobID: id, Attempt: attempt, Outcome: outcome, ExitCode: exit, Message: reason}, true)
 	return err
 }
 
 // Requeue hands the job back to its pool under attempt.
 func (r *ServiceRecords) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
-	_, err := r.call(ctx, queue.WorkerOpHandback, &queue.WorkerRequest{JobID: id, Attempt: attempt, Outcome: outcome, ExitCode: exit, Message: reason}, false)
+	_, err := r.call(ctx, queue.WorkerOpHandback, &queue.WorkerRequest{JobID: id, Attempt: attempt, Outcome: outcome, ExitCode: exit, Message: reason}, true)
 	return err
 }
 
@@ -191,7 +193,7 @@ func (r *ServiceRecords) EndAttempt(ctx context.Context, id uuid.UUID, attempt i
 
 // MarkDead finalises a job that can no longer make progress.
 func (r *ServiceRecords) MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error {
-	_, err := r.call(ctx, queue.WorkerOpDead, &queue.WorkerRequest{JobID: id, Attempt: attempt, Message: reason}, false)
+	_, err := r.call(ctx, queue.WorkerOpDead, &queue.WorkerRequest{JobID: id, Attempt: attempt, Message: reason}, true)
 	return err
 }
 

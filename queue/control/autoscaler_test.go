@@ -110,7 +110,8 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 	c.placer = &control.PolicyPlacer{Sources: []adapters.OfferSource{c.provider}, OfferTTL: 200 * time.Millisecond}
 	plane := &control.Plane{JS: c.n.JS, Store: c.s, Placer: c.placer, Logger: logger}
 	planeErrs := plane.Start(ctx)
-	if _, err := (&control.WorkerService{NATS: c.n.NC, Store: c.s, Logger: logger}).Start(ctx); err != nil {
+	svc := &control.WorkerService{NATS: c.n.NC, Store: c.s, Pools: &control.OfferRegistry{Sources: c.placer.Sources}, Placer: c.placer, JS: c.n.JS, Logger: logger}
+	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 2)

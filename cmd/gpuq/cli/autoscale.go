@@ -25,6 +25,9 @@ const (
 	issuerKey = "internal-nats-issuer"
 )
 
+// capacityRole is the leadership the autoscaler and the reaper run under.
+const capacityRole = "capacity"
+
 // autoscalerConfig reads the config key `autoscaler` and refuses a bad one,
 // naming the field.
 func autoscalerConfig(v *viper.Viper) (control.AutoscalerConfig, error) {
@@ -83,8 +86,10 @@ func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer contr
 	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, JS: c.js, Placer: placer, Config: cfg,
 		Boot: boot, Logger: logger}
 	reaper := &control.Reaper{Providers: reaped, Store: c.store, Logger: logger}
-	go func() { errc <- auto.Run(ctx) }()
-	go func() { errc <- reaper.Run(ctx) }()
-	logger.Info("autoscaler running", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
-	return 2, nil
+	// One server of a deployment scales and reaps; the others stand by and
+	// take over when it dies.
+	lead := &control.Leader{Store: c.store, Role: capacityRole, Loops: []func(context.Context) error{auto.Run, reaper.Run}, Logger: logger}
+	go func() { errc <- lead.Run(ctx) }()
+	logger.Info("autoscaler ready to lead", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
+	return 1, nil
 }

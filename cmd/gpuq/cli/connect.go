@@ -254,9 +254,12 @@ func defaultPools() []local.PoolConfig {
 }
 
 // controlPlane runs the scheduler, the reconciler and the replacer until
-// ctx ends, and serves the worker service.
-func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) (<-chan error, error) {
-	if _, err := (&control.WorkerService{NATS: c.nc, Store: c.store, Logger: logger}).Start(ctx); err != nil {
+// ctx ends, and serves the worker service; the placer's offer sources are
+// its pool registry.
+func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer, logger *slog.Logger) (<-chan error, error) {
+	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
+		Placer: placer, JS: c.js, Logger: logger}
+	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
 	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx), nil

@@ -88,6 +88,7 @@ func commands() []*cobra.Command {
 		newPlanCmd(),
 		newOffersCmd(),
 		newSimulateCmd(),
+		newSimCloudCmd(),
 		newDemoCmd(),
 		newOpenAPICmd(),
 		newTokenCmd(),
