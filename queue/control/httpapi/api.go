@@ -32,6 +32,7 @@ type Store interface {
 	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
 	control.LedgerStore
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
+	Instances(ctx context.Context, pool string, state queue.InstanceState) ([]*queue.Instance, error)
 	DecisionReplay(ctx context.Context, id uuid.UUID, version int) (*queue.DecisionReplay, error)
 	TokenStore
 }
@@ -205,7 +206,13 @@ func newAPI() (*http.ServeMux, huma.API) {
 			_, err = w.Write(b)
 		}
 		return err
-	}, Unmarshal: func(data []byte, v any) error { return yaml.Unmarshal(data, v) }}
+	}, Unmarshal: func(data []byte, v any) error {
+		// Aliases are refused before anything expands them.
+		if err := queue.CheckYAML(data, "body"); err != nil {
+			return err
+		}
+		return yaml.Unmarshal(data, v)
+	}}
 	cfg.Formats = maps.Clone(cfg.Formats)
 	cfg.Formats["application/yaml"], cfg.Formats["yaml"] = yamlFormat, yamlFormat
 	cfg.OpenAPIPath = "/v1/openapi"
