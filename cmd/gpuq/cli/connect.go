@@ -101,10 +101,10 @@ func defaultPools() []local.PoolConfig {
 	}
 }
 
-// controlPlane runs the scheduler, the reconciler and the replacer until
-// ctx ends.
+// controlPlane runs the scheduler, the reconciler, the replacer and the
+// liveness monitor until ctx ends.
 func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) <-chan error {
-	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx)
+	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, Logger: logger}).Start(ctx)
 }
 
 // offerSources are the providers whose offers the scheduler places among and

@@ -149,7 +149,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	go func() {
-		for range 3 {
+		for range 4 {
 			if err := <-errc; err != nil {
 				logger.Error("control plane stopped", "err", err)
 			}
