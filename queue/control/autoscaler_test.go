@@ -82,8 +82,7 @@ func simPool(name, country, tier, price string) sim.PoolConfig {
 func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
 	t.Helper()
 	c := &scaled{n: queuetest.StartNATS(t)}
-	var url string
-	c.s, url = queuetest.Store(t, c.n)
+	c.s, _ = queuetest.Store(t, c.n)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "workers.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +96,9 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 		}
 		logs.Close()
 	})
-	// The simulated machine image: its workers still open PostgreSQL
-	// themselves, so the machine's environment names it.
-	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs, Env: []string{"GPUQ_DATABASE_URL=" + url}}
+	// The machine image holds nothing: each machine's NATS credential,
+	// scoped to its pool, comes with its boot spec.
+	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
 		t.Fatal(err)
@@ -111,12 +110,16 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 	c.placer = &control.PolicyPlacer{Sources: []adapters.OfferSource{c.provider}, OfferTTL: 200 * time.Millisecond}
 	plane := &control.Plane{JS: c.n.JS, Store: c.s, Placer: c.placer, Logger: logger}
 	planeErrs := plane.Start(ctx)
+	svc := &control.WorkerService{NATS: c.n.NC, Store: c.s, Pools: &control.OfferRegistry{Sources: c.placer.Sources}, Placer: c.placer, JS: c.n.JS, Logger: logger}
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	errc := make(chan error, 2)
 	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
 		Placer: c.placer, Config: limits, Logger: logger,
 		// Short leases so a drained worker's hand-back is quick; --grace
 		// inside the pool's grace so the worker records before SIGKILL.
-		Boot: control.BootTemplate{NATSURL: c.n.URL, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
+		Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
 	c.reaper = &control.Reaper{Providers: []control.ReaperProvider{c.provider}, Store: c.s, Interval: time.Second, Grace: 2 * time.Second, Logger: logger}
 	loops := 3
 	if !noAutoscaler {
@@ -357,6 +360,79 @@ func TestInstanceWhoseWorkerNeverBootsIsTerminatedAndItsJobsGoElsewhere(t *testi
 	}
 }
 
+// A job that waits longer than its pool's placement timeout with no ready
+// worker there (its machine still booting, well inside the boot timeout) is
+// re-placed on its plan B, with the reason in its audit trail.
+func TestJobWaitingPastThePlacementTimeoutOnAPoolWithNoSupplyIsReplaced(t *testing.T) {
+	t.Parallel()
+	slow, fast := simPool("slow", "DE", "on-demand", "0.10"), simPool("fast", "DE", "on-demand", "0.30")
+	slow.BootDelay, fast.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{slow, fast}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: time.Hour, PlacementTimeout: 2 * time.Second, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "fast" {
+		t.Fatalf("job ran on %s, want fast", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "slow", "fast", "no ready worker") {
+		t.Fatalf("audit trail says %q, want the move off slow for the wait with no ready worker", note)
+	}
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["slow"], "no ready worker") {
+		t.Fatalf("slow not left alone after the placement timeout: %v", got)
+	}
+}
+
+// An instance whose canary quarantines its node is terminated, its pool is
+// left alone for its back-off, and its waiting job goes to its plan B. The
+// simulated machines have no GPU, so the canary's report is recorded as the
+// worker service records a failing canary's.
+func TestQuarantinedInstanceIsTerminatedAndCountedAgainstItsPool(t *testing.T) {
+	t.Parallel()
+	bad, good := simPool("bad", "DE", "on-demand", "0.10"), simPool("good", "DE", "on-demand", "0.30")
+	bad.BootDelay, good.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{bad, good}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: time.Hour, PlacementTimeout: time.Hour, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	var launched *queue.Instance
+	queuetest.Eventually(t, 30*time.Second, "an instance of bad to launch", func() bool {
+		ins, err := c.s.Instances(context.Background(), "bad", queue.InstancePending)
+		if err == nil && len(ins) == 1 {
+			launched = ins[0]
+		}
+		return launched != nil
+	})
+	if _, _, err := c.s.RecordCanary(context.Background(), queue.CanaryRecord{NodeID: launched.ID, Pool: "bad", Host: "h",
+		Summary: "ecc: 3 uncorrectable errors", Quarantine: true, Reason: "uncorrectable ECC errors"}); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "good" {
+		t.Fatalf("job ran on %s, want good", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "bad", "good", "quarantined") {
+		t.Fatalf("audit trail says %q, want the move off bad for the quarantine", note)
+	}
+	queuetest.Eventually(t, 10*time.Second, "bad's instance to end", func() bool {
+		in, err := c.s.Instance(context.Background(), launched.ID)
+		return err == nil && !in.State.Live()
+	})
+	if in, _ := c.s.Instance(context.Background(), launched.ID); !containsAll(in.Reason, "quarantined", "ECC") {
+		t.Fatalf("bad's instance ended %s with %q, want the quarantine", in.State, in.Reason)
+	}
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["bad"], "quarantined") {
+		t.Fatalf("bad not counted against after the quarantine: %v", got)
+	}
+	if got := c.cloud.Created(); got != 2 {
+		t.Fatalf("the cloud rented %d machines, want 2 (bad's, then good's)", got)
+	}
+}
+
 // crashingLauncher rents the machine and then never records it, as a
 // server killed between the provider's answer and its record.
 type crashingLauncher struct {
@@ -384,7 +460,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 		return j != nil && j.State == queue.StatePlaced
 	})
 	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
-	boot := control.BootTemplate{NATSURL: c.n.URL}
+	boot := control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
 	crashCtx, crash := context.WithCancel(ctx)
 	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
 		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
@@ -419,7 +495,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 	// A machine billed with gpuq's tags that the table does not know (its
 	// record lost with a database restore, say) is terminated and reported.
 	stray, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "stray-1", Boot: adapters.BootSpec{
-		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.URL}})
+		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.Server.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +554,7 @@ func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
 		return true
 	})
 	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
-		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.URL}, Logger: c.auto.Logger,
+		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}, Logger: c.auto.Logger,
 		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{Max: 10, BootTimeout: time.Hour},
 			Projects: map[string]control.ProjectLimits{"capped": {MaxInstances: 1, MaxSpendPerHour: "1 EUR"}}}}
 	for range 2 {

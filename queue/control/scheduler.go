@@ -80,7 +80,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	msgs := make(chan jetstream.Msg, cfg.BatchSize)
-	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(cfg.BatchSize))
+	// A consumer deleted under the scheduler is not re-created here: Run
+	// ends with the error, so that its server exits and its supervisor
+	// restarts it, which creates the consumer again.
+	lost := make(chan error, 1)
+	onErr := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			select {
+			case lost <- err:
+			default:
+			}
+		}
+	})
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(cfg.BatchSize), onErr)
 	if err != nil {
 		return fmt.Errorf("scheduler: consuming submissions: %w", err)
 	}
@@ -90,6 +102,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-lost:
+			return fmt.Errorf("scheduler: consuming submissions: %w", err)
 		case m := <-msgs:
 			batch = append(batch, m)
 		}
@@ -119,11 +133,23 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	var valid []jetstream.Msg
 	var jobs []queue.NewJob
 	var pending []*queue.Job
+	refused := map[uuid.UUID]string{}
 	for _, m := range batch {
 		spec, err := queue.ParseSpec(m.Data())
 		var id uuid.UUID
+		var foreign string
 		if err == nil {
 			id, err = queue.SubmissionID(m, spec)
+		}
+		if err == nil {
+			// A submission naming another project than its subject's is
+			// recorded, rejected, under the subject's project: the one
+			// the publisher's credential allowed.
+			if foreign = queue.ForeignProject(m.Subject(), spec); foreign != "" {
+				spec.Project = queue.SubjectProject(m.Subject())
+				spec.IdempotencyKey = ""
+				err = spec.Validate()
+			}
 		}
 		if err != nil {
 			// Nothing is recorded for a malformed raw publish; the client
@@ -137,6 +163,11 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		valid = append(valid, m)
 		jobs = append(jobs, queue.NewJob{ID: id, Spec: spec})
+		if foreign != "" {
+			s.Logger.Warn("rejecting a submission for another project", "subject", m.Subject(), "job", id, "reason", foreign)
+			refused[id] = foreign
+			continue
+		}
 		submitted := time.Now().UTC()
 		if meta, err := m.Metadata(); err == nil {
 			submitted = meta.Timestamp.UTC()
@@ -153,6 +184,9 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	decided, err := decide(ctx, s.Placer, pending)
 	if err != nil {
 		return err
+	}
+	for id, reason := range refused {
+		decided.Rejected[id] = reason
 	}
 	recorded, placed, err := s.Store.RecordAndPlace(ctx, jobs, decided)
 	if err != nil {
