@@ -61,7 +61,7 @@ func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
 	c := &clients{}
 	c.nc, err = nats.Connect(natsURL, nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", natsURL, err)
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err)
 	}
 	c.js, err = jetstream.New(c.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -126,11 +126,6 @@ func placerFor(v *viper.Viper) (*control.PolicyPlacer, error) {
 		return nil, err
 	}
 	return &control.PolicyPlacer{Sources: sources, Rules: rules}, nil
-}
-
-// client is the control plane's client operations over c.
-func (c *clients) client() *control.Client {
-	return &control.Client{Store: c.store, JS: c.js, NATS: c.nc}
 }
 
 func newLogger() *slog.Logger {

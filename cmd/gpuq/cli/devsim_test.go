@@ -153,7 +153,8 @@ func TestDevOnTheSimulatedCloudResumesAJobItsSpotTracePreempts(t *testing.T) {
 		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
 	}
 	checkDevHTTP(t, dir, conn.URL, conn.Token)
-	connArgs := []string{"--nats-url", conn.NATSURL, "--database-url", conn.DatabaseURL}
+	// The job commands need only NATS: the control plane answers them.
+	connArgs := []string{"--nats-url", conn.NATSURL}
 
 	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", simTrainSpec)}, connArgs...)...)
 	if err != nil {
