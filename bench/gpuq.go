@@ -31,9 +31,9 @@ var benchPool = local.PoolConfig{Pool: "bench", Region: "eu-bench-1", Country: "
 // lines would measure the terminal, not the queue.
 var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-// plane is a gpuq control plane and in-process workers on one database, each
-// with its own NATS connection and PostgreSQL pool, as separate processes
-// would have.
+// plane is a gpuq control plane (scheduler and worker service) and
+// in-process workers, each with its own NATS connection as separate
+// processes would have; only the control plane opens PostgreSQL.
 type plane struct {
 	store   *store.Store // the scheduler's; used to read results
 	cancel  context.CancelCauseFunc
@@ -76,12 +76,27 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 			quiet.Error("scheduler stopped", "err", err)
 		}
 	}()
+	// The control plane serves the worker service on its own connection;
+	// workers reach the system of record only through it, as worker
+	// processes do.
+	svcNC, _, svcStore, err := open()
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	svc := &control.WorkerService{NATS: svcNC, Store: svcStore, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
+	if _, err := svc.Start(ctx); err != nil {
+		p.Stop()
+		return nil, err
+	}
 	for i := range nWorkers {
-		nc, js, st, err := open()
+		nc, js, err := s.connect()
 		if err != nil {
 			p.Stop()
 			return nil, err
 		}
+		p.closers = append(p.closers, nc.Close)
+		workerID := fmt.Sprintf("bench-%d", i)
 		dir, err := os.MkdirTemp(s.dir, "worker-")
 		if err != nil {
 			p.Stop()
@@ -89,8 +104,8 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 		}
 		w, err := workers.New(workers.Config{
 			Pool: benchPool.Pool, Slots: slots, Region: benchPool.Region, Country: benchPool.Country,
-			WorkerID: fmt.Sprintf("bench-%d", i), AckWait: ackWait, DataDir: dir, Logger: quiet,
-		}, nc, js, st, &workers.ObjectStore{JS: js})
+			WorkerID: workerID, AckWait: ackWait, DataDir: dir, Logger: quiet,
+		}, nc, js, workers.NewServiceRecords(nc, benchPool.Pool, workerID), &workers.ObjectStore{JS: js})
 		if err != nil {
 			p.Stop()
 			return nil, err

@@ -31,7 +31,7 @@ type recoveryResult struct {
 // that it runs the job under the next attempt. The control plane runs in
 // this process; the workers are real processes of the gpuq binary.
 func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall.Signal, trials int, ackWait, grace time.Duration) (res recoveryResult, err error) {
-	p, nc, js, url, stop, err := s.session(ctx, 0, 1, ackWait)
+	p, nc, js, _, stop, err := s.session(ctx, 0, 1, ackWait)
 	if err != nil {
 		return recoveryResult{}, err
 	}
@@ -47,8 +47,14 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 			progress("worker output:\n%s", out[max(0, len(out)-6000):])
 		}
 	}()
-	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Args: []string{
-		"--nats-url", s.nats.URL(), "--database-url", url, "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
+	// Workers are started as gpuq dev starts them: the credential in the
+	// environment, scoped to the pool.
+	cred, err := s.nats.Issuer.IssueWorker(benchPool.Pool, benchPool.Region, "")
+	if err != nil {
+		return recoveryResult{}, err
+	}
+	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Env: []string{"GPUQ_NATS_CREDENTIAL=" + cred.String()}, Args: []string{
+		"--nats-url", s.nats.URL(), "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
 	}}
 	workers := map[int]*local.Instance{}
 	launch := func() error {

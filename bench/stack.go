@@ -50,7 +50,7 @@ func startStack(ctx context.Context, dir string) (*stack, error) {
 
 // connect opens a NATS connection of its own, as a separate process would.
 func (s *stack) connect() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(s.nats.URL())
+	nc, err := nats.Connect(s.nats.ControlURL())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -20,6 +20,13 @@ type ClaimRequest struct {
 	// passed last (0 when the worker runs no canary).
 	NodeID      string
 	CanaryRunID int64
+	// ClaimID names this claim request: a claim repeated with the same id
+	// after its reply was lost returns the attempt it started.
+	ClaimID uuid.UUID
+	// Country is where the claiming pool lies, set by the control plane
+	// from its pool registry and never taken from the worker: a job whose
+	// residency excludes it is refused.
+	Country string `json:"-"`
 }
 
 // Claimed is a successful claim: the job under its new attempt and the

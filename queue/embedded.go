@@ -2,15 +2,21 @@ package queue
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
 // EmbeddedNATS is an in-process NATS server with JetStream, used by
-// `gpuq dev` and the tests.
+// `gpuq dev`, the demo and the tests. It always runs with gpuq's roles
+// (permissions.go): a client connects with a credential from Issuer, and
+// may do only what its role allows.
 type EmbeddedNATS struct {
 	Server *server.Server
+	// Issuer issues the credentials the server admits.
+	Issuer  *CredentialIssuer
+	control NATSCredential
 }
 
 // StartEmbeddedNATS starts a JetStream-enabled server storing under dir. Port
@@ -18,6 +24,14 @@ type EmbeddedNATS struct {
 func StartEmbeddedNATS(dir string, port int) (*EmbeddedNATS, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
+	}
+	issuer, err := NewCredentialIssuer()
+	if err != nil {
+		return nil, err
+	}
+	control, err := issuer.Issue(RoleControl)
+	if err != nil {
+		return nil, err
 	}
 	opts := &server.Options{
 		Host:      "127.0.0.1",
@@ -28,6 +42,8 @@ func StartEmbeddedNATS(dir string, port int) (*EmbeddedNATS, error) {
 		NoSigs:    true,
 		// Checkpoint chunks and log batches fit well inside this.
 		MaxPayload: 8 << 20,
+
+		CustomClientAuthentication: issuer,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -38,11 +54,27 @@ func StartEmbeddedNATS(dir string, port int) (*EmbeddedNATS, error) {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded NATS did not become ready")
 	}
-	return &EmbeddedNATS{Server: s}, nil
+	return &EmbeddedNATS{Server: s, Issuer: issuer, control: control}, nil
 }
 
-// URL is the client URL of the server.
+// URL is the client URL of the server, without a credential.
 func (e *EmbeddedNATS) URL() string { return e.Server.ClientURL() }
+
+// Control is the control plane's credential.
+func (e *EmbeddedNATS) Control() NATSCredential { return e.control }
+
+// ControlURL is the client URL carrying the control plane's credential.
+func (e *EmbeddedNATS) ControlURL() string { return e.URLFor(e.control) }
+
+// URLFor is the client URL carrying cred.
+func (e *EmbeddedNATS) URLFor(cred NATSCredential) string {
+	u, err := url.Parse(e.URL())
+	if err != nil {
+		return e.URL()
+	}
+	u.User = url.UserPassword(cred.User, cred.Password)
+	return u.String()
+}
 
 // Stop shuts the server down and waits for it.
 func (e *EmbeddedNATS) Stop() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,25 @@ func JobIDFor(spec *Spec) uuid.UUID {
 // Publisher is the part of JetStream a submitter needs.
 type Publisher interface {
 	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// SubjectProject is the project of a submission subject, gpuq.submit.<project>.
+func SubjectProject(subject string) string {
+	p, _ := strings.CutPrefix(subject, "gpuq.submit.")
+	return p
+}
+
+// ForeignProject returns why a submission published on subject is refused
+// when its spec names another project ("" when it does not): a submitter's
+// credential is scoped to the projects it may publish for, so the subject,
+// not the spec, says whose the job is.
+func ForeignProject(subject string, spec *Spec) string {
+	p := SubjectProject(subject)
+	if p == spec.Project {
+		return ""
+	}
+	return fmt.Sprintf("spec.project %q differs from the project %q of the subject it was published on (%s); a submission is recorded under its subject's project and may name only that one",
+		spec.Project, p, subject)
 }
 
 // Submitted is the answer to a submission.
@@ -98,6 +118,15 @@ func retryable(err error) bool {
 // Submit, else one derived from the idempotency key, the Nats-Msg-Id or the
 // stream sequence, so that a redelivered raw publish names the same job.
 func SubmissionID(msg jetstream.Msg, spec *Spec) (uuid.UUID, error) {
+	if SubjectProject(msg.Subject()) != spec.Project {
+		// Refused (see the scheduler): no key or header it carries may
+		// name a job of the project it claims.
+		meta, err := msg.Metadata()
+		if err != nil {
+			return uuid.Nil, err
+		}
+		return uuid.NewSHA1(jobNamespace, []byte(fmt.Sprintf("foreign:%d", meta.Sequence.Stream))), nil
+	}
 	if spec.IdempotencyKey != "" {
 		return JobIDFor(spec), nil
 	}

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -65,9 +66,15 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
+	return newClusterOf(t, testPool)
+}
+
+// newClusterOf is a cluster whose placer and pool registry know pools.
+func newClusterOf(t testing.TB, pools ...local.PoolConfig) *cluster {
+	t.Helper()
 	n := queuetest.StartNATS(t)
 	store, url := queuetest.Store(t, n)
-	provider, err := local.New([]local.PoolConfig{testPool})
+	provider, err := local.New(pools)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +86,10 @@ func newCluster(t testing.TB) *cluster {
 		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	svc := &control.WorkerService{NATS: n.NC, Store: store, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Placer: placer, JS: n.JS}
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// The job commands reach jobs through the client service, as they do
 	// through every gpuq server.
 	if _, err := (&control.ClientService{NATS: n.NC, Store: store, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
@@ -91,15 +102,26 @@ func newCluster(t testing.TB) *cluster {
 // if the test fails.
 func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra ...string) *local.Instance {
 	t.Helper()
+	return c.startPoolWorker(t, testPool, ackWait, grace, extra...)
+}
+
+// startPoolWorker launches `gpuq worker` for pool.
+func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, grace time.Duration, extra ...string) *local.Instance {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "worker.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--nats-url", c.n.URL, "--database-url", c.dbURL,
+	args := append([]string{"--nats-url", c.n.Server.URL(),
 		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
-	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile}
-	inst, err := l.Launch(context.Background(), testPool)
+	// As gpuq dev starts it: a worker credential scoped to the pool, in
+	// the environment.
+	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile, PoolEnv: func(p local.PoolConfig) ([]string, error) {
+		cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
+		return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
+	}}
+	inst, err := l.Launch(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,26 +497,72 @@ func TestWorkerRefusesAJobOutsideItsResidency(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
-	// A placement that claims residency DE lands, through a bug or a stale
-	// message, on a pool whose worker runs in the US.
-	id := uuid.New()
-	spec, _ := queue.ParseSpec([]byte("command: [/bin/true]\nplacement: {residency: EU}\n"))
-	if _, err := c.store.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.store.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: testPool.Pool, Region: "eu-test-1", Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.store.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := (&control.Reconciler{JS: c.n.JS, Store: c.store}).Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// A worker of the EU pool misconfigured as running in the US refuses
+	// the EU job it is handed (defence in depth), leaves it to the pool's
+	// other workers, and never ends it.
+	id := c.submit(t, "command: [/bin/true]\nplacement: {residency: EU}\n")
+	c.waitState(t, id, queue.StatePlaced, 30*time.Second)
 	c.startWorker(t, 5*time.Second, time.Second, "--country", "US")
-	job := c.waitState(t, id, queue.StateDead, 30*time.Second)
-	if !strings.Contains(job.Reason, "outside residency EU") || len(c.attempts(t, id)) != 0 {
-		t.Fatalf("the worker must refuse the job without running it: %+v", job)
+	// Handed twice: refused once and offered again after its delay. The
+	// worker creates its pool's consumer when it starts.
+	queuetest.Eventually(t, 30*time.Second, "the worker to be handed the job twice", func() bool {
+		cons, err := c.n.JS.Consumer(ctx, queue.StreamRun, queue.PoolConsumer(testPool.Pool))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.Delivered.Consumer >= 2
+	})
+	if j := c.job(t, id); j.State != queue.StatePlaced || len(c.attempts(t, id)) != 0 {
+		t.Fatalf("the worker must refuse the job without running or ending it: %+v, attempts %v", j, c.attempts(t, id))
+	}
+	// A worker where the pool really is runs it.
+	c.startWorker(t, 5*time.Second, time.Second)
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+}
+
+var usPool = local.PoolConfig{Pool: "us-cpu", Region: "us-test-1", Country: "US", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.05"}
+
+func TestForgedRunOrderOnAPoolOutsideResidencyIsRefusedAtClaimAndRePlaced(t *testing.T) {
+	t.Parallel()
+	c := newClusterOf(t, testPool, usPool)
+	ctx := context.Background()
+	id := c.submit(t, "command: [/bin/true]\nplacement: {residency: EU}\n")
+	placed := c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+	if placed.Pool != testPool.Pool {
+		t.Fatalf("an EU job placed on %s", placed.Pool)
+	}
+	// The US pool's worker believes it may run EU jobs (its flags say DE)
+	// and is handed a forged run order without the residency's countries:
+	// only the control plane's pool registry stands in the way.
+	c.startPoolWorker(t, usPool, 5*time.Second, time.Second, "--country", "DE")
+	order, _ := json.Marshal(queue.RunOrder{JobID: id, PlacementVersion: placed.PlacementVersion, Pool: usPool.Pool})
+	if _, err := c.n.JS.Publish(ctx, queue.RunSubject(usPool.Pool, id.String()), order); err != nil {
+		t.Fatal(err)
+	}
+	var refusals, version int
+	queuetest.Eventually(t, 30*time.Second, "the claim to be refused and the job re-placed", func() bool {
+		c.store.DB.QueryRow(`SELECT claim_refusals, placement_version FROM jobs WHERE id = $1`, id).Scan(&refusals, &version) //nolint:errcheck // retried
+		return refusals == 1 && version == placed.PlacementVersion+1
+	})
+	if j := c.job(t, id); j.State != queue.StatePlaced || len(c.attempts(t, id)) != 0 {
+		t.Fatalf("the refused job must wait, not run or end: %+v", j)
+	}
+	var reason string
+	if err := c.store.DB.QueryRow(`SELECT message FROM job_events WHERE job_id = $1 AND message LIKE 'claim refused%'`, id).Scan(&reason); err != nil ||
+		!strings.Contains(reason, "pool us-cpu (country US) lies outside residency EU") {
+		t.Fatalf("the refusal's reason: %q, %v", reason, err)
+	}
+	p, err := c.store.LatestPlacement(ctx, id)
+	if err != nil || p.Pool != testPool.Pool {
+		t.Fatalf("re-placed on %+v, %v; want the EU pool", p, err)
+	}
+	c.startWorker(t, 5*time.Second, time.Second)
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	for _, a := range c.attempts(t, id) {
+		if a.Pool != testPool.Pool {
+			t.Fatalf("attempt %d ran on pool %s", a.Attempt, a.Pool)
+		}
 	}
 }
 
@@ -616,5 +684,100 @@ func TestSubmitWaitExitsZeroOnlyOnSuccess(t *testing.T) {
 	out = runCLI(t, cli.ExitFailed, append(append([]string{"submit", "--wait", "--name", "bad", "--max-errors", "0"}, conn...), "--", "sh", "-c", "exit 4")...)
 	if !strings.Contains(out, "failed") || !strings.Contains(out, "exited with status 4") {
 		t.Fatalf("submit --wait must report the failure and its reason:\n%s", out)
+	}
+}
+
+func TestTwoServersShareTheWorkerServiceAndKillingOneLosesOrDuplicatesNoRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 jobs through two server processes")
+	}
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	st, dbURL := queuetest.Store(t, n)
+	cfg := filepath.Join(t.TempDir(), "gpuq.yaml")
+	pools := fmt.Sprintf("pools:\n  - {pool: %s, region: %s, country: %s, card: cpu, vcpu: 8, memory_gb: 32, tier: on-demand, price_per_hour: '0.10'}\n",
+		testPool.Pool, testPool.Region, testPool.Country)
+	if err := os.WriteFile(cfg, []byte(pools), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Two servers as deploy/systemd runs them: the same flags and config.
+	server := func(name string) *exec.Cmd {
+		logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL, "--config", cfg)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill() //nolint:errcheck // it may have exited
+			cmd.Wait()         //nolint:errcheck // killed
+			if t.Failed() {
+				out, _ := os.ReadFile(logFile.Name())
+				t.Logf("%s output:\n%s", name, out[max(0, len(out)-4000):])
+			}
+		})
+		return cmd
+	}
+	first := server("server-1")
+	server("server-2")
+	queuetest.Eventually(t, 60*time.Second, "both servers to serve the worker service", func() bool {
+		msg, err := n.NC.Request("$SRV.PING."+queue.WorkerServiceName, nil, 2*time.Second)
+		if err != nil {
+			return false
+		}
+		sub, err := n.NC.SubscribeSync(n.NC.NewRespInbox())
+		if err != nil {
+			return false
+		}
+		defer sub.Unsubscribe() //nolint:errcheck // test cleanup
+		if err := n.NC.PublishRequest("$SRV.PING."+queue.WorkerServiceName, sub.Subject, nil); err != nil {
+			return false
+		}
+		seen := 0
+		for {
+			if _, err := sub.NextMsg(time.Second); err != nil {
+				break
+			}
+			seen++
+		}
+		return msg != nil && seen == 2
+	})
+	c := &cluster{n: n, store: st, dbURL: dbURL}
+	c.startWorker(t, 10*time.Second, time.Second, "--slots", "8")
+	c.startWorker(t, 10*time.Second, time.Second, "--slots", "8")
+	const jobs = 200
+	spec := "command: [sh, -c, 'echo $GPUQ_JOB_ID > $GPUQ_CHECKPOINT_DIR/step && gpuq checkpoint save && sleep 0.1']\n"
+	ids := make([]uuid.UUID, jobs)
+	for i := range ids {
+		ids[i] = c.submit(t, spec)
+	}
+	succeeded := func() int {
+		var k int
+		st.DB.QueryRow(`SELECT count(*) FROM jobs WHERE state = 'succeeded'`).Scan(&k) //nolint:errcheck // zero on error
+		return k
+	}
+	queuetest.Eventually(t, 120*time.Second, "some jobs to succeed", func() bool { return succeeded() >= 30 })
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("server-1 killed after %d jobs succeeded", succeeded())
+	queuetest.Eventually(t, 240*time.Second, "every job to succeed", func() bool { return succeeded() == jobs })
+	for _, id := range ids {
+		attempts := c.attempts(t, id)
+		if len(attempts) != 1 || attempts[0].Outcome != queue.OutcomeSucceeded {
+			t.Errorf("job %s: want one succeeded attempt (no claim lost or repeated), got %+v", id, attempts)
+		}
+		cps := c.checkpoints(t, id)
+		if len(cps) != 1 || cps[0].Seq != 1 {
+			t.Errorf("job %s: want one checkpoint record, got %+v", id, cps)
+		}
+		var events int
+		st.DB.QueryRow(`SELECT count(*) FROM job_events WHERE job_id = $1 AND state = 'succeeded'`, id).Scan(&events) //nolint:errcheck // zero on error
+		if events != 1 {
+			t.Errorf("job %s: %d completion records", id, events)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,27 +34,31 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log := w.cfg.Logger.With("job", order.JobID, "pool", w.cfg.Pool)
 	if len(order.Countries) > 0 && !slices.Contains(order.Countries, w.cfg.Country) {
-		reason := fmt.Sprintf("refused by worker %s in region %s (country %q): outside residency %s", w.cfg.WorkerID, w.cfg.Region, w.cfg.Country, order.Residency)
-		log.Error("residency violation: refusing job", "reason", reason)
-		if err := w.store.MarkDead(io, order.JobID, 0, reason); err != nil {
-			log.Error("recording refusal", "err", err)
-			msg.NakWithDelay(5 * time.Second) //nolint:errcheck // redelivered after AckWait otherwise
-			return
-		}
-		ackDone(io, msg, log)
+		// Defence in depth: the control plane checks the pool's country
+		// at claim from its own registry; a worker configured elsewhere
+		// leaves the job to the pool's other workers and never ends it.
+		log.Error("residency: refusing a job outside this worker's country; leaving it to other workers",
+			"worker", w.cfg.WorkerID, "region", w.cfg.Region, "country", w.cfg.Country, "residency", order.Residency)
+		msg.NakWithDelay(w.cfg.AckWait) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
 	res, err := w.claims.call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: os.Getpid(), Pool: w.cfg.Pool,
-		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(),
+		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(), ClaimID: uuid.New(),
 	})
 	claimed := res.Claimed
 	if err == nil {
 		err = res.Err
 	}
 	var nc *queue.NotClaimableError
+	var refused *queue.ClaimRefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The control plane handed the job back for re-placement.
+		log.Warn("dropping run message", "reason", refused.Error())
+		ackDone(io, msg, log)
+		return
 	case errors.As(err, &nc) && nc.LeaseLeft > 0:
 		// Another attempt holds a live lease: look again when it ends.
 		msg.NakWithDelay(nc.LeaseLeft + 250*time.Millisecond) //nolint:errcheck // redelivered after AckWait otherwise
@@ -236,31 +242,50 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	}
 }
 
+// systemPath is the PATH a job gets, after the gpuq binary's directory,
+// unless the worker passes its own PATH on through Config.PassEnv.
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// env is the job's whole environment: a minimal PATH, HOME and LANG, the
+// variables the operator passes on by name, the spec's env and the GPUQ_*
+// job variables. Nothing else of the worker's environment reaches the job:
+// the worker's may hold credentials (a database or NATS URL, a token) that a
+// job must never see.
 func (a *attempt) env(resumed bool, socket string) []string {
-	job := a.job
-	env := os.Environ()
-	if a.w.cfg.Executable != "" {
-		env = append(env, "PATH="+filepath.Dir(a.w.cfg.Executable)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	job, cfg := a.job, a.w.cfg
+	vars := map[string]string{"PATH": systemPath, "HOME": a.base, "LANG": "C.UTF-8"}
+	if lang, ok := os.LookupEnv("LANG"); ok && lang != "" {
+		vars["LANG"] = lang
+	}
+	for _, name := range cfg.PassEnv {
+		if v, ok := os.LookupEnv(name); ok {
+			vars[name] = v
+		}
+	}
+	if cfg.Executable != "" {
+		vars["PATH"] = filepath.Dir(cfg.Executable) + string(os.PathListSeparator) + vars["PATH"]
 	}
 	for k, v := range job.Spec.Env {
-		env = append(env, k+"="+v)
+		vars[k] = v
 	}
 	r := "0"
 	if resumed {
 		r = "1"
 	}
-	env = append(env,
-		"GPUQ_JOB_ID="+job.ID.String(),
-		"GPUQ_ATTEMPT="+strconv.Itoa(job.Attempt),
-		"GPUQ_CHECKPOINT_DIR="+a.ckptDir,
-		"GPUQ_OUTPUT_DIR="+a.outDir,
-		"GPUQ_RESUMED="+r,
-		"GPUQ_POOL="+a.w.cfg.Pool,
-		"GPUQ_REGION="+a.w.cfg.Region,
-		EnvControlSocket+"="+socket,
-	)
+	vars["GPUQ_JOB_ID"] = job.ID.String()
+	vars["GPUQ_ATTEMPT"] = strconv.Itoa(job.Attempt)
+	vars["GPUQ_CHECKPOINT_DIR"] = a.ckptDir
+	vars["GPUQ_OUTPUT_DIR"] = a.outDir
+	vars["GPUQ_RESUMED"] = r
+	vars["GPUQ_POOL"] = cfg.Pool
+	vars["GPUQ_REGION"] = cfg.Region
+	vars[EnvControlSocket] = socket
 	if iv := time.Duration(job.Spec.Checkpoint.Interval); iv > 0 {
-		env = append(env, "GPUQ_CHECKPOINT_INTERVAL="+strconv.Itoa(int(iv.Seconds())))
+		vars["GPUQ_CHECKPOINT_INTERVAL"] = strconv.Itoa(int(iv.Seconds()))
+	}
+	env := make([]string, 0, len(vars))
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		env = append(env, k+"="+vars[k])
 	}
 	return env
 }

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,8 @@ type Config struct {
 	// Default 1s.
 	NoticeReserve time.Duration
 	// DataDir holds each attempt's checkpoint and output directories.
-	// Default: a directory under the system temporary directory.
+	// Default: a new directory under the system temporary directory,
+	// removed when Run returns.
 	DataDir string
 	// Executable is the gpuq binary jobs call for `gpuq checkpoint save`;
 	// its directory is put first on the job's PATH. Default os.Executable().
@@ -61,6 +63,11 @@ type Config struct {
 	// NodeID names the machine: the provider's instance id where known.
 	// Default: canary.NodeID (the host name).
 	NodeID string
+	// PassEnv names variables of the worker's environment that jobs get
+	// too (e.g. CUDA_VISIBLE_DEVICES, HF_HOME); a job sees nothing else of
+	// it. GPUQ_* names are refused: they are the worker's own settings and
+	// the job's variables. Default none.
+	PassEnv []string
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
 	Logger *slog.Logger
@@ -87,9 +94,6 @@ func (c Config) WithDefaults() Config {
 	if c.NoticeReserve == 0 {
 		c.NoticeReserve = time.Second
 	}
-	if c.DataDir == "" {
-		c.DataDir = filepath.Join(os.TempDir(), "gpuq-worker-"+c.WorkerID)
-	}
 	if c.Executable == "" {
 		c.Executable, _ = os.Executable()
 	}
@@ -115,11 +119,22 @@ func (c Config) validate() error {
 	if c.Grace <= 0 {
 		return fmt.Errorf("worker.grace: must be positive, got %s", c.Grace)
 	}
+	for _, name := range c.PassEnv {
+		if !envName.MatchString(name) {
+			return fmt.Errorf("worker.pass-env: %q is not a variable name (letters, digits and _, not starting with a digit)", name)
+		}
+		if strings.HasPrefix(name, "GPUQ_") {
+			return fmt.Errorf("worker.pass-env: %s: GPUQ_* variables are the worker's settings and the job's own variables and cannot be passed to jobs", name)
+		}
+	}
 	if c.NoticeReserve < 0 {
 		return fmt.Errorf("worker.notice-reserve: must not be negative, got %s", c.NoticeReserve)
 	}
 	return nil
 }
+
+// envName is what a variable passed to jobs may be called.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // maxPulls bounds a worker's outstanding pull requests, well inside the
 // consumer's MaxWaiting.
@@ -152,10 +167,19 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if ownDataDir {
+		dir, err := os.MkdirTemp("", "gpuq-worker-")
+		if err != nil {
+			return nil, err
+		}
+		cfg.DataDir = dir
+	} else if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
+	if sr, ok := store.(*ServiceRecords); ok && sr.WorkerID == "" {
+		sr.WorkerID = cfg.WorkerID
+	}
 	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir,
 		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany)}, nil
 }

@@ -26,6 +26,9 @@ type Launcher struct {
 	// Env is added to this process's environment for every worker, after
 	// the boot spec's (what the machine itself provides).
 	Env []string
+	// PoolEnv, when set, is added for the worker Launch starts for a pool
+	// (its own NATS credential, say).
+	PoolEnv func(PoolConfig) ([]string, error)
 	// StopTimeout is how long Provider.Terminate waits after SIGTERM
 	// before SIGKILL. Default 30s.
 	StopTimeout time.Duration
@@ -80,7 +83,14 @@ func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, erro
 			args = append(args, "--expect-count", strconv.Itoa(pool.GPUCount))
 		}
 	}
-	return l.Start(ctx, pool.Pool, args, nil)
+	var env []string
+	if l.PoolEnv != nil {
+		var err error
+		if env, err = l.PoolEnv(pool); err != nil {
+			return nil, fmt.Errorf("launching a worker for pool %s: %w", pool.Pool, err)
+		}
+	}
+	return l.Start(ctx, pool.Pool, args, env)
 }
 
 // Start runs the executable with args, then l.Args, in this process's

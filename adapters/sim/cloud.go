@@ -230,7 +230,7 @@ func page[T any](items []T, token string, size int) ([]T, string, error) {
 }
 
 // offers is the API's offer listing.
-func (c *Cloud) offers(pageToken string) ([]policy.Offer, string, error) {
+func (c *Cloud) offers(_ context.Context, pageToken string) ([]policy.Offer, string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.enter(OpOffers, ""); err != nil {
@@ -341,7 +341,7 @@ func (c *Cloud) boot(_ context.Context, in *instance) {
 }
 
 // get is the API's describe.
-func (c *Cloud) get(id string) (adapters.Instance, error) {
+func (c *Cloud) get(_ context.Context, id string) (adapters.Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.enter(OpDescribe, ""); err != nil {
@@ -355,7 +355,7 @@ func (c *Cloud) get(id string) (adapters.Instance, error) {
 }
 
 // list is the API's instance listing, oldest first, gone ones included.
-func (c *Cloud) list(pageToken string) ([]adapters.Instance, string, error) {
+func (c *Cloud) list(_ context.Context, pageToken string) ([]adapters.Instance, string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.enter(OpList, ""); err != nil {
@@ -388,7 +388,7 @@ func compareIDs(a, b string) int {
 
 // remove is the API's terminate: SIGTERM to the worker, SIGKILL after the
 // pool's grace.
-func (c *Cloud) remove(id string) error {
+func (c *Cloud) remove(_ context.Context, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.enter(OpTerminate, ""); err != nil {

@@ -12,8 +12,18 @@ import (
 // through its API calls, so it retries, pages and keeps launches idempotent
 // exactly as a real provider's adapter must.
 type Provider struct {
-	cloud *Cloud
+	cloud cloudAPI
 	retry adapters.RetryConfig
+}
+
+// cloudAPI is the simulated cloud's API as its adapter calls it: a Cloud in
+// the same process, or one served over HTTP by another (Dial).
+type cloudAPI interface {
+	offers(ctx context.Context, pageToken string) ([]policy.Offer, string, error)
+	create(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error)
+	get(ctx context.Context, id string) (adapters.Instance, error)
+	list(ctx context.Context, pageToken string) ([]adapters.Instance, string, error)
+	remove(ctx context.Context, id string) error
 }
 
 // Provider returns the cloud's adapter, retrying as retry says.
@@ -32,9 +42,9 @@ func (p *Provider) Offers(ctx context.Context) ([]policy.Offer, error) {
 	for {
 		var got []policy.Offer
 		var next string
-		err := adapters.Retry(ctx, p.retry, func(context.Context) error {
+		err := adapters.Retry(ctx, p.retry, func(ctx context.Context) error {
 			var err error
-			got, next, err = p.cloud.offers(token)
+			got, next, err = p.cloud.offers(ctx, token)
 			return err
 		})
 		if err != nil {
@@ -50,8 +60,10 @@ func (p *Provider) Offers(ctx context.Context) ([]policy.Offer, error) {
 
 // Launch creates an instance, idempotently by req.ClientToken.
 func (p *Provider) Launch(ctx context.Context, req adapters.LaunchRequest) (adapters.Instance, error) {
-	if _, ok := p.cloud.pools[req.Pool]; !ok {
-		return adapters.Instance{}, p.cloud.fail(OpLaunch, req.Pool, adapters.ErrInvalidRequest, errors.New("no such pool"))
+	if c, ok := p.cloud.(*Cloud); ok {
+		if _, ok := c.pools[req.Pool]; !ok {
+			return adapters.Instance{}, c.fail(OpLaunch, req.Pool, adapters.ErrInvalidRequest, errors.New("no such pool"))
+		}
 	}
 	find := func(ctx context.Context, token string) (adapters.Instance, bool, error) {
 		got, err := p.Instances(ctx, adapters.InstanceFilter{ClientToken: token})
@@ -79,9 +91,9 @@ func (p *Provider) Launch(ctx context.Context, req adapters.LaunchRequest) (adap
 // Describe reads one instance.
 func (p *Provider) Describe(ctx context.Context, id string) (adapters.Instance, error) {
 	var inst adapters.Instance
-	err := adapters.Retry(ctx, p.retry, func(context.Context) error {
+	err := adapters.Retry(ctx, p.retry, func(ctx context.Context) error {
 		var err error
-		inst, err = p.cloud.get(id)
+		inst, err = p.cloud.get(ctx, id)
 		return err
 	})
 	return inst, err
@@ -95,9 +107,9 @@ func (p *Provider) Instances(ctx context.Context, f adapters.InstanceFilter) ([]
 	for {
 		var got []adapters.Instance
 		var next string
-		err := adapters.Retry(ctx, p.retry, func(context.Context) error {
+		err := adapters.Retry(ctx, p.retry, func(ctx context.Context) error {
 			var err error
-			got, next, err = p.cloud.list(token)
+			got, next, err = p.cloud.list(ctx, token)
 			return err
 		})
 		if err != nil {
@@ -117,7 +129,7 @@ func (p *Provider) Instances(ctx context.Context, f adapters.InstanceFilter) ([]
 
 // Terminate releases the instance; one already gone is not an error.
 func (p *Provider) Terminate(ctx context.Context, id string) error {
-	err := adapters.Retry(ctx, p.retry, func(context.Context) error { return p.cloud.remove(id) })
+	err := adapters.Retry(ctx, p.retry, func(ctx context.Context) error { return p.cloud.remove(ctx, id) })
 	if errors.Is(err, adapters.ErrNotFound) {
 		return nil
 	}

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -81,6 +82,26 @@ func (f simFake) AddUnknownLocation() bool { return false }
 
 func TestCloudPassesTheConformanceSuite(t *testing.T) {
 	t.Parallel()
+	conformance(t, func(t *testing.T, c *sim.Cloud) *sim.Provider { return c.Provider(fastRetry) })
+}
+
+// TestCloudServedOverHTTPPassesTheConformanceSuite runs the suite against
+// the adapter of a cloud reached through its HTTP API, as a control plane
+// reaches `gpuq sim-cloud`.
+func TestCloudServedOverHTTPPassesTheConformanceSuite(t *testing.T) {
+	t.Parallel()
+	conformance(t, func(t *testing.T, c *sim.Cloud) *sim.Provider {
+		srv := httptest.NewServer(c.Handler(sim.HandlerOptions{}))
+		t.Cleanup(srv.Close)
+		p, err := sim.Dial(srv.URL, fastRetry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
+}
+
+func conformance(t *testing.T, adapter func(*testing.T, *sim.Cloud) *sim.Provider) {
 	dir := t.TempDir()
 	writeTrace(t, dir, "zone_v100_1.json", "1, 1, 1, 1", 600)
 	cfg := sim.Config{TracesDir: dir, Pools: []sim.PoolConfig{
@@ -94,7 +115,7 @@ func TestCloudPassesTheConformanceSuite(t *testing.T) {
 		c := startCloud(t, cfg, nil)
 		retryAfter := 300 * time.Millisecond
 		return adaptertest.Target{
-			Provider: c.Provider(fastRetry), Fake: simFake{c: c, retryAfter: retryAfter}, Pool: "v100", Region: "us-east-1c", Country: "US",
+			Provider: adapter(t, c), Fake: simFake{c: c, retryAfter: retryAfter}, Pool: "v100", Region: "us-east-1c", Country: "US",
 			RetryAfter: retryAfter,
 			WantOffers: []policy.Offer{
 				{Provider: "sim", Pool: "v100-spot", Region: "us-east-1c", Country: "US", Card: "V100", GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61,
@@ -189,4 +210,50 @@ func TestInstanceEndsAtItsPoolsMaximumDuration(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("instance still up past its maximum duration")
+}
+
+func TestDialRefusesAURLThatIsNotAPlainHTTPAddress(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"", "127.0.0.1:80", "ftp://host", "http://user:pw@host:1", "http://"} {
+		if _, err := sim.Dial(u, fastRetry); err == nil || !strings.Contains(err.Error(), "sim.url") {
+			t.Errorf("Dial(%q) = %v, want an error naming sim.url", u, err)
+		}
+	}
+}
+
+// A launch whose answer never comes (the caller died waiting) left its
+// machine rented; the same client token finds it and rents no second one.
+func TestHeldLaunchAnswerLeavesTheMachineAndItsTokenFindsIt(t *testing.T) {
+	t.Parallel()
+	c := startCloud(t, sim.Config{Pools: []sim.PoolConfig{{Pool: "v100", Region: "us-east-1c", Country: "US", Card: "V100",
+		GPUCount: 1, GPUMemoryGB: 16, VCPU: 8, MemoryGB: 61, PricePerHour: "3.06", BootDelay: time.Hour}}}, nil)
+	srv := httptest.NewServer(c.Handler(sim.HandlerOptions{HoldLaunches: 1}))
+	t.Cleanup(srv.Close)
+	p, err := sim.Dial(srv.URL, adapters.RetryConfig{Attempts: 1, Backoff: time.Millisecond, AttemptTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := adapters.LaunchRequest{Pool: "v100", ClientToken: "tok-1", Boot: adapters.BootSpec{InstanceID: "gq-1", Pool: "v100",
+		Region: "us-east-1c", Country: "US", NATSURL: "nats://127.0.0.1:4222"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = p.Launch(ctx, req)
+	cancel()
+	if err == nil {
+		t.Fatal("a held launch answered")
+	}
+	if got := c.Created(); got != 1 {
+		t.Fatalf("the held launch created %d instances, want 1", got)
+	}
+	inst, err := p.Launch(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ClientToken != "tok-1" || inst.Tags[adapters.TagInstance] != "gq-1" || c.Created() != 1 {
+		t.Fatalf("relaunch with the same token: %+v, %d created; want the held launch's machine and no other", inst, c.Created())
+	}
+	// The hold was for the first launch only.
+	req.ClientToken, req.Boot.InstanceID = "tok-2", "gq-2"
+	if _, err := p.Launch(context.Background(), req); err != nil || c.Created() != 2 {
+		t.Fatalf("a second launch: %v, %d created", err, c.Created())
+	}
 }

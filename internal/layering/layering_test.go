@@ -47,8 +47,7 @@ var thirdParty = map[string][]string{
 // exceptions are imports against the table that are known and meant to go,
 // each with the reason it is still there: package → imported package →
 // reason. There are none: workers reach the system of record only through
-// the workers.Records interface. (It is still `gpuq worker`, in cmd/, that
-// opens PostgreSQL and hands the store in, until the worker service does.)
+// the control plane's worker service (workers.ServiceRecords).
 var exceptions = map[string]map[string]string{}
 
 // pkg is what `go list -json` says of a package. Only its non-test imports
@@ -206,6 +205,32 @@ func TestTheCheckRefusesAForbiddenImport(t *testing.T) {
 		got := len(check(pkg{ImportPath: module + "/" + c.pkg, Imports: []string{c.imp}})) > 0
 		if got != c.want {
 			t.Errorf("%s importing %s: refused %v, want %v", c.pkg, c.imp, got, c.want)
+		}
+	}
+}
+
+// TestWorkersLinkNoDatabase checks what the worker packages link, not only
+// what they import: nothing under workers/ may reach the PostgreSQL driver,
+// the store or the generated queries through any path.
+func TestWorkersLinkNoDatabase(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "list", "-deps", module+"/workers/...")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"/workers") {
+		t.Fatalf("go list -deps did not list the workers package:\n%s", out)
+	}
+	for _, d := range deps {
+		for _, banned := range []string{"github.com/lib/pq", module + "/queue/store", module + "/sql"} {
+			if under(d, banned) {
+				t.Errorf("the worker links %s", d)
+			}
 		}
 	}
 }

@@ -254,6 +254,30 @@ type BootTemplate struct {
 	WorkerArgs []string
 	// Executable is the gpuq binary on the machine; default the adapters'.
 	Executable string
+	// Credentials issues each machine its own NATS credential, scoped to
+	// its pool; nil launches machines without one.
+	Credentials WorkerCredentials
+}
+
+// WorkerCredentials issues the NATS credential of one launched machine.
+type WorkerCredentials interface {
+	WorkerCredential(pool, region, instanceID string) (adapters.Secret, error)
+}
+
+// IssuedCredentials are credentials the control plane issues itself: a
+// worker credential per machine, scoped to the machine's pool and region,
+// which the NATS server checks against the issuer's key (queue.CredentialIssuer).
+type IssuedCredentials struct {
+	Issuer *queue.CredentialIssuer
+}
+
+// WorkerCredential issues the credential of instanceID of pool in region.
+func (c IssuedCredentials) WorkerCredential(pool, region, instanceID string) (adapters.Secret, error) {
+	cred, err := c.Issuer.IssueWorker(pool, region, instanceID)
+	if err != nil {
+		return adapters.Secret{}, fmt.Errorf("issuing the NATS credential of instance %s: %w", instanceID, err)
+	}
+	return adapters.NewSecret(cred.String()), nil
 }
 
 // Autoscaler rents machines when a pool has work and releases them when it
@@ -706,6 +730,13 @@ func projectFor(cfg AutoscalerConfig, d queue.PoolDemand, all []*queue.Instance,
 func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, now time.Time, po poolOffer, l PoolLimits, in *queue.Instance) (*queue.Instance, error) {
 	boot := adapters.BootSpec{InstanceID: in.ID, Pool: in.Pool, Region: po.offer.Region, Country: po.offer.Country,
 		Slots: in.Slots, WorkerArgs: a.Boot.WorkerArgs, NATSURL: a.Boot.NATSURL, Executable: a.Boot.Executable}
+	if a.Boot.Credentials != nil {
+		cred, err := a.Boot.Credentials.WorkerCredential(in.Pool, po.offer.Region, in.ID)
+		if err != nil {
+			return a.change(ctx, in, queue.InstanceFailed, "launch refused: "+err.Error(), nil)
+		}
+		boot.Credential = cred
+	}
 	got, err := po.provider.Launch(ctx, adapters.LaunchRequest{Pool: in.Pool, ClientToken: in.ClientToken, Boot: boot})
 	switch {
 	case errors.Is(err, adapters.ErrCapacityUnavailable):

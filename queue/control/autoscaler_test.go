@@ -82,8 +82,7 @@ func simPool(name, country, tier, price string) sim.PoolConfig {
 func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
 	t.Helper()
 	c := &scaled{n: queuetest.StartNATS(t)}
-	var url string
-	c.s, url = queuetest.Store(t, c.n)
+	c.s, _ = queuetest.Store(t, c.n)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "workers.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +96,9 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 		}
 		logs.Close()
 	})
-	// The simulated machine image: its workers still open PostgreSQL
-	// themselves, so the machine's environment names it.
-	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs, Env: []string{"GPUQ_DATABASE_URL=" + url}}
+	// The machine image holds nothing: each machine's NATS credential,
+	// scoped to its pool, comes with its boot spec.
+	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
 		t.Fatal(err)
@@ -111,12 +110,16 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 	c.placer = &control.PolicyPlacer{Sources: []adapters.OfferSource{c.provider}, OfferTTL: 200 * time.Millisecond}
 	plane := &control.Plane{JS: c.n.JS, Store: c.s, Placer: c.placer, Logger: logger}
 	planeErrs := plane.Start(ctx)
+	svc := &control.WorkerService{NATS: c.n.NC, Store: c.s, Pools: &control.OfferRegistry{Sources: c.placer.Sources}, Placer: c.placer, JS: c.n.JS, Logger: logger}
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	errc := make(chan error, 2)
 	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
 		Placer: c.placer, Config: limits, Logger: logger,
 		// Short leases so a drained worker's hand-back is quick; --grace
 		// inside the pool's grace so the worker records before SIGKILL.
-		Boot: control.BootTemplate{NATSURL: c.n.URL, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
+		Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
 	c.reaper = &control.Reaper{Providers: []control.ReaperProvider{c.provider}, Store: c.s, Interval: time.Second, Grace: 2 * time.Second, Logger: logger}
 	loops := 3
 	if !noAutoscaler {
@@ -384,7 +387,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 		return j != nil && j.State == queue.StatePlaced
 	})
 	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
-	boot := control.BootTemplate{NATSURL: c.n.URL}
+	boot := control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
 	crashCtx, crash := context.WithCancel(ctx)
 	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
 		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
@@ -419,7 +422,7 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 	// A machine billed with gpuq's tags that the table does not know (its
 	// record lost with a database restore, say) is terminated and reported.
 	stray, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "stray-1", Boot: adapters.BootSpec{
-		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.URL}})
+		InstanceID: "stray-1", Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.Server.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +481,7 @@ func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
 		return true
 	})
 	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
-		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.URL}, Logger: c.auto.Logger,
+		Placer: c.placer, Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}, Logger: c.auto.Logger,
 		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{Max: 10, BootTimeout: time.Hour},
 			Projects: map[string]control.ProjectLimits{"capped": {MaxInstances: 1, MaxSpendPerHour: "1 EUR"}}}}
 	for range 2 {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,9 +93,14 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
-		if n, err := cfg.Pass(ctx); err != nil && ctx.Err() == nil {
-			cfg.Logger.Warn("reconciling", "err", err)
-		} else if n > 0 {
+		n, err := cfg.Pass(ctx)
+		var skipped *SkippedJobsError
+		switch {
+		case errors.As(err, &skipped):
+			cfg.Logger.Warn("reconciled jobs, skipping some", "repaired", n, "skipped", len(skipped.Jobs), "err", err)
+		case err != nil && ctx.Err() == nil:
+			cfg.Logger.Warn("reconciling", "repaired", n, "err", err)
+		case n > 0:
 			cfg.Logger.Info("reconciled jobs", "repaired", n)
 		}
 		select {
@@ -103,7 +111,26 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
-// Pass runs one reconciliation and returns how many jobs it repaired.
+// SkippedJobsError reports the jobs a reconciliation pass could not repair;
+// the pass repaired the others.
+type SkippedJobsError struct {
+	// Jobs maps each skipped job to why.
+	Jobs map[uuid.UUID]error
+}
+
+func (e *SkippedJobsError) Error() string {
+	ids := slices.SortedFunc(maps.Keys(e.Jobs), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+	parts := make([]string, 0, len(ids))
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("job %s: %v", id, e.Jobs[id]))
+	}
+	return fmt.Sprintf("skipped %d jobs: %s", len(ids), strings.Join(parts, "; "))
+}
+
+// Pass runs one reconciliation and returns how many jobs it repaired. A job
+// that cannot be looked at or repaired is skipped, not the whole pass: the
+// pass repairs the others and reports the skipped ones in a
+// *SkippedJobsError.
 func (r *Reconciler) Pass(ctx context.Context) (int, error) {
 	cfg := r.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -118,13 +145,18 @@ func (r *Reconciler) Pass(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	repaired := 0
+	skipped := map[uuid.UUID]error{}
 	var pending []*queue.Job
 	var orders []queue.RunOrder
 	for _, u := range jobs {
+		if ctx.Err() != nil {
+			return repaired, ctx.Err()
+		}
 		if u.State == queue.StatePending {
 			j, err := cfg.Store.Job(ctx, u.ID)
 			if err != nil {
-				return repaired, err
+				skipped[u.ID] = fmt.Errorf("reading the job: %w", err)
+				continue
 			}
 			pending = append(pending, j)
 			continue
@@ -134,11 +166,13 @@ func (r *Reconciler) Pass(ctx context.Context) (int, error) {
 			continue
 		}
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return repaired, fmt.Errorf("looking up the run message of job %s: %w", u.ID, err)
+			skipped[u.ID] = fmt.Errorf("looking up its run message: %w", err)
+			continue
 		}
 		p, err := cfg.Store.LatestPlacement(ctx, u.ID)
 		if err != nil {
-			return repaired, err
+			skipped[u.ID] = fmt.Errorf("reading its placement: %w", err)
+			continue
 		}
 		orders = append(orders, orderFor(u.ID, *p))
 	}
@@ -163,5 +197,9 @@ func (r *Reconciler) Pass(ctx context.Context) (int, error) {
 	if err := publishOrders(ctx, cfg.JS, orders, suffix); err != nil {
 		return repaired, err
 	}
-	return repaired + len(orders), nil
+	repaired += len(orders)
+	if len(skipped) > 0 {
+		return repaired, &SkippedJobsError{Jobs: skipped}
+	}
+	return repaired, nil
 }

@@ -33,12 +33,16 @@ func threePools(t *testing.T) *control.PolicyPlacer {
 	return &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
 }
 
+// poolCountries are the countries of threePools' pools, as the worker
+// service's pool registry sets them on a claim.
+var poolCountries = map[string]string{"spot-a": "DE", "spot-b": "FR", "od": "DE", "us-spot": "US"}
+
 // preempt plays a worker of the job's pool: it claims the job and hands it
 // back after a preemption notice.
 func preempt(t *testing.T, s *store.Store, id uuid.UUID, version int, pool string) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := s.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: version, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: pool})
+	c, err := s.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: version, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: pool, Country: poolCountries[pool]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 		t.Fatal("re-placement left the residency")
 	}
 	var nc *queue.NotClaimableError
-	_, err = store.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "spot-a"})
+	_, err = store.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "spot-a", Country: "DE"})
 	if !errors.As(err, &nc) || !nc.Stale {
 		t.Fatalf("a worker holding the old placement's message must find it stale, got %v", err)
 	}

@@ -119,11 +119,23 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	var valid []jetstream.Msg
 	var jobs []queue.NewJob
 	var pending []*queue.Job
+	refused := map[uuid.UUID]string{}
 	for _, m := range batch {
 		spec, err := queue.ParseSpec(m.Data())
 		var id uuid.UUID
+		var foreign string
 		if err == nil {
 			id, err = queue.SubmissionID(m, spec)
+		}
+		if err == nil {
+			// A submission naming another project than its subject's is
+			// recorded, rejected, under the subject's project: the one
+			// the publisher's credential allowed.
+			if foreign = queue.ForeignProject(m.Subject(), spec); foreign != "" {
+				spec.Project = queue.SubjectProject(m.Subject())
+				spec.IdempotencyKey = ""
+				err = spec.Validate()
+			}
 		}
 		if err != nil {
 			// Nothing is recorded for a malformed raw publish; the client
@@ -137,6 +149,11 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		valid = append(valid, m)
 		jobs = append(jobs, queue.NewJob{ID: id, Spec: spec})
+		if foreign != "" {
+			s.Logger.Warn("rejecting a submission for another project", "subject", m.Subject(), "job", id, "reason", foreign)
+			refused[id] = foreign
+			continue
+		}
 		submitted := time.Now().UTC()
 		if meta, err := m.Metadata(); err == nil {
 			submitted = meta.Timestamp.UTC()
@@ -153,6 +170,9 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	decided, err := decide(ctx, s.Placer, pending)
 	if err != nil {
 		return err
+	}
+	for id, reason := range refused {
+		decided.Rejected[id] = reason
 	}
 	recorded, placed, err := s.Store.RecordAndPlace(ctx, jobs, decided)
 	if err != nil {

@@ -294,3 +294,41 @@ func TestReconcilerRepublishesARecordedJobWithNoMessage(t *testing.T) {
 		t.Fatalf("second pass: repaired %d, %v", repaired, err)
 	}
 }
+
+// brokenPlacements is the real store, except that reading one job's
+// placement fails.
+type brokenPlacements struct {
+	*store.Store
+	broken uuid.UUID
+}
+
+func (b brokenPlacements) LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error) {
+	if id == b.broken {
+		return nil, errors.New("placement row unreadable")
+	}
+	return b.Store.LatestPlacement(ctx, id)
+}
+
+func TestReconcilerSkipsAndReportsAFailingJobAndRepairsTheOthers(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	ctx := context.Background()
+	bad, good := placedJob(t, s), placedJob(t, s)
+	if _, err := s.DB.Exec(`UPDATE jobs SET updated_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	rec := &control.Reconciler{JS: n.JS, Store: brokenPlacements{Store: s, broken: bad}, Placer: &recordingPlacer{}}
+	repaired, err := rec.Pass(ctx)
+	var skipped *control.SkippedJobsError
+	if !errors.As(err, &skipped) || len(skipped.Jobs) != 1 || skipped.Jobs[bad] == nil || !strings.Contains(err.Error(), bad.String()) {
+		t.Fatalf("want the failing job %s skipped and reported, got %v", bad, err)
+	}
+	if repaired != 1 {
+		t.Fatalf("want the other job repaired, got %d repaired", repaired)
+	}
+	msgs := queuetest.RunMessages(t, n.JS)
+	if msgs[queue.RunSubject("p", good.String())] != 1 || msgs[queue.RunSubject("p", bad.String())] != 0 {
+		t.Fatalf("run messages after reconciling: %v", msgs)
+	}
+}

@@ -5,6 +5,7 @@ package queuetest
 
 import (
 	"context"
+	neturl "net/url"
 	"testing"
 	"time"
 
@@ -16,11 +17,61 @@ import (
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
 
-// NATS is an embedded JetStream server with gpuq's streams, and a client.
+// NATS is an embedded JetStream server with gpuq's streams, and a client
+// holding the control plane's credential. The server runs with gpuq's roles,
+// as `gpuq dev` runs it: WorkerURL and SubmitterURL give narrower ones.
 type NATS struct {
-	URL string
-	NC  *nats.Conn
-	JS  jetstream.JetStream
+	// URL carries the control plane's credential.
+	URL    string
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Server *queue.EmbeddedNATS
+}
+
+// WorkerURL is a client URL carrying a worker credential of pool in region.
+func (n *NATS) WorkerURL(t testing.TB, pool, region string) string {
+	t.Helper()
+	cred, err := n.Server.Issuer.IssueWorker(pool, region, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Server.URLFor(cred)
+}
+
+// SubmitterURL is a client URL carrying a submitter credential of projects.
+func (n *NATS) SubmitterURL(t testing.TB, projects ...string) string {
+	t.Helper()
+	cred, err := n.Server.Issuer.Issue(queue.RoleUser(queue.RoleSubmitter, projects...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Server.URLFor(cred)
+}
+
+// Connect connects to url with the inbox prefix its role needs, closed at
+// cleanup. Permission violations are reported on errs, when not nil.
+func Connect(t testing.TB, url string, errs chan<- error) *nats.Conn {
+	t.Helper()
+	opts := []nats.Option{}
+	if u, err := neturl.Parse(url); err == nil && u.User != nil {
+		if p := queue.InboxFor(u.User.Username()); p != "" {
+			opts = append(opts, nats.CustomInboxPrefix(p))
+		}
+	}
+	if errs != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // StartNATS starts an embedded server for t, stopped at cleanup.
@@ -31,7 +82,7 @@ func StartNATS(t testing.TB) *NATS {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
+	nc, err := nats.Connect(srv.ControlURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +96,7 @@ func StartNATS(t testing.TB) *NATS {
 	if err := queue.EnsureStreams(ctx, js, queue.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &NATS{URL: srv.URL(), NC: nc, JS: js}
+	return &NATS{URL: srv.ControlURL(), NC: nc, JS: js, Server: srv}
 }
 
 // Store opens a store on a fresh migrated database; its events are

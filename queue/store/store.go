@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	_ "github.com/lib/pq" // the PostgreSQL driver
+	"github.com/lib/pq"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/sql/db"
@@ -145,14 +146,16 @@ func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round
 	params := db.JobClaimManyParams{
 		LeaseSeconds: first.Lease.Seconds(), WorkerID: first.WorkerID, Host: first.Host, Pid: int32(first.PID), Pool: first.Pool, Message: msg,
 		NodeID: first.NodeID, CanaryRunID: sql.NullInt64{Int64: first.CanaryRunID, Valid: first.CanaryRunID != 0},
+		Country: first.Country,
 	}
 	for _, i := range round {
 		r := reqs[i]
-		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease {
+		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease || r.Country != first.Country {
 			return fmt.Errorf("claiming job %s: a batch of claims must come from one worker", r.JobID)
 		}
 		params.Ids = append(params.Ids, r.JobID)
 		params.PlacementVersions = append(params.PlacementVersions, int32(r.PlacementVersion))
+		params.ClaimIds = append(params.ClaimIds, r.ClaimID)
 	}
 	rows, err := s.q.JobClaimMany(ctx, params)
 	if err != nil {
@@ -167,7 +170,7 @@ func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round
 		r := reqs[i]
 		row, ok := claimed[r.JobID]
 		if !ok {
-			results[i].Err = s.whyNotClaimed(ctx, r)
+			results[i].Claimed, results[i].Err = s.unclaimed(ctx, r)
 			continue
 		}
 		c, err := s.claimedFromRow(ctx, row)
@@ -181,17 +184,37 @@ func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round
 	return nil
 }
 
-// whyNotClaimed explains a claim that claimed nothing.
-func (s *Store) whyNotClaimed(ctx context.Context, r queue.ClaimRequest) error {
+// unclaimed explains a claim that claimed nothing, or returns the attempt a
+// repeated claim request started.
+func (s *Store) unclaimed(ctx context.Context, r queue.ClaimRequest) (*queue.Claimed, error) {
 	info, err := s.q.JobLeaseRemaining(ctx, r.JobID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("claiming job %s: %w", r.JobID, queue.ErrNotFound)
+		return nil, fmt.Errorf("claiming job %s: %w", r.JobID, queue.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("claiming job %s: %w", r.JobID, err)
+		return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
 	}
 	nc := &queue.NotClaimableError{State: queue.JobState(info.State), Stale: int(info.PlacementVersion) != r.PlacementVersion}
-	if nc.State == queue.StateRunning && !nc.Stale {
+	if nc.Stale {
+		return nil, nc
+	}
+	if r.ClaimID != uuid.Nil && nc.State == queue.StateRunning {
+		row, err := s.q.JobGetByClaim(ctx, db.JobGetByClaimParams{ID: r.JobID, ClaimID: uuid.NullUUID{UUID: r.ClaimID, Valid: true}})
+		if err == nil {
+			return s.claimedFromRow(ctx, row)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("claiming job %s: %w", r.JobID, err)
+		}
+	}
+	if len(info.Countries) > 0 && !slices.Contains(info.Countries, r.Country) && !nc.State.Terminal() {
+		where := r.Country
+		if where == "" {
+			where = "unknown"
+		}
+		return nil, &queue.ClaimRefusedError{Reason: fmt.Sprintf("pool %s (country %s) lies outside residency %s", r.Pool, where, info.Residency)}
+	}
+	if nc.State == queue.StateRunning {
 		// A stale message can never be claimed (placement versions only
 		// grow), so only a current one waits for the lease. This statement
 		// runs after the claim's: a lease that ran out in
@@ -199,7 +222,29 @@ func (s *Store) whyNotClaimed(ctx context.Context, r queue.ClaimRequest) error {
 		// so the caller must look again, not drop the message.
 		nc.LeaseLeft = max(time.Duration(info.LeaseSeconds*float64(time.Second)), time.Millisecond)
 	}
-	return nc
+	return nil, nc
+}
+
+// RefuseClaim records that a claim of the job under placementVersion was
+// refused (the claiming pool lies outside its residency): it counts the
+// refusal and puts the reason on the job's trail. It reports false, changing
+// nothing, when the job no longer waits under that placement; otherwise the
+// caller re-places the job.
+func (s *Store) RefuseClaim(ctx context.Context, id uuid.UUID, placementVersion int, reason string) (bool, error) {
+	var refused bool
+	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.JobRefuseClaim(ctx, db.JobRefuseClaimParams{ID: id, PlacementVersion: int32(placementVersion)})
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		refused = true
+		ev, err := recordEvent(ctx, q, id, queue.StatePlaced, 0, "claim refused: "+reason+"; handed back for re-placement", nil)
+		return []queue.Event{ev}, err
+	})
+	if err != nil {
+		return false, fmt.Errorf("recording a refused claim of job %s: %w", id, err)
+	}
+	return refused, nil
 }
 
 // claimedFromRow converts a claimed row and reads the checkpoint to resume
@@ -260,6 +305,18 @@ func (s *Store) RecordNotice(ctx context.Context, id uuid.UUID, attempt int, mes
 // its sequence number; ErrFenced when the attempt no longer owns the job.
 func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error) {
 	seq, err := s.q.CheckpointInsert(ctx, db.CheckpointInsertParams{JobID: id, Attempt: int32(attempt), Bytes: a.Bytes, Sha256: a.SHA256, Region: a.Region, StoreUri: a.StoreURI})
+	if isUniqueViolation(err) {
+		// Recorded before (a repeated request): the statement changed
+		// nothing, and the first record's number is the answer.
+		cp, gerr := s.q.CheckpointGetByURI(ctx, db.CheckpointGetByURIParams{JobID: id, Attempt: int32(attempt), StoreUri: a.StoreURI})
+		if errors.Is(gerr, sql.ErrNoRows) {
+			return 0, fmt.Errorf("recording checkpoint of job %s: %s was recorded by another attempt", id, a.StoreURI)
+		}
+		if gerr != nil {
+			return 0, fmt.Errorf("recording checkpoint of job %s: %w", id, gerr)
+		}
+		return int(cp.Seq), nil
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, queue.ErrFenced
 	}
@@ -408,12 +465,16 @@ func (s *Store) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
 	})
 }
 
-// MarkDead finalises a job that can no longer make progress.
+// MarkDead finalises a job that can no longer make progress, under the
+// attempt that runs it; ErrFenced when that attempt no longer owns the job.
 func (s *Store) MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error {
 	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
-		n, err := q.JobMarkDead(ctx, db.JobMarkDeadParams{ID: id, Reason: reason})
-		if err != nil || n == 0 {
+		n, err := q.JobMarkDead(ctx, db.JobMarkDeadParams{ID: id, Attempt: int32(attempt), Reason: reason})
+		if err != nil {
 			return nil, err
+		}
+		if n == 0 {
+			return nil, queue.ErrFenced
 		}
 		if err := q.AttemptEnd(ctx, db.AttemptEndParams{JobID: id, Attempt: int32(attempt), Outcome: queue.OutcomePreempted}); err != nil {
 			return nil, err
@@ -577,4 +638,28 @@ func timePtr(t sql.NullTime) *time.Time {
 	}
 	v := t.Time
 	return &v
+}
+
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation.
+func isUniqueViolation(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505"
+}
+
+// AttemptPools returns the pool that claimed each of refs' attempts; an
+// attempt that does not exist is left out.
+func (s *Store) AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[queue.AttemptRef]string, error) {
+	params := db.AttemptPoolsParams{JobIds: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+	for i, r := range refs {
+		params.JobIds[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+	}
+	rows, err := s.q.AttemptPools(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("reading the pools of %d attempts: %w", len(refs), err)
+	}
+	out := make(map[queue.AttemptRef]string, len(rows))
+	for _, r := range rows {
+		out[queue.AttemptRef{JobID: r.JobID, Attempt: int(r.Attempt)}] = r.Pool
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -130,11 +131,11 @@ func TestCheckpointSequenceNeverGoesBackwards(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	seqs := make(chan int, 20)
-	for range 20 {
+	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			seq, err := s.RecordCheckpoint(ctx, id, c.Job.Attempt, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: "u"})
+			seq, err := s.RecordCheckpoint(ctx, id, c.Job.Attempt, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: fmt.Sprintf("u%d", i)})
 			if err != nil {
 				t.Error(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
 
 const attemptEnd = `-- name: AttemptEnd :exec
@@ -37,7 +38,7 @@ func (q *Queries) AttemptEnd(ctx context.Context, arg AttemptEndParams) error {
 }
 
 const attemptListByJob = `-- name: AttemptListByJob :many
-SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency FROM attempts WHERE job_id = $1 ORDER BY attempt
+SELECT job_id, attempt, worker_id, host, pid, pool, started_at, heartbeat_at, ended_at, outcome, exit_code, node_id, canary_run_id, price_micros, currency, claim_id FROM attempts WHERE job_id = $1 ORDER BY attempt
 `
 
 func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Attempt, error) {
@@ -65,7 +66,52 @@ func (q *Queries) AttemptListByJob(ctx context.Context, jobID uuid.UUID) ([]Atte
 			&i.CanaryRunID,
 			&i.PriceMicros,
 			&i.Currency,
+			&i.ClaimID,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const attemptPools = `-- name: AttemptPools :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS job_id, unnest($2::int[]) AS attempt
+)
+SELECT a.job_id, a.attempt, a.pool
+FROM attempts a JOIN u ON a.job_id = u.job_id AND a.attempt = u.attempt
+`
+
+type AttemptPoolsParams struct {
+	JobIds   []uuid.UUID
+	Attempts []int32
+}
+
+type AttemptPoolsRow struct {
+	JobID   uuid.UUID
+	Attempt int32
+	Pool    string
+}
+
+// AttemptPools says which pool claimed each attempt named, so that a
+// worker of one pool cannot write into another pool's attempts.
+func (q *Queries) AttemptPools(ctx context.Context, arg AttemptPoolsParams) ([]AttemptPoolsRow, error) {
+	rows, err := q.db.QueryContext(ctx, attemptPools, pq.Array(arg.JobIds), pq.Array(arg.Attempts))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AttemptPoolsRow
+	for rows.Next() {
+		var i AttemptPoolsRow
+		if err := rows.Scan(&i.JobID, &i.Attempt, &i.Pool); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -11,6 +11,34 @@ import (
 	"github.com/google/uuid"
 )
 
+const checkpointGetByURI = `-- name: CheckpointGetByURI :one
+SELECT job_id, seq, attempt, bytes, sha256, region, store_uri, created_at FROM checkpoints WHERE job_id = $1 AND attempt = $2 AND store_uri = $3
+`
+
+type CheckpointGetByURIParams struct {
+	JobID    uuid.UUID
+	Attempt  int32
+	StoreUri string
+}
+
+// CheckpointGetByURI finds a checkpoint an attempt recorded: a repeated
+// record returns it instead of inserting it twice.
+func (q *Queries) CheckpointGetByURI(ctx context.Context, arg CheckpointGetByURIParams) (Checkpoint, error) {
+	row := q.db.QueryRowContext(ctx, checkpointGetByURI, arg.JobID, arg.Attempt, arg.StoreUri)
+	var i Checkpoint
+	err := row.Scan(
+		&i.JobID,
+		&i.Seq,
+		&i.Attempt,
+		&i.Bytes,
+		&i.Sha256,
+		&i.Region,
+		&i.StoreUri,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
 const checkpointInsert = `-- name: CheckpointInsert :one
 WITH j AS (
     UPDATE jobs

@@ -34,12 +34,15 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 
 const jobClaimMany = `-- name: JobClaimMany :many
 WITH u AS (
-    SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version
+    SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version,
+           unnest($4::uuid[]) AS claim_id
 ), c AS (
     SELECT jobs.id, jobs.attempt + 1 AS attempt
     FROM jobs JOIN u ON jobs.id = u.id
+    LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = u.placement_version
     WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR $5::text = ANY(pl.countries))
     ORDER BY jobs.id
     FOR UPDATE OF jobs
 ), lost AS (
@@ -49,15 +52,15 @@ WITH u AS (
     WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
 ), a AS (
     -- Each attempt runs at the price of the placement it was claimed under.
-    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
-    SELECT c.id, c.attempt, $4, $5, $6, $7, $8, $9,
-           COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
+    SELECT c.id, c.attempt, $6, $7, $8, $9, $10, $11,
+           COALESCE(p.price_micros, 0), COALESCE(p.currency, ''), u.claim_id
     FROM c
     JOIN u ON u.id = c.id
     LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
-    SELECT c.id, 'running', c.attempt, $10 FROM c
+    SELECT c.id, 'running', c.attempt, $12 FROM c
 )
 UPDATE jobs
 SET attempt = c.attempt,
@@ -67,13 +70,15 @@ SET attempt = c.attempt,
     updated_at = now()
 FROM c
 WHERE jobs.id = c.id
-RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at
+RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
 `
 
 type JobClaimManyParams struct {
 	LeaseSeconds      float64
 	Ids               []uuid.UUID
 	PlacementVersions []int32
+	ClaimIds          []uuid.UUID
+	Country           string
 	WorkerID          string
 	Host              string
 	Pid               int32
@@ -87,15 +92,20 @@ type JobClaimManyParams struct {
 // one statement: it closes the attempts each claim supersedes as lost,
 // records the new attempts and their "running" events, and returns the jobs
 // it claimed. A job is claimed only for the placement its message was
-// published under, and only when no other attempt holds a live lease: a
-// running job whose lease expired was lost by its worker. The row locks taken
-// by the first CTE make a concurrent claim of the same job find it running
-// and claim nothing. The ids must be distinct.
+// published under, only when no other attempt holds a live lease (a
+// running job whose lease expired was lost by its worker), and only when the
+// claiming pool's country (from the control plane's pool registry) lies in
+// the placement's residency. The row locks taken by the first CTE make a
+// concurrent claim of the same job find it running and claim nothing. The
+// ids must be distinct. Each attempt keeps the id of the claim request that
+// started it.
 func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.LeaseSeconds,
 		pq.Array(arg.Ids),
 		pq.Array(arg.PlacementVersions),
+		pq.Array(arg.ClaimIds),
+		arg.Country,
 		arg.WorkerID,
 		arg.Host,
 		arg.Pid,
@@ -130,6 +140,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 			&i.SubmittedAt,
 			&i.UpdatedAt,
 			&i.FinalizedAt,
+			&i.ClaimRefusals,
 		); err != nil {
 			return nil, err
 		}
@@ -171,8 +182,48 @@ func (q *Queries) JobFail(ctx context.Context, arg JobFailParams) (int64, error)
 	return result.RowsAffected()
 }
 
+const jobGetByClaim = `-- name: JobGetByClaim :one
+SELECT jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals FROM jobs
+JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt
+WHERE jobs.id = $1 AND a.claim_id = $2 AND jobs.state = 'running'
+`
+
+type JobGetByClaimParams struct {
+	ID      uuid.UUID
+	ClaimID uuid.NullUUID
+}
+
+// JobGetByClaim finds a job still running under the attempt the claim
+// request claim_id started: a repeated claim returns that attempt.
+func (q *Queries) JobGetByClaim(ctx context.Context, arg JobGetByClaimParams) (JobRow, error) {
+	row := q.db.QueryRowContext(ctx, jobGetByClaim, arg.ID, arg.ClaimID)
+	var i JobRow
+	err := row.Scan(
+		&i.ID,
+		&i.Project,
+		&i.Name,
+		&i.IdempotencyKey,
+		&i.Spec,
+		&i.State,
+		&i.Attempt,
+		&i.Errors,
+		&i.Preemptions,
+		&i.PlacementVersion,
+		&i.CheckpointSeq,
+		&i.Pool,
+		&i.ExitCode,
+		&i.Reason,
+		&i.LeaseExpiresAt,
+		&i.SubmittedAt,
+		&i.UpdatedAt,
+		&i.FinalizedAt,
+		&i.ClaimRefusals,
+	)
+	return i, err
+}
+
 const jobGetByID = `-- name: JobGetByID :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = $1
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE id = $1
 `
 
 func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (JobRow, error) {
@@ -197,12 +248,13 @@ func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (JobRow, error) 
 		&i.SubmittedAt,
 		&i.UpdatedAt,
 		&i.FinalizedAt,
+		&i.ClaimRefusals,
 	)
 	return i, err
 }
 
 const jobGetByIdempotencyKey = `-- name: JobGetByIdempotencyKey :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE project = $1 AND idempotency_key = $2
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE project = $1 AND idempotency_key = $2
 `
 
 type JobGetByIdempotencyKeyParams struct {
@@ -232,6 +284,7 @@ func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempo
 		&i.SubmittedAt,
 		&i.UpdatedAt,
 		&i.FinalizedAt,
+		&i.ClaimRefusals,
 	)
 	return i, err
 }
@@ -318,28 +371,39 @@ func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([
 }
 
 const jobLeaseRemaining = `-- name: JobLeaseRemaining :one
-SELECT state, placement_version,
-       GREATEST(EXTRACT(EPOCH FROM (lease_expires_at - now())), 0)::float8 AS lease_seconds
-FROM jobs WHERE id = $1
+SELECT jobs.state, jobs.placement_version,
+       GREATEST(EXTRACT(EPOCH FROM (jobs.lease_expires_at - now())), 0)::float8 AS lease_seconds,
+       COALESCE(pl.residency, '')::text AS residency, COALESCE(pl.countries, '{}')::text[] AS countries
+FROM jobs LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = jobs.placement_version
+WHERE jobs.id = $1
 `
 
 type JobLeaseRemainingRow struct {
 	State            JobState
 	PlacementVersion int32
 	LeaseSeconds     float64
+	Residency        string
+	Countries        []string
 }
 
-// JobLeaseRemaining tells a worker that could not claim a job why: its state
-// and, when another attempt runs it, how long that attempt's lease lasts.
+// JobLeaseRemaining tells a worker that could not claim a job why: its state,
+// the residency of its current placement and, when another attempt runs it,
+// how long that attempt's lease lasts.
 func (q *Queries) JobLeaseRemaining(ctx context.Context, id uuid.UUID) (JobLeaseRemainingRow, error) {
 	row := q.db.QueryRowContext(ctx, jobLeaseRemaining, id)
 	var i JobLeaseRemainingRow
-	err := row.Scan(&i.State, &i.PlacementVersion, &i.LeaseSeconds)
+	err := row.Scan(
+		&i.State,
+		&i.PlacementVersion,
+		&i.LeaseSeconds,
+		&i.Residency,
+		pq.Array(&i.Countries),
+	)
 	return i, err
 }
 
 const jobList = `-- name: JobList :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
 WHERE ($1::job_state IS NULL OR state = $1::job_state)
   AND ($2::text IS NULL OR project = $2::text)
 ORDER BY submitted_at DESC, id
@@ -380,6 +444,7 @@ func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, err
 			&i.SubmittedAt,
 			&i.UpdatedAt,
 			&i.FinalizedAt,
+			&i.ClaimRefusals,
 		); err != nil {
 			return nil, err
 		}
@@ -395,7 +460,7 @@ func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, err
 }
 
 const jobListByIDs = `-- name: JobListByIDs :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs WHERE id = ANY($1::uuid[])
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE id = ANY($1::uuid[])
 `
 
 func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, error) {
@@ -426,6 +491,7 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 			&i.SubmittedAt,
 			&i.UpdatedAt,
 			&i.FinalizedAt,
+			&i.ClaimRefusals,
 		); err != nil {
 			return nil, err
 		}
@@ -441,7 +507,7 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 }
 
 const jobListPage = `-- name: JobListPage :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at FROM jobs
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
 WHERE project = ANY($1::text[])
   AND ($2::job_state IS NULL OR state = $2::job_state)
   AND ($3::text IS NULL OR spec->'labels'->>$3::text = $4::text)
@@ -502,6 +568,7 @@ func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]Job
 			&i.SubmittedAt,
 			&i.UpdatedAt,
 			&i.FinalizedAt,
+			&i.ClaimRefusals,
 		); err != nil {
 			return nil, err
 		}
@@ -573,16 +640,19 @@ func (q *Queries) JobListUnsettled(ctx context.Context, arg JobListUnsettledPara
 const jobMarkDead = `-- name: JobMarkDead :execrows
 UPDATE jobs
 SET state = 'dead', reason = $1, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND state IN ('pending', 'placed', 'running')
+WHERE id = $2 AND attempt = $3 AND state = 'running'
 `
 
 type JobMarkDeadParams struct {
-	Reason string
-	ID     uuid.UUID
+	Reason  string
+	ID      uuid.UUID
+	Attempt int32
 }
 
+// JobMarkDead ends a job that can no longer make progress, under the attempt
+// that found so: a superseded attempt changes nothing.
 func (q *Queries) JobMarkDead(ctx context.Context, arg JobMarkDeadParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobMarkDead, arg.Reason, arg.ID)
+	result, err := q.db.ExecContext(ctx, jobMarkDead, arg.Reason, arg.ID, arg.Attempt)
 	if err != nil {
 		return 0, err
 	}
@@ -665,6 +735,26 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]u
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobRefuseClaim = `-- name: JobRefuseClaim :execrows
+UPDATE jobs SET claim_refusals = claim_refusals + 1, updated_at = now()
+WHERE id = $1 AND placement_version = $2 AND state = 'placed'
+`
+
+type JobRefuseClaimParams struct {
+	ID               uuid.UUID
+	PlacementVersion int32
+}
+
+// JobRefuseClaim counts a claim refused for residency against a job still
+// waiting under that placement; the caller re-places it.
+func (q *Queries) JobRefuseClaim(ctx context.Context, arg JobRefuseClaimParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobRefuseClaim, arg.ID, arg.PlacementVersion)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const jobReject = `-- name: JobReject :execrows

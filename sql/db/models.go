@@ -240,6 +240,7 @@ type Attempt struct {
 	CanaryRunID sql.NullInt64
 	PriceMicros int64
 	Currency    string
+	ClaimID     uuid.NullUUID
 }
 
 type CanaryRun struct {
@@ -318,6 +319,7 @@ type JobRow struct {
 	SubmittedAt      time.Time
 	UpdatedAt        time.Time
 	FinalizedAt      sql.NullTime
+	ClaimRefusals    int32
 }
 
 type Node struct {

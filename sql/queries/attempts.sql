@@ -16,3 +16,12 @@ JOIN jobs j ON j.id = a.job_id
 WHERE j.project = @project AND a.started_at >= @since AND a.currency <> ''
 GROUP BY a.currency
 ORDER BY a.currency;
+
+-- name: AttemptPools :many
+-- AttemptPools says which pool claimed each attempt named, so that a
+-- worker of one pool cannot write into another pool's attempts.
+WITH u AS (
+    SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@attempts::int[]) AS attempt
+)
+SELECT a.job_id, a.attempt, a.pool
+FROM attempts a JOIN u ON a.job_id = u.job_id AND a.attempt = u.attempt;

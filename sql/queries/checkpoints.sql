@@ -19,3 +19,8 @@ SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq DESC LIMIT 1;
 
 -- name: CheckpointListByJob :many
 SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq;
+
+-- name: CheckpointGetByURI :one
+-- CheckpointGetByURI finds a checkpoint an attempt recorded: a repeated
+-- record returns it instead of inserting it twice.
+SELECT * FROM checkpoints WHERE job_id = @job_id AND attempt = @attempt AND store_uri = @store_uri;

@@ -67,17 +67,23 @@ WHERE id = @id AND state = 'pending';
 -- one statement: it closes the attempts each claim supersedes as lost,
 -- records the new attempts and their "running" events, and returns the jobs
 -- it claimed. A job is claimed only for the placement its message was
--- published under, and only when no other attempt holds a live lease: a
--- running job whose lease expired was lost by its worker. The row locks taken
--- by the first CTE make a concurrent claim of the same job find it running
--- and claim nothing. The ids must be distinct.
+-- published under, only when no other attempt holds a live lease (a
+-- running job whose lease expired was lost by its worker), and only when the
+-- claiming pool's country (from the control plane's pool registry) lies in
+-- the placement's residency. The row locks taken by the first CTE make a
+-- concurrent claim of the same job find it running and claim nothing. The
+-- ids must be distinct. Each attempt keeps the id of the claim request that
+-- started it.
 WITH u AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
+           unnest(@claim_ids::uuid[]) AS claim_id
 ), c AS (
     SELECT jobs.id, jobs.attempt + 1 AS attempt
     FROM jobs JOIN u ON jobs.id = u.id
+    LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = u.placement_version
     WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR @country::text = ANY(pl.countries))
     ORDER BY jobs.id
     FOR UPDATE OF jobs
 ), lost AS (
@@ -87,9 +93,9 @@ WITH u AS (
     WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
 ), a AS (
     -- Each attempt runs at the price of the placement it was claimed under.
-    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency)
+    INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
     SELECT c.id, c.attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
-           COALESCE(p.price_micros, 0), COALESCE(p.currency, '')
+           COALESCE(p.price_micros, 0), COALESCE(p.currency, ''), u.claim_id
     FROM c
     JOIN u ON u.id = c.id
     LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
@@ -108,11 +114,27 @@ WHERE jobs.id = c.id
 RETURNING jobs.*;
 
 -- name: JobLeaseRemaining :one
--- JobLeaseRemaining tells a worker that could not claim a job why: its state
--- and, when another attempt runs it, how long that attempt's lease lasts.
-SELECT state, placement_version,
-       GREATEST(EXTRACT(EPOCH FROM (lease_expires_at - now())), 0)::float8 AS lease_seconds
-FROM jobs WHERE id = @id;
+-- JobLeaseRemaining tells a worker that could not claim a job why: its state,
+-- the residency of its current placement and, when another attempt runs it,
+-- how long that attempt's lease lasts.
+SELECT jobs.state, jobs.placement_version,
+       GREATEST(EXTRACT(EPOCH FROM (jobs.lease_expires_at - now())), 0)::float8 AS lease_seconds,
+       COALESCE(pl.residency, '')::text AS residency, COALESCE(pl.countries, '{}')::text[] AS countries
+FROM jobs LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = jobs.placement_version
+WHERE jobs.id = @id;
+
+-- name: JobGetByClaim :one
+-- JobGetByClaim finds a job still running under the attempt the claim
+-- request claim_id started: a repeated claim returns that attempt.
+SELECT jobs.* FROM jobs
+JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt
+WHERE jobs.id = @id AND a.claim_id = @claim_id AND jobs.state = 'running';
+
+-- name: JobRefuseClaim :execrows
+-- JobRefuseClaim counts a claim refused for residency against a job still
+-- waiting under that placement; the caller re-places it.
+UPDATE jobs SET claim_refusals = claim_refusals + 1, updated_at = now()
+WHERE id = @id AND placement_version = @placement_version AND state = 'placed';
 
 -- name: JobHeartbeat :execrows
 WITH j AS (
@@ -173,9 +195,11 @@ WHERE id = @id AND state IN ('pending', 'placed', 'running')
 RETURNING attempt;
 
 -- name: JobMarkDead :execrows
+-- JobMarkDead ends a job that can no longer make progress, under the attempt
+-- that found so: a superseded attempt changes nothing.
 UPDATE jobs
 SET state = 'dead', reason = @reason, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND state IN ('pending', 'placed', 'running');
+WHERE id = @id AND attempt = @attempt AND state = 'running';
 
 -- name: JobList :many
 SELECT * FROM jobs

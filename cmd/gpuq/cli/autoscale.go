@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 
 	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 )
 
@@ -17,7 +20,13 @@ import (
 const (
 	autoscaleKey  = "internal-autoscale"
 	workerArgsKey = "internal-worker-args"
+	// issuerKey holds the embedded NATS server's *queue.CredentialIssuer
+	// in dev and the demo: launched machines get credentials it issues.
+	issuerKey = "internal-nats-issuer"
 )
+
+// capacityRole is the leadership the autoscaler and the reaper run under.
+const capacityRole = "capacity"
 
 // autoscalerConfig reads the config key `autoscaler` and refuses a bad one,
 // naming the field.
@@ -30,6 +39,19 @@ func autoscalerConfig(v *viper.Viper) (control.AutoscalerConfig, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// withoutUser is a NATS URL list without the control plane's own user and
+// password: a machine gets its own credential beside the URL.
+func withoutUser(natsURL string) string {
+	parts := strings.Split(natsURL, ",")
+	for i, part := range parts {
+		if u, err := url.Parse(strings.TrimSpace(part)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // startCapacity runs the autoscaler and the reaper over the sources that can
@@ -57,11 +79,17 @@ func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer contr
 			reaped = append(reaped, p)
 		}
 	}
+	boot := control.BootTemplate{NATSURL: withoutUser(v.GetString("nats-url")), WorkerArgs: v.GetStringSlice(workerArgsKey)}
+	if issuer, ok := v.Get(issuerKey).(*queue.CredentialIssuer); ok {
+		boot.Credentials = control.IssuedCredentials{Issuer: issuer}
+	}
 	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, JS: c.js, Placer: placer, Config: cfg,
-		Boot: control.BootTemplate{NATSURL: v.GetString("nats-url"), WorkerArgs: v.GetStringSlice(workerArgsKey)}, Logger: logger}
+		Boot: boot, Logger: logger}
 	reaper := &control.Reaper{Providers: reaped, Store: c.store, Logger: logger}
-	go func() { errc <- auto.Run(ctx) }()
-	go func() { errc <- reaper.Run(ctx) }()
-	logger.Info("autoscaler running", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
-	return 2, nil
+	// One server of a deployment scales and reaps; the others stand by and
+	// take over when it dies.
+	lead := &control.Leader{Store: c.store, Role: capacityRole, Loops: []func(context.Context) error{auto.Run, reaper.Run}, Logger: logger}
+	go func() { errc <- lead.Run(ctx) }()
+	logger.Info("autoscaler ready to lead", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
+	return 1, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,11 +22,156 @@ import (
 	"github.com/gpuq/gpuq/workers"
 )
 
-// connFlags adds the connection flags every networked command takes.
+// connFlags adds the connection flags every networked command of the
+// control plane takes.
 func connFlags(cmd *cobra.Command) {
-	cmd.Flags().String("nats-url", "", "NATS server URL (env GPUQ_NATS_URL)")
+	natsFlags(cmd)
 	cmd.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL)")
 }
+
+// natsFlags adds the NATS connection flags; a worker takes nothing else.
+func natsFlags(cmd *cobra.Command) {
+	cmd.Flags().String("nats-url", "", "NATS server URL (env GPUQ_NATS_URL)")
+	natsAuthFlags(cmd)
+}
+
+// natsAuthFlags adds the NATS credential and TLS flags. A password is never
+// a flag: it comes in the URL or GPUQ_NATS_CREDENTIAL ("user:password",
+// env or config file), or in a .creds file.
+func natsAuthFlags(cmd *cobra.Command) {
+	cmd.Flags().String("nats-creds", "", "NATS .creds file (user JWT and seed) (env GPUQ_NATS_CREDS)")
+	cmd.Flags().String("nats-ca", "", "PEM file of the CA that signed the NATS servers' certificates (env GPUQ_NATS_CA)")
+	cmd.Flags().String("nats-cert", "", "PEM client certificate for NATS TLS (env GPUQ_NATS_CERT); needs --nats-key")
+	cmd.Flags().String("nats-key", "", "PEM key of --nats-cert (env GPUQ_NATS_KEY)")
+}
+
+// natsOptions are the client options of the configured NATS credential and
+// TLS settings, and the user name the connection will carry ("" when none).
+func natsOptions(v *viper.Viper, natsURL string) ([]nats.Option, string, error) {
+	var opts []nats.Option
+	user := ""
+	for _, part := range strings.Split(natsURL, ",") {
+		if u, err := url.Parse(strings.TrimSpace(part)); err == nil && u.User != nil && user == "" {
+			user = u.User.Username()
+		}
+	}
+	if s := v.GetString("nats-credential"); s != "" {
+		cred, err := queue.ParseNATSCredential(s)
+		if err != nil {
+			return nil, "", err
+		}
+		opts = append(opts, nats.UserInfo(cred.User, cred.Password))
+		user = cred.User
+	}
+	if f := v.GetString("nats-creds"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			return nil, "", fmt.Errorf("nats-creds: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(f))
+	}
+	if f := v.GetString("nats-ca"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			return nil, "", fmt.Errorf("nats-ca: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(f))
+	}
+	cert, key := v.GetString("nats-cert"), v.GetString("nats-key")
+	switch {
+	case cert != "" && key != "":
+		for name, f := range map[string]string{"nats-cert": cert, "nats-key": key} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, "", fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		opts = append(opts, nats.ClientCert(cert, key))
+	case cert != "" || key != "":
+		return nil, "", fmt.Errorf("nats-cert and nats-key: set both or neither")
+	}
+	// A worker or submitter credential may hear replies only on its own
+	// inbox prefix.
+	if p := queue.InboxFor(user); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	return opts, user, nil
+}
+
+// redactURL is u with its password, if any, replaced, for messages.
+func redactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, part := range parts {
+		if p, err := url.Parse(strings.TrimSpace(part)); err == nil && p.User != nil {
+			parts[i] = p.Redacted()
+		} else if err != nil {
+			parts[i] = "(unparsable URL)"
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// redactErr replaces every secret of the URLs in err's message: a
+// malformed URL echoed whole by a driver, or a password.
+func redactErr(err error, urls ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	changed := false
+	for _, raw := range urls {
+		for _, secret := range urlSecrets(raw) {
+			if secret != "" && strings.Contains(msg, secret) {
+				msg = strings.ReplaceAll(msg, secret, "xxxxx")
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return err
+	}
+	return redactedError{msg: msg, err: err}
+}
+
+// urlSecrets are the parts of a connection string that must not be shown:
+// the password (in URL or key=value form), else the whole string when it
+// cannot be parsed.
+func urlSecrets(raw string) []string {
+	var out []string
+	for _, part := range strings.Split(raw, ",") {
+		part = strings.TrimSpace(part)
+		if u, err := url.Parse(part); err == nil {
+			if p, ok := u.User.Password(); ok {
+				out = append(out, p, url.QueryEscape(p))
+			}
+			if p := u.Query().Get("password"); p != "" {
+				out = append(out, p)
+			}
+			continue
+		}
+		// Unparsable: hide the user info, or everything.
+		if at := strings.LastIndex(part, "@"); at > 0 {
+			if scheme := strings.Index(part, "://"); scheme >= 0 && scheme+3 < at {
+				out = append(out, part[scheme+3:at])
+				continue
+			}
+		}
+		out = append(out, part)
+	}
+	for _, kv := range strings.Fields(raw) {
+		if p, ok := strings.CutPrefix(kv, "password="); ok {
+			out = append(out, strings.Trim(p, "'"))
+		}
+	}
+	return out
+}
+
+// redactedError is an error whose message had secrets removed; errors.Is
+// and As still see the original.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
 
 // clients are the connections a command uses.
 type clients struct {
@@ -53,15 +200,20 @@ func required(v *viper.Viper, key string) (string, error) {
 
 // dial connects to NATS and, when withDB, to PostgreSQL; events recorded
 // through the store are announced on JetStream.
-func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
+func dial(ctx context.Context, v *viper.Viper, withDB bool, opts ...nats.Option) (*clients, error) {
 	natsURL, err := required(v, "nats-url")
 	if err != nil {
 		return nil, err
 	}
-	c := &clients{}
-	c.nc, err = nats.Connect(natsURL, nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	auth, _, err := natsOptions(v, natsURL)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err)
+		return nil, err
+	}
+	c := &clients{}
+	opts = append(append([]nats.Option{nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, auth...), opts...)
+	c.nc, err = nats.Connect(natsURL, opts...)
+	if err != nil {
+		return nil, redactErr(fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err), natsURL)
 	}
 	c.js, err = jetstream.New(c.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -76,7 +228,7 @@ func dial(ctx context.Context, v *viper.Viper, withDB bool) (*clients, error) {
 		}
 		if c.store, err = store.Open(ctx, dbURL); err != nil {
 			c.Close()
-			return nil, err
+			return nil, redactErr(err, dbURL)
 		}
 		c.store.Events = &queue.EventPublisher{JS: c.js, Logger: slog.Default()}
 	}
@@ -102,9 +254,15 @@ func defaultPools() []local.PoolConfig {
 }
 
 // controlPlane runs the scheduler, the reconciler and the replacer until
-// ctx ends.
-func controlPlane(ctx context.Context, c *clients, placer control.Placer, logger *slog.Logger) <-chan error {
-	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx)
+// ctx ends, and serves the worker service; the placer's offer sources are
+// its pool registry.
+func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer, logger *slog.Logger) (<-chan error, error) {
+	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
+		Placer: placer, JS: c.js, Logger: logger}
+	if _, err := svc.Start(ctx); err != nil {
+		return nil, err
+	}
+	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx), nil
 }
 
 // offerSources are the providers whose offers the scheduler places among and

@@ -330,8 +330,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	// The control plane sees only the demo's connections: pools and policy
 	// rules from a config file would change what the demo proves.
 	cv := viper.New()
-	cv.Set("nats-url", stack.natsURL)
-	cv.Set("database-url", stack.dbURL)
+	stack.configure(cv)
 	cpCtx, stopCP := context.WithCancel(ctx)
 	defer stopCP()
 	c, err := startControlPlane(cpCtx, cv, logger)
@@ -346,8 +345,8 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	d.say("control plane running (scheduler, reconciler, policy placer over pools %s)", strings.Join(slices.Sorted(maps.Keys(d.pools)), ", "))
 
 	d.workDir = filepath.Join(dir, "work")
-	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, Args: []string{
-		"--nats-url", stack.natsURL, "--database-url", stack.dbURL,
+	d.launcher = &local.Launcher{Executable: exe, Slots: 1, Output: logFile, PoolEnv: stack.workerEnv, Args: []string{
+		"--nats-url", stack.natsURL,
 		"--ack-wait", v.GetDuration("ack-wait").String(), "--grace", v.GetDuration("grace").String(),
 		"--data-dir", d.workDir,
 	}}

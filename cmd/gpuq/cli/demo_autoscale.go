@@ -71,8 +71,7 @@ func (d *demoRun) autoscaleAct(ctx context.Context, stack *devStack, dir, exe st
 		return nil, nil, err
 	}
 	cv := viper.New()
-	cv.Set("nats-url", stack.natsURL)
-	cv.Set("database-url", stack.dbURL)
+	stack.configure(cv)
 	cv.Set("traces", traces)
 	cv.Set("sim-speed", 1.0)
 	cv.Set("sim.pools", []map[string]any{

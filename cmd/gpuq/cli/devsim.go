@@ -28,18 +28,34 @@ type simDev struct {
 // --sim-start, the config key sim.pools) and refuses bad ones before
 // anything starts.
 func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
+	cfg, err := simConfig(v, logger)
+	if err != nil {
+		return nil, err
+	}
+	d := &simDev{workers: &local.Launcher{}, logger: logger}
+	if d.cloud, err = sim.New(cfg, d.workers, logger, nil); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	d.provider = d.cloud.Provider(adapters.RetryConfig{})
+	return d, nil
+}
+
+// simConfig reads the simulated cloud's settings (--traces, --sim-speed,
+// --sim-start, the config key sim.pools), refusing a pool whose currency
+// placement could not convert.
+func simConfig(v *viper.Viper, logger *slog.Logger) (sim.Config, error) {
 	dir := v.GetString("traces")
 	cfg := sim.Config{TracesDir: dir, Speed: v.GetFloat64("sim-speed"), Start: v.GetDuration("sim-start")}
 	if err := v.UnmarshalKey("sim.pools", &cfg.Pools, configDecodeHook()); err != nil {
-		return nil, fmt.Errorf("config key sim.pools: %w", err)
+		return cfg, fmt.Errorf("config key sim.pools: %w", err)
 	}
 	if len(cfg.Pools) == 0 {
 		if dir == "" {
-			return nil, errors.New("--traces: required with --provider sim (the directory of spot traces), unless the config key sim.pools names pools without traces")
+			return cfg, errors.New("--traces: required with --provider sim (the directory of spot traces), unless the config key sim.pools names pools without traces")
 		}
 		pools, skipped, err := sim.PoolsFromTraces(dir)
 		if err != nil {
-			return nil, fmt.Errorf("--traces: %w", err)
+			return cfg, fmt.Errorf("--traces: %w", err)
 		}
 		if len(skipped) > 0 {
 			logger.Warn("sim: traces of an unknown zone or shape left out", "files", strings.Join(skipped, ", "))
@@ -48,7 +64,7 @@ func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
 	}
 	rules, err := loadRules(v)
 	if err != nil {
-		return nil, err
+		return cfg, err
 	}
 	base := rules.BaseCurrency
 	if base == "" {
@@ -61,16 +77,11 @@ func newSimDev(v *viper.Viper, logger *slog.Logger) (*simDev, error) {
 	}
 	for i, p := range cfg.WithDefaults().Pools {
 		if !rated[strings.ToUpper(p.Currency)] {
-			return nil, fmt.Errorf("sim.pools[%d].currency: %s has no exchange rate to %s, so placement would refuse the pool; set policy.exchange_rates.%s (e.g. 0.92 with base EUR) or policy.base_currency: %s",
+			return cfg, fmt.Errorf("sim.pools[%d].currency: %s has no exchange rate to %s, so placement would refuse the pool; set policy.exchange_rates.%s (e.g. 0.92 with base EUR) or policy.base_currency: %s",
 				i, p.Currency, base, p.Currency, p.Currency)
 		}
 	}
-	d := &simDev{workers: &local.Launcher{}, logger: logger}
-	if d.cloud, err = sim.New(cfg, d.workers, logger, nil); err != nil {
-		return nil, fmt.Errorf("sim: %w", err)
-	}
-	d.provider = d.cloud.Provider(adapters.RetryConfig{})
-	return d, nil
+	return cfg, nil
 }
 
 func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSource{d.provider} }
@@ -78,9 +89,6 @@ func (d *simDev) sources() []adapters.OfferSource { return []adapters.OfferSourc
 // start runs the cloud; the autoscaler rents its instances as jobs arrive.
 // The returned channel closes once every worker has stopped after ctx ends.
 func (d *simDev) start(ctx context.Context, stack *devStack) <-chan struct{} {
-	// The simulated machine image: workers still open PostgreSQL
-	// themselves, so the machine's environment names it.
-	d.workers.Env = []string{"GPUQ_DATABASE_URL=" + stack.dbURL}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

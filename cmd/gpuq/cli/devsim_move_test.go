@@ -153,7 +153,9 @@ func startSimDev(t *testing.T, bin, data, config, traces string, start time.Dura
 		stop()
 		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
 	}
-	connArgs := []string{"--nats-url", conn.NATSURL, "--database-url", conn.DatabaseURL}
+	// Client commands find dev's connection, its NATS credential included,
+	// in the config file it writes where it runs.
+	connArgs := []string{"--config", filepath.Join(dev.Dir, devConfigFile)}
 	if then == nil {
 		t.Cleanup(stop)
 		return connArgs
@@ -196,7 +198,7 @@ func runSimJob(t *testing.T, spec string, connArgs []string) JobStatus {
 // simPool reads one pool's recorded history with gpuq pools.
 func simPool(t *testing.T, connArgs []string, pool string) PoolRow {
 	t.Helper()
-	out, errOut, err := runCLI(t, append([]string{"pools", "--pool", pool, "-o", "json"}, connArgs[2:]...)...)
+	out, errOut, err := runCLI(t, append([]string{"pools", "--pool", pool, "-o", "json"}, connArgs...)...)
 	if err != nil {
 		t.Fatalf("pools: %v\n%s", err, errOut)
 	}

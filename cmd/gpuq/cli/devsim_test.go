@@ -153,8 +153,9 @@ func TestDevOnTheSimulatedCloudResumesAJobItsSpotTracePreempts(t *testing.T) {
 		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
 	}
 	checkDevHTTP(t, dir, conn.URL, conn.Token)
-	// The job commands need only NATS: the control plane answers them.
-	connArgs := []string{"--nats-url", conn.NATSURL}
+	// Client commands find dev's connection, its NATS credential included,
+	// in the config file it writes where it runs.
+	connArgs := []string{"--config", filepath.Join(dir, devConfigFile)}
 
 	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", simTrainSpec)}, connArgs...)...)
 	if err != nil {

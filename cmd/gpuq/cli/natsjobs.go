@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -57,30 +56,13 @@ const (
 // submitter.<project>[.<project>…].
 const submitterUser = "submitter."
 
-// natsUser returns the user name a NATS URL carries, "" when none.
-func natsUser(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return ""
-	}
-	return u.User.Username()
-}
-
-// redactURL hides a NATS URL's password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(a NATS URL that does not parse)"
-	}
-	return u.Redacted()
-}
-
 // callerProjects are the projects the job commands act in: --project when
 // given, else the projects the NATS credential is scoped to, else the
-// config key `projects`, else the default project.
-func callerProjects(v *viper.Viper, natsURL string) ([]string, error) {
+// config key `projects`, else the default project. user is the NATS user
+// name of the caller's credential.
+func callerProjects(v *viper.Viper, user string) ([]string, error) {
 	var scoped []string
-	if user := natsUser(natsURL); strings.HasPrefix(user, submitterUser) {
+	if strings.HasPrefix(user, submitterUser) {
 		scoped = strings.Split(strings.TrimPrefix(user, submitterUser), ".")
 	}
 	if p := v.GetString("project"); p != "" {
@@ -113,19 +95,18 @@ func newNATSJobs(v *viper.Viper) (*natsJobs, error) {
 	if err != nil {
 		return nil, err
 	}
-	projects, err := callerProjects(v, natsURL)
+	auth, user, err := natsOptions(v, natsURL)
 	if err != nil {
 		return nil, err
 	}
-	opts := []nats.Option{nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	if user := natsUser(natsURL); strings.HasPrefix(user, submitterUser) {
-		// A submitter hears replies only on its projects' inboxes.
-		scoped := strings.Split(strings.TrimPrefix(user, submitterUser), ".")
-		opts = append(opts, nats.CustomInboxPrefix("_INBOX.client."+scoped[0]))
+	projects, err := callerProjects(v, user)
+	if err != nil {
+		return nil, err
 	}
+	opts := append([]nats.Option{nats.Name("gpuq"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, auth...)
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err)
+		return nil, redactErr(fmt.Errorf("connecting to NATS at %s: %w", redactURL(natsURL), err), natsURL)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

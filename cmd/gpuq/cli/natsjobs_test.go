@@ -23,8 +23,9 @@ import (
 )
 
 // startDev runs `gpuq dev -o json` in a fresh directory, as the README
-// starts it, and returns its NATS URL.
-func startDev(t *testing.T, bin string) string {
+// starts it, and returns its NATS URL and the NATS credential it wrote to
+// its config file.
+func startDev(t *testing.T, bin string) (string, string) {
 	t.Helper()
 	// A short path: PostgreSQL's socket lives under it.
 	dir, err := os.MkdirTemp("", "gpuq-dev-")
@@ -63,13 +64,23 @@ func startDev(t *testing.T, bin string) string {
 	if err := json.NewDecoder(stdout).Decode(&conn); err != nil || conn.NATSURL == "" {
 		t.Fatalf("gpuq dev did not report its NATS URL: %v", err)
 	}
-	return conn.NATSURL
+	config, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(config), "\n") {
+		if cred, ok := strings.CutPrefix(line, "nats-credential: "); ok {
+			return conn.NATSURL, cred
+		}
+	}
+	t.Fatalf("gpuq dev wrote no nats-credential to %s", devConfigFile)
+	return "", ""
 }
 
 // clientEnv is the environment of a user's shell that knows only gpuq dev's
-// NATS URL: no GPUQ_* setting, no database URL.
-func clientEnv(natsURL string) []string {
-	env := []string{"GPUQ_NATS_URL=" + natsURL}
+// NATS URL and credential: no other GPUQ_* setting, no database URL.
+func clientEnv(natsURL, cred string) []string {
+	env := []string{"GPUQ_NATS_URL=" + natsURL, "GPUQ_NATS_CREDENTIAL=" + cred}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GPUQ_") && !strings.HasPrefix(kv, "PG") {
 			env = append(env, kv)
@@ -84,12 +95,12 @@ func TestJobCommandsReachJobsThroughTheControlPlaneWithoutADatabaseURL(t *testin
 	}
 	t.Parallel()
 	bin := buildGpuq(t)
-	natsURL := startDev(t, bin)
+	natsURL, cred := startDev(t, bin)
 	home := t.TempDir() // no .gpuq/config.yaml here
 	gpuq := func(wantCode int, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = home, clientEnv(natsURL)
+		cmd.Dir, cmd.Env = home, clientEnv(natsURL, cred)
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuq/gpuq/adapters/hivenet"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/adapters/runpod"
+	"github.com/gpuq/gpuq/adapters/sim"
 	"github.com/gpuq/gpuq/adapters/verda"
 )
 
@@ -120,6 +121,20 @@ func configuredSources(v *viper.Viper) ([]adapters.OfferSource, error) {
 			return nil, fmt.Errorf("config key providers.runpod: %w", err)
 		}
 		p, err := runpod.New(runpod.Config{APIKey: adapters.NewSecret(s.APIKey), Endpoint: s.Endpoint, Pools: s.Pools})
+		if err != nil {
+			return nil, fmt.Errorf("providers.%w", err)
+		}
+		sources = append(sources, p)
+	}
+	if v.IsSet("providers.sim") {
+		// A simulated cloud served by `gpuq sim-cloud`.
+		var s struct {
+			URL string `mapstructure:"url"`
+		}
+		if err := v.UnmarshalKey("providers.sim", &s, configDecodeHook()); err != nil {
+			return nil, fmt.Errorf("config key providers.sim: %w", err)
+		}
+		p, err := sim.Dial(s.URL, adapters.RetryConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("providers.%w", err)
 		}

@@ -88,8 +88,10 @@ func commands() []*cobra.Command {
 		newPlanCmd(),
 		newOffersCmd(),
 		newSimulateCmd(),
+		newSimCloudCmd(),
 		newDemoCmd(),
 		newOpenAPICmd(),
 		newTokenCmd(),
+		newNATSAuthCmd(),
 	}
 }

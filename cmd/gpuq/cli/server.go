@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/sql/migrations"
@@ -110,7 +112,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	if _, err := migrate(ctx, dbURL); err != nil {
-		return nil, err
+		return nil, redactErr(fmt.Errorf("migrating: %w", err), dbURL)
 	}
 	c, err := dial(ctx, v, true)
 	if err != nil {
@@ -141,7 +143,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Spend             // budgets are charged with recorded spend
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
-	errc := controlPlane(ctx, c, placer, logger)
+	errc, err := controlPlane(ctx, c, placer, logger)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	// Clients read and change jobs through this service, never PostgreSQL.
 	clientSvc := &control.ClientService{NATS: c.nc, Store: c.store, JS: c.js, Archives: archiveStore(c), Logger: logger}
 	if _, err := clientSvc.Start(ctx); err != nil {
@@ -182,12 +188,67 @@ func poolsOrDefault(v *viper.Viper) ([]local.PoolConfig, error) {
 }
 
 // devStack is an embedded NATS server and, unless a database URL is given,
-// a private PostgreSQL cluster, both under one data directory.
+// a private PostgreSQL cluster, both under one data directory. The NATS
+// server runs with gpuq's roles, as a deployment's does.
 type devStack struct {
-	nats    *queue.EmbeddedNATS
-	pg      *pgtemp.Cluster
+	nats *queue.EmbeddedNATS
+	pg   *pgtemp.Cluster
+	// natsURL carries no credential.
 	natsURL string
 	dbURL   string
+}
+
+// configure points v at the stack with the control plane's credential.
+func (s *devStack) configure(v *viper.Viper) {
+	v.Set("nats-url", s.natsURL)
+	v.Set("nats-credential", s.nats.Control().String())
+	v.Set("database-url", s.dbURL)
+	v.Set(issuerKey, s.nats.Issuer)
+}
+
+// poolPlace is where a pool runs.
+type poolPlace struct{ Region, Country string }
+
+// archiveReaders names, for a worker in region, the other regions whose
+// archive buckets it may read: where a job moved into its pool may have
+// left checkpoints. A move stays inside the job's residency, so these are
+// the regions of pools in the same country or, for a country of the EEA or
+// Switzerland, in that area.
+func archiveReaders(places []poolPlace) func(pool, region string) []string {
+	eea, _ := policy.Residency(policy.Rules{}, "EEA")
+	ch, _ := policy.Residency(policy.Rules{}, "CH")
+	area := func(country string) string {
+		if eea.Contains(country) || ch.Contains(country) {
+			return "EEA+CH"
+		}
+		return country
+	}
+	return func(_, region string) []string {
+		var own []string
+		for _, p := range places {
+			if p.Region == region {
+				own = append(own, area(p.Country))
+			}
+		}
+		var out []string
+		for _, p := range places {
+			if p.Region != region && slices.Contains(own, area(p.Country)) && !slices.Contains(out, p.Region) {
+				out = append(out, p.Region)
+			}
+		}
+		return out
+	}
+}
+
+// workerEnv is the environment a worker of pool that the stack starts gets
+// its credential from: a worker credential scoped to the pool and its
+// region, in the environment, never on a command line.
+func (s *devStack) workerEnv(pool local.PoolConfig) ([]string, error) {
+	cred, err := s.nats.Issuer.IssueWorker(pool.Pool, pool.Region, "")
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", pool.Pool, err)
+	}
+	return []string{adapters.EnvNATSCredential + "=" + cred.String()}, nil
 }
 
 // startDevStack starts NATS and, without dbURL, a private cluster with pg's
@@ -255,8 +316,22 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer stack.Stop()
-			v.Set("nats-url", stack.natsURL)
-			v.Set("database-url", stack.dbURL)
+			stack.configure(v)
+			var places []poolPlace
+			if simulated != nil {
+				for _, p := range simulated.cloud.Pools() {
+					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
+				}
+			} else {
+				pools, err := poolsOrDefault(v)
+				if err != nil {
+					return err
+				}
+				for _, p := range pools {
+					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
+				}
+			}
+			stack.nats.Issuer.ReadRegions = archiveReaders(places)
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
@@ -287,7 +362,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--database-url", stack.dbURL}}
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, PoolEnv: stack.workerEnv}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
@@ -324,7 +399,8 @@ gpuq submit, status, logs… run from the same directory find it.`,
 // writeDevConfig writes the connection settings, the API's URL and the dev
 // token, readable by the user only since it holds the token.
 func writeDevConfig(s *devStack, apiURL, token string) error {
-	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\ndatabase-url: %s\n", s.natsURL, s.dbURL)
+	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\n",
+		s.natsURL, s.nats.Control(), s.dbURL)
 	if apiURL != "" {
 		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
 	}

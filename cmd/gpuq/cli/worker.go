@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -36,11 +39,15 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
+			region, country, err := workerLocation(cmd, v, v.GetString("pool"))
+			if err != nil {
+				return err
+			}
 			cfg := workers.Config{
-				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: v.GetString("region"),
-				Country: v.GetString("country"), WorkerID: v.GetString("worker-id"),
+				Pool: v.GetString("pool"), Slots: v.GetInt("slots"), Region: region,
+				Country: country, WorkerID: v.GetString("worker-id"),
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
-				NodeID: canary.NodeID(v.GetString("instance-id")), Logger: newLogger(),
+				NodeID: canary.NodeID(v.GetString("instance-id")), PassEnv: passEnv(v), Logger: newLogger(),
 			}
 			if cfg.Pool == "" {
 				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
@@ -66,15 +73,21 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, true)
+			// Replies come to the pool's own inbox prefix, so that a
+			// worker credential may subscribe to its replies only.
+			c, err := dial(cmd.Context(), v, false, nats.CustomInboxPrefix(queue.WorkerInboxPrefix(cfg.Pool)))
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if err := queue.EnsureStreams(cmd.Context(), c.js, queue.StreamOptions{Replicas: v.GetInt("replicas")}); err != nil {
-				return err
-			}
-			w, err := workers.New(cfg, c.nc, c.js, c.store, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
+			// The control plane creates the streams; a worker credential
+			// may not, and may only create its own pool's consumer.
+			// A request lost with the server that took it is sent again
+			// well inside the lease, so that its repeat finds the attempt
+			// it started still live.
+			records := workers.NewServiceRecords(c.nc, cfg.Pool, cfg.WorkerID)
+			records.Timeout = max(cfg.AckWait/4, time.Second)
+			w, err := workers.New(cfg, c.nc, c.js, records, &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas")})
 			if err != nil {
 				return err
 			}
@@ -122,15 +135,16 @@ provider's reason and hands the jobs back at once.`,
 			return err
 		},
 	}
-	connFlags(cmd)
+	natsFlags(cmd)
 	cmd.Flags().String("pool", "", "pool to pull jobs from (required)")
 	cmd.Flags().Int("slots", 1, "jobs to run at once")
-	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store")
-	cmd.Flags().String("country", "", "ISO 3166-1 country this worker runs in; jobs whose residency excludes it are refused")
+	cmd.Flags().String("region", "local", "region this worker runs in; checkpoints go to its store (default: the pool's region under pools in the config file)")
+	cmd.Flags().String("country", "", "ISO 3166-1 country this worker runs in; jobs whose residency excludes it are refused (default: the pool's country under pools in the config file)")
 	cmd.Flags().String("worker-id", "", "name of this worker in attempts (default host-pid)")
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	cmd.Flags().StringSlice("pass-env", nil, "a variable of the worker's environment that jobs get too, e.g. CUDA_VISIBLE_DEVICES (repeatable or comma-separated; env GPUQ_PASS_ENV); jobs see nothing else of it")
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
 	cmd.Flags().String("provider", "local", "provider of the worker's pool; chooses the default --notice")
@@ -148,6 +162,16 @@ provider's reason and hands the jobs back at once.`,
 	cmd.Flags().Int("quarantine-after", canary.DefaultQuarantineAfter, "quarantine the node after this many canary failures in a row")
 	addCanaryFlags(cmd)
 	return cmd
+}
+
+// passEnv is --pass-env as names: repeated, comma- or space-separated (env
+// GPUQ_PASS_ENV), or a list in the config file.
+func passEnv(v *viper.Viper) []string {
+	var names []string
+	for _, s := range v.GetStringSlice("pass-env") {
+		names = append(names, strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })...)
+	}
+	return names
 }
 
 // exitQuarantined is the exit status of a worker whose node was quarantined,
@@ -219,4 +243,33 @@ func noticeWatcher(v *viper.Viper, logger *slog.Logger, onWarning func(notice.Wa
 		return nil, err
 	}
 	return &workerNotice{kind: kind, watcher: w}, nil
+}
+
+// workerLocation is the region and country of a worker of pool: the pool's
+// entry under the config key `pools` (the configuration the control plane
+// places with), else --region and --country. A flag or environment variable
+// that contradicts the pool's entry is refused rather than silently
+// overridden.
+func workerLocation(cmd *cobra.Command, v *viper.Viper, pool string) (region, country string, err error) {
+	region, country = v.GetString("region"), v.GetString("country")
+	pools, err := localPools(v)
+	if err != nil {
+		return "", "", err
+	}
+	for _, p := range pools {
+		if p.Pool != pool {
+			continue
+		}
+		for _, c := range []struct{ flag, env, got, want string }{
+			{"region", "GPUQ_REGION", region, p.Region},
+			{"country", "GPUQ_COUNTRY", country, p.Country},
+		} {
+			explicit := cmd.Flags().Changed(c.flag) || os.Getenv(c.env) != ""
+			if explicit && c.got != c.want {
+				return "", "", fmt.Errorf("%s: %q contradicts pool %s's %s %q in the config file", c.flag, c.got, pool, c.flag, c.want)
+			}
+		}
+		return p.Region, p.Country, nil
+	}
+	return region, country, nil
 }

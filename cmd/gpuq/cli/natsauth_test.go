@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+func TestDeployNATSAuthIsGeneratedFromTheRoles(t *testing.T) {
+	t.Parallel()
+	want, err := natsAuthConfig(filepath.Join("..", "..", "..", "deploy", "nats", "roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "nats", "auth.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatal("deploy/nats/auth.conf is stale: run `make generate`")
+	}
+}
+
+func TestNATSAuthRefusesBadRoles(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"bad pool":        "workers: [{pool: 'a b', region: r}]\n",
+		"unknown field":   "workers: [{pool: a, region: r, zone: z}]\n",
+		"no projects":     "submitters: [{projects: []}]\n",
+		"bad project":     "submitters: [{projects: [Team.A]}]\n",
+		"listed twice":    "workers: [{pool: a, region: r}, {pool: a, region: r}]\n",
+		"bad read region": "workers: [{pool: a, region: r, read_regions: ['x.y']}]\n",
+	} {
+		if _, err := natsAuthConfig(writeFile(t, "roles.yaml", body)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// The deployment's own configuration, loaded by a NATS server as a cluster
+// node loads it, grants each role what permissions.go says and no more.
+func TestDeployNATSConfigEnforcesTheRoles(t *testing.T) {
+	for _, user := range []string{"control", "worker.aws-fra-l4-spot.eu-central-1", "submitter.default"} {
+		t.Setenv(queue.PasswordVariable(user), "pw-"+user)
+	}
+	for _, user := range []string{"worker.aws-dub-l4.eu-west-1", "worker.verda-hel-h100.FIN-01", "submitter.research.vision"} {
+		t.Setenv(queue.PasswordVariable(user), "pw-"+user)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join("..", "..", "..", "deploy", "nats", "cluster.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Users) != 6 {
+		t.Fatalf("cluster.conf grants %d users, want the control plane, 3 pools and 2 submitters", len(opts.Users))
+	}
+	// One node on its own, on this machine.
+	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, 0, t.TempDir()
+	opts.Cluster, opts.Routes, opts.NoSigs, opts.NoLog = server.ClusterOpts{}, nil, true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	connect := func(user string) (*nats.Conn, chan error) {
+		errs := make(chan error, 4)
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, errs
+	}
+	publish := func(nc *nats.Conn, errs chan error, subject string) error {
+		if err := nc.Publish(subject, []byte("{}")); err != nil {
+			return err
+		}
+		nc.Flush() //nolint:errcheck // violations arrive asynchronously
+		select {
+		case err := <-errs:
+			return err
+		case <-time.After(500 * time.Millisecond):
+			return nil
+		}
+	}
+	if _, err := nats.Connect(srv.ClientURL(), nats.UserInfo("control", "wrong")); err == nil {
+		t.Fatal("a wrong password was admitted")
+	}
+	w, werrs := connect("worker.aws-fra-l4-spot.eu-central-1")
+	for subject, allowed := range map[string]bool{
+		"gpuq.svc.worker.aws-fra-l4-spot.claim":              true,
+		"gpuq.svc.worker.aws-dub-l4.claim":                   false,
+		"gpuq.submit.default":                                false,
+		"gpuq.run.aws-fra-l4-spot.j1":                        false,
+		"gpuq.cancel.j1":                                     false,
+		"$JS.API.CONSUMER.MSG.NEXT.GPUQ_RUN.pool-aws-dub-l4": false,
+	} {
+		err := publish(w, werrs, subject)
+		if allowed != (err == nil) || (err != nil && !errors.Is(err, nats.ErrPermissionViolation)) {
+			t.Errorf("worker publishing %s: %v, allowed %v", subject, err, allowed)
+		}
+	}
+	s, serrs := connect("submitter.default")
+	for subject, allowed := range map[string]bool{
+		"gpuq.submit.default":  true,
+		"gpuq.submit.research": false,
+		"gpuq.run.any.j1":      false,
+		"gpuq.cancel.j1":       false,
+	} {
+		err := publish(s, serrs, subject)
+		if allowed != (err == nil) || (err != nil && !strings.Contains(err.Error(), subject)) {
+			t.Errorf("submitter publishing %s: %v, allowed %v", subject, err, allowed)
+		}
+	}
+	c, cerrs := connect("control")
+	if err := publish(c, cerrs, "gpuq.run.any.j1"); err != nil {
+		t.Errorf("control publishing a run order: %v", err)
+	}
+}

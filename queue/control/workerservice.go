@@ -1,0 +1,448 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// WorkerStore is what the worker service needs from the system of record:
+// the fenced writes workers ask for, and the reads that answer them.
+type WorkerStore interface {
+	ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]queue.ClaimResult, error)
+	Heartbeat(ctx context.Context, id uuid.UUID, attempt int, lease time.Duration) error
+	RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error)
+	RecordNotice(ctx context.Context, id uuid.UUID, attempt int, message string, lease time.Duration) error
+	Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error
+	SucceedMany(ctx context.Context, refs []queue.AttemptRef) ([]bool, error)
+	Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
+	Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
+	EndAttempt(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int) error
+	MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	Node(ctx context.Context, id string) (*queue.Node, error)
+	RecordCanary(ctx context.Context, r queue.CanaryRecord) (int64, *queue.Node, error)
+	// RefuseClaim, Attempts, LatestPlacement and CommitPlacements hand a
+	// job whose claim was refused back for re-placement, and tell a
+	// repeated write from a fenced one.
+	RefuseClaim(ctx context.Context, id uuid.UUID, placementVersion int, reason string) (bool, error)
+	// AttemptPools keeps a worker of one pool out of another pool's
+	// attempts.
+	AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[queue.AttemptRef]string, error)
+	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
+}
+
+// WorkerService serves the worker service: workers' claims, leases,
+// checkpoint records, completions, hand-backs and canary reports arrive as
+// NATS requests on gpuq.svc.worker.<pool>.<op>, and the service does the
+// fenced PostgreSQL writes. Every control plane serves it in the queue group
+// gpuq-control, so servers share the load and a request to a server that
+// dies is answered by none and retried by the worker where that is safe.
+// Completions without outputs from all workers are batched into one
+// statement: each batch carries what arrived while the previous one ran.
+//
+// Residency is enforced here, where a worker cannot forge it: the claiming
+// pool's country comes from Pools, a claim outside the job's residency is
+// refused and the job handed back to Placer for re-placement (counted, with
+// the reason, never ended), and every checkpoint and output record must name
+// its pool's region inside the job's residency.
+type WorkerService struct {
+	NATS  *nats.Conn
+	Store WorkerStore
+	// Pools locates the pool of each request. Required.
+	Pools PoolRegistry
+	// Placer and JS re-place a job whose claim was refused; without them
+	// the job waits in its current placement.
+	Placer Placer
+	JS     RunPublisher
+	// Concurrency bounds the requests handled at once. Default 64.
+	Concurrency int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+
+	successes *batcher[queue.AttemptRef, bool]
+	slots     chan struct{}
+}
+
+// successRunners is how many completion batches are written at once.
+const successRunners = 4
+
+// maxWorkerRequest bounds a request's body.
+const maxWorkerRequest = 1 << 20
+
+// Start serves the worker service until ctx ends.
+func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
+	if s.NATS == nil || s.Store == nil || s.Pools == nil {
+		return nil, errors.New("worker service: nats, store and pools must be set")
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Concurrency <= 0 {
+		s.Concurrency = 64
+	}
+	s.slots = make(chan struct{}, s.Concurrency)
+	s.successes = newBatcher(s.Store.SucceedMany)
+	svc, err := micro.AddService(s.NATS, micro.Config{
+		Name: queue.WorkerServiceName, Version: "1.0.0", QueueGroup: queue.ControlQueueGroup,
+		Description: "gpuq workers' claims, leases, checkpoint records and completions",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker service: %w", err)
+	}
+	// The serving context outlives a stop so that requests already taken
+	// finish their writes and replies.
+	serve := context.WithoutCancel(ctx)
+	batchCtx, stopBatch := context.WithCancel(serve)
+	// A few batches in flight at once, so that one slow commit does not
+	// hold back every worker's completions.
+	for range successRunners {
+		go s.successes.run(batchCtx)
+	}
+	var inflight sync.WaitGroup
+	for _, op := range queue.WorkerOps {
+		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
+			s.slots <- struct{}{}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer func() { <-s.slots }()
+				s.serve(serve, op, req)
+			}()
+		}), micro.WithEndpointSubject(queue.WorkerServicePrefix+".*."+op))
+		if err != nil {
+			svc.Stop() //nolint:errcheck // failing anyway
+			stopBatch()
+			return nil, fmt.Errorf("worker service endpoint %s: %w", op, err)
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		svc.Stop() //nolint:errcheck // the connection may be closing
+		inflight.Wait()
+		stopBatch()
+	}()
+	return svc, nil
+}
+
+func (s *WorkerService) serve(ctx context.Context, op string, req micro.Request) {
+	reply, err := s.handle(ctx, op, req.Subject(), req.Data())
+	if err != nil {
+		reply = &queue.WorkerReply{Error: queue.EncodeError(err)}
+		var bad *badRequest
+		if errors.As(err, &bad) {
+			reply.Error = &queue.WireError{Kind: queue.WireBadRequest, Message: bad.Error()}
+		}
+		if reply.Error.Kind == queue.WireInternal {
+			s.Logger.Error("worker service", "op", op, "subject", req.Subject(), "err", err)
+		}
+	}
+	if err := req.RespondJSON(reply); err != nil {
+		s.Logger.Warn("worker service: replying", "op", op, "err", err)
+	}
+}
+
+// badRequest is a request the service cannot act on.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{msg: fmt.Sprintf(format, args...)} }
+
+// handle checks a request against its subject and does what it asks.
+func (s *WorkerService) handle(ctx context.Context, op, subject string, data []byte) (*queue.WorkerReply, error) {
+	pool, subOp, ok := queue.WorkerSubjectParts(subject)
+	if !ok || subOp != op {
+		return nil, badf("subject %q: not a worker service subject", subject)
+	}
+	if len(data) > maxWorkerRequest {
+		return nil, badf("request: %d bytes, over the limit of %d", len(data), maxWorkerRequest)
+	}
+	var r queue.WorkerRequest
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, badf("request: %v", err)
+	}
+	if r.Pool != pool {
+		return nil, badf("pool: %q is not the subject's pool %q", r.Pool, pool)
+	}
+	if op != queue.WorkerOpClaim && op != queue.WorkerOpComplete && op != queue.WorkerOpNode && op != queue.WorkerOpCanary {
+		if r.JobID == uuid.Nil {
+			return nil, badf("job_id: required")
+		}
+		if op != queue.WorkerOpJob && r.Attempt < 0 {
+			return nil, badf("attempt: must not be negative, got %d", r.Attempt)
+		}
+	}
+	if err := s.checkAttempts(ctx, op, pool, &r); err != nil {
+		return nil, err
+	}
+	out := &queue.WorkerReply{}
+	switch op {
+	case queue.WorkerOpClaim:
+		return s.claim(ctx, pool, r.Claims)
+	case queue.WorkerOpHeartbeat:
+		return out, s.Store.Heartbeat(ctx, r.JobID, r.Attempt, r.Lease)
+	case queue.WorkerOpNotice:
+		return out, s.Store.RecordNotice(ctx, r.JobID, r.Attempt, r.Message, r.Lease)
+	case queue.WorkerOpCheckpoint:
+		if r.Archive == nil {
+			return nil, badf("archive: required")
+		}
+		if err := s.checkArchive(ctx, pool, r.JobID, "archive", r.Archive); err != nil {
+			return nil, err
+		}
+		seq, err := s.Store.RecordCheckpoint(ctx, r.JobID, r.Attempt, *r.Archive)
+		out.Seq = seq
+		return out, err
+	case queue.WorkerOpComplete:
+		recorded, err := s.complete(ctx, pool, r.Completions)
+		out.Recorded = recorded
+		return out, err
+	case queue.WorkerOpFail:
+		err := s.Store.Fail(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode, r.Message)
+		return out, s.repeated(ctx, err, r.JobID, r.Attempt, r.Outcome)
+	case queue.WorkerOpHandback:
+		err := s.Store.Requeue(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode, r.Message)
+		return out, s.repeated(ctx, err, r.JobID, r.Attempt, r.Outcome)
+	case queue.WorkerOpEnd:
+		return out, s.Store.EndAttempt(ctx, r.JobID, r.Attempt, r.Outcome, r.ExitCode)
+	case queue.WorkerOpDead:
+		err := s.Store.MarkDead(ctx, r.JobID, r.Attempt, r.Message)
+		return out, s.repeated(ctx, err, r.JobID, r.Attempt, queue.OutcomePreempted)
+	case queue.WorkerOpJob:
+		j, err := s.Store.Job(ctx, r.JobID)
+		out.Job = j
+		return out, err
+	case queue.WorkerOpNode:
+		n, err := s.Store.Node(ctx, r.NodeID)
+		out.Node = n
+		return out, err
+	case queue.WorkerOpCanary:
+		if r.Canary == nil {
+			return nil, badf("canary: required")
+		}
+		if r.Canary.Pool != pool {
+			return nil, badf("canary.pool: %q is not the subject's pool %q", r.Canary.Pool, pool)
+		}
+		id, n, err := s.Store.RecordCanary(ctx, *r.Canary)
+		out.CanaryRunID, out.Node = id, n
+		return out, err
+	}
+	return nil, badf("op %q: unknown", op)
+}
+
+// claim claims a worker's batch of jobs.
+func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.ClaimRequest) (*queue.WorkerReply, error) {
+	if len(claims) == 0 || len(claims) > queue.MaxWorkerBatch {
+		return nil, badf("claims: must hold 1–%d claims, got %d", queue.MaxWorkerBatch, len(claims))
+	}
+	for i, c := range claims {
+		if c.Pool != pool {
+			return nil, badf("claims[%d].pool: %q is not the subject's pool %q", i, c.Pool, pool)
+		}
+		if c.Lease < time.Second || c.Lease > 24*time.Hour {
+			return nil, badf("claims[%d].lease: must be 1s–24h, got %s", i, c.Lease)
+		}
+	}
+	loc, _, err := s.Pools.PoolLocation(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	// An unknown pool has no country, so only jobs bound to no residency
+	// can be claimed from it.
+	for i := range claims {
+		claims[i].Country = loc.Country
+	}
+	results, err := s.Store.ClaimMany(ctx, claims)
+	if err != nil {
+		return nil, err
+	}
+	out := &queue.WorkerReply{Claims: make([]queue.WireClaimResult, len(results))}
+	for i, r := range results {
+		out.Claims[i] = queue.WireClaimResult{Claimed: r.Claimed, Error: queue.EncodeError(r.Err)}
+		var refused *queue.ClaimRefusedError
+		if errors.As(r.Err, &refused) {
+			s.Logger.Warn("claim refused: outside the job's residency", "job", claims[i].JobID, "pool", pool, "worker", claims[i].WorkerID, "reason", refused.Reason)
+			if err := s.handBack(ctx, claims[i], refused.Reason); err != nil {
+				// The claim stays refused; the reconciler republishes
+				// the job's current placement if its message is gone.
+				s.Logger.Error("re-placing a job whose claim was refused", "job", claims[i].JobID, "err", err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// handBack counts a refused claim and re-places the job inside its
+// residency under a new placement version, so that it runs where it may.
+func (s *WorkerService) handBack(ctx context.Context, c queue.ClaimRequest, reason string) error {
+	refused, err := s.Store.RefuseClaim(ctx, c.JobID, c.PlacementVersion, reason)
+	if err != nil || !refused || s.Placer == nil || s.JS == nil {
+		return err
+	}
+	job, err := s.Store.Job(ctx, c.JobID)
+	if err != nil {
+		return err
+	}
+	current, err := s.Store.LatestPlacement(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	attempts, err := s.Store.Attempts(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	next, err := s.Placer.Place(ctx, job, &Prior{Placement: *current, Attempts: attempts})
+	var rej *queue.RejectionError
+	if errors.As(err, &rej) {
+		s.Logger.Info("no other placement for a job whose claim was refused; it stays placed", "job", job.ID, "pool", current.Pool, "reason", rej.Reason)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	next.Version = job.PlacementVersion + 1
+	done, err := s.Store.CommitPlacements(ctx, queue.Decided{Placed: []queue.PlacedJob{{JobID: job.ID, Placement: next}}})
+	if err != nil || len(done) == 0 {
+		return err
+	}
+	s.Logger.Info("re-placed a job whose claim was refused", "job", job.ID, "refused_pool", c.Pool, "to", next.Pool, "placement", next.Version)
+	return publishOrders(ctx, s.JS, []queue.RunOrder{orderFor(job.ID, next)}, "")
+}
+
+// checkAttempts refuses a write into an attempt that a worker of another
+// pool claimed: a worker credential is scoped to its pool, and so are the
+// attempts it may write to. An attempt that does not exist is left to the
+// write's own fencing.
+func (s *WorkerService) checkAttempts(ctx context.Context, op, pool string, r *queue.WorkerRequest) error {
+	var refs []queue.AttemptRef
+	switch op {
+	case queue.WorkerOpClaim, queue.WorkerOpJob, queue.WorkerOpNode, queue.WorkerOpCanary:
+		return nil
+	case queue.WorkerOpComplete:
+		for _, c := range r.Completions {
+			refs = append(refs, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+		}
+	default:
+		refs = []queue.AttemptRef{{JobID: r.JobID, Attempt: r.Attempt}}
+	}
+	if len(refs) == 0 || len(refs) > queue.MaxWorkerBatch {
+		return nil // the operation refuses it, naming the field
+	}
+	pools, err := s.Store.AttemptPools(ctx, refs)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if p, ok := pools[ref]; ok && p != pool {
+			return badf("attempt: attempt %d of job %s was claimed by pool %s, not %s", ref.Attempt, ref.JobID, p, pool)
+		}
+	}
+	return nil
+}
+
+// checkArchive refuses a checkpoint or output record that does not name the
+// region of the worker's pool, or whose pool lies outside the job's
+// residency.
+func (s *WorkerService) checkArchive(ctx context.Context, pool string, id uuid.UUID, field string, a *queue.ArchiveRecord) error {
+	loc, ok, err := s.Pools.PoolLocation(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return badf("%s.region: pool %s is not in the control plane's pool registry", field, pool)
+	}
+	if a.Region != loc.Region {
+		return badf("%s.region: %q is not pool %s's region %q", field, a.Region, pool, loc.Region)
+	}
+	p, err := s.Store.LatestPlacement(ctx, id)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil // unplaced jobs are bound to no residency the store knows
+	}
+	if err != nil {
+		return err
+	}
+	if len(p.Countries) > 0 && !slices.Contains(p.Countries, loc.Country) {
+		return badf("%s.region: region %s (country %s) lies outside residency %s", field, loc.Region, loc.Country, p.Residency)
+	}
+	return nil
+}
+
+// repeated tells a write that was fenced out from one repeated after its
+// reply was lost: the attempt already ended with the outcome asked for.
+func (s *WorkerService) repeated(ctx context.Context, err error, id uuid.UUID, attempt int, outcome string) error {
+	if !errors.Is(err, queue.ErrFenced) {
+		return err
+	}
+	attempts, aerr := s.Store.Attempts(ctx, id)
+	if aerr != nil {
+		return err
+	}
+	for _, a := range attempts {
+		if a.Attempt == attempt && a.EndedAt != nil && a.Outcome == outcome {
+			return nil
+		}
+	}
+	return err
+}
+
+// complete records a batch of completions: those without outputs join the
+// service-wide batch, those with outputs are recorded one by one.
+func (s *WorkerService) complete(ctx context.Context, pool string, cs []queue.Completion) ([]bool, error) {
+	if len(cs) == 0 || len(cs) > queue.MaxWorkerBatch {
+		return nil, badf("completions: must hold 1–%d completions, got %d", queue.MaxWorkerBatch, len(cs))
+	}
+	for i, c := range cs {
+		if c.Outputs != nil {
+			if err := s.checkArchive(ctx, pool, c.JobID, fmt.Sprintf("completions[%d].outputs", i), c.Outputs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	recorded := make([]bool, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.Outputs == nil {
+				recorded[i], errs[i] = s.successes.call(ctx, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+				return
+			}
+			err := s.Store.Succeed(ctx, c.JobID, c.Attempt, c.Outputs)
+			if errors.Is(err, queue.ErrFenced) {
+				return
+			}
+			recorded[i], errs[i] = err == nil, err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	// A completion repeated after its reply was lost finds the job already
+	// succeeded under its own attempt: that is its answer, not a fence.
+	for i, c := range cs {
+		if recorded[i] {
+			continue
+		}
+		if j, err := s.Store.Job(ctx, c.JobID); err == nil && j.State == queue.StateSucceeded && j.Attempt == c.Attempt {
+			recorded[i] = true
+		}
+	}
+	return recorded, nil
+}

@@ -1,0 +1,284 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
+)
+
+// staticPools is a pool registry of fixed locations.
+type staticPools map[string]control.PoolLocation
+
+func (p staticPools) PoolLocation(_ context.Context, pool string) (control.PoolLocation, bool, error) {
+	loc, ok := p[pool]
+	return loc, ok, nil
+}
+
+// workerService serves the worker service on a fresh NATS and database.
+func workerService(t *testing.T) (*queuetest.NATS, *store.Store, micro.Service) {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pools := staticPools{"p": {Region: "r", Country: "DE"}, "us": {Region: "us-1", Country: "US"}}
+	svc, err := (&control.WorkerService{NATS: n.NC, Store: s, Pools: pools}).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, s, svc
+}
+
+func ask(t *testing.T, n *queuetest.NATS, subject string, req any) *queue.WorkerReply {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := n.NC.Request(subject, body, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	var reply queue.WorkerReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		t.Fatal(err)
+	}
+	return &reply
+}
+
+func TestWorkerServiceClaimsLeasesAndCompletesFencedByAttempt(t *testing.T) {
+	t.Parallel()
+	n, s, svc := workerService(t)
+	id := placedJob(t, s)
+	claim := queue.WorkerRequest{Pool: "p", WorkerID: "w1", Claims: []queue.ClaimRequest{{
+		JobID: id, PlacementVersion: 1, Lease: 30 * time.Second, WorkerID: "w1", Host: "h", PID: 1, Pool: "p"}}}
+	r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), claim)
+	if r.Error != nil || len(r.Claims) != 1 || r.Claims[0].Claimed == nil || r.Claims[0].Claimed.Job.Attempt != 1 {
+		t.Fatalf("claim: %+v", r)
+	}
+	// A second claim finds the job running under a live lease.
+	r = ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), claim)
+	if e := r.Claims[0].Error; e == nil || e.Kind != queue.WireNotClaimable || e.LeaseLeft <= 0 {
+		t.Fatalf("second claim: %+v", r.Claims[0])
+	}
+	hb := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Lease: 30 * time.Second}
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpHeartbeat), hb); r.Error != nil {
+		t.Fatalf("heartbeat: %+v", r.Error)
+	}
+	hb.Attempt = 2
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpHeartbeat), hb); r.Error == nil || r.Error.Kind != queue.WireFenced {
+		t.Fatalf("heartbeat of an attempt that does not own the job: want fenced, got %+v", r.Error)
+	}
+	done := queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 1}}}
+	r = ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), done)
+	if r.Error != nil || len(r.Recorded) != 1 || !r.Recorded[0] {
+		t.Fatalf("complete: %+v", r)
+	}
+	j, err := s.Job(context.Background(), id)
+	if err != nil || j.State != queue.StateSucceeded {
+		t.Fatalf("job after completion: %+v, %v", j, err)
+	}
+	if st := svc.Stats(); len(st.Endpoints) != len(queue.WorkerOps) {
+		t.Fatalf("want %d endpoints, got %d", len(queue.WorkerOps), len(st.Endpoints))
+	}
+}
+
+func TestWorkerServiceRefusesARequestForAnotherPoolNamingTheField(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	id := placedJob(t, s)
+	for _, c := range []struct {
+		subject string
+		req     queue.WorkerRequest
+		want    string
+	}{
+		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "other", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "p"}}}, "pool:"},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "other"}}}, "claims[0].pool:"},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p"}, "claims: must hold"},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpHeartbeat), queue.WorkerRequest{Pool: "p", Attempt: 1}, "job_id: required"},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1}, "archive: required"},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpCanary), queue.WorkerRequest{Pool: "p", Canary: &queue.CanaryRecord{NodeID: "n", Pool: "q"}}, "canary.pool:"},
+	} {
+		r := ask(t, n, c.subject, c.req)
+		if r.Error == nil || r.Error.Kind != queue.WireBadRequest || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("%s %+v: want a bad request naming %q, got %+v", c.subject, c.req, c.want, r.Error)
+		}
+	}
+	j, err := s.Job(context.Background(), id)
+	if err != nil || j.State != queue.StatePlaced || j.Attempt != 0 {
+		t.Fatalf("a refused request changed the job: %+v, %v", j, err)
+	}
+}
+
+func claimOf(id uuid.UUID, pool string) queue.ClaimRequest {
+	return queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: 30 * time.Second, WorkerID: "w1", Host: "h", PID: 1, Pool: pool, ClaimID: uuid.New()}
+}
+
+func TestWorkerServiceAnswersARepeatedRequestAsTheFirstWithoutApplyingItTwice(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	id := placedJob(t, s)
+	claim := queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}
+	for i := range 2 {
+		r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), claim)
+		if r.Error != nil || r.Claims[0].Claimed == nil || r.Claims[0].Claimed.Job.Attempt != 1 {
+			t.Fatalf("claim %d: %+v %+v", i+1, r.Error, r.Claims)
+		}
+	}
+	// Another claim request (a redelivered message) finds the job running.
+	other := queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), other); r.Claims[0].Error == nil || r.Claims[0].Error.Kind != queue.WireNotClaimable {
+		t.Fatalf("another claim: %+v", r.Claims[0])
+	}
+	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: "jobs/a1-1"}}
+	for i := range 2 {
+		if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), cp); r.Error != nil || r.Seq != 1 {
+			t.Fatalf("checkpoint %d: seq %d, %+v", i+1, r.Seq, r.Error)
+		}
+	}
+	done := queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 1}}}
+	for i := range 2 {
+		if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), done); r.Error != nil || !r.Recorded[0] {
+			t.Fatalf("completion %d: %+v", i+1, r)
+		}
+	}
+	attempts, err := s.Attempts(ctx, id)
+	if err != nil || len(attempts) != 1 {
+		t.Fatalf("want one attempt, got %v, %v", attempts, err)
+	}
+	cps, err := s.Checkpoints(ctx, id)
+	if err != nil || len(cps) != 1 {
+		t.Fatalf("want one checkpoint, got %v, %v", cps, err)
+	}
+	var succeeded int
+	s.DB.QueryRow(`SELECT count(*) FROM job_events WHERE job_id = $1 AND state = 'succeeded'`, id).Scan(&succeeded) //nolint:errcheck // zero on error
+	if succeeded != 1 {
+		t.Fatalf("want one success event, got %d", succeeded)
+	}
+	// A completion by an attempt that never owned the job stays fenced.
+	late := queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 2}}}
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), late); r.Error != nil || r.Recorded[0] {
+		t.Fatalf("a stale completion: %+v", r)
+	}
+}
+
+func TestWorkerServiceRefusesAClaimOutsideResidencyAndNeverEndsTheJob(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	id := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "command: [/bin/true]\nplacement: {residency: EU}")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r", Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The US pool's worker asks for the EU job, naming the EU pool's
+	// country in nothing it sends: the service knows where "us" lies.
+	r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "us", Claims: []queue.ClaimRequest{claimOf(id, "us")}})
+	if e := r.Claims[0].Error; e == nil || e.Kind != queue.WireRefused || !strings.Contains(e.Message, "outside residency EU") {
+		t.Fatalf("claim from the US pool: %+v", r.Claims[0])
+	}
+	j, err := s.Job(ctx, id)
+	if err != nil || j.State != queue.StatePlaced || j.Attempt != 0 {
+		t.Fatalf("a refused claim must leave the job waiting: %+v, %v", j, err)
+	}
+	var refusals int
+	s.DB.QueryRow(`SELECT claim_refusals FROM jobs WHERE id = $1`, id).Scan(&refusals) //nolint:errcheck // zero on error
+	if refusals != 1 {
+		t.Fatalf("want the refusal counted once, got %d", refusals)
+	}
+	// The EU pool's own worker claims it; a checkpoint naming another
+	// region than its pool's is refused, naming the field.
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}); r.Claims[0].Claimed == nil {
+		t.Fatalf("claim from the EU pool: %+v", r.Claims[0].Error)
+	}
+	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "us-1", StoreURI: "jobs/x"}}
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, `archive.region: "us-1" is not pool p's region "r"`) {
+		t.Fatalf("a checkpoint in another region: %+v", r.Error)
+	}
+	// The US worker cannot record into the EU job's attempt either, nor
+	// store a checkpoint in its region for the job under any attempt.
+	cp.Pool, cp.Archive.Region = "us", "us-1"
+	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "was claimed by pool p") {
+		t.Fatalf("a checkpoint from the US pool: %+v", r.Error)
+	}
+	cp.Attempt = 2
+	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "archive.region: region us-1 (country US) lies outside residency EU") {
+		t.Fatalf("a checkpoint in the US region: %+v", r.Error)
+	}
+	if cps, _ := s.Checkpoints(ctx, id); len(cps) != 0 {
+		t.Fatalf("refused checkpoints were recorded: %v", cps)
+	}
+}
+
+func TestMarkDeadIsFencedByAttempt(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	id := placedJob(t, s)
+	// Attempt 0 (a worker that never claimed it) cannot end a placed job.
+	dead := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 0, Message: "refused"}
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpDead), dead); r.Error == nil || r.Error.Kind != queue.WireFenced {
+		t.Fatalf("dead-marking a placed job: %+v", r.Error)
+	}
+	if j, _ := s.Job(ctx, id); j.State != queue.StatePlaced {
+		t.Fatalf("want placed, got %s", j.State)
+	}
+	ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}})
+	dead.Attempt = 1
+	for i := range 2 {
+		if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpDead), dead); r.Error != nil {
+			t.Fatalf("dead-marking under the running attempt (%d): %+v", i+1, r.Error)
+		}
+	}
+	if j, _ := s.Job(ctx, id); j.State != queue.StateDead {
+		t.Fatalf("want dead, got %s", j.State)
+	}
+}
+
+func TestWorkerServiceKeepsAWorkerOutOfAnotherPoolsAttempts(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	id := placedJob(t, s)
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}); r.Claims[0].Claimed == nil {
+		t.Fatalf("claim: %+v", r.Claims[0].Error)
+	}
+	// A worker of pool "us" that learnt the job's id and attempt.
+	for _, c := range []struct {
+		op  string
+		req queue.WorkerRequest
+	}{
+		{queue.WorkerOpHeartbeat, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Lease: time.Hour}},
+		{queue.WorkerOpComplete, queue.WorkerRequest{Pool: "us", Completions: []queue.Completion{{JobID: id, Attempt: 1}}}},
+		{queue.WorkerOpFail, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Outcome: queue.OutcomeFailed, Message: "x"}},
+		{queue.WorkerOpHandback, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Outcome: queue.OutcomePreempted, Message: "x"}},
+		{queue.WorkerOpDead, queue.WorkerRequest{Pool: "us", JobID: id, Attempt: 1, Message: "x"}},
+	} {
+		r := ask(t, n, queue.WorkerServiceSubject("us", c.op), c.req)
+		if r.Error == nil || r.Error.Kind != queue.WireBadRequest || !strings.Contains(r.Error.Message, "was claimed by pool p, not us") {
+			t.Errorf("%s from another pool: want refused naming the attempt, got %+v", c.op, r.Error)
+		}
+	}
+	j, err := s.Job(ctx, id)
+	if err != nil || j.State != queue.StateRunning || j.Attempt != 1 {
+		t.Fatalf("another pool's worker changed the job: %+v, %v", j, err)
+	}
+	// The claiming pool's own worker still completes it.
+	r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 1}}})
+	if r.Error != nil || !r.Recorded[0] {
+		t.Fatalf("completion by the claiming pool: %+v", r)
+	}
+}

@@ -1,0 +1,256 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// refused publishes subject from nc and asserts that the server answered
+// with a permissions violation naming it.
+func refused(t *testing.T, nc *nats.Conn, errs chan error, subject string) {
+	t.Helper()
+	if err := nc.Publish(subject, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush() //nolint:errcheck // the violation arrives asynchronously
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), subject) {
+			t.Fatalf("publishing %s: got %v, want a permissions violation for it", subject, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("publishing %s: the server did not refuse it", subject)
+	}
+}
+
+func setup(t *testing.T) *queuetest.NATS {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	ctx := context.Background()
+	for _, pool := range []string{"pool-a", "pool-b"} {
+		if _, err := queue.EnsurePoolConsumer(ctx, n.JS, pool, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func TestWorkerCredentialCannotSubmitPublishOrdersOrCancel(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	errs := make(chan error, 4)
+	w := queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), errs)
+	job := uuid.NewString()
+	for _, subject := range []string{
+		queue.SubmitSubject("default"),
+		queue.RunSubject("pool-a", job), // not even for its own pool
+		queue.RunSubject("pool-b", job),
+		queue.CancelSubject(job),
+		queue.EventSubject(job),
+		"$JS.API.STREAM.DELETE." + queue.StreamSubmit,
+		"$JS.API.STREAM.PURGE." + queue.StreamRun,
+		"gpuq.svc.worker.pool-b.claim", // another pool's worker service
+	} {
+		refused(t, w, errs, subject)
+	}
+	if got := queuetest.StreamMessages(t, n.JS, queue.StreamSubmit); got != 0 {
+		t.Fatalf("GPUQ_SUBMIT holds %d messages after a worker's publish", got)
+	}
+	if got := queuetest.RunMessages(t, n.JS); len(got) != 0 {
+		t.Fatalf("GPUQ_RUN holds %v after a worker's publish", got)
+	}
+}
+
+func TestWorkerCredentialReadsOnlyItsOwnPool(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, pool := range []string{"pool-a", "pool-b"} {
+		if _, err := n.JS.Publish(ctx, queue.RunSubject(pool, uuid.NewString()), []byte(pool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := jetstream.New(queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Its own pool: the consumer is found (and may be re-created with its
+	// own filter), pulled from and acknowledged.
+	cons, err := queue.EnsurePoolConsumer(ctx, js, "pool-a", 30*time.Second)
+	if err != nil {
+		t.Fatalf("a worker of pool-a ensuring its consumer: %v", err)
+	}
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range msgs.Messages() {
+		if string(m.Data()) != "pool-a" {
+			t.Fatalf("worker of pool-a got %q", m.Data())
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("acknowledging its own pool's message: %v", err)
+		}
+		got++
+	}
+	if got != 1 {
+		t.Fatalf("worker of pool-a pulled %d messages from its pool, want 1 (%v)", got, msgs.Error())
+	}
+
+	// Another pool's consumer: neither looked up, created nor pulled.
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := js.Consumer(short, queue.StreamRun, queue.PoolConsumer("pool-b")); err == nil {
+		t.Fatal("a worker of pool-a looked up pool-b's consumer")
+	}
+	if _, err := queue.EnsurePoolConsumer(short, js, "pool-b", 30*time.Second); err == nil {
+		t.Fatal("a worker of pool-a created pool-b's consumer")
+	}
+	// Nor a consumer of its own name that reads every pool.
+	if _, err := js.CreateOrUpdateConsumer(short, queue.StreamRun, jetstream.ConsumerConfig{
+		Durable: queue.PoolConsumer("pool-a"), FilterSubject: "gpuq.run.>", AckPolicy: jetstream.AckExplicitPolicy}); err == nil {
+		t.Fatal("a worker of pool-a widened its consumer to every pool")
+	}
+	nc := queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), nil)
+	reply, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT."+queue.StreamRun+"."+queue.PoolConsumer("pool-b"), []byte(`{"batch":1,"expires":500000000}`), time.Second)
+	if err == nil {
+		t.Fatalf("a worker of pool-a pulled from pool-b: %q", reply.Data)
+	}
+	var left uint64
+	for subject, count := range queuetest.RunMessages(t, n.JS) {
+		if !strings.HasPrefix(subject, "gpuq.run.pool-b.") {
+			t.Fatalf("GPUQ_RUN still holds %s", subject)
+		}
+		left += count
+	}
+	if left != 1 {
+		t.Fatalf("pool-b's run order was consumed: %d left", left)
+	}
+}
+
+func TestWorkerCredentialUsesOnlyItsRegionsArchiveBucket(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("eu-1")})
+	if err != nil {
+		t.Fatalf("creating its region's bucket: %v", err)
+	}
+	body := bytes.Repeat([]byte("checkpoint "), 100_000) // several chunks
+	for range 2 {                                        // the second put replaces the first and purges its chunks
+		if _, err := own.Put(ctx, jetstream.ObjectMeta{Name: "job/1.tar.zst"}, bytes.NewReader(body)); err != nil {
+			t.Fatalf("putting into its region's bucket: %v", err)
+		}
+	}
+	got, err := own.GetBytes(ctx, "job/1.tar.zst")
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("reading back from its region's bucket: %d bytes, %v", len(got), err)
+	}
+	if err := own.Delete(ctx, "job/1.tar.zst"); err != nil {
+		t.Fatalf("deleting from its region's bucket: %v", err)
+	}
+
+	other, err := n.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("us-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.PutBytes(ctx, "job/2.tar.zst", []byte("us data")); err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := js.ObjectStore(short, queue.ArchiveBucket("us-1")); err == nil {
+		t.Fatal("a worker in eu-1 opened us-1's bucket")
+	}
+	if _, err := js.CreateOrUpdateObjectStore(short, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("us-1")}); err == nil {
+		t.Fatal("a worker in eu-1 reconfigured us-1's bucket")
+	}
+	if err := js.DeleteObjectStore(short, queue.ArchiveBucket("eu-1")); err == nil {
+		t.Fatal("a worker deleted its region's bucket")
+	}
+}
+
+func TestSubmitterCredentialSubmitsOnlyToItsProjects(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 4)
+	nc := queuetest.Connect(t, n.SubmitterURL(t, "teama"), errs)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := queue.ParseSpec([]byte("project: teama\nname: ok\ncommand: [\"true\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.Submit(ctx, js, spec); err != nil {
+		t.Fatalf("a submitter of teama submitting to teama: %v", err)
+	}
+	job := uuid.NewString()
+	for _, subject := range []string{
+		queue.SubmitSubject("teamb"),
+		queue.RunSubject("pool-a", job),
+		queue.CancelSubject(job),
+		queue.EventSubject(job),
+		"gpuq.svc.worker.pool-a.complete",
+		"gpuq.svc.client.teamb.cancel",
+		"$JS.API.STREAM.PURGE." + queue.StreamSubmit,
+	} {
+		refused(t, nc, errs, subject)
+	}
+	if _, err := nc.Subscribe("gpuq.events.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush() //nolint:errcheck // the violation arrives asynchronously
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("subscribing to every job's events: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a submitter subscribed to every job's events")
+	}
+	if got := queuetest.StreamMessages(t, n.JS, queue.StreamSubmit); got != 1 {
+		t.Fatalf("GPUQ_SUBMIT holds %d messages, want the one allowed submission", got)
+	}
+	if got := queuetest.RunMessages(t, n.JS); len(got) != 0 {
+		t.Fatalf("GPUQ_RUN holds %v after a submitter's publish", got)
+	}
+}
+
+func TestIssuedCredentialsAreCheckedByTheServer(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	for name, url := range map[string]string{
+		"no credential":       n.Server.URL(),
+		"forged password":     strings.Replace(n.WorkerURL(t, "pool-a", "eu-1"), "@", "x@", 1),
+		"renamed role":        strings.Replace(n.WorkerURL(t, "pool-a", "eu-1"), "worker.pool-a", "worker.pool-b", 1),
+		"control from worker": strings.Replace(n.WorkerURL(t, "pool-a", "eu-1"), "worker.pool-a.eu-1", "control", 1),
+	} {
+		if nc, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package workers_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+)
+
+// startWorkerWithEnv launches `gpuq worker` for the test pool as gpuq dev
+// does (a pool credential in its environment), with env added to its
+// environment as a supervisor or a careless operator would; it returns the
+// credential.
+func (c *cluster) startWorkerWithEnv(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "worker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := c.n.Server.Issuer.IssueWorker(testPool.Pool, testPool.Region, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, adapters.EnvNATSCredential+"="+cred.String())
+	l := &local.Launcher{Executable: gpuqBin, Args: args, Env: env, Output: logFile}
+	inst, err := l.Launch(context.Background(), testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		inst.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited
+		inst.Wait()                  //nolint:errcheck // killed
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("worker %s output:\n%s", inst.ID(), out)
+		}
+	})
+	return cred.String()
+}
+
+func TestJobSeesACleanEnvironmentWithoutTheWorkersCredentials(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	const secret = "worker-only-s3cret-value"
+	// The database and NATS URLs come from the worker's environment, the
+	// database one there by mistake; HF_HOME is passed on by name.
+	cred := c.startWorkerWithEnv(t, []string{
+		"GPUQ_DATABASE_URL=" + c.dbURL, "GPUQ_NATS_URL=" + c.n.Server.URL(), "GPUQ_SLOTS=1",
+		"AWS_SECRET_ACCESS_KEY=" + secret, "HF_HOME=/models/hf", "CUDA_VISIBLE_DEVICES=3",
+	}, "--ack-wait", "5s", "--grace", "2s", "--worker-id", "envcheck-worker-77", "--pass-env", "HF_HOME")
+	id := c.submit(t, `name: env
+env: {MODEL: small}
+command: [/bin/sh, -c, 'echo x > "$GPUQ_CHECKPOINT_DIR/x" && gpuq checkpoint save > /dev/null && env']
+`)
+	c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	logs := c.logs(t, id)
+	for _, leak := range []string{c.dbURL, c.n.Server.URL(), cred, adapters.EnvNATSCredential, secret, "envcheck-worker-77", "CUDA_VISIBLE_DEVICES", "GPUQ_SLOTS", "GPUQ_DATABASE_URL", "GPUQ_NATS_URL"} {
+		if strings.Contains(logs, leak) {
+			t.Errorf("the job's environment shows %q, which only the worker may hold:\n%s", leak, logs)
+		}
+	}
+	// Names the job may see: the minimal base, what was passed on or asked
+	// for by the spec, the job variables, and what sh itself sets.
+	allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "HF_HOME": true, "MODEL": true,
+		"GPUQ_JOB_ID": true, "GPUQ_ATTEMPT": true, "GPUQ_CHECKPOINT_DIR": true, "GPUQ_OUTPUT_DIR": true,
+		"GPUQ_RESUMED": true, "GPUQ_POOL": true, "GPUQ_REGION": true, "GPUQ_CONTROL_SOCKET": true,
+		"PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
+	seen := map[string]string{}
+	for _, line := range strings.Split(logs, "\n") {
+		name, value, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		if !allowed[name] {
+			t.Errorf("the job's environment has %s, which it was not given", name)
+		}
+		seen[name] = value
+	}
+	if seen["HF_HOME"] != "/models/hf" || seen["MODEL"] != "small" || seen["GPUQ_JOB_ID"] != id.String() || seen["LANG"] == "" {
+		t.Errorf("want HF_HOME passed on, the spec's MODEL and the job variables, got %v", seen)
+	}
+	if !strings.HasPrefix(seen["PATH"], filepath.Dir(gpuqBin)+":") {
+		t.Errorf("the job's PATH must start with the gpuq binary's directory, got %q", seen["PATH"])
+	}
+	if n := len(c.checkpoints(t, id)); n != 1 {
+		t.Fatalf("gpuq checkpoint save must work through the control socket: want 1 checkpoint, got %d", n)
+	}
+}
+
+func TestWorkerRefusesToPassItsOwnSettingsToJobs(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	out := runCLI(t, 1, "worker", "--pool", testPool.Pool, "--nats-url", c.n.URL, "--no-canary", "--pass-env", "HF_HOME,GPUQ_DATABASE_URL")
+	if !strings.Contains(out, "worker.pass-env: GPUQ_DATABASE_URL") {
+		t.Fatalf("want an error naming worker.pass-env and the variable, got %q", out)
+	}
+}
