@@ -360,6 +360,79 @@ func TestInstanceWhoseWorkerNeverBootsIsTerminatedAndItsJobsGoElsewhere(t *testi
 	}
 }
 
+// A job that waits longer than its pool's placement timeout with no ready
+// worker there (its machine still booting, well inside the boot timeout) is
+// re-placed on its plan B, with the reason in its audit trail.
+func TestJobWaitingPastThePlacementTimeoutOnAPoolWithNoSupplyIsReplaced(t *testing.T) {
+	t.Parallel()
+	slow, fast := simPool("slow", "DE", "on-demand", "0.10"), simPool("fast", "DE", "on-demand", "0.30")
+	slow.BootDelay, fast.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{slow, fast}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: time.Hour, PlacementTimeout: 2 * time.Second, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "fast" {
+		t.Fatalf("job ran on %s, want fast", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "slow", "fast", "no ready worker") {
+		t.Fatalf("audit trail says %q, want the move off slow for the wait with no ready worker", note)
+	}
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["slow"], "no ready worker") {
+		t.Fatalf("slow not left alone after the placement timeout: %v", got)
+	}
+}
+
+// An instance whose canary quarantines its node is terminated, its pool is
+// left alone for its back-off, and its waiting job goes to its plan B. The
+// simulated machines have no GPU, so the canary's report is recorded as the
+// worker service records a failing canary's.
+func TestQuarantinedInstanceIsTerminatedAndCountedAgainstItsPool(t *testing.T) {
+	t.Parallel()
+	bad, good := simPool("bad", "DE", "on-demand", "0.10"), simPool("good", "DE", "on-demand", "0.30")
+	bad.BootDelay, good.BootDelay = 24*time.Hour, time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{bad, good}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: time.Hour, PlacementTimeout: time.Hour, Backoff: time.Minute}}, false)
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	var launched *queue.Instance
+	queuetest.Eventually(t, 30*time.Second, "an instance of bad to launch", func() bool {
+		ins, err := c.s.Instances(context.Background(), "bad", queue.InstancePending)
+		if err == nil && len(ins) == 1 {
+			launched = ins[0]
+		}
+		return launched != nil
+	})
+	if _, _, err := c.s.RecordCanary(context.Background(), queue.CanaryRecord{NodeID: launched.ID, Pool: "bad", Host: "h",
+		Summary: "ecc: 3 uncorrectable errors", Quarantine: true, Reason: "uncorrectable ECC errors"}); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "good" {
+		t.Fatalf("job ran on %s, want good", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "bad", "good", "quarantined") {
+		t.Fatalf("audit trail says %q, want the move off bad for the quarantine", note)
+	}
+	queuetest.Eventually(t, 10*time.Second, "bad's instance to end", func() bool {
+		in, err := c.s.Instance(context.Background(), launched.ID)
+		return err == nil && !in.State.Live()
+	})
+	if in, _ := c.s.Instance(context.Background(), launched.ID); !containsAll(in.Reason, "quarantined", "ECC") {
+		t.Fatalf("bad's instance ended %s with %q, want the quarantine", in.State, in.Reason)
+	}
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["bad"], "quarantined") {
+		t.Fatalf("bad not counted against after the quarantine: %v", got)
+	}
+	if got := c.cloud.Created(); got != 2 {
+		t.Fatalf("the cloud rented %d machines, want 2 (bad's, then good's)", got)
+	}
+}
+
 // crashingLauncher rents the machine and then never records it, as a
 // server killed between the provider's answer and its record.
 type crashingLauncher struct {

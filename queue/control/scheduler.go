@@ -80,7 +80,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	msgs := make(chan jetstream.Msg, cfg.BatchSize)
-	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(cfg.BatchSize))
+	// A consumer deleted under the scheduler is not re-created here: Run
+	// ends with the error, so that its server exits and its supervisor
+	// restarts it, which creates the consumer again.
+	lost := make(chan error, 1)
+	onErr := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			select {
+			case lost <- err:
+			default:
+			}
+		}
+	})
+	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m }, jetstream.PullMaxMessages(cfg.BatchSize), onErr)
 	if err != nil {
 		return fmt.Errorf("scheduler: consuming submissions: %w", err)
 	}
@@ -90,6 +102,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-lost:
+			return fmt.Errorf("scheduler: consuming submissions: %w", err)
 		case m := <-msgs:
 			batch = append(batch, m)
 		}

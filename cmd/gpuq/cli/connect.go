@@ -178,6 +178,10 @@ type clients struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *store.Store
+	// died reports a control plane loop (scheduler, reconciler,
+	// replacer, autoscaler) that ended while it should run; nil outside
+	// startControlPlane.
+	died chan error
 }
 
 func (c *clients) Close() {

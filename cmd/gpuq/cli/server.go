@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -92,7 +93,11 @@ func newServerCmd() *cobra.Command {
 			if _, err := startHTTP(ctx, v, c, false, logger); err != nil {
 				return err
 			}
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case err := <-c.died:
+				return err
+			}
 			logger.Info("server stopping")
 			return nil
 		},
@@ -160,16 +165,31 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	// A loop that ends while the server should run is fatal: the server
+	// exits non-zero so that its supervisor restarts it, rather than run on
+	// with no scheduler or replacer.
+	c.died = make(chan error, 1)
+	loopEnded := func(what string, err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("ended")
+		}
+		logger.Error(what+" stopped", "err", err)
+		select {
+		case c.died <- fmt.Errorf("%s stopped: %w", what, err):
+		default:
+		}
+	}
 	go func() {
 		for range 3 {
-			if err := <-errc; err != nil {
-				logger.Error("control plane stopped", "err", err)
-			}
+			loopEnded("control plane loop", <-errc)
 		}
+	}()
+	go func() {
 		for range loops {
-			if err := <-capacity; err != nil {
-				logger.Error("autoscaler stopped", "err", err)
-			}
+			loopEnded("autoscaler", <-capacity)
 		}
 	}()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))

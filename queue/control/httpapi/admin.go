@@ -56,6 +56,11 @@ type nodesInput struct {
 	Pool string `query:"pool" maxLength:"64" doc:"only nodes of this pool"`
 }
 
+type instancesInput struct {
+	Pool  string `query:"pool" maxLength:"64" doc:"only instances of this pool"`
+	State string `query:"state" enum:"requested,pending,ready,draining,terminated,preempted,failed" doc:"only instances in this state"`
+}
+
 type tokenIDInput struct {
 	ID uuid.UUID `path:"id" doc:"token id"`
 }
@@ -71,6 +76,11 @@ func (s *Server) registerAdmin(api huma.API) {
 		Summary:  "List worker nodes with their canary record (admin)",
 		Metadata: map[string]any{metaRole: queue.RoleAdmin},
 	}, s.nodes)
+	register(api, huma.Operation{
+		OperationID: "list-instances", Method: http.MethodGet, Path: "/v1/instances", Tags: []string{"admin"},
+		Summary:  "List the machines the autoscaler rented, as gpuq instances -o json does (admin)",
+		Metadata: map[string]any{metaRole: queue.RoleAdmin},
+	}, s.instances)
 	register(api, huma.Operation{
 		OperationID: "create-token", Errors: []int{422}, Method: http.MethodPost, Path: "/v1/tokens", Tags: []string{"admin"},
 		Summary:       "Create a token for some of this token's projects (admin); its secret is shown once",
@@ -120,6 +130,17 @@ func (s *Server) spend(ctx context.Context, in *spendInput) (*struct{ Body *Spen
 	}
 	sort.Slice(out.Amounts, func(i, j int) bool { return out.Amounts[i].Currency < out.Amounts[j].Currency })
 	return &struct{ Body *Spend }{Body: out}, nil
+}
+
+func (s *Server) instances(ctx context.Context, in *instancesInput) (*struct{ Body []*queue.Instance }, error) {
+	list, err := s.cfg.Store.Instances(ctx, in.Pool, queue.InstanceState(in.State))
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "listing instances", err)
+	}
+	if list == nil {
+		list = []*queue.Instance{}
+	}
+	return &struct{ Body []*queue.Instance }{Body: list}, nil
 }
 
 func (s *Server) nodes(ctx context.Context, in *nodesInput) (*struct{ Body []*queue.Node }, error) {

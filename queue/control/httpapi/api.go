@@ -32,6 +32,7 @@ type Store interface {
 	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
 	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
+	Instances(ctx context.Context, pool string, state queue.InstanceState) ([]*queue.Instance, error)
 	DecisionReplay(ctx context.Context, id uuid.UUID, version int) (*queue.DecisionReplay, error)
 	TokenStore
 }

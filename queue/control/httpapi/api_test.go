@@ -236,6 +236,22 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].ID != "node-1" {
 		t.Fatalf("nodes: %+v", nodes)
 	}
+	if _, err := e.Store.RecordInstance(context.Background(), queue.NewInstance{ID: "gq-1", Provider: "sim", Pool: "de-cpu", ClientToken: "gq-1",
+		Slots: 1, PriceMicros: 100_000, Currency: "EUR", Billing: queue.BillPerSecond}); err != nil {
+		t.Fatal(err)
+	}
+	var instances []queue.Instance
+	call("GET", "/v1/instances", "/v1/instances?pool=de-cpu&state=requested", "", nil, 200).json(t, &instances)
+	if len(instances) != 1 || instances[0].ID != "gq-1" || instances[0].State != queue.InstanceRequested {
+		t.Fatalf("instances: %+v", instances)
+	}
+	call("GET", "/v1/instances", "/v1/instances?state=ready", "", nil, 200).json(t, &instances)
+	if len(instances) != 0 {
+		t.Fatalf("instances in state ready: %+v", instances)
+	}
+	if r := call("GET", "/v1/instances", "/v1/instances?state=gone", "", nil, 422); !strings.Contains(string(r.Body), "query.state") {
+		t.Fatalf("a bad state must be located: %s", r.Body)
+	}
 
 	// Tokens: created (the secret once), listed without it, revoked.
 	var created httpapi.CreatedToken
