@@ -349,6 +349,34 @@ func TestKilledWorkerIsReplacedAndTheJobResumesFromItsLatestCheckpoint(t *testin
 	if attempts[0].Outcome != queue.OutcomeLost || attempts[1].Outcome != queue.OutcomeSucceeded {
 		t.Fatalf("want attempt 1 lost and attempt 2 succeeded, got %q and %q", attempts[0].Outcome, attempts[1].Outcome)
 	}
+	// The loss is on the job's trail, under attempt 1, before attempt 2
+	// starts running.
+	rows, err := c.store.DB.Query(`SELECT attempt, message FROM job_events WHERE job_id = $1 ORDER BY id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	for rows.Next() {
+		var at int
+		var m string
+		if err := rows.Scan(&at, &m); err != nil {
+			t.Fatal(err)
+		}
+		trail = append(trail, fmt.Sprintf("%d %s", at, m))
+	}
+	rows.Close()
+	lostAt, runningAt := -1, -1
+	for i, e := range trail {
+		if strings.HasPrefix(e, "1 lost: worker ") && strings.Contains(e, fmt.Sprintf("(pid %d)", a.PID())) {
+			lostAt = i
+		}
+		if strings.HasPrefix(e, "2 running on ") {
+			runningAt = i
+		}
+	}
+	if lostAt < 0 || runningAt < lostAt {
+		t.Fatalf("want a lost event naming attempt 1's worker before attempt 2 runs, got %q", trail)
+	}
 	recovery := attempts[1].StartedAt.Sub(killed)
 	t.Logf("recovery after SIGKILL: %s (AckWait %s)", recovery, ackWait)
 	if recovery > ackWait+10*time.Second {

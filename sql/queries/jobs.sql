@@ -91,6 +91,16 @@ WITH u AS (
     SET ended_at = now(), outcome = 'lost'
     FROM c
     WHERE attempts.job_id = c.id AND attempts.attempt < c.attempt AND attempts.ended_at IS NULL
+    RETURNING attempts.job_id, attempts.attempt, attempts.worker_id, attempts.host, attempts.pid, attempts.heartbeat_at
+), lostev AS (
+    -- The loss is on the job's trail under the lost attempt, before the
+    -- new attempt's "running" event (which reads this CTE to come after).
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT lost.job_id, 'running', lost.attempt,
+           format('lost: worker %s on %s (pid %s) stopped renewing its lease (last heartbeat %s); the job is redelivered',
+                  lost.worker_id, lost.host, lost.pid, COALESCE(to_char(lost.heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC', 'none'))
+    FROM lost
+    RETURNING job_id
 ), a AS (
     -- Each attempt runs at the price of the placement it was claimed under.
     INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
@@ -101,7 +111,7 @@ WITH u AS (
     LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
-    SELECT c.id, 'running', c.attempt, @message FROM c
+    SELECT c.id, 'running', c.attempt, @message FROM c, (SELECT count(*) FROM lostev) AS after_losses
 )
 UPDATE jobs
 SET attempt = c.attempt,
