@@ -112,6 +112,7 @@ func (l *Launcher) Start(_ context.Context, pool string, args, env []string) (*I
 		out = os.Stderr
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	tieToParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("launching a worker for pool %s: %w", pool, err)
 	}

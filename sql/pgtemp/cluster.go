@@ -3,6 +3,8 @@ package pgtemp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -28,15 +31,27 @@ type Options struct {
 	Port int
 	// Log, when set, receives the server's log lines.
 	Log *os.File
+	// Password makes a new cluster ask every connection for the password
+	// of its postgres user (scram-sha-256), generated at initdb and kept in
+	// dir/password, mode 0600. A cluster made without one stays as it was.
+	Password bool
+	// TakeOver stops a server still running in dir before starting: the
+	// caller owns dir (gpuq dev holds its lock), so such a server was left
+	// by a predecessor that crashed.
+	TakeOver bool
 }
 
 // Cluster is a running private PostgreSQL cluster.
 type Cluster struct {
-	dir   string
-	port  int
-	bin   string
-	runAs *user.User
+	dir      string
+	port     int
+	bin      string
+	runAs    *user.User
+	password string
 }
+
+// passwordFile holds a cluster's generated password.
+const passwordFile = "password"
 
 // BinDir finds the directory that holds initdb and pg_ctl: PATH first, then
 // the newest /usr/lib/postgresql/N/bin.
@@ -97,9 +112,38 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
+	pwPath := filepath.Join(dir, passwordFile)
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		if err := c.run(ctx, "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+		args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
+		if opts.Password {
+			pw := make([]byte, 24)
+			if _, err := rand.Read(pw); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(pwPath, []byte(hex.EncodeToString(pw)+"\n"), 0o600); err != nil {
+				return nil, err
+			}
+			if err := c.chown(pwPath); err != nil {
+				return nil, err
+			}
+			args = []string{"-D", data, "-U", "postgres", "-A", "scram-sha-256", "--pwfile", pwPath, "-E", "UTF8", "--no-locale"}
+		}
+		if err := c.run(ctx, "initdb", args...); err != nil {
 			return nil, fmt.Errorf("initdb %s: %w", data, err)
+		}
+	}
+	if b, err := os.ReadFile(pwPath); err == nil {
+		c.password = strings.TrimSpace(string(b))
+	}
+	if opts.TakeOver {
+		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+			// pg_ctl status fails when no server runs; a stale pid file
+			// is then removed by the start below.
+			if c.run(ctx, "pg_ctl", "-D", data, "status") == nil {
+				if err := c.run(ctx, "pg_ctl", "-D", data, "-m", "fast", "-w", "stop"); err != nil {
+					return nil, fmt.Errorf("stopping the server left running in %s: %w", data, err)
+				}
+			}
 		}
 	}
 	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, dir)
@@ -119,6 +163,9 @@ func (c *Cluster) URL() string { return c.DatabaseURL("postgres") }
 
 // DatabaseURL is the connection string of one database of the cluster.
 func (c *Cluster) DatabaseURL(name string) string {
+	if c.password != "" {
+		return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", c.password, c.port, name)
+	}
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, name)
 }
 

@@ -33,9 +33,11 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	if path == "" {
 		path = os.Getenv("GPUQ_CONFIG")
 	}
-	if path == "" {
+	if path == "" && cmd.Name() != "dev" {
 		// `gpuq dev` leaves its connection settings here, so client
 		// commands run from the same directory find it without flags.
+		// dev itself writes it anew: a stale one names the servers of
+		// its previous run.
 		if _, err := os.Stat(devConfigFile); err == nil {
 			path = devConfigFile
 		}

@@ -314,7 +314,7 @@ func (d *demoRun) run(parent context.Context, dir, dbURL, exe string, logFile *o
 	} else {
 		d.say("starting embedded NATS in %s; PostgreSQL at the given URL", dir)
 	}
-	stack, err := startDevStack(ctx, dir, dbURL, 0, pgtemp.Options{}, logger)
+	stack, err := startDevStack(ctx, dir, dbURL, 0, pgtemp.Options{Password: true}, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ its latest price; --history lists the recorded buckets, recent ones fine and old
 			}
 			s, err := store.Open(cmd.Context(), dbURL)
 			if err != nil {
-				return err
+				return redactErr(err, dbURL)
 			}
 			defer s.Close()
 			var from time.Time

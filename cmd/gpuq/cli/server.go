@@ -61,10 +61,11 @@ func newMigrateCmd() *cobra.Command {
 func migrate(ctx context.Context, url string) ([]string, error) {
 	db, err := sql.Open("postgres", url)
 	if err != nil {
-		return nil, err
+		return nil, redactErr(err, url)
 	}
 	defer db.Close()
-	return migrations.Migrate(ctx, db)
+	applied, err := migrations.Migrate(ctx, db)
+	return applied, redactErr(err, url)
 }
 
 // shutdownContext ends on SIGINT or SIGTERM.
@@ -331,7 +332,16 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			default:
 				return fmt.Errorf("--provider: must be local or sim, got %q", p)
 			}
-			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"), pgtemp.Options{Durable: true}, logger)
+			// dev owns its state directory and the one its config goes
+			// to; what a crashed predecessor left running there is its to
+			// stop.
+			unlock, err := lockDevDirs(v.GetString("data-dir"), filepath.Dir(devConfigFile))
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			stack, err := startDevStack(ctx, v.GetString("data-dir"), v.GetString("database-url"), v.GetInt("nats-port"),
+				pgtemp.Options{Durable: true, Password: true, TakeOver: true}, logger)
 			if err != nil {
 				return err
 			}
@@ -394,11 +404,14 @@ gpuq submit, status, logs… run from the same directory find it.`,
 					return err
 				}
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  export GPUQ_NATS_URL=%s\n  export GPUQ_DATABASE_URL=%s\n", stack.natsURL, stack.dbURL)
+				// Secrets stay in the config file (0600): the terminal
+				// shows where to find them.
+				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  NATS       %s\n  PostgreSQL %s\n", stack.natsURL, redactURL(stack.dbURL))
 				if apiURL != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=%s\n", apiURL, token)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "(also written to %s)\n", devConfigFile)
+				abs, _ := filepath.Abs(devConfigFile)
+				fmt.Fprintf(cmd.OutOrStdout(), "(settings and credentials in %s; elsewhere: export GPUQ_CONFIG=%s)\n", devConfigFile, abs)
 			}
 			<-ctx.Done()
 			return nil

@@ -165,5 +165,6 @@ func openStore(ctx context.Context, v *viper.Viper) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, url)
+	s, err := store.Open(ctx, url)
+	return s, redactErr(err, url)
 }

@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"bufio"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// devRun is one `gpuq dev` process started as a user starts it, in dir.
+type devRun struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	conn struct {
+		NATSURL     string `json:"nats_url"`
+		DatabaseURL string `json:"database_url"`
+	}
+	exited chan struct{}
+}
+
+func startDev(t *testing.T, bin, dir string) *devRun {
+	t.Helper()
+	d := &devRun{cmd: exec.Command(bin, "dev", "-o", "json", "--slots", "1"), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d.cmd.Dir = dir
+	d.cmd.Stderr = d.logs
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.cmd.Wait(); close(d.exited) }() //nolint:errcheck // its status is not the point
+	t.Cleanup(func() {
+		d.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+		select {
+		case <-d.exited:
+		case <-time.After(30 * time.Second):
+			d.cmd.Process.Kill() //nolint:errcheck // stuck
+			<-d.exited
+		}
+		if t.Failed() {
+			t.Logf("gpuq dev (pid %d) output:\n%s", d.cmd.Process.Pid, d.logs.String())
+		}
+	})
+	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&d.conn); err != nil {
+		t.Fatalf("gpuq dev did not report its connection settings: %v\n%s", err, d.logs.String())
+	}
+	go io.Copy(io.Discard, stdout) //nolint:errcheck // drained
+	return d
+}
+
+// children are the processes whose parent is pid.
+func children(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skip("no /proc here")
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so split after it.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Mode().Perm()
+}
+
+// gpuq dev owns its directory: its secrets are in files only its user can
+// read and in no command line, its database asks for a password, a second
+// dev there fails naming the first, and after the first is killed a new one
+// starts there, rewrites its config and runs jobs.
+func TestDevOwnsItsDirectoryAndKeepsItsSecretsOff(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("no /proc here")
+	}
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	first := startDev(t, bin, dir)
+
+	for _, f := range []string{devConfigFile, devTokenFile, ".gpuq/postgres/password", ".gpuq/dev.lock"} {
+		if m := mode(t, filepath.Join(dir, f)); m&0o077 != 0 {
+			t.Errorf("%s has mode %o, want no access for group or others", f, m)
+		}
+	}
+	config, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := ""
+	for _, line := range strings.Split(string(config), "\n") {
+		if v, ok := strings.CutPrefix(line, "nats-credential: "); ok {
+			cred = v
+		}
+	}
+	control, err := queue.ParseNATSCredential(cred)
+	if err != nil || control.User != queue.RoleControl {
+		t.Fatalf("the dev config must hold the control plane's NATS credential, got %q (%v)", cred, err)
+	}
+	if lock, _ := os.ReadFile(filepath.Join(dir, ".gpuq", "dev.lock")); strings.TrimSpace(string(lock)) != strconv.Itoa(first.cmd.Process.Pid) {
+		t.Fatalf("dev.lock holds %q, want dev's pid %d", lock, first.cmd.Process.Pid)
+	}
+
+	// The private cluster asks for the generated password.
+	pw, err := os.ReadFile(filepath.Join(dir, ".gpuq", "postgres", "password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(first.conn.DatabaseURL, strings.TrimSpace(string(pw))) {
+		t.Fatal("dev's database URL does not carry the cluster's password")
+	}
+	db, err := sql.Open("postgres", strings.Replace(first.conn.DatabaseURL, ":"+strings.TrimSpace(string(pw))+"@", "@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(); err == nil || !strings.Contains(err.Error(), "password") {
+		t.Fatalf("connecting to dev's cluster without its password: %v, want refused", err)
+	}
+	db.Close()
+
+	// Workers: nothing secret on their command lines; their credential,
+	// in their environment, is a worker's of their pool.
+	var workers []int
+	queuetest := func() bool {
+		workers = children(t, first.cmd.Process.Pid)
+		return len(workers) >= 2
+	}
+	for deadline := time.Now().Add(20 * time.Second); !queuetest(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev started %d worker processes, want one per default pool", len(workers))
+		}
+	}
+	for _, pid := range workers {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err != nil {
+			continue // not a worker after all, or gone
+		}
+		args := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if !strings.Contains(args, " worker ") {
+			continue
+		}
+		for _, secret := range []string{control.Password, strings.TrimSpace(string(pw)), "database", "postgres://", "credential"} {
+			if strings.Contains(args, secret) {
+				t.Fatalf("worker %d's command line carries %q: %s", pid, secret, args)
+			}
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "GPUQ_NATS_CREDENTIAL="); ok {
+				got = v
+			}
+		}
+		wc, err := queue.ParseNATSCredential(got)
+		if err != nil || !strings.HasPrefix(wc.User, queue.RoleWorker+".local-cpu") {
+			t.Fatalf("worker %d holds NATS credential user %q, want a worker of its pool", pid, wc.User)
+		}
+	}
+
+	// A second dev in the same directory fails, naming the first.
+	second := exec.Command(bin, "dev")
+	second.Dir = dir
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already running") || !strings.Contains(string(out), strconv.Itoa(first.cmd.Process.Pid)) {
+		t.Fatalf("a second gpuq dev in the same directory: %v\n%s", err, out)
+	}
+
+	// The first crashes; the next one takes the directory over.
+	first.cmd.Process.Kill() //nolint:errcheck // the crash
+	<-first.exited
+	next := startDev(t, bin, dir)
+	if next.conn.NATSURL == first.conn.NATSURL {
+		t.Fatalf("the restarted dev reports its predecessor's NATS URL %s", next.conn.NATSURL)
+	}
+	if config2, _ := os.ReadFile(filepath.Join(dir, devConfigFile)); string(config2) == string(config) {
+		t.Fatal("the restarted dev did not rewrite its config")
+	}
+	conf := []string{"--config", filepath.Join(dir, devConfigFile)}
+	id, errOut, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", "name: after-restart\ncommand: [\"true\"]\n")}, conf...)...)
+	if err != nil {
+		t.Fatalf("submit after the restart: %v\n%s", err, errOut)
+	}
+	id = strings.TrimSpace(id)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _, err := runCLI(t, append([]string{"status", id, "-o", "json"}, conf...)...)
+		if err == nil && strings.Contains(out, `"state": "succeeded"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job submitted after the restart did not succeed: %v\n%s", err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
