@@ -22,10 +22,10 @@ import (
 	"github.com/gpuq/gpuq/workers"
 )
 
-// startDev runs `gpuq dev -o json` in a fresh directory, as the README
+// startDevNATS runs `gpuq dev -o json` in a fresh directory, as the README
 // starts it, and returns its NATS URL and the NATS credential it wrote to
 // its config file.
-func startDev(t *testing.T, bin string) (string, string) {
+func startDevNATS(t *testing.T, bin string) (string, string) {
 	t.Helper()
 	// A short path: PostgreSQL's socket lives under it.
 	dir, err := os.MkdirTemp("", "gpuq-dev-")
@@ -95,7 +95,7 @@ func TestJobCommandsReachJobsThroughTheControlPlaneWithoutADatabaseURL(t *testin
 	}
 	t.Parallel()
 	bin := buildGpuq(t)
-	natsURL, cred := startDev(t, bin)
+	natsURL, cred := startDevNATS(t, bin)
 	home := t.TempDir() // no .gpuq/config.yaml here
 	gpuq := func(wantCode int, args ...string) string {
 		t.Helper()
