@@ -36,6 +36,16 @@ test-python: build ## Install clients/python into a fresh virtualenv and run its
 	cd clients/python/tests && GPUQ_BIN=$(CURDIR)/$(BIN) GPUQ_README=$(CURDIR)/README.md GPUQ_TEST_INSTALLED=1 \
 		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
 
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./queue/:FuzzParseSpec ./policy/:FuzzParseMoney ./cmd/gpuq/cli/:FuzzParseRules ./cmd/gpuq/cli/:FuzzParseOffers
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a crash is written to the package's testdata/fuzz, to keep as a test case
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
+
 .PHONY: test/gpu
 test/gpu: build ## Run `gpuq canary -o json` against this machine's NVIDIA driver (CANARY_FLAGS adds expectations)
 	./$(BIN) canary -o json $(CANARY_FLAGS)

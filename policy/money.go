@@ -63,6 +63,9 @@ func parseMicros(s string) (int64, error) {
 	if frac != "" {
 		f, _ = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
 	}
+	if w*microsPerUnit > math.MaxInt64-f {
+		return 0, fmt.Errorf("amount %q is too large", s)
+	}
 	return w*microsPerUnit + f, nil
 }
 

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -88,6 +89,7 @@ func TestMoneyParsesAndFormats(t *testing.T) {
 		{"3 USD", policy.Money{Micros: 3_000_000, Currency: "USD"}, "3.00 USD"},
 		{"0.000123 CHF", policy.Money{Micros: 123, Currency: "CHF"}, "0.000123 CHF"},
 		{" .5 EUR ", policy.Money{Micros: 500_000, Currency: "EUR"}, "0.50 EUR"},
+		{"9223372036854.775807 EUR", policy.Money{Micros: math.MaxInt64, Currency: "EUR"}, "9223372036854.775807 EUR"},
 	}
 	for _, tt := range tests {
 		got, err := policy.ParseMoney(tt.in)
@@ -95,7 +97,7 @@ func TestMoneyParsesAndFormats(t *testing.T) {
 			t.Errorf("ParseMoney(%q) = %+v (%s), %v; want %+v (%s)", tt.in, got, got, err, tt.want, tt.out)
 		}
 	}
-	for _, bad := range []string{"", "2.50", "2.50 eur", "-1 EUR", "1.0000001 EUR", "abc EUR", "99999999999999 EUR"} {
+	for _, bad := range []string{"", "2.50", "2.50 eur", "-1 EUR", "1.0000001 EUR", "abc EUR", "99999999999999 EUR", "9223372036854.775808 EUR", "9223372036854.999999 EUR"} {
 		if _, err := policy.ParseMoney(bad); err == nil {
 			t.Errorf("ParseMoney(%q) succeeded", bad)
 		}

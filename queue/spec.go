@@ -8,8 +8,11 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -219,6 +222,19 @@ var ErrInvalidSpec = errors.New("invalid job spec")
 // Is makes errors.Is(err, ErrInvalidSpec) true for a SpecError.
 func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
 
+// yamlSpecErr turns CheckYAML's refusal into a spec error naming the field.
+func yamlSpecErr(err error) error {
+	var ye *YAMLError
+	if !errors.As(err, &ye) {
+		return specErr("spec", "%v", err)
+	}
+	msg := ye.Message
+	if ye.Line > 0 {
+		msg = fmt.Sprintf("line %d: %s", ye.Line, msg)
+	}
+	return specErr(ye.Field, "%s", msg)
+}
+
 func specErr(field, format string, args ...any) *SpecError {
 	return &SpecError{Problems: []FieldError{{Field: field, Message: fmt.Sprintf(format, args...)}}}
 }
@@ -231,6 +247,9 @@ func ParseSpec(data []byte) (*Spec, error) {
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, specErr("spec", "is empty")
+	}
+	if err := CheckYAML(data, "spec"); err != nil {
+		return nil, yamlSpecErr(err)
 	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
@@ -382,7 +401,7 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 		}
 		var out []FieldError
 		for _, k := range sortedKeys(m) {
-			out = append(out, checkShape(path+"."+k, m[k], t.Elem())...)
+			out = append(out, checkShape(path+"."+keyName(k), m[k], t.Elem())...)
 		}
 		return out
 	case reflect.Slice:
@@ -415,10 +434,10 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 		for _, k := range sortedKeys(m) {
 			ft, ok := fields[k]
 			if !ok {
-				out = append(out, FieldError{Field: path + "." + k, Message: "unknown field; allowed: " + strings.Join(names, ", ")})
+				out = append(out, FieldError{Field: path + "." + keyName(k), Message: "unknown field; allowed: " + strings.Join(names, ", ")})
 				continue
 			}
-			out = append(out, checkShape(path+"."+k, m[k], ft)...)
+			out = append(out, checkShape(path+"."+keyName(k), m[k], ft)...)
 		}
 		return out
 	}
@@ -445,14 +464,46 @@ func (s *Spec) applyDefaults() {
 		s.Project = DefaultProject
 	}
 	if s.Name == "" && len(s.Command) > 0 {
-		s.Name = s.Command[len(s.Command)-1]
-		if len(s.Name) > 64 {
-			s.Name = s.Name[:64]
-		}
+		s.Name = defaultName(s.Command[len(s.Command)-1])
 	}
 	if s.Placement.Tier == "" {
 		s.Placement.Tier = DefaultTier
 	}
+}
+
+// defaultName is a name made from the command's last argument: its first 64
+// bytes (whole characters), control characters as spaces.
+func defaultName(arg string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(arg, "?") {
+		if unicode.IsControl(r) {
+			r = ' '
+		}
+		if b.Len()+utf8.RuneLen(r) > 64 {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// badText says what is wrong with a string PostgreSQL cannot store (NUL,
+// invalid UTF-8) or, unless free is set, one carrying control characters
+// such as terminal escapes, which have no place in names, labels and keys.
+// It returns "" for a good string.
+func badText(s string, free bool) string {
+	if !utf8.ValidString(s) {
+		return "must be valid UTF-8"
+	}
+	for i, r := range s {
+		if r == 0 {
+			return fmt.Sprintf("must not contain a NUL character (at byte %d)", i)
+		}
+		if !free && unicode.IsControl(r) {
+			return fmt.Sprintf("must not contain control characters such as newlines or terminal escapes, got %U at byte %d", r, i)
+		}
+	}
+	return ""
 }
 
 // Validate checks every field and returns a *SpecError listing all problems.
@@ -460,6 +511,60 @@ func (s *Spec) Validate() error {
 	var probs []FieldError
 	bad := func(field, format string, args ...any) {
 		probs = append(probs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	// text checks a name, key or label (free: a command argument or an
+	// environment value, where only what PostgreSQL cannot store is
+	// refused) and reports whether it was good.
+	text := func(field, v string, free bool) bool {
+		if msg := badText(v, free); msg != "" {
+			bad(field, "%s", msg)
+			return false
+		}
+		return true
+	}
+	text("spec.name", s.Name, false)
+	text("spec.project", s.Project, false)
+	for i, a := range s.Command {
+		text(fmt.Sprintf("spec.command[%d]", i), a, true)
+	}
+	for k, v := range s.Env {
+		if text("spec.env."+strconv.Quote(k), k, false) {
+			text("spec.env."+k, v, true)
+		}
+	}
+	if g := s.Resources.GPU; g != nil {
+		for i, c := range g.Cards {
+			text(fmt.Sprintf("spec.resources.gpu.cards[%d]", i), c, false)
+		}
+	}
+	text("spec.placement.tier", s.Placement.Tier, false)
+	text("spec.placement.residency", s.Placement.Residency, false)
+	for i, r := range s.Placement.Regions {
+		text(fmt.Sprintf("spec.placement.regions[%d]", i), r, false)
+	}
+	for i, p := range s.Placement.Providers {
+		text(fmt.Sprintf("spec.placement.providers[%d]", i), p, false)
+	}
+	text("spec.budget.max_price_per_hour", s.Budget.MaxPricePerHour, false)
+	text("spec.budget.total", s.Budget.Total, false)
+	for i, p := range s.Checkpoint.Paths {
+		text(fmt.Sprintf("spec.checkpoint.paths[%d]", i), p, false)
+	}
+	text("spec.idempotency_key", s.IdempotencyKey, false)
+	for k, v := range s.Labels {
+		if text("spec.labels."+strconv.Quote(k), k, false) {
+			text("spec.labels."+k, v, false)
+		}
+	}
+	for i, in := range s.Inputs {
+		for _, f := range []struct{ name, v string }{{"name", in.Name}, {"uri", in.URI}, {"provider", in.Provider}, {"region", in.Region}, {"country", in.Country}} {
+			text(fmt.Sprintf("spec.inputs[%d].%s", i, f.name), f.v, false)
+		}
+	}
+	if len(probs) > 0 {
+		// The checks below would repeat these strings in their messages.
+		sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
+		return &SpecError{Problems: probs}
 	}
 	if len(s.Name) > 128 {
 		bad("spec.name", "must be at most 128 characters, got %d", len(s.Name))

@@ -1,13 +1,18 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // loadConfig returns a viper instance for cmd that resolves each key in the
@@ -43,12 +48,41 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 		}
 	}
 	if path != "" {
-		v.SetConfigFile(path)
-		if err := v.ReadInConfig(); err != nil {
+		if err := readConfigFile(v, path); err != nil {
 			return nil, fmt.Errorf("reading config file %s: %w", path, err)
 		}
 	}
 	return v, nil
+}
+
+// maxConfigFileBytes bounds a config file.
+const maxConfigFileBytes = 16 << 20
+
+// readConfigFile reads the config file at path into v, bounded, with YAML
+// and JSON refused when they use aliases (see queue.CheckYAML) before
+// anything expands them.
+func readConfigFile(v *viper.Viper, path string) error {
+	ext := strings.TrimPrefix(filepath.Ext(path), ".")
+	if !slices.Contains(viper.SupportedExts, ext) {
+		// viper names the formats it reads.
+		v.SetConfigFile(path)
+		return v.ReadInConfig()
+	}
+	data, err := readLimited(path, maxConfigFileBytes+1)
+	if err != nil {
+		return err
+	}
+	if len(data) > maxConfigFileBytes {
+		return fmt.Errorf("over the %d-byte limit", maxConfigFileBytes)
+	}
+	switch ext {
+	case "yaml", "yml", "json":
+		if err := queue.CheckYAML(data, ""); err != nil {
+			return err
+		}
+	}
+	v.SetConfigType(ext)
+	return v.ReadConfig(bytes.NewReader(data))
 }
 
 // devConfigFile is written by `gpuq dev` and read by default.

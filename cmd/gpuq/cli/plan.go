@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -115,14 +117,12 @@ func configDecodeHook() viper.DecoderConfigOption {
 func loadRules(v *viper.Viper) (policy.Rules, error) {
 	var rules policy.Rules
 	if path := v.GetString("policy"); path != "" {
-		f, err := readPlanFile("policy", path)
+		data, err := readPlanFile("policy", path)
 		if err != nil {
 			return rules, err
 		}
-		if err := f.Unmarshal(&rules, configDecodeHook()); err != nil {
-			return rules, fmt.Errorf("policy file %s: %w", path, unknownKeys(err, reflect.TypeOf(rules)))
-		}
-		if err := rules.Validate(); err != nil {
+		rules, err := parseRules(data, path)
+		if err != nil {
 			return rules, fmt.Errorf("policy file %s: %w", path, err)
 		}
 		return rules, nil
@@ -147,20 +147,15 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, string, error) {
 	if path := v.GetString("offers"); path != "" {
 		source := "offers file " + path
-		f, err := readPlanFile("offers", path)
+		data, err := readPlanFile("offers", path)
 		if err != nil {
 			return nil, source, err
 		}
-		var file struct {
-			Offers []policy.Offer `mapstructure:"offers"`
-		}
-		if err := f.Unmarshal(&file, configDecodeHook()); err != nil {
-			return nil, source, fmt.Errorf("%s: %w", source, unknownKeys(err, reflect.TypeOf(file)))
-		}
-		if err := policy.NormalizeOffers(file.Offers); err != nil {
+		offers, err := parseOffers(data, path)
+		if err != nil {
 			return nil, source, fmt.Errorf("%s: %w", source, err)
 		}
-		return control.NewOffers(file.Offers), source, nil
+		return control.NewOffers(offers), source, nil
 	}
 	source := "the configured pools (config key pools)"
 	sources, err := offerSources(v)
@@ -171,10 +166,8 @@ func loadOffers(cmd *cobra.Command, v *viper.Viper) (*control.Offers, string, er
 	return offers, source, err
 }
 
-// readPlanFile reads a policy or offers file. Its YAML syntax is checked
-// first with the job spec's parser, whose errors give the line where the
-// problem is (the config reader's are a line early).
-func readPlanFile(kind, path string) (*viper.Viper, error) {
+// readPlanFile reads a policy or offers file, bounded.
+func readPlanFile(kind, path string) ([]byte, error) {
 	data, err := readLimited(path, maxPlanFileBytes+1)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s file: %w", kind, err)
@@ -182,15 +175,72 @@ func readPlanFile(kind, path string) (*viper.Viper, error) {
 	if len(data) > maxPlanFileBytes {
 		return nil, fmt.Errorf("%s file %s: over the %d-byte limit", kind, path, maxPlanFileBytes)
 	}
+	return data, nil
+}
+
+// planFileConfig checks the YAML or JSON of a policy or offers file, aliases
+// refused before anything expands them, and reads it into a viper of its
+// own. The syntax is checked with the job spec's parser, whose errors give
+// the line where the problem is (the config reader's are a line early).
+func planFileConfig(data []byte, path string) (*viper.Viper, error) {
+	if err := queue.CheckYAML(data, ""); err != nil {
+		return nil, err
+	}
 	if _, err := yaml.YAMLToJSON(data); err != nil {
-		return nil, fmt.Errorf("%s file %s: not valid YAML or JSON: %w", kind, path, err)
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
 	}
 	f := viper.New()
-	f.SetConfigFile(path)
-	if err := f.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("reading %s file %s: %w", kind, path, err)
+	f.SetConfigType(configType(path))
+	if err := f.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("reading: %w", err)
 	}
 	return f, nil
+}
+
+// configType is the format viper reads a file in, from its extension;
+// YAML (of which JSON is a part) when the extension says nothing.
+func configType(path string) string {
+	ext := strings.TrimPrefix(filepath.Ext(path), ".")
+	if slices.Contains(viper.SupportedExts, ext) {
+		return ext
+	}
+	return "yaml"
+}
+
+// parseRules reads placement rules from a policy file's contents (path
+// says its format) and validates them.
+func parseRules(data []byte, path string) (policy.Rules, error) {
+	var rules policy.Rules
+	f, err := planFileConfig(data, path)
+	if err != nil {
+		return rules, err
+	}
+	if err := f.Unmarshal(&rules, configDecodeHook()); err != nil {
+		return rules, unknownKeys(err, reflect.TypeOf(rules))
+	}
+	if err := rules.Validate(); err != nil {
+		return rules, err
+	}
+	return rules, nil
+}
+
+// parseOffers reads the offers of an offers file's contents (key "offers";
+// path says its format) and checks them as one set.
+func parseOffers(data []byte, path string) ([]policy.Offer, error) {
+	f, err := planFileConfig(data, path)
+	if err != nil {
+		return nil, err
+	}
+	var file struct {
+		Offers []policy.Offer `mapstructure:"offers"`
+	}
+	if err := f.Unmarshal(&file, configDecodeHook()); err != nil {
+		return nil, unknownKeys(err, reflect.TypeOf(file))
+	}
+	if err := policy.NormalizeOffers(file.Offers); err != nil {
+		return nil, err
+	}
+	return file.Offers, nil
 }
 
 // invalidKeys matches mapstructure's report of unknown keys: "'rules[0]' has

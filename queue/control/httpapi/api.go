@@ -206,7 +206,13 @@ func newAPI() (*http.ServeMux, huma.API) {
 			_, err = w.Write(b)
 		}
 		return err
-	}, Unmarshal: func(data []byte, v any) error { return yaml.Unmarshal(data, v) }}
+	}, Unmarshal: func(data []byte, v any) error {
+		// Aliases are refused before anything expands them.
+		if err := queue.CheckYAML(data, "body"); err != nil {
+			return err
+		}
+		return yaml.Unmarshal(data, v)
+	}}
 	cfg.Formats = maps.Clone(cfg.Formats)
 	cfg.Formats["application/yaml"], cfg.Formats["yaml"] = yamlFormat, yamlFormat
 	cfg.OpenAPIPath = "/v1/openapi"
