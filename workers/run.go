@@ -87,7 +87,8 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		ackDone(io, msg, log)
 		return
 	}
-	a := &attempt{w: w, msg: msg, job: job, log: log, io: io}
+	a := &attempt{w: w, msg: msg, job: job, log: log, io: io, recheck: make(chan struct{}, 1)}
+	defer w.beats.hold(a)()
 	if job.Spec.IsNoop() {
 		// Nothing to start, restore or upload; the success is still recorded
 		// under the attempt before the message is acknowledged.
@@ -119,6 +120,8 @@ type attempt struct {
 	saves  int
 	upload int
 	cancel context.CancelCauseFunc
+	// recheck asks the heartbeat to check the lease now.
+	recheck chan struct{}
 }
 
 func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
@@ -302,6 +305,7 @@ func (a *attempt) heartbeat(ctx context.Context, done chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.recheck:
 		}
 		if err := a.msg.InProgress(); err != nil {
 			a.log.Warn("extending AckWait", "err", err)

@@ -158,6 +158,7 @@ type Worker struct {
 	running   map[*attempt]struct{}
 	claims    *batcher[queue.ClaimRequest, queue.ClaimResult]
 	successes *batcher[queue.AttemptRef, bool]
+	beats     *beats
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
@@ -181,7 +182,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 		sr.WorkerID = cfg.WorkerID
 	}
 	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir,
-		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany)}, nil
+		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany), beats: newBeats()}, nil
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
@@ -207,6 +208,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBatchers()
 	go w.claims.run(batchCtx)
 	go w.successes.run(batchCtx)
+	go w.announce(batchCtx)
 	if w.ownDataDir {
 		// Every attempt removes its own directory; the worker's goes last,
 		// after running.Wait below (deferred calls run last-in first-out),
@@ -250,7 +252,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		fetchCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		fetchCtx, cancel := context.WithTimeout(ctx, pullExpiry)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
 		if err != nil {
 			cancel()

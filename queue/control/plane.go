@@ -15,6 +15,7 @@ type PlaneStore interface {
 	SchedulerStore
 	ReconcilerStore
 	ReplacerStore
+	LivenessStore
 	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
 }
 
@@ -28,22 +29,27 @@ type PlaneStreams interface {
 }
 
 // Plane is the control plane of one server: the scheduler, the reconciler
-// and the replacer sharing one placer.
+// and the replacer sharing one placer, and the liveness monitor.
 type Plane struct {
 	JS     PlaneStreams
 	Store  PlaneStore
 	Placer Placer
+	// NATS carries the workers' liveness beats. When nil, no liveness
+	// monitor runs and a lost worker's job comes back only once its lease
+	// and AckWait lapse.
+	NATS LivenessConn
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
-// Start runs the scheduler, the reconciler and the replacer until ctx ends;
-// each one's end is reported on the returned channel, three in all.
+// Start runs the scheduler, the reconciler, the replacer and the liveness
+// monitor until ctx ends; each one's end is reported on the returned
+// channel, four in all (the liveness monitor's at once when NATS is nil).
 func (p *Plane) Start(ctx context.Context) <-chan error {
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	if p.JS == nil || p.Store == nil || p.Placer == nil {
 		err := errors.New("control plane: js, store and placer must be set")
-		for range 3 {
+		for range 4 {
 			errc <- err
 		}
 		return errc
@@ -58,5 +64,11 @@ func (p *Plane) Start(ctx context.Context) <-chan error {
 	go func() { errc <- sched.Run(ctx) }()
 	go func() { errc <- rec.Run(ctx) }()
 	go func() { errc <- rep.Run(ctx) }()
+	if p.NATS == nil {
+		errc <- nil
+	} else {
+		live := &Liveness{NATS: p.NATS, Store: p.Store, Logger: logger}
+		go func() { errc <- live.Run(ctx) }()
+	}
 	return errc
 }

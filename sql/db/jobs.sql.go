@@ -192,6 +192,78 @@ func (q *Queries) JobFail(ctx context.Context, arg JobFailParams) (int64, error)
 	return result.RowsAffected()
 }
 
+const jobFenceLost = `-- name: JobFenceLost :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = $3, lease_expires_at = NULL, updated_at = now()
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+      AND EXISTS (SELECT 1 FROM attempts a
+                  WHERE a.job_id = u.id AND a.attempt = u.attempt AND a.worker_id = $4
+                    AND a.pool = $5 AND a.ended_at IS NULL)
+    RETURNING jobs.id, jobs.attempt
+), a AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'lost'
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT j.id, 'placed', j.attempt, $3 FROM j
+)
+SELECT j.id, j.attempt FROM j
+`
+
+type JobFenceLostParams struct {
+	Ids      []uuid.UUID
+	Attempts []int32
+	Reason   string
+	WorkerID string
+	Pool     string
+}
+
+type JobFenceLostRow struct {
+	ID      uuid.UUID
+	Attempt int32
+}
+
+// JobFenceLost hands back, in one statement, the attempts a lost worker held:
+// each job still running under the attempt that worker_id claimed on pool
+// goes back to placed with one preemption more, the attempt ends as lost and
+// a "placed" event says why. Every later write of such an attempt finds the
+// job no longer running under it and fails, so the worker, should it come
+// back, is fenced out. It returns the jobs it handed back.
+func (q *Queries) JobFenceLost(ctx context.Context, arg JobFenceLostParams) ([]JobFenceLostRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobFenceLost,
+		pq.Array(arg.Ids),
+		pq.Array(arg.Attempts),
+		arg.Reason,
+		arg.WorkerID,
+		arg.Pool,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobFenceLostRow
+	for rows.Next() {
+		var i JobFenceLostRow
+		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobGetByClaim = `-- name: JobGetByClaim :one
 SELECT jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals FROM jobs
 JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt

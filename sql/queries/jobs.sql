@@ -156,6 +156,35 @@ WITH j AS (
 UPDATE attempts SET heartbeat_at = now()
 WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 
+-- name: JobFenceLost :many
+-- JobFenceLost hands back, in one statement, the attempts a lost worker held:
+-- each job still running under the attempt that worker_id claimed on pool
+-- goes back to placed with one preemption more, the attempt ends as lost and
+-- a "placed" event says why. Every later write of such an attempt finds the
+-- job no longer running under it and fails, so the worker, should it come
+-- back, is fenced out. It returns the jobs it handed back.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = @reason, lease_expires_at = NULL, updated_at = now()
+    FROM u
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+      AND EXISTS (SELECT 1 FROM attempts a
+                  WHERE a.job_id = u.id AND a.attempt = u.attempt AND a.worker_id = @worker_id
+                    AND a.pool = @pool AND a.ended_at IS NULL)
+    RETURNING jobs.id, jobs.attempt
+), a AS (
+    UPDATE attempts
+    SET ended_at = now(), outcome = 'lost'
+    FROM j
+    WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT j.id, 'placed', j.attempt, @reason FROM j
+)
+SELECT j.id, j.attempt FROM j;
+
 -- name: JobSucceedMany :many
 -- JobSucceedMany records the success of a batch of jobs, their attempts and
 -- their "succeeded" events in one statement, each under its attempt number,

@@ -257,8 +257,8 @@ func defaultPools() []local.PoolConfig {
 	}
 }
 
-// controlPlane runs the scheduler, the reconciler and the replacer until
-// ctx ends, and serves the worker service; the placer's offer sources are
+// controlPlane runs the scheduler, the reconciler, the replacer and the
+// liveness monitor until ctx ends, and serves the worker service; the placer's offer sources are
 // its pool registry.
 func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer, logger *slog.Logger) (<-chan error, error) {
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
@@ -266,7 +266,7 @@ func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer,
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
-	return (&control.Plane{JS: c.js, Store: c.store, Placer: placer, Logger: logger}).Start(ctx), nil
+	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, Logger: logger}).Start(ctx), nil
 }
 
 // offerSources are the providers whose offers the scheduler places among and

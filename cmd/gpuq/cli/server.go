@@ -184,7 +184,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		}
 	}
 	go func() {
-		for range 3 {
+		for range 4 {
 			loopEnded("control plane loop", <-errc)
 		}
 	}()

@@ -1,0 +1,149 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// fenceCall is one FenceLost call a fenceRecorder saw.
+type fenceCall struct {
+	pool, worker string
+	refs         []queue.AttemptRef
+}
+
+// fenceRecorder records the hand-backs the liveness monitor asks for and
+// reports every attempt handed back.
+type fenceRecorder struct {
+	mu    sync.Mutex
+	calls []fenceCall
+}
+
+func (f *fenceRecorder) FenceLost(_ context.Context, pool, worker string, refs []queue.AttemptRef, _ string) ([]queue.AttemptRef, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fenceCall{pool: pool, worker: worker, refs: refs})
+	return refs, nil
+}
+
+func (f *fenceRecorder) seen() []fenceCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fenceCall(nil), f.calls...)
+}
+
+func publishBeat(t *testing.T, nc *nats.Conn, subjectPool string, b queue.Beat) {
+	t.Helper()
+	body, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(queue.AliveSubject(subjectPool), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLivenessHandsBackTheJobsOfASilentWorkerAndNaksTheirMessages(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	rec := &fenceRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&control.Liveness{NATS: n.NC, Store: rec, LostAfter: 500 * time.Millisecond}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+
+	lostJob, liveJob := uuid.New(), uuid.New()
+	lostReply := "$JS.ACK.GPUQ_RUN.pool-p.1.7.7.1700000000000000000.0"
+	naks := make(chan string, 10)
+	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject + " " + string(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // closing
+	lost := queue.Beat{Worker: "w1", Pool: "p", Held: []queue.HeldAttempt{{JobID: lostJob, Attempt: 1, Reply: lostReply}}}
+	live := queue.Beat{Worker: "w2", Pool: "p", Held: []queue.HeldAttempt{{JobID: liveJob, Attempt: 3, Reply: "$JS.ACK.GPUQ_RUN.pool-p.1.8.8.1700000000000000000.0"}}}
+	// Beats the monitor must not believe: another pool's name, and a reply
+	// subject outside the pool's consumer.
+	forged := []struct {
+		pool string
+		beat queue.Beat
+	}{
+		{"p", queue.Beat{Worker: "w3", Pool: "q", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_RUN.pool-q.1.9.9.1.0"}}}},
+		{"p", queue.Beat{Worker: "w4", Pool: "p", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_SUBMIT.scheduler.1.9.9.1.0"}}}},
+		{"p", queue.Beat{Worker: "w5", Pool: "p", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "gpuq.submit.other"}}}},
+	}
+	stopLive := make(chan struct{})
+	liveDone := make(chan struct{})
+	go func() {
+		defer close(liveDone)
+		tick := time.NewTicker(queue.BeatInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopLive:
+				return
+			case <-tick.C:
+				publishBeat(t, n.NC, "p", live)
+			}
+		}
+	}()
+	defer func() { close(stopLive); <-liveDone }()
+	for range 5 {
+		publishBeat(t, n.NC, "p", lost)
+		for _, f := range forged {
+			publishBeat(t, n.NC, f.pool, f.beat)
+		}
+		time.Sleep(queue.BeatInterval)
+	}
+	// w1 falls silent.
+	select {
+	case got := <-naks:
+		if got != lostReply+" -NAK" {
+			t.Fatalf("want the lost worker's message naked, got %q", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the silent worker's message was never naked")
+	}
+	// The live worker keeps beating through several detection times.
+	time.Sleep(4 * 500 * time.Millisecond)
+	calls := rec.seen()
+	if len(calls) != 1 {
+		t.Fatalf("want one hand-back (the silent worker's), got %+v", calls)
+	}
+	if c := calls[0]; c.pool != "p" || c.worker != "w1" || len(c.refs) != 1 || c.refs[0] != (queue.AttemptRef{JobID: lostJob, Attempt: 1}) {
+		t.Fatalf("want w1's attempt 1 of job %s handed back, got %+v", lostJob, c)
+	}
+	select {
+	case got := <-naks:
+		t.Fatalf("only the lost worker's message may be naked, also got %q", got)
+	default:
+	}
+}
+
+func TestLivenessRefusesADetectionTimeShorterThanThreeBeats(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	err := (&control.Liveness{NATS: n.NC, Store: &fenceRecorder{}, LostAfter: queue.BeatInterval}).Run(context.Background())
+	if err == nil {
+		t.Fatal("want an error naming liveness.lost_after")
+	}
+	if got := err.Error(); len(got) < len("liveness.lost_after") || got[:len("liveness.lost_after")] != "liveness.lost_after" {
+		t.Fatalf("want an error naming liveness.lost_after, got %q", got)
+	}
+}

@@ -1,0 +1,120 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Liveness: every worker publishes a Beat on its pool's alive subject every
+// BeatInterval, naming the attempts it holds. The control plane declares a
+// worker lost when its beats stop for longer than its detection time, fences
+// the attempts the worker held (a store write after which any write of those
+// attempts fails) and naks their run messages through their reply subjects,
+// so that another worker of the pool takes each job over at once instead of
+// after AckWait.
+
+// BeatInterval is how often a worker announces that it is alive.
+const BeatInterval = 150 * time.Millisecond
+
+// Bounds of a beat, which the control plane checks before it believes one.
+const (
+	MaxBeatBytes     = 256 << 10
+	MaxBeatHeld      = 1024
+	maxBeatWorkerLen = 200
+	maxAckReplyLen   = 512
+)
+
+// AliveSubject is where pool's workers publish their beats.
+func AliveSubject(pool string) string { return "gpuq.svc.worker." + pool + ".alive" }
+
+// AliveSubjectAll matches the beats of every pool.
+const AliveSubjectAll = "gpuq.svc.worker.*.alive"
+
+// PoolOfAliveSubject returns the pool token of an alive subject.
+func PoolOfAliveSubject(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, "gpuq.svc.worker.")
+	pool, ok2 := strings.CutSuffix(rest, ".alive")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("subject %q: not a worker alive subject", subject)
+	}
+	return pool, ValidatePool(pool)
+}
+
+// Beat is one liveness announcement of a worker.
+type Beat struct {
+	// Worker is the worker id its attempts are recorded under.
+	Worker string `json:"worker"`
+	// Node is the machine the worker runs on.
+	Node string `json:"node,omitempty"`
+	// Pool is the pool the worker pulls from; it must equal the subject's.
+	Pool string `json:"pool"`
+	// Held are the attempts the worker has claimed and not yet settled.
+	Held []HeldAttempt `json:"held,omitempty"`
+}
+
+// HeldAttempt is an attempt a worker runs and the reply subject of the run
+// message it holds for it, through which the control plane naks the message
+// when the worker is lost.
+type HeldAttempt struct {
+	JobID   uuid.UUID `json:"job_id"`
+	Attempt int       `json:"attempt"`
+	Reply   string    `json:"reply"`
+}
+
+// Validate checks a beat received on pool's alive subject: every field
+// bounded, the pool the subject's, and each reply subject an acknowledgement
+// subject of pool's consumer on the run stream, so that naking it can touch
+// nothing else.
+func (b *Beat) Validate(pool string) error {
+	switch {
+	case b.Pool != pool:
+		return fmt.Errorf("beat.pool: %q does not match the subject's pool %q", b.Pool, pool)
+	case b.Worker == "" || len(b.Worker) > maxBeatWorkerLen:
+		return fmt.Errorf("beat.worker: must be 1–%d bytes, got %d", maxBeatWorkerLen, len(b.Worker))
+	case len(b.Node) > maxBeatWorkerLen:
+		return fmt.Errorf("beat.node: must be at most %d bytes, got %d", maxBeatWorkerLen, len(b.Node))
+	case len(b.Held) > MaxBeatHeld:
+		return fmt.Errorf("beat.held: at most %d attempts, got %d", MaxBeatHeld, len(b.Held))
+	}
+	for i, h := range b.Held {
+		if h.JobID == uuid.Nil {
+			return fmt.Errorf("beat.held[%d].job_id: must be set", i)
+		}
+		if h.Attempt < 1 {
+			return fmt.Errorf("beat.held[%d].attempt: must be at least 1, got %d", i, h.Attempt)
+		}
+		if err := validAckReply(h.Reply, pool); err != nil {
+			return fmt.Errorf("beat.held[%d].reply: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// validAckReply accepts JetStream acknowledgement subjects of pool's
+// consumer on the run stream, with or without domain and account tokens:
+// $JS.ACK.[<domain>.<account hash>.]GPUQ_RUN.pool-<pool>.<numbers…>.
+func validAckReply(reply, pool string) error {
+	if len(reply) > maxAckReplyLen || strings.ContainsAny(reply, " \t\r\n*>") {
+		return errors.New("not an acknowledgement subject")
+	}
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return errors.New("not an acknowledgement subject")
+	}
+	tokens := strings.Split(rest, ".")
+	for start := 0; start <= 2 && start+2 < len(tokens); start += 2 {
+		if tokens[start] == StreamRun && tokens[start+1] == PoolConsumer(pool) {
+			for _, t := range tokens[start+2:] {
+				if t == "" {
+					return errors.New("not an acknowledgement subject")
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("not an acknowledgement subject of stream %s consumer %s", StreamRun, PoolConsumer(pool))
+}

@@ -1,0 +1,57 @@
+package queue_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+func TestBeatValidateAcceptsOnlyItsPoolsRunAcknowledgements(t *testing.T) {
+	t.Parallel()
+	held := func(reply string) queue.Beat {
+		return queue.Beat{Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: reply}}}
+	}
+	ok := []string{
+		"$JS.ACK.GPUQ_RUN.pool-gpu-a.1.42.17.1700000000000000000.3",
+		"$JS.ACK.hub.ACCHASH.GPUQ_RUN.pool-gpu-a.1.42.17.1700000000000000000.3.token",
+	}
+	for _, reply := range ok {
+		b := held(reply)
+		if err := b.Validate("gpu-a"); err != nil {
+			t.Errorf("reply %q: %v", reply, err)
+		}
+	}
+	bad := map[string]queue.Beat{
+		"beat.pool":              {Worker: "w", Pool: "gpu-b"},
+		"beat.worker":            {Worker: "", Pool: "gpu-a"},
+		"beat.held[0].reply":     held("$JS.ACK.GPUQ_RUN.pool-gpu-b.1.42.17.1.3"),
+		"beat.held[0].reply ":    held("$JS.ACK.GPUQ_SUBMIT.scheduler.1.42.17.1.3"),
+		"beat.held[0].reply  ":   held("$JS.ACK.GPUQ_RUN.pool-gpu-a.>"),
+		"beat.held[0].reply   ":  held("gpuq.submit.other"),
+		"beat.held[0].reply    ": held("$JS.ACK.GPUQ_RUN.pool-gpu-a..1"),
+		"beat.held[0].attempt":   {Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 0, Reply: ok[0]}}},
+		"beat.held[0].job_id":    {Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{Attempt: 1, Reply: ok[0]}}},
+		"beat.held":              {Worker: "w", Pool: "gpu-a", Held: make([]queue.HeldAttempt, queue.MaxBeatHeld+1)},
+	}
+	for field, b := range bad {
+		err := b.Validate("gpu-a")
+		if err == nil || !strings.HasPrefix(err.Error(), strings.TrimSpace(field)+":") {
+			t.Errorf("%+v: want an error naming %s, got %v", b, strings.TrimSpace(field), err)
+		}
+	}
+}
+
+func TestPoolOfAliveSubject(t *testing.T) {
+	t.Parallel()
+	if pool, err := queue.PoolOfAliveSubject(queue.AliveSubject("gpu-a")); err != nil || pool != "gpu-a" {
+		t.Fatalf("got %q, %v", pool, err)
+	}
+	for _, s := range []string{"gpuq.svc.worker.gpu-a.claim", "gpuq.svc.worker.a.b.alive", "gpuq.run.gpu-a.alive"} {
+		if _, err := queue.PoolOfAliveSubject(s); err == nil {
+			t.Errorf("%q: want an error", s)
+		}
+	}
+}
