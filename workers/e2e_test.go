@@ -93,6 +93,11 @@ func newClusterOf(t testing.TB, pools ...local.PoolConfig) *cluster {
 	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The job commands reach jobs through the client service, as they do
+	// through every gpuq server.
+	if _, err := (&control.ClientService{NATS: n.NC, Store: store, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return &cluster{n: n, store: store, dbURL: url}
 }
 
@@ -278,7 +283,7 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 	if logs := c.logs(t, id); !strings.Contains(logs, "hello from "+id.String()) || !strings.Contains(logs, "oops") {
 		t.Fatalf("stdout and stderr must be kept as logs, got %q", logs)
 	}
-	jsonLogs := runCLI(t, 0, "logs", id.String(), "-o", "json", "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	jsonLogs := runCLI(t, 0, "logs", id.String(), "-o", "json", "--nats-url", c.n.URL)
 	if !strings.Contains(jsonLogs, `{"attempt":1,"line":"oops","stream":"stderr"}`) {
 		t.Fatalf("gpuq logs -o json must tag each line with its attempt and stream:\n%s", jsonLogs)
 	}
@@ -489,7 +494,7 @@ command: [/bin/sh, -c, 'echo "boom on attempt $GPUQ_ATTEMPT"; exit 3']
 	if job.Attempt != 3 || job.Errors != 3 || job.ExitCode == nil || *job.ExitCode != 3 {
 		t.Fatalf("want 3 attempts (1 + max_errors 2) ending with exit code 3, got attempt %d errors %d exit %v", job.Attempt, job.Errors, job.ExitCode)
 	}
-	out := runCLI(t, 0, "status", id.String(), "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	out := runCLI(t, 0, "status", id.String(), "--nats-url", c.n.URL)
 	for _, want := range []string{"state      failed", "exit code  3", "boom on attempt 3", "exited with status 3", "local eu-test-1 (DE), on-demand, 0.10 EUR/h", "placed on pool eu-cpu", "running on"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("gpuq status must show %q; got:\n%s", want, out)
@@ -506,7 +511,7 @@ func TestCancelStopsARunningJob(t *testing.T) {
 	c.startWorker(t, 5*time.Second, time.Second)
 	id := c.submit(t, "name: long\ncommand: [sleep, '300']\n")
 	c.waitState(t, id, queue.StateRunning, 30*time.Second)
-	runCLI(t, 0, "cancel", id.String(), "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	runCLI(t, 0, "cancel", id.String(), "--nats-url", c.n.URL)
 	queuetest.Eventually(t, 10*time.Second, "the attempt to end as cancelled", func() bool {
 		a := c.attempts(t, id)
 		return len(a) == 1 && a[0].Outcome == queue.OutcomeCancelled
@@ -692,7 +697,7 @@ func TestFailedCanaryQuarantinesTheNodeWhichTakesNoWork(t *testing.T) {
 	if err := again.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 3 {
 		t.Fatalf("a worker on a quarantined node must exit with status 3, got %v", err)
 	}
-	out := runCLI(t, 0, "nodes", "--nats-url", c.n.URL, "--database-url", c.dbURL)
+	out := runCLI(t, 0, "nodes", "--nats-url", c.n.URL)
 	if !strings.Contains(out, "i-test-1") || !strings.Contains(out, "100%") {
 		t.Fatalf("gpuq nodes must list the node with its failure rate:\n%s", out)
 	}
@@ -702,7 +707,7 @@ func TestSubmitWaitExitsZeroOnlyOnSuccess(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	c.startWorker(t, 5*time.Second, time.Second)
-	conn := []string{"--nats-url", c.n.URL, "--database-url", c.dbURL}
+	conn := []string{"--nats-url", c.n.URL}
 	out := runCLI(t, 0, append(append([]string{"submit", "--wait", "--name", "ok"}, conn...), "--", "echo", "hi")...)
 	if !strings.Contains(out, "succeeded") {
 		t.Fatalf("submit --wait must report success:\n%s", out)

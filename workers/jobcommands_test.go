@@ -52,7 +52,7 @@ func decodeJob(t *testing.T, out string) *queue.Job {
 func TestSubmitReturnsOnceTheSchedulerAcceptedOrRejectedTheJob(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t) // no worker: an accepted job stays placed
-	conn := []string{"--nats-url", c.n.URL, "--database-url", c.dbURL}
+	conn := []string{"--nats-url", c.n.URL}
 
 	out, errOut := gpuq(t, cli.ExitRejected, append(append([]string{"submit", "-o", "json", "--residency", "EUU"}, conn...), "--", "true")...)
 	j := decodeJob(t, out)
@@ -69,7 +69,7 @@ func TestSubmitReturnsOnceTheSchedulerAcceptedOrRejectedTheJob(t *testing.T) {
 		t.Fatalf("when submit returns the scheduler has placed the job; it is %s", got)
 	}
 
-	// Fire and forget needs no database and does not wait for the answer.
+	// Fire and forget does not wait for the answer.
 	out, _ = gpuq(t, 0, "submit", "--nats-url", c.n.URL, "--no-wait-accept", "--residency", "EUU", "--", "true")
 	id, err = uuid.Parse(strings.TrimSpace(out))
 	if err != nil {
@@ -82,7 +82,7 @@ func TestJobCommandsTellOutcomesApartByExitStatus(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	c.startWorker(t, 5*time.Second, time.Second)
-	conn := []string{"--nats-url", c.n.URL, "--database-url", c.dbURL}
+	conn := []string{"--nats-url", c.n.URL}
 	with := func(args ...string) []string { return append(args, conn...) }
 
 	// (wait, over NATS, first gives a just-submitted job RecordWait to be
@@ -199,8 +199,8 @@ func TestJobCommandsOverHTTPNeedOnlyTheURLAndATokenAndPrintTheAPIsDocuments(t *t
 	sameJSON(t, "submit --wait", out, apiGet(t, api.URL, secret, "/v1/jobs/"+id))
 	out, _ = gpuq(t, 0, with("status", id, "-o", "json")...)
 	sameJSON(t, "status", out, apiGet(t, api.URL, secret, "/v1/jobs/"+id+"/status"))
-	direct, _ := gpuq(t, 0, "status", id, "-o", "json", "--nats-url", c.n.URL, "--database-url", c.dbURL)
-	sameJSON(t, "status over NATS and PostgreSQL", direct, apiGet(t, api.URL, secret, "/v1/jobs/"+id+"/status"))
+	direct, _ := gpuq(t, 0, "status", id, "-o", "json", "--nats-url", c.n.URL)
+	sameJSON(t, "status over NATS", direct, apiGet(t, api.URL, secret, "/v1/jobs/"+id+"/status"))
 	out, _ = gpuq(t, 0, with("ls", "-o", "json")...)
 	sameJSON(t, "ls", out, apiGet(t, api.URL, secret, "/v1/jobs?limit=50"))
 

@@ -186,6 +186,15 @@ func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) 
 	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, nil, "", &job)
 }
 
+func (a *apiJobs) Nodes(ctx context.Context, pool string) ([]*queue.Node, error) {
+	q := url.Values{}
+	if pool != "" {
+		q.Set("pool", pool)
+	}
+	var nodes []*queue.Node
+	return nodes, a.call(ctx, http.MethodGet, "/v1/nodes", q, nil, "", &nodes)
+}
+
 // sseEvent is one Server-Sent Event.
 type sseEvent struct {
 	ID, Event string

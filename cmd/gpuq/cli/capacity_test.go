@@ -152,7 +152,7 @@ autoscaler:
 	b := server()
 	waitFor(t, 60*time.Second, "the second server did not stand by", func() bool { return standing(b) })
 
-	submitted, errOut, err := runCLI(t, "submit", "--nats-url", ns.ControlURL(), "--database-url", dbURL, "-f",
+	submitted, errOut, err := runCLI(t, "submit", "--nats-url", ns.ControlURL(), "-f",
 		writeFile(t, "job.yaml", "name: on-a100\nresources: {gpu: {count: 1, cards: [A100]}}\ncommand: [echo, rented]\n"))
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, errOut)
@@ -184,7 +184,7 @@ autoscaler:
 	waitFor(t, 30*time.Second, "the standing-by server did not take the lead", func() bool { return leading(b) })
 
 	status := func() JobStatus {
-		out, errOut, err := runCLI(t, "status", id, "-o", "json", "--nats-url", ns.ControlURL(), "--database-url", dbURL)
+		out, errOut, err := runCLI(t, "status", id, "-o", "json", "--nats-url", ns.ControlURL())
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, errOut)
 		}

@@ -158,7 +158,7 @@ func anyFlagChanged(cmd *cobra.Command) bool {
 	changed := false
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "file", "wait", "output", "config", "nats-url", "database-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
+		case "file", "wait", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
 		default:
 			changed = true
 		}
@@ -177,9 +177,10 @@ func readLimited(path string, limit int64) ([]byte, error) {
 
 // jobFlags adds the connection flags of the job commands: the HTTP API's
 // URL (its token comes only from GPUQ_TOKEN or the config file, never the
-// command line) or NATS and PostgreSQL.
+// command line) or NATS. They never take a database URL: jobs are read and
+// changed through the control plane.
 func jobFlags(cmd *cobra.Command) {
-	connFlags(cmd)
+	cmd.Flags().String("nats-url", "", "NATS server URL (env GPUQ_NATS_URL); the control plane's client service answers through it")
 	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or `token:` in the config file)")
 }
 
@@ -187,7 +188,7 @@ func jobFlags(cmd *cobra.Command) {
 // --no-wait-accept, and with --wait for the job's outcome.
 func submit(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string) error {
 	ctx := cmd.Context()
-	svc, err := connectJobs(cmd, v, !v.GetBool("no-wait-accept"))
+	svc, err := connectJobs(cmd, v)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func jobCommand(use, short string, run func(cmd *cobra.Command, v *viper.Viper, 
 			if err != nil {
 				return err
 			}
-			svc, err := connectJobs(cmd, v, true)
+			svc, err := connectJobs(cmd, v)
 			if err != nil {
 				return err
 			}
@@ -287,7 +288,14 @@ func jobCommand(use, short string, run func(cmd *cobra.Command, v *viper.Viper, 
 		},
 	}
 	jobFlags(cmd)
+	projectFlag(cmd)
 	return cmd
+}
+
+// projectFlag adds --project to a command acting on one job or listing
+// jobs: the project the job belongs to, when the caller has several.
+func projectFlag(cmd *cobra.Command) {
+	cmd.Flags().String("project", "", "the project to act in (default: the NATS credential's projects, else the config key projects, else default)")
 }
 
 // JobStatus is what `gpuq status -o json` prints.
@@ -423,7 +431,7 @@ func newLsCmd() *cobra.Command {
 			if limit < 1 || limit > 500 {
 				return fmt.Errorf("--limit: must be 1–500, got %d", limit)
 			}
-			svc, err := connectJobs(cmd, v, true)
+			svc, err := connectJobs(cmd, v)
 			if err != nil {
 				return err
 			}
@@ -444,7 +452,7 @@ func newLsCmd() *cobra.Command {
 	}
 	jobFlags(cmd)
 	cmd.Flags().String("state", "", "only jobs in this state")
-	cmd.Flags().String("project", "", "only jobs of this project")
+	cmd.Flags().String("project", "", "only jobs of this project (default: every project of the NATS credential, else of the config key projects, else default)")
 	cmd.Flags().Int("limit", 50, "at most this many jobs (1–500)")
 	return cmd
 }

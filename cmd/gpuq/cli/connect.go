@@ -290,11 +290,6 @@ func placerFor(v *viper.Viper) (*control.PolicyPlacer, error) {
 	return &control.PolicyPlacer{Sources: sources, Rules: rules}, nil
 }
 
-// client is the control plane's client operations over c.
-func (c *clients) client() *control.Client {
-	return &control.Client{Store: c.store, JS: c.js, NATS: c.nc}
-}
-
 func newLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

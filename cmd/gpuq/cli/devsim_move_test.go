@@ -168,14 +168,14 @@ func startSimDev(t *testing.T, bin, data, config, traces string, start time.Dura
 // runSimJob submits spec and waits up to 90 s for the job to finish.
 func runSimJob(t *testing.T, spec string, connArgs []string) JobStatus {
 	t.Helper()
-	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", spec)}, connArgs...)...)
+	submitted, submitErr, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", spec)}, connArgs[:2]...)...)
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, submitErr)
 	}
 	id := strings.TrimSpace(submitted)
 	var st JobStatus
 	for wait := time.Now().Add(90 * time.Second); ; {
-		out, errOut, err := runCLI(t, append([]string{"status", id, "-o", "json"}, connArgs...)...)
+		out, errOut, err := runCLI(t, append([]string{"status", id, "-o", "json"}, connArgs[:2]...)...)
 		switch {
 		case err != nil && strings.Contains(err.Error(), "not found"):
 		case err != nil:

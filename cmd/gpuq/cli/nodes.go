@@ -21,12 +21,12 @@ func newNodesCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, true)
+			svc, err := connectJobs(cmd, v)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			nodes, err := c.store.Nodes(cmd.Context(), v.GetString("pool"))
+			defer svc.Close()
+			nodes, err := svc.Nodes(cmd.Context(), v.GetString("pool"))
 			if err != nil {
 				return err
 			}
@@ -55,7 +55,7 @@ func newNodesCmd() *cobra.Command {
 			return t.flush()
 		},
 	}
-	connFlags(cmd)
+	jobFlags(cmd)
 	cmd.Flags().String("pool", "", "only nodes of this pool")
 	return cmd
 }

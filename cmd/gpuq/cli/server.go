@@ -167,6 +167,12 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 			logger.Error("checkpoint pruner stopped", "err", err)
 		}
 	}()
+	// Clients read and change jobs through this service, never PostgreSQL.
+	clientSvc := &control.ClientService{NATS: c.nc, Store: c.store, JS: c.js, Archives: archiveStore(c), Logger: logger}
+	if _, err := clientSvc.Start(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
 	capacity := make(chan error, 2)
 	loops, err := startCapacity(ctx, v, c, placer, placer.Sources, logger, capacity)
 	if err != nil {

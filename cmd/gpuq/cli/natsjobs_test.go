@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
+	"github.com/gpuq/gpuq/workers"
+)
+
+// startDevNATS runs `gpuq dev -o json` in a fresh directory, as the README
+// starts it, and returns its NATS URL and the NATS credential it wrote to
+// its config file.
+func startDevNATS(t *testing.T, bin string) (string, string) {
+	t.Helper()
+	// A short path: PostgreSQL's socket lives under it.
+	dir, err := os.MkdirTemp("", "gpuq-dev-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	dev := exec.Command(bin, append([]string{"dev", "--data-dir", filepath.Join(dir, "data"), "-o", "json"}, demoDatabaseArgs(t)...)...)
+	dev.Dir = dir
+	var logs syncBuffer
+	dev.Stderr = &logs
+	stdout, err := dev.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dev.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+		done := make(chan struct{})
+		go func() { dev.Wait(); close(done) }() //nolint:errcheck // stopping
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			dev.Process.Kill() //nolint:errcheck // stuck
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("gpuq dev output:\n%s", logs.String())
+		}
+	})
+	var conn struct {
+		NATSURL string `json:"nats_url"`
+	}
+	if err := json.NewDecoder(stdout).Decode(&conn); err != nil || conn.NATSURL == "" {
+		t.Fatalf("gpuq dev did not report its NATS URL: %v", err)
+	}
+	config, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(config), "\n") {
+		if cred, ok := strings.CutPrefix(line, "nats-credential: "); ok {
+			return conn.NATSURL, cred
+		}
+	}
+	t.Fatalf("gpuq dev wrote no nats-credential to %s", devConfigFile)
+	return "", ""
+}
+
+// clientEnv is the environment of a user's shell that knows only gpuq dev's
+// NATS URL and credential: no other GPUQ_* setting, no database URL.
+func clientEnv(natsURL, cred string) []string {
+	env := []string{"GPUQ_NATS_URL=" + natsURL, "GPUQ_NATS_CREDENTIAL=" + cred}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GPUQ_") && !strings.HasPrefix(kv, "PG") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func TestJobCommandsReachJobsThroughTheControlPlaneWithoutADatabaseURL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	natsURL, cred := startDevNATS(t, bin)
+	home := t.TempDir() // no .gpuq/config.yaml here
+	gpuq := func(wantCode int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Dir, cmd.Env = home, clientEnv(natsURL, cred)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != wantCode {
+			t.Fatalf("gpuq %v: exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
+
+	// The README's first job, through the control plane.
+	id := strings.TrimSpace(gpuq(0, "submit", "--name", "hello", "--", "sh", "-c", "echo hello; echo 42 > $GPUQ_OUTPUT_DIR/answer.txt"))
+	if out := gpuq(0, "wait", id); !strings.Contains(out, id+" succeeded") {
+		t.Fatalf("wait: %s", out)
+	}
+	if out := gpuq(0, "status", id); !strings.Contains(out, "state      succeeded") || !strings.Contains(out, "on pool local-cpu") {
+		t.Fatalf("status: %s", out)
+	}
+	var decision struct {
+		Chosen *struct{} `json:"chosen"`
+	}
+	if out := gpuq(0, "status", id, "--explain", "-o", "json"); json.Unmarshal([]byte(out), &decision) != nil || decision.Chosen == nil {
+		t.Fatalf("status --explain -o json is the recomputed decision: %s", out)
+	}
+	if out := gpuq(0, "logs", id); out != "hello\n" {
+		t.Fatalf("logs: %q", out)
+	}
+	if out := gpuq(0, "logs", "-f", id); out != "hello\n" {
+		t.Fatalf("logs -f of a finished job ends: %q", out)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	gpuq(0, "results", id, "--dir", dir)
+	if b, err := os.ReadFile(filepath.Join(dir, "answer.txt")); err != nil || string(b) != "42\n" {
+		t.Fatalf("results: %q %v", b, err)
+	}
+	if out := gpuq(0, "ls"); !strings.Contains(out, id) {
+		t.Fatalf("ls: %s", out)
+	}
+	gpuq(0, "nodes")
+
+	// Another project's job is not found unless the caller acts in it.
+	other := strings.TrimSpace(gpuq(0, "submit", "--project", "teamb", "--name", "long", "--", "sleep", "60"))
+	gpuq(ExitNotFound, "status", other)
+	gpuq(ExitNotFound, "cancel", other)
+	if out := gpuq(0, "ls", "-o", "json"); strings.Contains(out, other) {
+		t.Fatalf("ls in the default project lists teamb's job: %s", out)
+	}
+	gpuq(0, "status", other, "--project", "teamb")
+	// A config naming both projects acts in both.
+	config := writeFile(t, "gpuq.yaml", "projects: [default, teamb]\n")
+	if out := gpuq(0, "ls", "--config", config); !strings.Contains(out, id) || !strings.Contains(out, other) {
+		t.Fatalf("ls over the configured projects lists both jobs: %s", out)
+	}
+	if out := gpuq(0, "cancel", other, "--config", config); !strings.Contains(out, other+" cancelled") {
+		t.Fatalf("cancel: %s", out)
+	}
+	gpuq(ExitCancelled, "wait", other, "--config", config)
+}
+
+func TestWaitReturnsWhenTheJobsTerminalEventIsLost(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, dbURL := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	// The client service as every gpuq server runs it, default settings.
+	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.New()
+	spec, err := queue.ParseSpec([]byte("command: [sleep, '60']"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, _, err := runCLI(t, "wait", id.String(), "--nats-url", n.URL)
+		done <- result{out, err}
+	}()
+	time.Sleep(time.Second)
+	// The job is cancelled through a handle that announces nothing: its
+	// terminal event never reaches the event stream.
+	silent, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if err := silent.Cancel(ctx, id, "cancelled behind the stream's back"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		var exit *ExitError
+		if !errors.As(r.err, &exit) || exit.Code != ExitCancelled || !strings.Contains(r.out, id.String()+" cancelled") {
+			t.Fatalf("wait must return the cancelled job, got %q %v", r.out, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("gpuq wait still waiting 20 s after the job was cancelled: a lost event held it")
+	}
+}

@@ -1,0 +1,187 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
+	"github.com/gpuq/gpuq/workers"
+)
+
+type clientHarness struct {
+	n     *queuetest.NATS
+	store *store.Store
+	dbURL string
+}
+
+// startClientService serves the client service on a fresh NATS server and
+// database, with quiet as its Quiet.
+func startClientService(t *testing.T, quiet time.Duration) *clientHarness {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	s, url := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	svc := &control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Quiet: quiet}
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &clientHarness{n: n, store: s, dbURL: url}
+}
+
+// call sends a request and returns the answer's body, or its error code and
+// message.
+func (h *clientHarness) call(t *testing.T, project, op string, req any) (body []byte, code, msg string) {
+	t.Helper()
+	data, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := h.n.NC.Request(queue.ClientServiceSubject(project, op), data, 40*time.Second)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", op, project, err)
+	}
+	return reply.Data, reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader)
+}
+
+// recordJob records a placed job of project.
+func (h *clientHarness) recordJob(t *testing.T, project string) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	spec := mustSpec(t, "project: "+project+"\ncommand: [/bin/true]")
+	if _, err := h.store.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestClientServiceAnswersNotFoundForAJobOfAnotherProject(t *testing.T) {
+	t.Parallel()
+	h := startClientService(t, 0)
+	id := h.recordJob(t, "teama")
+
+	for _, op := range []string{queue.ClientOpJob, queue.ClientOpStatus, queue.ClientOpCancel, queue.ClientOpLogs,
+		queue.ClientOpCheckpoints, queue.ClientOpWait, queue.ClientOpResults, queue.ClientOpExplain} {
+		_, code, msg := h.call(t, "teamb", op, queue.ClientRequest{JobID: id})
+		if code != "404" || msg != "job "+id.String()+" not found" {
+			t.Errorf("%s of teama's job asked as teamb: %s %q, want 404 not found", op, code, msg)
+		}
+	}
+	if j, _ := h.store.Job(context.Background(), id); j.State != queue.StatePlaced {
+		t.Fatalf("a cancel from another project changed the job: %s", j.State)
+	}
+	body, _, _ := h.call(t, "teamb", queue.ClientOpList, queue.ClientRequest{})
+	var list queue.ClientJobList
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("teamb's listing shows no job of teama: %v %s", err, body)
+	}
+
+	body, code, msg := h.call(t, "teama", queue.ClientOpStatus, queue.ClientRequest{JobID: id})
+	var st control.JobStatus
+	if code != "" || json.Unmarshal(body, &st) != nil || st.Job.ID != id || st.Pool != "p" {
+		t.Fatalf("status asked as the job's project: %s %s %s", code, msg, body)
+	}
+	body, _, _ = h.call(t, "teama", queue.ClientOpList, queue.ClientRequest{})
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Jobs) != 1 || list.Jobs[0].ID != id {
+		t.Fatalf("teama's listing shows its job: %v %s", err, body)
+	}
+	body, code, _ = h.call(t, "teama", queue.ClientOpCancel, queue.ClientRequest{JobID: id})
+	var job queue.Job
+	if code != "" || json.Unmarshal(body, &job) != nil || job.State != queue.StateCancelled {
+		t.Fatalf("cancel asked as the job's project: %s %s", code, body)
+	}
+	if _, code, msg = h.call(t, "teama", queue.ClientOpCancel, queue.ClientRequest{JobID: id}); code != "409" || !strings.Contains(msg, "already finished") {
+		t.Fatalf("cancelling a finished job: %s %q, want 409 already finished", code, msg)
+	}
+}
+
+func TestClientServiceRefusesBadRequestsNamingTheField(t *testing.T) {
+	t.Parallel()
+	h := startClientService(t, 0)
+	id := h.recordJob(t, "teama")
+	for _, c := range []struct {
+		name, op string
+		req      any
+		want     string
+	}{
+		{"unknown field", queue.ClientOpStatus, map[string]any{"job_id": id, "jobid": id}, `unknown field "jobid"`},
+		{"no job id", queue.ClientOpStatus, map[string]any{}, "job_id: required"},
+		{"wait too long", queue.ClientOpWait, queue.ClientRequest{JobID: id, Wait: time.Hour}, "wait: must be 0–25s"},
+		{"negative limit", queue.ClientOpList, queue.ClientRequest{Limit: -1}, "limit: must not be negative"},
+		{"list too long", queue.ClientOpList, queue.ClientRequest{Limit: 100000}, "limit: must be 1–500"},
+		{"unknown state", queue.ClientOpList, queue.ClientRequest{State: "done"}, "state: must be one of"},
+		{"oversize", queue.ClientOpStatus, map[string]any{"job_id": id, "pool": strings.Repeat("x", queue.MaxClientRequest)}, "over the limit"},
+		{"results of an unfinished job", queue.ClientOpResults, queue.ClientRequest{JobID: id}, "has no results: it is placed"},
+	} {
+		_, code, msg := h.call(t, "teama", c.op, c.req)
+		if code == "" || code == "500" || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %s %q, want an error naming %q", c.name, code, msg, c.want)
+		}
+	}
+	if j, _ := h.store.Job(context.Background(), id); j.State != queue.StatePlaced {
+		t.Fatalf("bad requests changed the job: %s", j.State)
+	}
+}
+
+func TestClientWaitReadsTheAuditTrailWhenTheJobsEventIsLost(t *testing.T) {
+	t.Parallel()
+	h := startClientService(t, 300*time.Millisecond)
+	id := h.recordJob(t, "teama")
+	body, _, _ := h.call(t, "teama", queue.ClientOpWait, queue.ClientRequest{JobID: id})
+	var first queue.ClientWait
+	if err := json.Unmarshal(body, &first); err != nil || first.Seen == 0 || first.Job.State != queue.StatePlaced {
+		t.Fatalf("a wait without a wait answers the audit trail at once: %v %s", err, body)
+	}
+
+	// A second handle on the same database that announces nothing: the
+	// cancellation is recorded, its event never reaches the stream.
+	silent, err := store.Open(context.Background(), h.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	answer := make(chan []byte, 1)
+	go func() {
+		body, _, _ := h.call(t, "teama", queue.ClientOpWait, queue.ClientRequest{JobID: id, Seen: first.Seen, Wait: 20 * time.Second})
+		answer <- body
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := silent.Cancel(context.Background(), id, "cancelled by test"); err != nil {
+		t.Fatal(err)
+	}
+	var w queue.ClientWait
+	select {
+	case body = <-answer:
+	case <-time.After(15 * time.Second):
+		t.Fatal("wait did not answer within 15 s of a cancellation whose event was lost")
+	}
+	if err := json.Unmarshal(body, &w); err != nil || w.Job.State != queue.StateCancelled ||
+		len(w.Events) != 1 || w.Events[0].State != queue.StateCancelled || w.Seen != first.Seen+1 {
+		t.Fatalf("wait answers the recorded cancellation: %v %s", err, body)
+	}
+	stream, err := h.n.JS.Stream(context.Background(), queue.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(context.Background(), queue.EventSubject(id.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var announced queue.Event
+	if err := json.Unmarshal(last.Data, &announced); err != nil || announced.State == queue.StateCancelled {
+		t.Fatalf("the cancellation was announced after all (%v): the test proves nothing", err)
+	}
+}
