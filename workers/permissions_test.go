@@ -52,7 +52,7 @@ func TestSubmissionForAnotherProjectIsRejectedWithTheReason(t *testing.T) {
 	if job.ID == queue.JobIDFor(&queue.Spec{Project: "teamb", IdempotencyKey: "k1"}) {
 		t.Fatal("the rejected job took the id teamb's key k1 names")
 	}
-	out := runCLI(t, 0, "status", job.ID.String(), "--nats-url", c.n.URL)
+	out := runCLI(t, 0, "status", job.ID.String(), "--project", "teama", "--nats-url", c.n.URL)
 	for _, want := range []string{"rejected", `spec.project "teamb" differs from the project "teama"`} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("gpuq status must show %q; got:\n%s", want, out)

@@ -92,8 +92,10 @@ func TestThirtyJobsAtTenCentsAgainstAOneEuroCapPlaceAtMostTen(t *testing.T) {
 		t.Fatalf("the placement must record its estimate and provider: %+v", p)
 	}
 
-	// The first job runs for a second and succeeds: it has spent almost
-	// nothing, so nearly all of its 0.10 EUR comes back.
+	// The first job runs for a moment and succeeds: it has spent almost
+	// nothing, so nearly all of its 0.10 EUR comes back. Nearly, not all:
+	// what it accrued stays spent, so the next job that fits is one of
+	// half an hour (0.05 EUR), and an hour's job after it does not.
 	c, err := s.Claim(ctx, queue.ClaimRequest{JobID: first.ID, PlacementVersion: 1, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "cheap"})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func TestThirtyJobsAtTenCentsAgainstAOneEuroCapPlaceAtMostTen(t *testing.T) {
 	if err := s.Succeed(ctx, first.ID, c.Job.Attempt, nil); err != nil {
 		t.Fatal(err)
 	}
-	again, err := queue.Submit(ctx, n.JS, mustSpec(t, "name: again\nproject: vision\ncommand: [/bin/true]\nexpected_duration: 1h\n"))
+	again, err := queue.Submit(ctx, n.JS, mustSpec(t, "name: again\nproject: vision\ncommand: [/bin/true]\nexpected_duration: 30m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
