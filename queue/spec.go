@@ -469,6 +469,29 @@ func (s *Spec) applyDefaults() {
 	if s.Placement.Tier == "" {
 		s.Placement.Tier = DefaultTier
 	}
+	// An empty list or mapping says the same as none; holding nil keeps a
+	// parsed spec equal to its recorded form, which omits both.
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	if len(s.Labels) == 0 {
+		s.Labels = nil
+	}
+	if len(s.Inputs) == 0 {
+		s.Inputs = nil
+	}
+	if len(s.Placement.Regions) == 0 {
+		s.Placement.Regions = nil
+	}
+	if len(s.Placement.Providers) == 0 {
+		s.Placement.Providers = nil
+	}
+	if len(s.Checkpoint.Paths) == 0 {
+		s.Checkpoint.Paths = nil
+	}
+	if s.Resources.GPU != nil && len(s.Resources.GPU.Cards) == 0 {
+		s.Resources.GPU.Cards = nil
+	}
 }
 
 // defaultName is a name made from the command's last argument: its first 64
