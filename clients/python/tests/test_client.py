@@ -121,6 +121,9 @@ class ClientTest(unittest.TestCase):
             time.sleep(0.2)
         first = client.status(job.id)
         self.assertEqual(len(first.attempts), 1)
+        # Read before the kill: the control plane keeps a job's latest
+        # checkpoints only, so attempt 2's saves prune attempt 1's.
+        saved = max(c.seq for c in client.checkpoints(job.id) if c.attempt == 1)
         # The attempt's pid is its worker's; SIGKILL gives it no notice.
         os.kill(first.attempts[0].pid, signal.SIGKILL)
         done = client.wait(job.id, timeout=180, progress=False)
@@ -130,7 +133,6 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([a.outcome for a in st.attempts], ["lost", "succeeded"])
         cps = client.checkpoints(job.id)
         self.assertEqual([c.seq for c in cps], sorted(c.seq for c in cps))
-        saved = max(c.seq for c in cps if c.attempt == 1)
         logs = "".join(c.data for c in client.logs(job.id))
         m = re.search(r"attempt 2 starts at step (\d+)", logs)
         self.assertIsNotNone(m, logs)
