@@ -37,7 +37,7 @@ test-python: build ## Install clients/python into a fresh virtualenv and run its
 		$(CURDIR)/$(PYVENV)/bin/python -m unittest -v
 
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./queue/:FuzzParseSpec ./policy/:FuzzParseMoney ./cmd/gpuq/cli/:FuzzParseRules ./cmd/gpuq/cli/:FuzzParseOffers
+FUZZ_TARGETS := ./queue/:FuzzParseSpec ./policy/:FuzzParseMoney ./cmd/gpuq/cli/:FuzzParseRules ./cmd/gpuq/cli/:FuzzParseOffers ./workers/:FuzzUnpack
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s); a crash is written to the package's testdata/fuzz, to keep as a test case

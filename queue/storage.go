@@ -38,6 +38,8 @@ type Storage struct {
 	StreamMaxBytes map[string]int64
 	// BucketMaxBytes caps each archive bucket. Default 10 GiB.
 	BucketMaxBytes int64
+	// Unpack bounds what restoring or fetching one archive may write.
+	Unpack ArchiveLimits
 }
 
 // DefaultStreamMaxBytes are the streams' byte caps when the configuration
@@ -77,6 +79,7 @@ func (s Storage) WithDefaults() Storage {
 	if s.BucketMaxBytes == 0 {
 		s.BucketMaxBytes = 10 << 30
 	}
+	s.Unpack = s.Unpack.WithDefaults()
 	return s
 }
 
@@ -93,6 +96,9 @@ func (s Storage) Validate() error {
 		return fmt.Errorf("storage.project_quota: must not be negative, got %d", s.ProjectQuotaBytes)
 	case s.BucketMaxBytes < 0:
 		return fmt.Errorf("storage.bucket_max_bytes: must not be negative, got %d", s.BucketMaxBytes)
+	}
+	if err := s.Unpack.Validate(); err != nil {
+		return err
 	}
 	for p, q := range s.ProjectQuotas {
 		if q < 0 {

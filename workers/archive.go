@@ -11,8 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // Archive is a packed directory in a local file, ready to upload.
@@ -51,6 +54,11 @@ func Pack(dir string, paths []string, tmpDir string) (*Archive, error) {
 }
 
 func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
 		return err
@@ -59,18 +67,24 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
+	// Everything is read through root: a path that reaches outside dir
+	// through a symlink (a checkpoint.paths entry "data/x" where data links
+	// to /etc) is an error, never a host file packed.
+	fsys := root.FS()
 	for _, p := range paths {
-		root := filepath.Join(dir, p)
-		if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		p = filepath.ToSlash(filepath.Clean(p))
+		if !filepath.IsLocal(p) && p != "." {
+			return fmt.Errorf("path %q leaves %s", p, dir)
+		}
+		if _, err := root.Lstat(p); errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		err := fs.WalkDir(fsys, p, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", path, err)
 			}
-			rel, err := filepath.Rel(dir, path)
-			if err != nil || rel == "." {
-				return err
+			if path == "." {
+				return nil
 			}
 			info, err := d.Info()
 			if err != nil {
@@ -78,15 +92,24 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 			}
 			link := ""
 			if info.Mode()&fs.ModeSymlink != 0 {
-				if link, err = os.Readlink(path); err != nil {
+				// A link is packed only when it resolves inside dir: one
+				// to a dataset elsewhere on the machine is the machine's,
+				// not the job's, and unpacking refuses it.
+				if _, err := root.Stat(path); err != nil {
+					return nil
+				}
+				if link, err = root.Readlink(path); err != nil {
 					return err
 				}
+			} else if !info.Mode().IsRegular() && !info.IsDir() {
+				return nil
 			}
 			hdr, err := tar.FileInfoHeader(info, link)
 			if err != nil {
 				return err
 			}
-			hdr.Name = filepath.ToSlash(rel)
+			hdr.Name = path
+			hdr.Uname, hdr.Gname = "", ""
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
 			}
@@ -94,7 +117,7 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 				return nil
 			}
 			*files++
-			src, err := os.Open(path)
+			src, err := root.Open(path)
 			if err != nil {
 				return err
 			}
@@ -112,53 +135,203 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 	return zw.Close()
 }
 
-// Unpack extracts a tar+zstd archive into dir, refusing entries that would
-// land outside it.
-func Unpack(r io.Reader, dir string) error {
-	zr, err := zstd.NewReader(r)
+// ArchiveLimitError says which of the unpacking limits an archive broke.
+type ArchiveLimitError struct {
+	// Key is the limit's configuration key (storage.unpack_max_bytes, …).
+	Key   string
+	Limit int64
+	Entry string
+}
+
+func (e *ArchiveLimitError) Error() string {
+	what := map[string]string{
+		"storage.unpack_max_bytes":      "more than %d bytes in all",
+		"storage.unpack_max_file_bytes": "a file of more than %d bytes",
+		"storage.unpack_max_files":      "more than %d entries",
+		"storage.unpack_max_ratio":      "more than %d times its compressed size",
+	}[e.Key]
+	return fmt.Sprintf("unpacking: the archive expands to "+what+" (at %q); %s raises the limit", e.Limit, e.Entry, e.Key)
+}
+
+// Unpack extracts a tar+zstd archive into dir (created if missing). The
+// archive is treated as hostile: nothing is written outside dir whatever
+// its entries say (a name with "..", a symlink followed by a file beneath
+// it or of the same name); only regular files, directories and symlinks
+// that resolve to something inside dir are unpacked, and hard links,
+// devices and other kinds are refused; modes keep the permission bits
+// only (no setuid, setgid or sticky); and lim bounds the bytes, the
+// entries and the expansion ratio, the error naming the limit broken.
+func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
+	lim = lim.WithDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	in := &countingReader{r: r}
+	zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(128<<20))
 	if err != nil {
 		return err
 	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
-	for {
+	u := &unpacker{root: root, lim: lim, in: in}
+	// Links are made last, once every file is written, so no entry of the
+	// archive is ever written through one.
+	var links []*tar.Header
+	for entries := 0; ; entries++ {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("unpacking: %w", err)
 		}
-		target := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		if !strings.HasPrefix(target, filepath.Clean(dir)+string(filepath.Separator)) {
+		if entries >= lim.MaxFiles {
+			return &ArchiveLimitError{Key: "storage.unpack_max_files", Limit: int64(lim.MaxFiles), Entry: hdr.Name}
+		}
+		name := filepath.Clean(filepath.FromSlash(strings.TrimLeft(hdr.Name, "/")))
+		if !filepath.IsLocal(name) {
+			if name == "." && hdr.Typeflag == tar.TypeDir {
+				continue
+			}
 			return fmt.Errorf("unpacking: entry %q leaves the target directory", hdr.Name)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
 			}
 		case tar.TypeSymlink:
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return err
-			}
+			links = append(links, hdr)
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			if err := u.file(hdr, name, tr); err != nil {
 				return err
 			}
-			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(hdr.Mode)&0o777)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
+		default:
+			return fmt.Errorf("unpacking: entry %q is a %s; archives hold only files, directories and symlinks", hdr.Name, entryKind(hdr.Typeflag))
 		}
 	}
+	for _, hdr := range links {
+		if err := u.link(hdr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unpacker writes one archive's entries under root, within its limits.
+type unpacker struct {
+	root    *os.Root
+	lim     queue.ArchiveLimits
+	in      *countingReader
+	written int64
+}
+
+func (u *unpacker) file(hdr *tar.Header, name string, r io.Reader) error {
+	if hdr.Size > u.lim.MaxFileBytes {
+		return &ArchiveLimitError{Key: "storage.unpack_max_file_bytes", Limit: u.lim.MaxFileBytes, Entry: hdr.Name}
+	}
+	if dir := filepath.Dir(name); dir != "." {
+		if err := u.root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+		}
+	}
+	// A symlink already in the directory is replaced, never written through.
+	if fi, err := u.root.Lstat(name); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if err := u.root.Remove(name); err != nil {
+			return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+		}
+	}
+	f, err := u.root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, fs.FileMode(hdr.Mode)&0o777|0o600)
+	if err != nil {
+		return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+	}
+	_, err = io.Copy(&limitedWriter{w: f, u: u, entry: hdr.Name}, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		var lerr *ArchiveLimitError
+		if errors.As(err, &lerr) {
+			return err
+		}
+		return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+func (u *unpacker) link(hdr *tar.Header) error {
+	name := filepath.Clean(filepath.FromSlash(strings.TrimLeft(hdr.Name, "/")))
+	target := filepath.FromSlash(hdr.Linkname)
+	if filepath.IsAbs(target) || !filepath.IsLocal(filepath.Join(filepath.Dir(name), target)) {
+		return fmt.Errorf("unpacking: symlink %q points to %q, outside the target directory", hdr.Name, hdr.Linkname)
+	}
+	if dir := filepath.Dir(name); dir != "." {
+		if err := u.root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+		}
+	}
+	if err := u.root.Symlink(target, name); err != nil {
+		return fmt.Errorf("unpacking %q: %w", hdr.Name, err)
+	}
+	// Resolved through the links already made, it must still land inside
+	// (a link through another link can climb out where its text does not).
+	if _, err := u.root.Stat(name); err != nil {
+		u.root.Remove(name)
+		return fmt.Errorf("unpacking: symlink %q points to %q, which is not inside the target directory: %w", hdr.Name, hdr.Linkname, err)
+	}
+	return nil
+}
+
+// limitedWriter counts what one file writes against the archive's limits.
+type limitedWriter struct {
+	w     io.Writer
+	u     *unpacker
+	entry string
+	n     int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	u := l.u
+	switch {
+	case l.n+int64(len(p)) > u.lim.MaxFileBytes:
+		return 0, &ArchiveLimitError{Key: "storage.unpack_max_file_bytes", Limit: u.lim.MaxFileBytes, Entry: l.entry}
+	case u.written+int64(len(p)) > u.lim.MaxBytes:
+		return 0, &ArchiveLimitError{Key: "storage.unpack_max_bytes", Limit: u.lim.MaxBytes, Entry: l.entry}
+	case u.written+int64(len(p)) > queue.RatioFloor && u.written+int64(len(p)) > u.lim.MaxRatio*max(u.in.n, 1):
+		return 0, &ArchiveLimitError{Key: "storage.unpack_max_ratio", Limit: u.lim.MaxRatio, Entry: l.entry}
+	}
+	n, err := l.w.Write(p)
+	l.n += int64(n)
+	u.written += int64(n)
+	return n, err
+}
+
+func entryKind(t byte) string {
+	switch t {
+	case tar.TypeLink:
+		return "hard link"
+	case tar.TypeChar, tar.TypeBlock:
+		return "device"
+	case tar.TypeFifo:
+		return "named pipe"
+	}
+	return fmt.Sprintf("entry of type %q", t)
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 type countingWriter struct {

@@ -217,7 +217,7 @@ func (c *cluster) checkpointStep(t *testing.T, cp queue.Checkpoint) int {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := workers.Unpack(f, dir); err != nil {
+	if err := workers.Unpack(f, dir, queue.ArchiveLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "step"))
@@ -297,7 +297,7 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := workers.Unpack(f, dir); err != nil {
+	if err := workers.Unpack(f, dir, queue.ArchiveLimits{}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "answer.txt")); string(b) != "42\n" {

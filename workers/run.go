@@ -381,7 +381,7 @@ func (a *attempt) restore(cp *queue.Checkpoint) error {
 	if err := Download(a.io, a.w.archives, cp.StoreURI, cp.SHA256, f); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", cp.Seq, err)
 	}
-	if err := Unpack(f, a.ckptDir); err != nil {
+	if err := Unpack(f, a.ckptDir, a.w.cfg.Unpack); err != nil {
 		return err
 	}
 	a.log.Info("resuming from checkpoint", "seq", cp.Seq)

@@ -68,6 +68,10 @@ type Config struct {
 	// it. GPUQ_* names are refused: they are the worker's own settings and
 	// the job's variables. Default none.
 	PassEnv []string
+	// Unpack bounds what restoring one checkpoint may write (the
+	// storage.unpack_* keys of the configuration). Default: the defaults
+	// of queue.ArchiveLimits.
+	Unpack queue.ArchiveLimits
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
 	Logger *slog.Logger

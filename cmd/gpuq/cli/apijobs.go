@@ -300,7 +300,7 @@ func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(q
 	}
 }
 
-func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string) (*Results, error) {
+func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error) {
 	var res Results
 	if err := a.call(ctx, http.MethodGet, jobPath(id, "/results"), nil, nil, "", &res); err != nil {
 		return nil, err
@@ -335,7 +335,7 @@ func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string) (*Resul
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &res, workers.Unpack(f, dir)
+	return &res, workers.Unpack(f, dir, lim)
 }
 
 // retryNotFound repeats get while it answers not found, for up to wait: a

@@ -570,7 +570,11 @@ func newResultsCmd() *cobra.Command {
 			if dir == "" {
 				dir = id.String()
 			}
-			res, err := svc.Results(cmd.Context(), id, dir)
+			storage, err := storageConfig(v)
+			if err != nil {
+				return err
+			}
+			res, err := svc.Results(cmd.Context(), id, dir, storage.Unpack)
 			if err != nil {
 				return err
 			}
@@ -599,5 +603,5 @@ func fetchArchive(ctx context.Context, store workers.ArchiveStore, rec *queue.Ar
 	if err := workers.Download(ctx, store, rec.StoreURI, rec.SHA256, f); err != nil {
 		return err
 	}
-	return workers.Unpack(f, dir)
+	return workers.Unpack(f, dir, queue.ArchiveLimits{})
 }

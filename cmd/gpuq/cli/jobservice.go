@@ -36,7 +36,7 @@ type jobService interface {
 	Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	// Results unpacks a succeeded job's outputs into dir and lists them; a
 	// job that wrote none has no files.
-	Results(ctx context.Context, id uuid.UUID, dir string) (*Results, error)
+	Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error)
 	// Nodes lists worker nodes, of pool only when it is set.
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 	Close()

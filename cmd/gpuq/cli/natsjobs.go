@@ -289,7 +289,7 @@ func (n *natsJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 
 // Results downloads a succeeded job's output archive in ranges, checks its
 // hash and unpacks it into dir.
-func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string) (*Results, error) {
+func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error) {
 	var rec queue.ClientResults
 	if err := n.jobCall(ctx, queue.ClientOpResults, queue.ClientRequest{JobID: id}, &rec); err != nil {
 		return nil, err
@@ -327,7 +327,7 @@ func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string) (*Resu
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := workers.Unpack(f, dir); err != nil {
+	if err := workers.Unpack(f, dir, lim); err != nil {
 		return nil, err
 	}
 	out.Files, err = listFiles(dir)

@@ -22,6 +22,10 @@ type storageFile struct {
 	ProjectQuotas       map[string]string `mapstructure:"project_quotas"`
 	StreamMaxBytes      map[string]string `mapstructure:"stream_max_bytes"`
 	BucketMaxBytes      string            `mapstructure:"bucket_max_bytes"`
+	UnpackMaxBytes      string            `mapstructure:"unpack_max_bytes"`
+	UnpackMaxFileBytes  string            `mapstructure:"unpack_max_file_bytes"`
+	UnpackMaxFiles      int               `mapstructure:"unpack_max_files"`
+	UnpackMaxRatio      int64             `mapstructure:"unpack_max_ratio"`
 }
 
 // storageConfig reads the config key `storage` and refuses a bad value,
@@ -31,8 +35,15 @@ func storageConfig(v *viper.Viper) (queue.Storage, error) {
 	if err := v.UnmarshalKey("storage", &f, configDecodeHook()); err != nil {
 		return queue.Storage{}, fmt.Errorf("config key storage: %w", err)
 	}
-	s := queue.Storage{KeepCheckpoints: f.KeepCheckpoints, CheckpointRetention: f.CheckpointRetention, PruneInterval: f.PruneInterval}
+	s := queue.Storage{KeepCheckpoints: f.KeepCheckpoints, CheckpointRetention: f.CheckpointRetention, PruneInterval: f.PruneInterval,
+		Unpack: queue.ArchiveLimits{MaxFiles: f.UnpackMaxFiles, MaxRatio: f.UnpackMaxRatio}}
 	var err error
+	if s.Unpack.MaxBytes, err = parseSize("storage.unpack_max_bytes", f.UnpackMaxBytes); err != nil {
+		return s, err
+	}
+	if s.Unpack.MaxFileBytes, err = parseSize("storage.unpack_max_file_bytes", f.UnpackMaxFileBytes); err != nil {
+		return s, err
+	}
 	if s.ProjectQuotaBytes, err = parseSize("storage.project_quota", f.ProjectQuota); err != nil {
 		return s, err
 	}

@@ -79,6 +79,7 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
+			cfg.Unpack = storage.Unpack
 			// Replies come to the pool's own inbox prefix, so that a
 			// worker credential may subscribe to its replies only.
 			c, err := dial(cmd.Context(), v, false, nats.CustomInboxPrefix(queue.WorkerInboxPrefix(cfg.Pool)))
