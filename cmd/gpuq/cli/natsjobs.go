@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
@@ -48,6 +49,9 @@ const (
 	waitPoll    = 20 * time.Second
 	recordWait  = 10 * time.Second
 	callTimeout = 30 * time.Second
+	// noResponderWait is how long a call waits for a control plane to
+	// answer at all before saying none runs.
+	noResponderWait = 5 * time.Second
 	// logPoll is how often a followed log asks for new output.
 	logPoll = time.Second
 )
@@ -132,6 +136,17 @@ func (n *natsJobs) call(ctx context.Context, project, op string, req queue.Clien
 	}
 	subject := queue.ClientServiceSubject(project, op)
 	msg, err := n.nc.RequestWithContext(ctx, subject, body)
+	// No responder means no server took the request (one is starting or
+	// restarting): asking again is safe, for a while, with capped
+	// exponential backoff and jitter.
+	for pause, until := 50*time.Millisecond, time.Now().Add(noResponderWait); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(until); pause = min(2*pause, time.Second) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause/2 + rand.N(pause/2)):
+		}
+		msg, err = n.nc.RequestWithContext(ctx, subject, body)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("no gpuq control plane answers on %s: is `gpuq server` (or `gpuq dev`) running against this NATS server?", subject)
