@@ -138,23 +138,31 @@ func (s *ClientService) serve(ctx context.Context, op string, req micro.Request)
 	ctx, cancel := context.WithTimeout(ctx, queue.MaxClientWait+clientTimeout)
 	defer cancel()
 	reply, err := s.handle(ctx, op, req.Subject(), req.Data())
+	// The answer is published on the request's reply subject directly, not
+	// through req: the request is served after its micro handler returned,
+	// and micro reads req's error fields then.
+	msg := &nats.Msg{Subject: req.Reply(), Header: nats.Header{}}
 	if err == nil {
 		if raw, ok := reply.([]byte); ok {
-			err = req.Respond(raw)
-		} else {
-			err = req.RespondJSON(reply)
+			msg.Data = raw
+		} else if msg.Data, err = json.Marshal(reply); err != nil {
+			err = fmt.Errorf("encoding the answer: %w", err)
 		}
-		if err != nil {
-			s.Logger.Warn("client service: replying", "op", op, "err", err)
+	}
+	if err != nil {
+		var ce *ClientError
+		if !errors.As(err, &ce) {
+			s.Logger.Error("client service", "op", op, "subject", req.Subject(), "err", err)
+			ce = clientErr("500", "internal error while serving %s; the server's log has the cause", op)
 		}
+		msg.Data = nil
+		msg.Header.Set(micro.ErrorHeader, oneLine(ce.Message))
+		msg.Header.Set(micro.ErrorCodeHeader, ce.Code)
+	}
+	if msg.Subject == "" {
 		return
 	}
-	var ce *ClientError
-	if !errors.As(err, &ce) {
-		s.Logger.Error("client service", "op", op, "subject", req.Subject(), "err", err)
-		ce = clientErr("500", "internal error while serving %s; the server's log has the cause", op)
-	}
-	if err := req.Error(ce.Code, oneLine(ce.Message), nil); err != nil {
+	if err := s.NATS.PublishMsg(msg); err != nil {
 		s.Logger.Warn("client service: replying", "op", op, "err", err)
 	}
 }
