@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
@@ -72,8 +73,9 @@ type PoolLimits struct {
 	// is released. Default 5m.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout" json:"idle_timeout"`
 	// BootTimeout is how long an instance may take from launch to a ready
-	// worker before it is released and counted against the pool.
-	// Default 10m.
+	// worker (one heard from: a beat, a claim, a canary report) before it is
+	// released and counted against the pool, whatever the provider says of
+	// the machine. Default 10m.
 	BootTimeout time.Duration `mapstructure:"boot_timeout" json:"boot_timeout"`
 	// Backoff is how long a pool that had no capacity (or an instance that
 	// timed out booting or was quarantined) is left alone: no launches, and
@@ -285,9 +287,12 @@ func (c IssuedCredentials) WorkerCredential(pool, region, instanceID string) (ad
 // claimed, jobs running) and the supply (instances launching, workers idle
 // or busy), launches through the pool's provider within the pool's and the
 // project's bounds, and releases instances whose worker stayed idle for the
-// pool's idle timeout, never booted within the boot timeout or was
-// quarantined by its canary. A pool with no capacity is left alone for its
-// back-off and its waiting jobs go to their plan B. Every launch is recorded
+// pool's idle timeout, whose worker was never heard from within the boot
+// timeout or was quarantined by its canary. An instance is ready once its
+// worker is heard from (its beats name the instance), not when the provider
+// reports the machine running: a machine that runs without a worker serves
+// no job. A pool with no capacity is left alone for its back-off and its
+// waiting jobs go to their plan B. Every launch is recorded
 // with its client token before the provider is asked, so a crash between
 // the two is finished by the next pass with the same token and never rents
 // a second machine.
@@ -296,9 +301,13 @@ type Autoscaler struct {
 	Store     AutoscalerStore
 	Workers   WorkerWatch
 	JS        RunPublisher
-	Placer    Placer
-	Boot      BootTemplate
-	Config    AutoscalerConfig
+	// NATS is where the workers' liveness beats are heard, which turn an
+	// instance ready; default the connection of JS when it has one (a
+	// jetstream.JetStream does).
+	NATS   BeatConn
+	Placer Placer
+	Boot   BootTemplate
+	Config AutoscalerConfig
 	// Pools, when set, records each launch and each refusal for lack of
 	// capacity in the pools' shared availability history.
 	Pools PoolEventRecorder
@@ -310,6 +319,8 @@ type Autoscaler struct {
 	mu sync.Mutex
 	// exhausted holds, per pool, until when it is left alone and why.
 	exhausted map[string]exhaustion
+	// beats hears the workers' beats from the first pass on.
+	beats *beatListener
 }
 
 type exhaustion struct {
@@ -323,6 +334,11 @@ type poolOffer struct {
 	provider InstanceProvider
 	offer    policy.Offer
 }
+
+// seenEvery is how stale an instance's recorded worker_seen_at may grow
+// while its worker keeps beating: the record says that the worker came up
+// and roughly when it was last heard, without a write every pass.
+const seenEvery = time.Minute
 
 func (a *Autoscaler) settings() (AutoscalerConfig, *slog.Logger, func() time.Time, error) {
 	cfg := a.Config.WithDefaults()
@@ -338,6 +354,8 @@ func (a *Autoscaler) settings() (AutoscalerConfig, *slog.Logger, func() time.Tim
 		return cfg, nil, nil, errors.New("autoscaler.js: must be set")
 	case a.Placer == nil:
 		return cfg, nil, nil, errors.New("autoscaler.placer: must be set")
+	case a.beatConn() == nil:
+		return cfg, nil, nil, errors.New("autoscaler.nats: must be set (the workers' beats say which instances are ready) unless js has a Conn")
 	}
 	logger, now := a.Logger, a.Now
 	if logger == nil {
@@ -349,12 +367,55 @@ func (a *Autoscaler) settings() (AutoscalerConfig, *slog.Logger, func() time.Tim
 	return cfg, logger, now, nil
 }
 
+// beatConn is NATS, else JS's connection.
+func (a *Autoscaler) beatConn() BeatConn {
+	if a.NATS != nil {
+		return a.NATS
+	}
+	if c, ok := a.JS.(interface{ Conn() *nats.Conn }); ok && c.Conn() != nil {
+		return c.Conn()
+	}
+	return nil
+}
+
+// listening starts hearing beats on the first call; it returns the
+// listener and whether it has listened long enough for a booting
+// instance's silence to count.
+func (a *Autoscaler) listening(logger *slog.Logger, now func() time.Time, live []*queue.Instance) (*beatListener, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	conn := a.beatConn()
+	if a.beats == nil {
+		l, err := listen(conn, now, logger)
+		if err != nil {
+			return nil, false, err
+		}
+		a.beats = l
+	}
+	ids := make(map[string]bool, len(live))
+	for _, in := range live {
+		ids[in.ID] = true
+	}
+	return a.beats, a.beats.pass(conn, now(), ids), nil
+}
+
+// stopListening stops hearing beats; the next pass starts again.
+func (a *Autoscaler) stopListening() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.beats != nil {
+		a.beats.stop()
+		a.beats = nil
+	}
+}
+
 // Run passes every Interval until ctx ends.
 func (a *Autoscaler) Run(ctx context.Context) error {
 	cfg, logger, _, err := a.settings()
 	if err != nil {
 		return err
 	}
+	defer a.stopListening()
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
@@ -389,10 +450,15 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	beats, heardLong, err := a.listening(logger, now, live)
+	if err != nil {
+		return err
+	}
 	byPool := map[string][]*queue.Instance{}
 	var errs []error
 	for _, in := range live {
-		in, err := a.watch(ctx, cfg, logger, now(), pools, in, activity[in.ID])
+		w := workerSign{WorkerActivity: activity[in.ID], beat: beats.lastBeat(in.ID, in.Pool), heardLong: heardLong}
+		in, err := a.watch(ctx, cfg, logger, now(), pools, in, w)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -463,11 +529,43 @@ func (a *Autoscaler) providerOf(name string) InstanceProvider {
 	return nil
 }
 
+// workerSign is what one pass knows of an instance's worker: what it wrote
+// through the worker service, and its latest beat.
+type workerSign struct {
+	queue.WorkerActivity
+	// beat is when its latest beat was heard; zero if none.
+	beat time.Time
+	// heardLong: the autoscaler has listened to beats long enough for
+	// silence to mean that the worker is not up.
+	heardLong bool
+}
+
+// seen is the worker's latest sign of life, zero if it has given none: a
+// beat, an attempt on the instance (the store reports the instance's request
+// time when it ran none) or a canary run.
+func (w workerSign) seen(in *queue.Instance) time.Time {
+	t := w.beat
+	if w.LastActive.After(in.RequestedAt) && w.LastActive.After(t) {
+		t = w.LastActive
+	}
+	if w.CanaryAt != nil && w.CanaryAt.After(t) {
+		t = *w.CanaryAt
+	}
+	return t
+}
+
+// workerUp says whether the instance's worker has been heard from. Records
+// written before a worker_seen_at meant that carry the request time.
+func workerUp(in *queue.Instance) bool {
+	return in.WorkerSeenAt != nil && in.WorkerSeenAt.After(in.RequestedAt)
+}
+
 // watch brings one live instance's record up to date with its provider and
 // its worker, and releases it when it timed out booting, was quarantined or
 // stayed idle; it returns the instance as recorded afterwards.
 func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *slog.Logger, now time.Time,
-	pools map[string]poolOffer, in *queue.Instance, act queue.WorkerActivity) (*queue.Instance, error) {
+	pools map[string]poolOffer, in *queue.Instance, w workerSign) (*queue.Instance, error) {
+	act := w.WorkerActivity
 	p := a.providerOf(in.Provider)
 	if p == nil {
 		return in, fmt.Errorf("instance %s: no provider %q configured", in.ID, in.Provider)
@@ -511,10 +609,13 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 	if in.State == queue.InstanceDraining {
 		return in, nil
 	}
-	if act.LastActive.After(deref(in.WorkerSeenAt, time.Time{})) {
-		if err := a.Store.SetWorkerSeen(ctx, in.ID, act.LastActive); err != nil {
+	if seen := w.seen(in); !seen.IsZero() && (!workerUp(in) || seen.Sub(*in.WorkerSeenAt) >= seenEvery) {
+		if err := a.Store.SetWorkerSeen(ctx, in.ID, seen); err != nil {
 			return in, err
 		}
+		updated := *in
+		updated.WorkerSeenAt = &seen
+		in = &updated
 	}
 	if act.QuarantinedAt != nil {
 		reason := "canary quarantined the node: " + act.QuarantineReason
@@ -522,11 +623,14 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 		return a.release(ctx, p, in, reason)
 	}
 	if in.State == queue.InstancePending {
-		if got.State == adapters.StateRunning {
+		if workerUp(in) {
 			return a.change(ctx, in, queue.InstanceReady, "worker up", nil)
 		}
-		if since := deref(in.LaunchedAt, in.RequestedAt); now.Sub(since) >= l.BootTimeout {
+		if since := deref(in.LaunchedAt, in.RequestedAt); now.Sub(since) >= l.BootTimeout && w.heardLong {
 			reason := fmt.Sprintf("no ready worker within the boot timeout %s", l.BootTimeout)
+			if got.State == adapters.StateRunning {
+				reason += " (the provider runs the machine; its worker never reported)"
+			}
 			a.exhaust(in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s", in.ID, reason))
 			out, err := a.release(ctx, p, in, reason)
 			if err == nil {

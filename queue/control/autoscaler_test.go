@@ -81,6 +81,13 @@ func simPool(name, country, tier, price string) sim.PoolConfig {
 // (unless noAutoscaler) the autoscaler and the reaper.
 func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
 	t.Helper()
+	return startScaledBooting(t, gpuqBin(t), pools, limits, noAutoscaler)
+}
+
+// startScaledBooting is startScaled with the simulated machines booting
+// image instead of the gpuq binary.
+func startScaledBooting(t testing.TB, image string, pools []sim.PoolConfig, limits control.AutoscalerConfig, noAutoscaler bool) *scaled {
+	t.Helper()
 	c := &scaled{n: queuetest.StartNATS(t)}
 	c.s, _ = queuetest.Store(t, c.n)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "workers.log"))
@@ -98,7 +105,7 @@ func startScaled(t testing.TB, pools []sim.PoolConfig, limits control.Autoscaler
 	})
 	// The machine image holds nothing: each machine's NATS credential,
 	// scoped to its pool, comes with its boot spec.
-	workers := &local.Launcher{Executable: gpuqBin(t), Output: logs}
+	workers := &local.Launcher{Executable: image, Output: logs}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	if c.cloud, err = sim.New(sim.Config{Pools: pools, Step: 20 * time.Millisecond}, workers, logger, nil); err != nil {
 		t.Fatal(err)
@@ -357,6 +364,139 @@ func TestInstanceWhoseWorkerNeverBootsIsTerminatedAndItsJobsGoElsewhere(t *testi
 	ins, _ := c.s.Instances(context.Background(), "slow", "")
 	if in := ins[0]; in.State != queue.InstanceTerminated || !containsAll(in.Reason, "boot timeout") && !containsAll(in.Reason, "no ready worker") {
 		t.Fatalf("slow's instance: %s %q", in.State, in.Reason)
+	}
+}
+
+// muteImage is a machine image that boots the gpuq worker, except on pool's
+// machines, which run and never start one: the provider reports them
+// running, and no worker ever reports from them.
+func muteImage(t *testing.T, pool string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "image")
+	script := `#!/bin/sh
+prev=
+for a in "$@"; do
+	if [ "$prev" = --pool ] && [ "$a" = ` + pool + ` ]; then exec sleep 3600; fi
+	prev=$a
+done
+exec ` + gpuqBin(t) + ` "$@"
+`
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A machine the provider runs is not ready until its worker reports: one
+// whose worker never does is released at the boot timeout, its pool is left
+// alone for its back-off and its job goes elsewhere, where the instance whose
+// worker reports turns ready and runs it.
+func TestRunningMachineWhoseWorkerNeverReportsIsReleasedAtTheBootTimeoutAndCounted(t *testing.T) {
+	t.Parallel()
+	const bootTimeout = 4 * time.Second
+	mute, talks := simPool("mute", "DE", "on-demand", "0.10"), simPool("talks", "DE", "on-demand", "0.30")
+	mute.BootDelay, talks.BootDelay = time.Millisecond, time.Millisecond
+	c := startScaledBooting(t, muteImage(t, "mute"), []sim.PoolConfig{mute, talks}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, IdleTimeout: time.Second, BootTimeout: bootTimeout, PlacementTimeout: time.Hour, Backoff: time.Minute}}, false)
+	ctx := context.Background()
+	id := c.submit(t, "name: waits\ncommand: [sleep, \"0.1\"]\n")
+	var muted *queue.Instance
+	queuetest.Eventually(t, 30*time.Second, "mute's machine to run at the provider", func() bool {
+		ins, err := c.s.Instances(ctx, "mute", "")
+		if err != nil || len(ins) != 1 || ins[0].ProviderID == "" {
+			return false
+		}
+		d, err := c.provider.Describe(ctx, ins[0].ProviderID)
+		muted = ins[0]
+		return err == nil && d.State == adapters.StateRunning
+	})
+	time.Sleep(time.Second) // five passes
+	if in, err := c.s.Instance(ctx, muted.ID); err != nil || in.State != queue.InstancePending || in.ReadyAt != nil {
+		t.Fatalf("mute's instance, running at the provider with no worker: %+v %v; want pending", in, err)
+	}
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	if j := c.job(t, id); j.Pool != "talks" {
+		t.Fatalf("job ran on %s, want talks", j.Pool)
+	}
+	if note := movedNote(t, c.s, id); !containsAll(note, "mute", "talks", "boot") {
+		t.Fatalf("audit trail says %q, want the move off mute for its boot timeout", note)
+	}
+	queuetest.Eventually(t, 10*time.Second, "mute's instance to end", func() bool {
+		in, err := c.s.Instance(ctx, muted.ID)
+		return err == nil && !in.State.Live()
+	})
+	in, _ := c.s.Instance(ctx, muted.ID)
+	if in.State != queue.InstanceTerminated || !containsAll(in.Reason, "boot timeout", "worker never reported") {
+		t.Fatalf("mute's instance ended %s with %q, want terminated for the boot timeout", in.State, in.Reason)
+	}
+	if in.ReadyAt != nil || in.WorkerSeenAt != nil {
+		t.Fatalf("mute's instance was ready at %v, its worker seen at %v; want neither", in.ReadyAt, in.WorkerSeenAt)
+	}
+	if lived := in.EndedAt.Sub(*in.LaunchedAt); lived < bootTimeout {
+		t.Fatalf("mute's instance lived %s, released before the boot timeout %s", lived, bootTimeout)
+	}
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["mute"], muted.ID, "boot timeout") {
+		t.Fatalf("mute not counted against after the boot timeout: %v", got)
+	}
+	if n := c.cloud.Created(); n != 2 {
+		t.Fatalf("the cloud rented %d machines, want 2 (mute's, then talks')", n)
+	}
+	ins, err := c.s.Instances(ctx, "talks", "")
+	if err != nil || len(ins) != 1 {
+		t.Fatalf("talks' instances: %+v %v", ins, err)
+	}
+	if up := ins[0]; up.ReadyAt == nil || up.WorkerSeenAt == nil || up.ReadyAt.Before(*up.WorkerSeenAt) {
+		t.Fatalf("talks' instance ready at %v, its worker seen at %v; want ready once its worker was seen", up.ReadyAt, up.WorkerSeenAt)
+	}
+}
+
+// An autoscaler that has only just started hearing beats (a server that
+// took the lead, or got its NATS connection back) does not take a booting
+// instance's silence for a dead worker: it releases the instance for its
+// boot timeout only once it has listened long enough to hear a worker.
+func TestFreshAutoscalerReleasesASilentInstanceOnlyAfterListeningForBeats(t *testing.T) {
+	t.Parallel()
+	pool := simPool("od", "DE", "on-demand", "0.10")
+	pool.BootDelay = 24 * time.Hour // no worker ever reports
+	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{}, true)
+	ctx := context.Background()
+	id := c.submit(t, "command: [/bin/true]\n")
+	queuetest.Eventually(t, 20*time.Second, "the job to be placed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StatePlaced
+	})
+	boot := control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
+	first := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+		Placer: c.placer, Boot: boot, Logger: c.auto.Logger, Config: control.AutoscalerConfig{Defaults: control.PoolLimits{BootTimeout: time.Hour}}}
+	if err := first.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	launched, err := c.s.Instances(ctx, "od", queue.InstancePending)
+	if err != nil || len(launched) != 1 {
+		t.Fatalf("pending instances after the first pass: %+v %v", launched, err)
+	}
+	// The next leader, with a boot timeout long past.
+	next := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, NATS: c.n.NC,
+		JS: c.n.JS, Placer: c.placer, Boot: boot, Logger: c.auto.Logger,
+		Config: control.AutoscalerConfig{Defaults: control.PoolLimits{BootTimeout: time.Nanosecond, Backoff: time.Minute}}}
+	if err := next.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.s.Instance(ctx, launched[0].ID); err != nil || in.State != queue.InstancePending {
+		t.Fatalf("on the new leader's first pass the instance is %+v (%v); want still pending", in, err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := next.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.s.Instance(ctx, launched[0].ID); err != nil || in.State != queue.InstanceDraining || !containsAll(in.Reason, "boot timeout") {
+		t.Fatalf("after listening 2s the instance is %+v (%v); want draining for its boot timeout", in, err)
+	}
+	if got := next.Exhausted(time.Now()); !containsAll(got["od"], "boot timeout") {
+		t.Fatalf("od not counted against after the boot timeout: %v", got)
 	}
 }
 

@@ -1,0 +1,103 @@
+package control
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// BeatConn is the part of a NATS connection the autoscaler hears workers'
+// liveness beats on.
+type BeatConn interface {
+	Subscribe(subject string, cb nats.MsgHandler) (*nats.Subscription, error)
+	Status() nats.Status
+}
+
+// beatListenFor is how long the autoscaler must have heard beats, connected
+// throughout, before it takes a booting instance's silence to mean that its
+// worker never came up: a server that just took the lead, or got its
+// connection back, has not yet heard workers that beat every
+// queue.BeatInterval.
+const beatListenFor = 10 * queue.BeatInterval
+
+// beatListener remembers, per node and pool, when a worker there last beat.
+// A launched worker's node is its instance's id (the boot spec's
+// --instance-id), so a beat is the instance's first sign of a worker before
+// it claims anything.
+type beatListener struct {
+	sub *nats.Subscription
+
+	mu sync.Mutex
+	// since is when the listener last started hearing with its connection
+	// up; zero while it is down.
+	since time.Time
+	heard map[heardFrom]time.Time
+}
+
+// heardFrom is where a beat came from: a node and its worker's pool.
+type heardFrom struct{ node, pool string }
+
+// listen subscribes to every pool's beats; now stamps each one.
+func listen(conn BeatConn, now func() time.Time, logger *slog.Logger) (*beatListener, error) {
+	l := &beatListener{heard: map[heardFrom]time.Time{}}
+	sub, err := conn.Subscribe(queue.AliveSubjectAll, func(m *nats.Msg) {
+		b, err := readBeat(m)
+		if err != nil {
+			logger.Debug("autoscaler: ignoring a worker beat", "subject", m.Subject, "err", err)
+			return
+		}
+		if b.Node == "" {
+			return
+		}
+		at := now()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.heard[heardFrom{b.Node, b.Pool}] = at
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to worker beats: %w", err)
+	}
+	l.mu.Lock()
+	l.sub, l.since = sub, now()
+	l.mu.Unlock()
+	return l, nil
+}
+
+// pass readies the listener for one autoscaler pass over the live
+// instances: it forgets nodes that are not among them and restarts its
+// listening time when the connection is not up. It reports whether it has
+// listened long enough for a booting instance's silence to count.
+func (l *beatListener) pass(conn BeatConn, now time.Time, live map[string]bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for from := range l.heard {
+		if !live[from.node] {
+			delete(l.heard, from)
+		}
+	}
+	if conn.Status() != nats.CONNECTED {
+		l.since = time.Time{}
+		return false
+	}
+	if l.since.IsZero() {
+		l.since = now
+	}
+	return now.Sub(l.since) >= beatListenFor
+}
+
+// lastBeat is when a worker of pool on node was last heard; zero if never
+// since the listener started.
+func (l *beatListener) lastBeat(node, pool string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.heard[heardFrom{node, pool}]
+}
+
+func (l *beatListener) stop() {
+	l.sub.Unsubscribe() //nolint:errcheck // the connection may be closing
+}
