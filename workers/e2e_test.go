@@ -552,17 +552,26 @@ func TestWorkerRefusesAJobOutsideItsResidency(t *testing.T) {
 	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
 }
 
+// placeEUJob submits a job bound to EU residency and waits until it is
+// placed, on testPool: the cheapest pool inside the EU in the tests that
+// call it.
+func (c *cluster) placeEUJob(t *testing.T) (uuid.UUID, *queue.Job) {
+	t.Helper()
+	id := c.submit(t, "command: [/bin/true]\nplacement: {residency: EU}\n")
+	placed := c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+	if placed.Pool != testPool.Pool {
+		t.Fatalf("an EU job placed on %s, not on %s", placed.Pool, testPool.Pool)
+	}
+	return id, placed
+}
+
 var usPool = local.PoolConfig{Pool: "us-cpu", Region: "us-test-1", Country: "US", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.05"}
 
 func TestForgedRunOrderOnAPoolOutsideResidencyIsRefusedAtClaimAndRePlaced(t *testing.T) {
 	t.Parallel()
 	c := newClusterOf(t, testPool, usPool)
 	ctx := context.Background()
-	id := c.submit(t, "command: [/bin/true]\nplacement: {residency: EU}\n")
-	placed := c.waitState(t, id, queue.StatePlaced, 30*time.Second)
-	if placed.Pool != testPool.Pool {
-		t.Fatalf("an EU job placed on %s", placed.Pool)
-	}
+	id, placed := c.placeEUJob(t)
 	// The US pool's worker believes it may run EU jobs (its flags say DE)
 	// and is handed a forged run order without the residency's countries:
 	// only the control plane's pool registry stands in the way.
@@ -594,6 +603,35 @@ func TestForgedRunOrderOnAPoolOutsideResidencyIsRefusedAtClaimAndRePlaced(t *tes
 		if a.Pool != testPool.Pool {
 			t.Fatalf("attempt %d ran on pool %s", a.Attempt, a.Pool)
 		}
+	}
+}
+
+// A second pool inside the same country: residency alone would let it run
+// the first pool's jobs.
+var dePool = local.PoolConfig{Pool: "eu-cpu-b", Region: "eu-test-2", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.30"}
+
+func TestRunOrderForAnotherPoolInsideTheResidencyIsNotClaimedThere(t *testing.T) {
+	t.Parallel()
+	c := newClusterOf(t, testPool, dePool)
+	ctx := context.Background()
+	id, placed := c.placeEUJob(t)
+	c.startPoolWorker(t, dePool, 5*time.Second, time.Second)
+	order, _ := json.Marshal(queue.RunOrder{JobID: id, PlacementVersion: placed.PlacementVersion, Pool: dePool.Pool})
+	subject := queue.RunSubject(dePool.Pool, id.String())
+	if _, err := c.n.JS.Publish(ctx, subject, order); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 30*time.Second, "the other pool's worker to drop the order", func() bool {
+		_, held := queuetest.RunMessages(t, c.n.JS)[subject]
+		return !held
+	})
+	if j := c.job(t, id); j.State != queue.StatePlaced || len(c.attempts(t, id)) != 0 {
+		t.Fatalf("a worker of pool %s must not claim a job placed on %s: %+v", dePool.Pool, testPool.Pool, j)
+	}
+	c.startWorker(t, 5*time.Second, time.Second)
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	if a := c.attempts(t, id); len(a) != 1 || a[0].Pool != testPool.Pool {
+		t.Fatalf("want one attempt on %s, got %+v", testPool.Pool, a)
 	}
 }
 

@@ -44,6 +44,7 @@ WITH u AS (
     WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
       AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR $5::text = ANY(pl.countries))
+      AND (pl.pool IS NULL OR pl.pool = $6)
     ORDER BY jobs.id
     FOR UPDATE OF jobs
 ), lost AS (
@@ -64,7 +65,7 @@ WITH u AS (
 ), a AS (
     -- Each attempt runs at the price of the placement it was claimed under.
     INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
-    SELECT c.id, c.attempt, $6, $7, $8, $9, $10, $11,
+    SELECT c.id, c.attempt, $7, $8, $9, $6, $10, $11,
            COALESCE(p.price_micros, 0), COALESCE(p.currency, ''), u.claim_id
     FROM c
     JOIN u ON u.id = c.id
@@ -90,10 +91,10 @@ type JobClaimManyParams struct {
 	PlacementVersions []int32
 	ClaimIds          []uuid.UUID
 	Country           string
+	Pool              string
 	WorkerID          string
 	Host              string
 	Pid               int32
-	Pool              string
 	NodeID            string
 	CanaryRunID       sql.NullInt64
 	Message           string
@@ -106,9 +107,9 @@ type JobClaimManyParams struct {
 // published under, only when no other attempt holds a live lease (a
 // running job whose lease expired was lost by its worker), and only when the
 // claiming pool's country (from the control plane's pool registry) lies in
-// the placement's residency. The row locks taken by the first CTE make a
-// concurrent claim of the same job find it running and claim nothing. The
-// ids must be distinct. Each attempt keeps the id of the claim request that
+// the placement's residency, and only by a worker of the placement's pool.
+// The row locks taken by the first CTE make a concurrent claim of the same
+// job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
 // started it.
 func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
@@ -117,10 +118,10 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 		pq.Array(arg.PlacementVersions),
 		pq.Array(arg.ClaimIds),
 		arg.Country,
+		arg.Pool,
 		arg.WorkerID,
 		arg.Host,
 		arg.Pid,
-		arg.Pool,
 		arg.NodeID,
 		arg.CanaryRunID,
 		arg.Message,

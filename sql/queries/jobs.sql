@@ -76,9 +76,9 @@ WHERE id = @id AND state = 'pending';
 -- published under, only when no other attempt holds a live lease (a
 -- running job whose lease expired was lost by its worker), and only when the
 -- claiming pool's country (from the control plane's pool registry) lies in
--- the placement's residency. The row locks taken by the first CTE make a
--- concurrent claim of the same job find it running and claim nothing. The
--- ids must be distinct. Each attempt keeps the id of the claim request that
+-- the placement's residency, and only by a worker of the placement's pool.
+-- The row locks taken by the first CTE make a concurrent claim of the same
+-- job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
 -- started it.
 WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
@@ -90,6 +90,7 @@ WITH u AS (
     WHERE jobs.placement_version = u.placement_version
       AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
       AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR @country::text = ANY(pl.countries))
+      AND (pl.pool IS NULL OR pl.pool = @pool)
     ORDER BY jobs.id
     FOR UPDATE OF jobs
 ), lost AS (
