@@ -136,6 +136,11 @@ const (
 	WireInternal     = "internal"
 )
 
+// ErrInternal is a request the control plane could not carry out, most
+// often because PostgreSQL was unreachable: unlike a fenced or refused
+// request, asking again later may succeed.
+var ErrInternal = errors.New("internal")
+
 // WireError carries an error across the worker service so that the worker
 // can act on its kind (fenced, not found, not claimable) as it would on the
 // store's own errors.
@@ -195,6 +200,8 @@ func (e *WireError) Err() error {
 		return &ClaimRefusedError{Reason: e.Message}
 	case WireQuota:
 		return &quotaError{msg: e.Message}
+	case WireInternal:
+		return fmt.Errorf("worker service: %w: %s", ErrInternal, e.Message)
 	}
 	return fmt.Errorf("worker service: %s: %s", e.Kind, e.Message)
 }

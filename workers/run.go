@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,7 +74,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	case err != nil:
 		log.Error("claiming job", "err", err)
-		msg.NakWithDelay(time.Second) //nolint:errcheck // redelivered after AckWait otherwise
+		msg.NakWithDelay(queue.RedeliveryDelay(msg, 500*time.Millisecond, 30*time.Second)) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
 	job := claimed.Job
@@ -405,16 +406,16 @@ func (a *attempt) succeed() {
 // complete records the attempt's success (and outputs, if any) and only then
 // acknowledges the message.
 func (a *attempt) complete(rec *queue.ArchiveRecord) {
-	var err error
-	if rec == nil {
-		var recorded bool
-		recorded, err = a.w.successes.call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
+	err := a.settle("recording success", func() error {
+		if rec != nil {
+			return a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
+		}
+		recorded, err := a.w.successes.call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
 		if err == nil && !recorded {
 			err = queue.ErrFenced
 		}
-	} else {
-		err = a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
-	}
+		return err
+	})
 	if errors.Is(err, queue.ErrFenced) {
 		a.log.Warn("fenced out at completion: a newer attempt owns the job; not acknowledging")
 		if rec != nil {
@@ -424,12 +425,58 @@ func (a *attempt) complete(rec *queue.ArchiveRecord) {
 	}
 	if err != nil {
 		// Not recorded, so not acknowledged: the message is redelivered
-		// and the job runs again from its latest checkpoint.
+		// and the job runs again from its latest checkpoint. Its uploaded
+		// outputs stay in the store.
 		a.log.Error("recording success", "err", err)
 		return
 	}
 	a.log.Info("job succeeded")
 	ackDone(a.io, a.msg, a.log)
+}
+
+// settle records how an attempt ended. The control plane may be briefly
+// unable to record it (PostgreSQL restarting, a server failing over): then
+// the record is asked for again, after waits that double with jitter, for
+// up to one lease (AckWait) after the job ended, the message kept in
+// progress meanwhile, so that a finished job is not run again for a
+// blip. Fencing makes a repeat harmless: the attempt is recorded once, or
+// not at all when a newer one owns the job.
+func (a *attempt) settle(what string, record func() error) error {
+	retry := backoff.ExponentialBackOff{InitialInterval: settleRetryFirst, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: settleRetryMax}
+	until := time.Now().Add(a.w.cfg.AckWait)
+	for {
+		err := record()
+		if err == nil || !retryable(err) || a.io.Err() != nil {
+			return err
+		}
+		wait := retry.NextBackOff()
+		if time.Now().Add(wait).After(until) {
+			return err
+		}
+		a.log.Warn(what+"; asking again", "err", err, "retry_in", wait.Round(time.Millisecond))
+		if err := a.msg.InProgress(); err != nil {
+			a.log.Warn("extending AckWait", "err", err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-a.io.Done():
+			return err
+		}
+	}
+}
+
+// settleRetryFirst and settleRetryMax bound the waits between records of an
+// attempt's end.
+const (
+	settleRetryFirst = 200 * time.Millisecond
+	settleRetryMax   = 5 * time.Second
+)
+
+// retryable tells a record that may succeed when asked again (no control
+// plane answered, or it could not reach PostgreSQL) from a decisive answer
+// (fenced, not found, refused).
+func retryable(err error) bool {
+	return errors.Is(err, ErrNoControlPlane) || errors.Is(err, queue.ErrInternal)
 }
 
 // finishError retries a failed run while retries.max_errors allows, else
@@ -438,7 +485,9 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 	spec := a.job.Spec
 	if a.job.Errors < spec.MaxErrors() {
 		a.log.Info("job failed; retrying", "reason", reason, "errors", a.job.Errors+1, "max_errors", spec.MaxErrors())
-		if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
+		if err := a.settle("requeueing", func() error {
+			return a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason)
+		}); err != nil {
 			a.log.Error("requeueing", "err", err)
 			return
 		}
@@ -451,7 +500,9 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 	if outcome == queue.OutcomeRetry {
 		outcome = queue.OutcomeFailed
 	}
-	if err := a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
+	if err := a.settle("recording failure", func() error {
+		return a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, outcome, code, reason)
+	}); err != nil {
 		a.log.Error("recording failure", "err", err)
 		return
 	}
