@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // RetryConfig bounds how an adapter retries a provider call.
@@ -12,7 +14,8 @@ type RetryConfig struct {
 	// Attempts is the most calls made, the first included. Default 4.
 	Attempts int
 	// Backoff is the wait before the second call when the provider gives
-	// no Retry-After; it doubles after each call. Default 1s.
+	// no Retry-After; it doubles after each call, with ±50 % jitter, up
+	// to MaxWait. Default 1s.
 	Backoff time.Duration
 	// MaxWait caps any one wait, the provider's Retry-After included: a
 	// longer wait returns the error instead. Default 1m.
@@ -61,7 +64,7 @@ func (c RetryConfig) Validate() error {
 // terminations, never a launch (see LaunchIdempotent).
 func Retry(ctx context.Context, c RetryConfig, fn func(ctx context.Context) error) error {
 	c = c.WithDefaults()
-	backoff := c.Backoff
+	retry := c.backOff()
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = callWithTimeout(ctx, c.AttemptTimeout, fn)
@@ -73,8 +76,7 @@ func Retry(ctx context.Context, c RetryConfig, fn func(ctx context.Context) erro
 			return err
 		}
 		if wait == 0 {
-			wait = backoff
-			backoff *= 2
+			wait = min(retry.NextBackOff(), c.MaxWait)
 		}
 		if serr := sleep(ctx, c.MaxWait, wait); serr != nil {
 			return errors.Join(err, serr)
@@ -97,7 +99,7 @@ func LaunchIdempotent(ctx context.Context, c RetryConfig, req LaunchRequest,
 		return Instance{}, &ProviderError{Op: "launch", Pool: req.Pool, Kind: ErrInvalidRequest, Err: err}
 	}
 	c = c.WithDefaults()
-	backoff := c.Backoff
+	retry := c.backOff()
 	for attempt := 1; ; attempt++ {
 		var inst Instance
 		err := callWithTimeout(ctx, c.AttemptTimeout, func(ctx context.Context) error {
@@ -138,13 +140,18 @@ func LaunchIdempotent(ctx context.Context, c RetryConfig, req LaunchRequest,
 		}
 		wait, _ := RetryAfter(err)
 		if wait == 0 {
-			wait = backoff
-			backoff *= 2
+			wait = min(retry.NextBackOff(), c.MaxWait)
 		}
 		if serr := sleep(ctx, c.MaxWait, wait); serr != nil {
 			return Instance{}, errors.Join(err, serr)
 		}
 	}
+}
+
+// backOff is the wait between tries the provider set no Retry-After for:
+// Backoff, doubling, with ±50 % jitter, at most MaxWait.
+func (c RetryConfig) backOff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: c.Backoff, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: c.MaxWait}
 }
 
 func callWithTimeout(ctx context.Context, timeout time.Duration, fn func(context.Context) error) error {

@@ -89,7 +89,7 @@ func Submit(ctx context.Context, js Publisher, spec *Spec) (Submitted, error) {
 			select {
 			case <-ctx.Done():
 				return Submitted{}, fmt.Errorf("submitting job %s: %w (last error: %v)", id, ctx.Err(), lastErr)
-			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+			case <-time.After(RetryDelay(try, 200*time.Millisecond, 5*time.Second)):
 			}
 		}
 		ack, err := js.PublishMsg(ctx, msg)

@@ -68,7 +68,7 @@ func (r *ServiceRecords) call(ctx context.Context, op string, req *queue.WorkerR
 	for try := range tries {
 		if try > 0 {
 			select {
-			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+			case <-time.After(queue.RetryDelay(try, 100*time.Millisecond, 2*time.Second)):
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -144,6 +145,13 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // consumer's MaxWaiting.
 const maxPulls = 8
 
+// pullRetryFirst and pullRetryMax bound the wait after a failed pull: the
+// first retry comes quickly, a long outage is asked about every 10 s.
+const (
+	pullRetryFirst = 100 * time.Millisecond
+	pullRetryMax   = 10 * time.Second
+)
+
 // Worker pulls a pool's jobs and runs them.
 type Worker struct {
 	cfg      Config
@@ -223,6 +231,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer running.Wait()
 	slots := make(chan struct{}, w.cfg.Slots)
 	pulls := make(chan struct{}, maxPulls)
+	// A failing pull (NATS restarting, the consumer being recreated) is
+	// tried again after a wait that doubles, with jitter so that a pool's
+	// workers do not come back in step, up to pullRetryMax.
+	retry := backoff.ExponentialBackOff{InitialInterval: pullRetryFirst, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: pullRetryMax}
 	for ctx.Err() == nil {
 		if w.canary != nil {
 			ready, err := w.canaryReady(ctx)
@@ -267,13 +279,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			w.cfg.Logger.Warn("pulling jobs", "pool", w.cfg.Pool, "err", err)
+			wait := retry.NextBackOff()
+			w.cfg.Logger.Warn("pulling jobs", "pool", w.cfg.Pool, "err", err, "retry_in", wait.Round(time.Millisecond))
 			select {
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			case <-ctx.Done():
 			}
 			continue
 		}
+		retry.Reset()
 		// The batch is consumed in the background, so that a slot freed
 		// meanwhile is offered in a new pull at once rather than after this
 		// one ends. The puller counts as running until it has started every

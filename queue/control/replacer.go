@@ -88,7 +88,7 @@ func (r *Replacer) Run(ctx context.Context) error {
 		}
 		if err := r.Replace(ctx, ev); err != nil {
 			r.Logger.Warn("re-placing a preempted job; will retry", "job", ev.JobID, "err", err)
-			m.NakWithDelay(5 * time.Second) //nolint:errcheck // redelivered after AckWait otherwise
+			m.NakWithDelay(queue.RedeliveryDelay(m, time.Second, time.Minute)) //nolint:errcheck // redelivered after AckWait otherwise
 			return
 		}
 		if err := m.Ack(); err != nil {

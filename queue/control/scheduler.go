@@ -122,7 +122,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			cfg.Logger.Error("scheduling a batch of submissions; they will be redelivered", "count", len(batch), "err", err)
 			for _, m := range batch {
-				m.NakWithDelay(time.Second) //nolint:errcheck // redelivered after AckWait anyway
+				m.NakWithDelay(queue.RedeliveryDelay(m, 500*time.Millisecond, 30*time.Second)) //nolint:errcheck // redelivered after AckWait anyway
 			}
 		}
 	}

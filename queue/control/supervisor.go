@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
 )
 
 // WorkerLauncher starts one worker process for a pool on this machine.
@@ -27,7 +28,9 @@ type Supervisor struct {
 	// quarantined; such a worker is not replaced on this machine, where a
 	// replacement would fail the same way. 0 means none is special.
 	QuarantinedExit int
-	// Retry is how long to wait after a failed launch. Default 1s.
+	// Retry is how long to wait after a failed launch, or a worker that
+	// exited within 5s of its launch; each such failure in a row doubles
+	// the wait, up to a minute. Default 1s.
 	Retry time.Duration
 }
 
@@ -52,6 +55,11 @@ func (s Supervisor) validate() error {
 	return nil
 }
 
+const (
+	quickExit       = 5 * time.Second
+	maxRelaunchWait = time.Minute
+)
+
 // Supervise keeps one worker of pool running until ctx ends; at the end it
 // stops the worker with SIGTERM and waits for it.
 func (s *Supervisor) Supervise(ctx context.Context, pool local.PoolConfig) error {
@@ -59,18 +67,32 @@ func (s *Supervisor) Supervise(ctx context.Context, pool local.PoolConfig) error
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	// failures counts launches in a row that failed or whose worker exited
+	// within quickExit: each waits longer before the next, so a worker that
+	// cannot start (a bad flag, no NATS) is not relaunched in a tight loop.
+	failures := 0
 	for ctx.Err() == nil {
-		inst, err := cfg.Launcher.Launch(ctx, pool)
-		if err != nil {
-			cfg.Logger.Error("launching worker", "pool", pool.Pool, "err", err)
+		if failures > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(cfg.Retry):
+				continue
+			case <-time.After(queue.RetryDelay(failures, cfg.Retry, maxRelaunchWait)):
 			}
+		}
+		inst, err := cfg.Launcher.Launch(ctx, pool)
+		if err != nil {
+			failures++
+			cfg.Logger.Error("launching worker", "pool", pool.Pool, "err", err)
 			continue
 		}
+		launched := time.Now()
 		select {
 		case <-inst.Done():
+			if time.Since(launched) < quickExit {
+				failures++
+			} else {
+				failures = 0
+			}
 			err := inst.Wait()
 			var exit *exec.ExitError
 			if cfg.QuarantinedExit != 0 && errors.As(err, &exit) && exit.ExitCode() == cfg.QuarantinedExit {
