@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -354,6 +355,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		fmt.Fprintf(w, "reason     %s\n", j.Reason)
 	}
 	fmt.Fprintf(w, "attempts   %d (errors %d, preemptions %d)\n", j.Attempt, j.Errors, j.Preemptions)
+	if l := leaseLine(j, st.Attempts, time.Now()); l != "" {
+		fmt.Fprintf(w, "heartbeat  %s\n", l)
+	}
 	if st.Pool != "" {
 		fmt.Fprintf(w, "placement  v%d on pool %s\n", j.PlacementVersion, st.Pool)
 		var d policy.Compact
@@ -412,6 +416,35 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	}
 	return nil
 }
+
+// leaseLine tells how a running job's worker is keeping up its lease: its
+// last heartbeat and, once a heartbeat is overdue (the worker sends one every
+// third of the lease), that it is late and when the lease runs out: a
+// worker that is gone looks like this until the control plane hands the job
+// back. "" for a job that is not running.
+func leaseLine(j *queue.Job, attempts []queue.Attempt, now time.Time) string {
+	if j.State != queue.StateRunning || j.LeaseExpiresAt == nil {
+		return ""
+	}
+	i := slices.IndexFunc(attempts, func(a queue.Attempt) bool { return a.Attempt == j.Attempt && a.EndedAt == nil })
+	if i < 0 || attempts[i].HeartbeatAt.IsZero() {
+		return ""
+	}
+	beat, expires := attempts[i].HeartbeatAt, *j.LeaseExpiresAt
+	ago := now.Sub(beat).Round(time.Second)
+	left := expires.Sub(now).Round(time.Second)
+	switch {
+	case now.After(expires):
+		return fmt.Sprintf("late: last %s ago; the lease expired %s ago, so the attempt is lost and the job is handed back", ago, -left)
+	case now.Sub(beat) > expires.Sub(beat)/3+heartbeatSlack:
+		return fmt.Sprintf("late: last %s ago; lease expires in %s", ago, left)
+	}
+	return fmt.Sprintf("last %s ago; lease expires in %s", ago, left)
+}
+
+// heartbeatSlack is how far past its due time a heartbeat may come before
+// status calls it late.
+const heartbeatSlack = 2 * time.Second
 
 func newLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
