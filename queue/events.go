@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -91,6 +92,29 @@ func CancelSubject(jobID string) string { return "gpuq.cancel." + jobID }
 type CoreNATS interface {
 	Publish(subject string, data []byte) error
 	Flush() error
+}
+
+// HeaderStop on a message to CancelSubject asks the worker to stop the job
+// as on a preemption notice (SIGTERM, the grace to save a final
+// checkpoint) rather than at once, and to end it failed with the reason the
+// header carries.
+const HeaderStop = "Gpuq-Stop"
+
+// StopPublisher is the plain NATS publishing that stop requests use.
+type StopPublisher interface {
+	PublishMsg(m *nats.Msg) error
+	Flush() error
+}
+
+// NotifyStop asks any worker running job to stop it, saving a final
+// checkpoint, for reason.
+func NotifyStop(nc StopPublisher, job uuid.UUID, reason string) error {
+	m := nats.NewMsg(CancelSubject(job.String()))
+	m.Header.Set(HeaderStop, reason)
+	if err := nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return nc.Flush()
 }
 
 // NotifyCancel tells any worker running job to stop it.

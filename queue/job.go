@@ -84,6 +84,9 @@ const (
 	OutcomeFenced    = "fenced"
 	OutcomeCancelled = "cancelled"
 	OutcomeTimeout   = "timeout"
+	// OutcomeOverBudget: the job was stopped when its spend reached its
+	// own budget.total or a budget of its project.
+	OutcomeOverBudget = "over_budget"
 )
 
 // Checkpoint is one committed checkpoint archive.
@@ -140,4 +143,14 @@ type Placement struct {
 	// Guards are re-checked against the spend recorded when the placement
 	// is committed; a placement failing one is not recorded.
 	Guards []BudgetGuard `json:"-"`
+}
+
+// RunningSpend is a running job's cost so far: what all its attempts
+// accrued, in micros per currency, with its spec's budget.total.
+type RunningSpend struct {
+	JobID       uuid.UUID
+	Project     string
+	Attempt     int
+	BudgetTotal string
+	Micros      map[string]int64
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/cmd/gpuq/cli"
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
@@ -72,6 +73,12 @@ func newCluster(t testing.TB) *cluster {
 // newClusterOf is a cluster whose placer and pool registry know pools.
 func newClusterOf(t testing.TB, pools ...local.PoolConfig) *cluster {
 	t.Helper()
+	return newClusterRules(t, policy.Rules{}, pools...)
+}
+
+// newClusterRules is a cluster whose placer places by rules.
+func newClusterRules(t testing.TB, rules policy.Rules, pools ...local.PoolConfig) *cluster {
+	t.Helper()
 	n := queuetest.StartNATS(t)
 	store, url := queuetest.Store(t, n)
 	// These tests read back every checkpoint each attempt recorded, so
@@ -81,7 +88,7 @@ func newClusterOf(t testing.TB, pools ...local.PoolConfig) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules, Spend: store.Charged}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -152,7 +152,13 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		defer timer.Stop()
 	}
 	if w.nc != nil {
-		sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID.String()), func(*nats.Msg) { cancel(ErrCancelled) })
+		sub, err := w.nc.Subscribe(queue.CancelSubject(job.ID.String()), func(m *nats.Msg) {
+			if reason := m.Header.Get(queue.HeaderStop); reason != "" {
+				cancel(&StopError{Reason: reason})
+				return
+			}
+			cancel(ErrCancelled)
+		})
 		if err == nil {
 			defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
 		}
@@ -195,21 +201,27 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	case waitErr = <-exited:
 	case <-jobCtx.Done():
 		pgid := -cmd.Process.Pid
-		if cause := context.Cause(jobCtx); errors.Is(cause, ErrPreempted) {
+		cause := context.Cause(jobCtx)
+		var stop *StopError
+		if errors.Is(cause, ErrPreempted) || errors.As(cause, &stop) {
 			syscall.Kill(pgid, syscall.SIGTERM) //nolint:errcheck // it may have exited already
-			p := preemptionOf(cause)
-			noticed = make(chan struct{})
-			go func() {
-				// The control plane learns of the notice now, not when
-				// the job has exited.
-				defer close(noticed)
-				if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, "preemption notice: "+p.Reason, w.cfg.AckWait); err != nil {
-					a.log.Warn("recording the preemption notice", "err", err)
-				}
-			}()
+			grace := w.cfg.Grace
+			if stop == nil {
+				p := preemptionOf(cause)
+				grace = w.graceFor(p)
+				noticed = make(chan struct{})
+				go func() {
+					// The control plane learns of the notice now, not
+					// when the job has exited.
+					defer close(noticed)
+					if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, "preemption notice: "+p.Reason, w.cfg.AckWait); err != nil {
+						a.log.Warn("recording the preemption notice", "err", err)
+					}
+				}()
+			}
 			select {
 			case waitErr = <-exited:
-			case <-time.After(w.graceFor(p)):
+			case <-time.After(grace):
 				exitedInGrace = false
 				syscall.Kill(pgid, syscall.SIGKILL) //nolint:errcheck // it may have exited already
 				waitErr = <-exited
@@ -220,6 +232,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 	cause := context.Cause(jobCtx)
+	var stop *StopError
 	cancel(nil)
 	<-hbDone
 	logs.close()
@@ -235,6 +248,8 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		ackDone(a.io, a.msg, a.log)
 	case errors.Is(cause, ErrPreempted):
 		a.preempted(exitedInGrace, preemptionOf(cause).Reason)
+	case errors.As(cause, &stop):
+		a.stopped(exitedInGrace, code, stop.Reason)
 	case cause == ErrTimeout:
 		a.finishError(code, fmt.Sprintf("timed out after %s", time.Duration(job.Spec.Timeout)), queue.OutcomeTimeout)
 	default:
@@ -514,6 +529,28 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 // directory as it left it) is recorded, then the message is naked so that
 // another worker resumes it at once.
 func (a *attempt) preempted(exitedInGrace bool, reason string) {
+	a.finalCheckpoint(exitedInGrace)
+	a.release(queue.OutcomePreempted, nil, "preempted: "+reason, 0)
+}
+
+// stopped ends a job the control plane stopped for its budget, after its
+// grace: the final checkpoint is recorded as on a notice, and the job ends
+// failed with outcome over_budget and the control plane's reason.
+func (a *attempt) stopped(exitedInGrace bool, code *int, reason string) {
+	a.finalCheckpoint(exitedInGrace)
+	a.log.Warn("job stopped", "reason", reason)
+	if err := a.settle("recording the stop", func() error {
+		return a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, queue.OutcomeOverBudget, code, reason)
+	}); err != nil {
+		a.log.Error("recording the stop", "err", err)
+		return
+	}
+	ackDone(a.io, a.msg, a.log)
+}
+
+// finalCheckpoint records, for a job that exited within its grace without
+// saving, the checkpoint directory as it left it.
+func (a *attempt) finalCheckpoint(exitedInGrace bool) {
 	a.saveMu.Lock()
 	saved := a.saves
 	a.saveMu.Unlock()
@@ -524,7 +561,6 @@ func (a *attempt) preempted(exitedInGrace bool, reason string) {
 			}
 		}
 	}
-	a.release(queue.OutcomePreempted, nil, "preempted: "+reason, 0)
 }
 
 // release hands the job back to its pool for another attempt.

@@ -30,6 +30,15 @@ var (
 	ErrTimeout = errors.New("job timed out")
 )
 
+// StopError is the control plane asking to stop a job for Reason (its
+// budget): the job gets SIGTERM and its grace, as on a notice, and then ends
+// failed.
+type StopError struct {
+	Reason string
+}
+
+func (e *StopError) Error() string { return "job stopped: " + e.Reason }
+
 // Config is a worker's configuration.
 type Config struct {
 	// Pool whose consumer the worker pulls from. Required.

@@ -17,23 +17,33 @@ import (
 	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
-func TestProjectBudgetIsChargedWithSpendAsItAccrues(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _ := queuetest.Store(t, nil)
+// priceyPool offers one pool at 3600 EUR/h, one euro a second, so that a
+// few seconds of running exhaust a small budget.
+func priceyPool(t *testing.T) *local.Provider {
+	t.Helper()
 	provider, err := local.New([]local.PoolConfig{
-		// 3600 EUR/h is one euro a second, so a few seconds of running
-		// exhaust a one-euro budget.
 		{Pool: "pricey", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "3600"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A 1 s job is charged a second, not the default minute, so that it
-	// fits the budget until spend has accrued.
-	rules := policy.Rules{MinChargedDuration: time.Second,
-		Budgets: []policy.Budget{{Project: "vision", Period: "month", Cap: policy.Money{Micros: 10_000_000, Currency: "EUR"}}}}
-	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}, Rules: rules, Spend: s.Spend}
+	return provider
+}
+
+// visionBudget is project vision's monthly budget of eur euros. A 1 s job
+// is charged a second, not the default minute, so that it fits the budget
+// until spend has accrued.
+func visionBudget(eur int64) policy.Rules {
+	return policy.Rules{MinChargedDuration: time.Second,
+		Budgets: []policy.Budget{{Project: "vision", Period: "month", Cap: policy.Money{Micros: eur * 1_000_000, Currency: "EUR"}}}}
+}
+
+func TestProjectBudgetIsChargedWithSpendAsItAccrues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	rules := visionBudget(10)
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{priceyPool(t)}, Rules: rules, Spend: s.Spend}
 	newJob := func(project string) *queue.Job {
 		spec := mustSpec(t, "project: "+project+"\ncommand: [/bin/true]\nexpected_duration: 1s\n")
 		jobs, err := s.RecordJobs(ctx, []queue.NewJob{{ID: uuid.New(), Spec: spec}})

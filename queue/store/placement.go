@@ -314,6 +314,23 @@ func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map
 	return out, nil
 }
 
+// RunningSpend lists every running job with what all its attempts have
+// cost so far, per currency, and its spec's budget.total.
+func (s *Store) RunningSpend(ctx context.Context) ([]queue.RunningSpend, error) {
+	rows, err := s.q.RunningJobSpend(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("summing the spend of running jobs: %w", err)
+	}
+	var out []queue.RunningSpend
+	for _, r := range rows {
+		if n := len(out); n == 0 || out[n-1].JobID != r.ID {
+			out = append(out, queue.RunningSpend{JobID: r.ID, Project: r.Project, Attempt: int(r.Attempt), BudgetTotal: r.BudgetTotal, Micros: map[string]int64{}})
+		}
+		out[len(out)-1].Micros[r.Currency] = r.Micros
+	}
+	return out, nil
+}
+
 // RecordPlacements commits placements with no rejections (CommitPlacements).
 func (s *Store) RecordPlacements(ctx context.Context, placed []queue.PlacedJob) ([]queue.PlacedJob, error) {
 	return s.CommitPlacements(ctx, queue.Decided{Placed: placed})

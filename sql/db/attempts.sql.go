@@ -169,3 +169,56 @@ func (q *Queries) AttemptSpendByProject(ctx context.Context, arg AttemptSpendByP
 	}
 	return items, nil
 }
+
+const runningJobSpend = `-- name: RunningJobSpend :many
+SELECT j.id, j.project, j.attempt, COALESCE(j.spec->'budget'->>'total', '')::text AS budget_total,
+       a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM jobs j
+JOIN attempts a ON a.job_id = j.id
+WHERE j.state = 'running' AND a.currency <> ''
+GROUP BY j.id, a.currency
+ORDER BY j.id, a.currency
+`
+
+type RunningJobSpendRow struct {
+	ID          uuid.UUID
+	Project     string
+	Attempt     int32
+	BudgetTotal string
+	Currency    string
+	Micros      int64
+}
+
+// RunningJobSpend lists each running job with what all its attempts have
+// cost so far, per currency (price × (last heartbeat or end − start)), and
+// its own total budget, for stopping the jobs that reached a budget.
+func (q *Queries) RunningJobSpend(ctx context.Context) ([]RunningJobSpendRow, error) {
+	rows, err := q.db.QueryContext(ctx, runningJobSpend)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunningJobSpendRow
+	for rows.Next() {
+		var i RunningJobSpendRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Attempt,
+			&i.BudgetTotal,
+			&i.Currency,
+			&i.Micros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

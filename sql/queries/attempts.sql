@@ -25,3 +25,16 @@ WITH u AS (
 )
 SELECT a.job_id, a.attempt, a.pool
 FROM attempts a JOIN u ON a.job_id = u.job_id AND a.attempt = u.attempt;
+
+-- name: RunningJobSpend :many
+-- RunningJobSpend lists each running job with what all its attempts have
+-- cost so far, per currency (price × (last heartbeat or end − start)), and
+-- its own total budget, for stopping the jobs that reached a budget.
+SELECT j.id, j.project, j.attempt, COALESCE(j.spec->'budget'->>'total', '')::text AS budget_total,
+       a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM jobs j
+JOIN attempts a ON a.job_id = j.id
+WHERE j.state = 'running' AND a.currency <> ''
+GROUP BY j.id, a.currency
+ORDER BY j.id, a.currency;

@@ -28,6 +28,9 @@ const (
 // capacityRole is the leadership the autoscaler and the reaper run under.
 const capacityRole = "capacity"
 
+// budgetRole is the leadership the budget stop runs under.
+const budgetRole = "budget"
+
 // autoscalerConfig reads the config key `autoscaler` and refuses a bad one,
 // naming the field.
 func autoscalerConfig(v *viper.Viper) (control.AutoscalerConfig, error) {

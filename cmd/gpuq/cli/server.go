@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"syscall"
 
@@ -152,6 +153,15 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 			return nil, err
 		}
 	}
+	var budgetStop control.BudgetStopConfig
+	if err := v.UnmarshalKey("budget_stop", &budgetStop, configDecodeHook()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("config key budget_stop: %w", unknownKeys(err, reflect.TypeOf(budgetStop)))
+	}
+	if err := budgetStop.Validate(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
@@ -206,6 +216,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 			loopEnded("autoscaler", <-capacity)
 		}
 	}()
+	// One server stops the running jobs that reached a budget, so that each
+	// stop is alerted once.
+	stopper := &control.BudgetStop{Store: c.store, NATS: c.nc, Rules: placer.Rules, BudgetStopConfig: budgetStop, Logger: logger}
+	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run}, Logger: logger}
+	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))
 	return c, nil
 }
