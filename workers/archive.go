@@ -135,6 +135,22 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 	return zw.Close()
 }
 
+// ErrArchiveRefused is what every refusal of Unpack matches (errors.Is): an
+// entry that would leave the directory, a kind of entry archives may not
+// hold, a link outside, a broken limit, a malformed archive. Asking again
+// cannot succeed.
+var ErrArchiveRefused = errors.New("archive refused")
+
+// refusal is a refusal of Unpack, worded for the user.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string        { return r.msg }
+func (r *refusal) Is(target error) bool { return target == ErrArchiveRefused }
+
+func refusef(format string, args ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, args...)}
+}
+
 // ArchiveLimitError says which of the unpacking limits an archive broke.
 type ArchiveLimitError struct {
 	// Key is the limit's configuration key (storage.unpack_max_bytes, …).
@@ -142,6 +158,9 @@ type ArchiveLimitError struct {
 	Limit int64
 	Entry string
 }
+
+// Is makes an ArchiveLimitError match ErrArchiveRefused.
+func (e *ArchiveLimitError) Is(target error) bool { return target == ErrArchiveRefused }
 
 func (e *ArchiveLimitError) Error() string {
 	what := map[string]string{
@@ -162,6 +181,12 @@ func (e *ArchiveLimitError) Error() string {
 // only (no setuid, setgid or sticky); and lim bounds the bytes, the
 // entries and the expansion ratio, the error naming the limit broken.
 func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
+	// A file limit left to default is the total's: name the key that
+	// raises it.
+	fileKey := "storage.unpack_max_file_bytes"
+	if lim.MaxFileBytes == 0 {
+		fileKey = "storage.unpack_max_bytes"
+	}
 	lim = lim.WithDefaults()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -178,7 +203,7 @@ func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
 	}
 	defer zr.Close()
 	tr := tar.NewReader(zr)
-	u := &unpacker{root: root, lim: lim, in: in}
+	u := &unpacker{root: root, lim: lim, in: in, fileKey: fileKey}
 	// Links are made last, once every file is written, so no entry of the
 	// archive is ever written through one.
 	var links []*tar.Header
@@ -188,7 +213,7 @@ func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("unpacking: %w", err)
+			return refusef("unpacking: %v", err)
 		}
 		if entries >= lim.MaxFiles {
 			return &ArchiveLimitError{Key: "storage.unpack_max_files", Limit: int64(lim.MaxFiles), Entry: hdr.Name}
@@ -198,7 +223,7 @@ func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
 			if name == "." && hdr.Typeflag == tar.TypeDir {
 				continue
 			}
-			return fmt.Errorf("unpacking: entry %q leaves the target directory", hdr.Name)
+			return refusef("unpacking: entry %q leaves the target directory", hdr.Name)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
@@ -212,7 +237,7 @@ func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("unpacking: entry %q is a %s; archives hold only files, directories and symlinks", hdr.Name, entryKind(hdr.Typeflag))
+			return refusef("unpacking: entry %q is a %s; archives hold only files, directories and symlinks", hdr.Name, entryKind(hdr.Typeflag))
 		}
 	}
 	for _, hdr := range links {
@@ -229,11 +254,13 @@ type unpacker struct {
 	lim     queue.ArchiveLimits
 	in      *countingReader
 	written int64
+	// fileKey names the per-file limit in errors.
+	fileKey string
 }
 
 func (u *unpacker) file(hdr *tar.Header, name string, r io.Reader) error {
 	if hdr.Size > u.lim.MaxFileBytes {
-		return &ArchiveLimitError{Key: "storage.unpack_max_file_bytes", Limit: u.lim.MaxFileBytes, Entry: hdr.Name}
+		return &ArchiveLimitError{Key: u.fileKey, Limit: u.lim.MaxFileBytes, Entry: hdr.Name}
 	}
 	if dir := filepath.Dir(name); dir != "." {
 		if err := u.root.MkdirAll(dir, 0o755); err != nil {
@@ -268,7 +295,7 @@ func (u *unpacker) link(hdr *tar.Header) error {
 	name := filepath.Clean(filepath.FromSlash(strings.TrimLeft(hdr.Name, "/")))
 	target := filepath.FromSlash(hdr.Linkname)
 	if filepath.IsAbs(target) || !filepath.IsLocal(filepath.Join(filepath.Dir(name), target)) {
-		return fmt.Errorf("unpacking: symlink %q points to %q, outside the target directory", hdr.Name, hdr.Linkname)
+		return refusef("unpacking: symlink %q points to %q, outside the target directory", hdr.Name, hdr.Linkname)
 	}
 	if dir := filepath.Dir(name); dir != "." {
 		if err := u.root.MkdirAll(dir, 0o755); err != nil {
@@ -282,7 +309,7 @@ func (u *unpacker) link(hdr *tar.Header) error {
 	// (a link through another link can climb out where its text does not).
 	if _, err := u.root.Stat(name); err != nil {
 		u.root.Remove(name)
-		return fmt.Errorf("unpacking: symlink %q points to %q, which is not inside the target directory: %w", hdr.Name, hdr.Linkname, err)
+		return refusef("unpacking: symlink %q points to %q, which is not inside the target directory: %v", hdr.Name, hdr.Linkname, err)
 	}
 	return nil
 }
@@ -299,7 +326,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	u := l.u
 	switch {
 	case l.n+int64(len(p)) > u.lim.MaxFileBytes:
-		return 0, &ArchiveLimitError{Key: "storage.unpack_max_file_bytes", Limit: u.lim.MaxFileBytes, Entry: l.entry}
+		return 0, &ArchiveLimitError{Key: u.fileKey, Limit: u.lim.MaxFileBytes, Entry: l.entry}
 	case u.written+int64(len(p)) > u.lim.MaxBytes:
 		return 0, &ArchiveLimitError{Key: "storage.unpack_max_bytes", Limit: u.lim.MaxBytes, Entry: l.entry}
 	case u.written+int64(len(p)) > queue.RatioFloor && u.written+int64(len(p)) > u.lim.MaxRatio*max(u.in.n, 1):

@@ -184,6 +184,10 @@ func TestUnpackNeverWritesOutsideTheDirectory(t *testing.T) {
 				// Only a harmless reading is acceptable: every link that
 				// was made resolves inside the target.
 				linksStayInside(t, target)
+			} else if !errors.Is(err, ErrArchiveRefused) {
+				// The worker fails the job on a refusal rather than hand
+				// it round the pool, so a refusal must say it is one.
+				t.Fatalf("a refusal must match ErrArchiveRefused, got %v", err)
 			}
 		})
 	}
@@ -229,10 +233,20 @@ func TestUnpackLimitsNameTheLimitBroken(t *testing.T) {
 		{"total bytes", two(), queue.ArchiveLimits{MaxBytes: 1000}, "storage.unpack_max_bytes"},
 		{"bytes of one file", two(), queue.ArchiveLimits{MaxFileBytes: 500}, "storage.unpack_max_file_bytes"},
 		{"entries", two(), queue.ArchiveLimits{MaxFiles: 1}, "storage.unpack_max_files"},
+		// One file over the total, with the file limit left to default
+		// (the total): the key to raise is the total's.
+		{"one file over the total", two(), queue.ArchiveLimits{MaxBytes: 500}, "storage.unpack_max_bytes"},
+		{"every archive is refused as such", two(), queue.ArchiveLimits{MaxFiles: 1}, ""},
 	} {
 		target := t.TempDir()
 		err := Unpack(c.arch, target, c.lim)
 		var lerr *ArchiveLimitError
+		if c.key == "" {
+			if !errors.Is(err, ErrArchiveRefused) {
+				t.Fatalf("%s: a broken limit must match ErrArchiveRefused, got %v", c.name, err)
+			}
+			continue
+		}
 		if !errors.As(err, &lerr) || lerr.Key != c.key || !strings.Contains(err.Error(), c.key) {
 			t.Fatalf("%s: want a refusal naming %s, got %v", c.name, c.key, err)
 		}

@@ -770,12 +770,7 @@ func TestTwoServersShareTheWorkerServiceAndKillingOneLosesOrDuplicatesNoRecord(t
 	t.Parallel()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
-	cfg := filepath.Join(t.TempDir(), "gpuq.yaml")
-	pools := fmt.Sprintf("pools:\n  - {pool: %s, region: %s, country: %s, card: cpu, vcpu: 8, memory_gb: 32, tier: on-demand, price_per_hour: '0.10'}\n",
-		testPool.Pool, testPool.Region, testPool.Country)
-	if err := os.WriteFile(cfg, []byte(pools), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := testPoolConfig(t)
 	// Two servers as deploy/systemd runs them: the same flags and config.
 	server := func(name string) *exec.Cmd {
 		logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))

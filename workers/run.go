@@ -140,7 +140,15 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	if from != nil {
 		if err := a.restore(from); err != nil {
 			a.log.Error("restoring checkpoint", "seq", from.Seq, "err", err)
-			a.release(queue.OutcomePreempted, nil, fmt.Sprintf("restoring checkpoint %d: %v", from.Seq, err), 5*time.Second)
+			reason := fmt.Sprintf("restoring checkpoint %d: %v", from.Seq, err)
+			if errors.Is(err, ErrArchiveRefused) {
+				// Every worker would refuse it again: the job fails,
+				// saying why, rather than run from a poisoned or
+				// empty directory or go round the pool until dead.
+				a.fail(nil, reason+"; the job was not run")
+				return
+			}
+			a.release(queue.OutcomePreempted, nil, reason, 5*time.Second)
 			return
 		}
 	}
@@ -511,10 +519,17 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 		}
 		return
 	}
-	a.log.Info("job failed", "reason", reason)
 	if outcome == queue.OutcomeRetry {
 		outcome = queue.OutcomeFailed
 	}
+	a.failAs(outcome, code, reason)
+}
+
+// fail ends the job failed, without a retry.
+func (a *attempt) fail(code *int, reason string) { a.failAs(queue.OutcomeFailed, code, reason) }
+
+func (a *attempt) failAs(outcome string, code *int, reason string) {
+	a.log.Info("job failed", "reason", reason)
 	if err := a.settle("recording failure", func() error {
 		return a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, outcome, code, reason)
 	}); err != nil {
@@ -538,14 +553,7 @@ func (a *attempt) preempted(exitedInGrace bool, reason string) {
 // failed with outcome over_budget and the control plane's reason.
 func (a *attempt) stopped(exitedInGrace bool, code *int, reason string) {
 	a.finalCheckpoint(exitedInGrace)
-	a.log.Warn("job stopped", "reason", reason)
-	if err := a.settle("recording the stop", func() error {
-		return a.w.store.Fail(a.io, a.job.ID, a.job.Attempt, queue.OutcomeOverBudget, code, reason)
-	}); err != nil {
-		a.log.Error("recording the stop", "err", err)
-		return
-	}
-	ackDone(a.io, a.msg, a.log)
+	a.failAs(queue.OutcomeOverBudget, code, reason)
 }
 
 // finalCheckpoint records, for a job that exited within its grace without
