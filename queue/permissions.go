@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // The NATS roles of a deployment. Each is an allow list of the subjects its
@@ -47,6 +49,15 @@ func ArchiveBucket(region string) string {
 		}
 		return '_'
 	}, region)
+}
+
+// ArchiveScheme starts the URI of every archive: nats-os://bucket/name.
+const ArchiveScheme = "nats-os://"
+
+// JobArchivePrefix is how the URI of every checkpoint and output archive of
+// job stored in region begins: its region's bucket, under jobs/<job>/.
+func JobArchivePrefix(region string, job uuid.UUID) string {
+	return ArchiveScheme + ArchiveBucket(region) + "/jobs/" + job.String() + "/"
 }
 
 // ClientInbox is the inbox prefix of a submitter of project.

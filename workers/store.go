@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // ArchiveStore keeps packed checkpoints and outputs. There is one per region;
@@ -38,17 +40,10 @@ type ObjectStore struct {
 	buckets map[string]jetstream.ObjectStore
 }
 
-const objectScheme = "nats-os://"
+const objectScheme = queue.ArchiveScheme
 
-// BucketFor names the bucket of a region.
-func BucketFor(region string) string {
-	return "gpuq-archive-" + strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, region)
-}
+// BucketFor names the bucket of a region (queue.ArchiveBucket).
+func BucketFor(region string) string { return queue.ArchiveBucket(region) }
 
 func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jetstream.ObjectStore, error) {
 	s.mu.Lock()

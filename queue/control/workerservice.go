@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -367,6 +368,12 @@ func (s *WorkerService) checkArchive(ctx context.Context, pool string, id uuid.U
 	}
 	if a.Region != loc.Region {
 		return badf("%s.region: %q is not pool %s's region %q", field, a.Region, pool, loc.Region)
+	}
+	// Only an object of this job in the region's bucket: the client service
+	// serves what is recorded with the control plane's credential, so a
+	// record naming another job's or region's object would hand it out.
+	if prefix := queue.JobArchivePrefix(loc.Region, id); !strings.HasPrefix(a.StoreURI, prefix) || len(a.StoreURI) == len(prefix) {
+		return badf("%s.store_uri: must name an object of job %s in region %s's bucket (%s…)", field, id, loc.Region, prefix)
 	}
 	p, err := s.Store.LatestPlacement(ctx, id)
 	if errors.Is(err, queue.ErrNotFound) {
