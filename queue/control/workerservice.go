@@ -224,6 +224,16 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 		err := s.Store.MarkDead(ctx, r.JobID, r.Attempt, r.Message)
 		return out, s.repeated(ctx, err, r.JobID, r.Attempt, queue.OutcomePreempted)
 	case queue.WorkerOpJob:
+		// A worker reads only the jobs its pool has run: a job's spec
+		// (its env included) is none of another pool's business, and an
+		// unknown and a foreign job look the same.
+		attempts, err := s.Store.Attempts(ctx, r.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(attempts, func(a queue.Attempt) bool { return a.Pool == pool }) {
+			return nil, fmt.Errorf("job %s: %w", r.JobID, queue.ErrNotFound)
+		}
 		j, err := s.Store.Job(ctx, r.JobID)
 		out.Job = j
 		return out, err

@@ -234,6 +234,14 @@ func TestWorkerServiceRefusesAClaimOutsideResidencyAndNeverEndsTheJob(t *testing
 	if cps, _ := s.Checkpoints(ctx, id); len(cps) != 0 {
 		t.Fatalf("refused checkpoints were recorded: %v", cps)
 	}
+	// The job (its spec and env) is read by the pool that ran it, and by
+	// no other: to the US pool it does not exist.
+	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpJob), queue.WorkerRequest{Pool: "p", JobID: id}); r.Job == nil || r.Job.ID != id {
+		t.Fatalf("the pool that claimed the job must read it: %+v", r.Error)
+	}
+	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpJob), queue.WorkerRequest{Pool: "us", JobID: id}); r.Job != nil || r.Error == nil || r.Error.Kind != queue.WireNotFound {
+		t.Fatalf("another pool must not read the job, got %+v %+v", r.Job, r.Error)
+	}
 }
 
 func TestMarkDeadIsFencedByAttempt(t *testing.T) {
