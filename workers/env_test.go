@@ -3,7 +3,10 @@ package workers_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,5 +105,64 @@ func TestWorkerRefusesToPassItsOwnSettingsToJobs(t *testing.T) {
 	out := runCLI(t, 1, "worker", "--pool", testPool.Pool, "--nats-url", c.n.URL, "--no-canary", "--pass-env", "HF_HOME,GPUQ_DATABASE_URL")
 	if !strings.Contains(out, "worker.pass-env: GPUQ_DATABASE_URL") {
 		t.Fatalf("want an error naming worker.pass-env and the variable, got %q", out)
+	}
+}
+
+// A job runs as its worker's user (deploy/systemd runs workers as gpuq), so
+// it could read the worker's own environment, credential included, through
+// /proc/<worker>/environ, unless the worker is non-dumpable, as it makes
+// itself. Run as root, the test runs the worker as nobody, as the unit runs
+// it as an unprivileged user; root reads everything anyway.
+func TestJobCannotReadItsWorkersEnvironmentThroughProc(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	cred, err := c.n.Server.Issuer.IssueWorker(testPool.Pool, testPool.Region, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "worker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gpuqBin, "worker", "--pool", testPool.Pool, "--region", testPool.Region, "--country", testPool.Country,
+		"--expect-card", testPool.Card, "--nats-url", c.n.Server.URL(), "--ack-wait", "5s", "--grace", "2s")
+	cmd.Env = append(os.Environ(), adapters.EnvNATSCredential+"="+cred.String())
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if os.Geteuid() == 0 {
+		nobody, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatalf("running as root, the test needs the nobody user to run the worker unprivileged: %v", err)
+		}
+		uid, _ := strconv.Atoi(nobody.Uid)
+		gid, _ := strconv.Atoi(nobody.Gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		// nobody must reach the binary.
+		if err := os.Chmod(filepath.Dir(gpuqBin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck // it may have exited
+		cmd.Wait()         //nolint:errcheck // killed
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("worker output:\n%s", out)
+		}
+	})
+	id := c.submit(t, `name: peek
+command: [/bin/sh, -c, 'cat /proc/$PPID/environ; echo "cat exit=$?"; tr "\0" "\n" < /proc/$PPID/cmdline | head -1']
+`)
+	c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	logs := c.logs(t, id)
+	if !strings.Contains(logs, gpuqBin) {
+		t.Fatalf("the job's parent must be the worker (its command line names %s), logs:\n%s", gpuqBin, logs)
+	}
+	if strings.Contains(logs, cred.String()) || strings.Contains(logs, adapters.EnvNATSCredential) || !strings.Contains(logs, "cat exit=1") {
+		t.Fatalf("the job read its worker's environment:\n%s", logs)
 	}
 }

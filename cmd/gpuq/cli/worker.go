@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/workers"
@@ -35,6 +36,14 @@ or a shutdown (SIGTERM, SIGINT) stops pulling, forwards SIGTERM to the running j
 provider's reason and hands the jobs back at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The worker's environment and memory hold its NATS
+			// credential, and its jobs run as its user: a non-dumpable
+			// process's /proc/<pid>/environ and mem are root's and it
+			// cannot be traced, so no job (nor anything else of that user)
+			// reads them. A job's own exec makes it dumpable again.
+			if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+				return fmt.Errorf("making the worker non-dumpable, which keeps its credential from its jobs: %w", err)
+			}
 			v, err := loadConfig(cmd)
 			if err != nil {
 				return err
