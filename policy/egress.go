@@ -16,13 +16,13 @@ func (p *placer) prepareInputs() {
 	n := len(p.job.Inputs)
 	p.inputRegions, p.inputProviders, p.inputPrice = make([]int32, n), make([]int32, n), make([]int64, n)
 	for k, in := range p.job.Inputs {
-		region, ok := s.regions.lookup(in.Region, hashName(in.Region))
+		region, ok := s.regions.lookup(in.Region)
 		if !ok {
 			region = -1
 		}
 		provider := int32(-2)
 		if in.Provider != "" {
-			if provider, ok = s.providers.lookup(in.Provider, hashName(in.Provider)); !ok {
+			if provider, ok = s.providers.lookup(in.Provider); !ok {
 				provider = -1
 			}
 		}

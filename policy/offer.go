@@ -16,28 +16,25 @@ const (
 	AvailabilityUnknown Availability = "unknown"
 )
 
-// rank orders availabilities for ranking: lower is better; 3 is none or
-// anything unknown. Every offer is ranked, so it switches on the length
-// before comparing.
+// rank orders availabilities for ranking: lower is better; 3 is none, and
+// 4 is not an availability at all. The empty availability is unknown.
 func (a Availability) rank() int {
-	switch len(a) {
-	case len(Available):
-		if a == Available {
-			return 0
-		}
-	case len(Scarce):
-		if a == Scarce {
-			return 1
-		}
-	case len(AvailabilityUnknown):
-		if a == AvailabilityUnknown {
-			return 2
-		}
-	case 0:
+	if a == "" {
 		return 2
 	}
-	return 3
+	return int(availRanks[availabilities.find(string(a))+1])
 }
+
+// availabilities and availRanks rank an availability without branching on
+// which one it is: offers mix them at random, and such a branch would
+// mostly be mispredicted.
+var (
+	availabilities = newConstWords(string(Available), string(Scarce), string(AvailabilityUnknown), string(Unavailable))
+	availRanks     = [...]uint8{4, 0, 1, 2, 3} // by index in availabilities+1
+)
+
+// offerTiers are the tiers an offer may have, found as availabilities are.
+var offerTiers = newConstWords(string(TierOnDemand), string(TierSpot))
 
 // Offer is what a provider says it can rent now in one pool.
 type Offer struct {
@@ -94,14 +91,32 @@ func (o Offer) Validate() error { return o.validate() }
 // valid reports whether validate finds nothing wrong, given the offer's
 // countryIndex and Availability.rank, which preparing a set needs anyway;
 // it builds no error, so that a set of valid offers is prepared quickly.
+// Offers state an egress price and a preemption rate or not at random, so
+// a missing one is checked as a valid stand-in rather than branched on.
 func (o *Offer) valid(countryOK bool, avail int) bool {
-	return o.Provider != "" && ValidPool(o.Pool) && (o.Tier == TierSpot || o.Tier == TierOnDemand) &&
+	egress, rate := orElse(o.EgressPerGB, &noEgress), orElse(o.PreemptionRate, &noRate)
+	return o.Provider != "" && ValidPool(o.Pool) && offerTiers.find(string(o.Tier)) >= 0 &&
 		o.PricePerHour.Micros >= 0 && validCurrency(o.PricePerHour.Currency) &&
-		(o.EgressPerGB == nil || o.EgressPerGB.Micros >= 0 && validCurrency(o.EgressPerGB.Currency)) &&
-		(o.PreemptionRate == nil || *o.PreemptionRate >= 0) && o.MaxDuration >= 0 &&
+		egress.Micros >= 0 && validCurrency(egress.Currency) &&
+		*rate >= 0 && o.MaxDuration >= 0 &&
 		min(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) >= 0 &&
-		(o.Country == "" || countryOK) && (avail < 3 || o.Availability == Unavailable)
+		(o.Country == "" || countryOK) && avail < 4
 }
+
+// orElse returns p, or alt when p is nil. It picks one by index, as the
+// compiler would not: offers state an egress price or a preemption rate at
+// random, and a branch on that would mostly be mispredicted.
+func orElse[T any](p, alt *T) *T {
+	ptrs := [2]*T{alt, p}
+	return ptrs[flag(p != nil, 1)]
+}
+
+// noEgress and noRate stand in for an offer's missing egress price and
+// preemption rate; they are never written.
+var (
+	noEgress = Money{Currency: "XXX"} // ISO 4217's code for no currency
+	noRate   float64
+)
 
 // validate is Validate without copying the offer, for the placement loop.
 func (o *Offer) validate() error {
@@ -125,7 +140,7 @@ func (o *Offer) validate() error {
 	case o.Country != "" && !isCountryCode(o.Country):
 		return fmt.Errorf("country: want an upper-case ISO 3166-1 alpha-2 code such as DE, got %q", o.Country)
 	}
-	if o.Availability.rank() == 3 && o.Availability != Unavailable {
+	if o.Availability.rank() == 4 {
 		return fmt.Errorf("availability: must be available, scarce, none or unknown, got %q", o.Availability)
 	}
 	return nil

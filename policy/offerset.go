@@ -2,7 +2,10 @@ package policy
 
 import (
 	"math"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,21 +18,41 @@ import (
 type OfferSet struct {
 	offers    []Offer
 	facts     []offerFacts
-	providers intern[string]
-	regions   intern[string]
-	cardNames intern[string]
+	providers nameTable
+	regions   nameTable
+	cardNames nameTable
 	cards     intern[cardKey]
-	// namesMemory says, by card name id, whether the name carries its
-	// memory ("A100-80GB").
-	namesMemory []bool
-	currencies  intern[string]
+	// cardNameFacts are by card name id.
+	cardNameFacts []cardNameFacts
+	currencies    currencyTable
 	// maxRate is the highest preemption rate a spot offer states: it
 	// bounds the cost of every offer at once.
 	maxRate float64
-	// inRegion lists the valid offers of each region id, made the first
-	// time a job's inputs ask where their data is.
-	inRegionOnce sync.Once
-	inRegion     [][]int32
+	// inRegion lists the valid offers of each region id, in the order
+	// given, made the first time a job's inputs ask where their data is:
+	// a decision asks about the few regions its inputs are in.
+	inRegion []regionOffers
+}
+
+// regionOffers are the offers of one region, listed once.
+type regionOffers struct {
+	once sync.Once
+	list []int32
+}
+
+// cardNameFacts is what preparing offers reads of one card name. A set
+// holds a handful of names among thousands of offers, so each is read once.
+type cardNameFacts struct {
+	// namesMemory says whether the name carries its memory ("A100-80GB").
+	namesMemory bool
+	// gpu says whether the name makes an offer a GPU pool (see
+	// Offer.HasGPU): it is neither empty nor "cpu".
+	gpu bool
+	// card is the card id of the name with memory memGB, as a cardKey
+	// has it, for the memory the last offer with this name stated; -1
+	// until one did. Offers of one name mostly state one memory.
+	card  int32
+	memGB int64
 }
 
 // offerFacts is what placement reads of one offer: 48 bytes and no
@@ -103,8 +126,51 @@ func (f *offerFacts) attr(pos uint8) int32 {
 // NewOfferSet prepares offers for placement.
 func NewOfferSet(offers []Offer) *OfferSet {
 	s := &OfferSet{offers: offers, facts: make([]offerFacts, len(offers))}
-	for i := range offers {
-		o, f := &offers[i], &s.facts[i]
+	s.prepareAll()
+	s.inRegion = make([]regionOffers, len(s.regions.names))
+	return s
+}
+
+// prepareAll prepares every offer. A one-shot Place prepares thousands of
+// offers for one decision, and preparing them is most of its time, so a
+// second goroutine prepares chunks from the end, with names of its own,
+// while this one prepares them from the start; they meet wherever the
+// second got to, which is nowhere when no processor was free, and its
+// names are then given the ids one pass would have.
+func (s *OfferSet) prepareAll() {
+	n := len(s.offers)
+	chunks := (n + chunkOffers - 1) / chunkOffers
+	if chunks < 4 || runtime.GOMAXPROCS(0) < 2 {
+		s.prepare(0, n)
+		return
+	}
+	var taken atomic.Int32
+	claim := func() bool { return int(taken.Add(1)) <= chunks }
+	back := &OfferSet{offers: s.offers, facts: s.facts}
+	from := n // the first offer back prepared
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := chunks - 1; claim(); k-- {
+			from = k * chunkOffers
+			back.prepare(from, min(from+chunkOffers, n))
+		}
+	}()
+	for k := 0; claim(); k++ {
+		s.prepare(k*chunkOffers, min((k+1)*chunkOffers, n))
+	}
+	<-done
+	s.merge(back, from)
+}
+
+// chunkOffers is how many offers NewOfferSet's goroutines take at a time.
+const chunkOffers = 512
+
+// prepare fills the facts of offers lo to hi, naming in s's tables.
+func (s *OfferSet) prepare(lo, hi int) {
+	maxRate := math.Float64bits(s.maxRate)
+	for i := lo; i < hi; i++ {
+		o, f := &s.offers[i], &s.facts[i]
 		country, ok := countryIndex(o.Country)
 		avail := o.Availability.rank()
 		if !o.valid(ok, avail) {
@@ -114,58 +180,130 @@ func NewOfferSet(offers []Offer) *OfferSet {
 		if !ok {
 			country = -1
 		}
-		f.spot, f.avail, f.country = o.Tier == TierSpot, uint8(avail), int16(country)
-		f.provider, _ = s.providers.id(o.Provider, hashName(o.Provider))
-		f.region, _ = s.regions.id(o.Region, hashName(o.Region))
-		name, seen := s.cardNames.id(o.Card, hashName(o.Card))
-		if !seen {
-			s.namesMemory = append(s.namesMemory, cardNamesMemory(o.Card))
-		}
-		card := cardKey{name: name, memGB: -1}
-		if !s.namesMemory[name] {
-			card.memGB = int64(o.GPUMemoryGB)
-		}
-		f.card, _ = s.cards.id(card, card.hash())
-		f.gpu = o.HasGPU()
-		f.priceCur = s.currency(o.PricePerHour.Currency)
+		// valid leaves spot and on-demand, which differ in length.
+		f.spot, f.avail, f.country = len(o.Tier) == len(TierSpot), uint8(avail), int16(country)
+		f.provider, _ = s.providers.id(o.Provider)
+		f.region, _ = s.regions.id(o.Region)
+		f.card, f.gpu = s.card(o)
+		f.priceCur = s.currencies.id(o.PricePerHour.Currency)
 		f.price = o.PricePerHour.Micros
-		if o.PreemptionRate != nil {
-			f.rate, f.rateKnown = *o.PreemptionRate, true
-			if f.spot {
-				s.maxRate = max(s.maxRate, f.rate)
-			}
-		}
+		f.rate, f.rateKnown = *orElse(o.PreemptionRate, &noRate), o.PreemptionRate != nil
+		// Valid rates are +0 to +Inf once -0 is +0, and those order as
+		// their bits do, which compare faster than floats; the rates of
+		// on-demand offers count as +0, masked rather than branched on.
+		maxRate = max(maxRate, math.Float64bits(f.rate)&^(1<<63)&-uint64(flag(f.spot, 1)))
 		f.huge = max(o.GPUCount, o.GPUMemoryGB, o.VCPU, o.MemoryGB) > math.MaxUint16
 		if !f.huge {
 			f.gpuCount, f.gpuMemory, f.vcpu, f.memory = uint16(o.GPUCount), uint16(o.GPUMemoryGB), uint16(o.VCPU), uint16(o.MemoryGB)
 		}
 	}
-	return s
+	s.maxRate = math.Float64frombits(maxRate)
 }
 
-// currency returns the id of a currency code. A set holds a handful of
-// currencies, so comparing the three letters with each beats hashing them.
-func (s *OfferSet) currency(code string) int16 {
-	for id, c := range s.currencies.names {
-		if c == code {
-			return int16(id)
+// merge takes in back, which prepared offers[from:] while s prepared
+// those before, giving back's names the ids one pass over the offers would
+// have given them: in the order the offers first name them.
+func (s *OfferSet) merge(back *OfferSet, from int) {
+	unset := func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = -1
+		}
+		return ids
+	}
+	providers, regions := unset(len(back.providers.names)), unset(len(back.regions.names))
+	names, cards := unset(len(back.cardNames.names)), unset(len(back.cards.names))
+	currencies := unset(len(back.currencies.names))
+	for i := from; i < len(s.facts); i++ {
+		f := &s.facts[i]
+		if f.invalid {
+			continue
+		}
+		if providers[f.provider] < 0 {
+			providers[f.provider], _ = s.providers.id(back.providers.names[f.provider])
+		}
+		if regions[f.region] < 0 {
+			regions[f.region], _ = s.regions.id(back.regions.names[f.region])
+		}
+		if cards[f.card] < 0 {
+			key := back.cards.names[f.card]
+			if names[key.name] < 0 {
+				var seen bool
+				if names[key.name], seen = s.cardNames.id(back.cardNames.names[key.name]); !seen {
+					s.cardNameFacts = append(s.cardNameFacts, back.cardNameFacts[key.name])
+				}
+			}
+			key.name = names[key.name]
+			cards[f.card], _ = s.cards.id(key, key.hash())
+		}
+		if currencies[f.priceCur] < 0 {
+			currencies[f.priceCur] = int32(s.currencies.id(back.currencies.names[f.priceCur]))
+		}
+		f.provider, f.region, f.card = providers[f.provider], regions[f.region], cards[f.card]
+		f.priceCur = int16(currencies[f.priceCur])
+	}
+	s.maxRate = max(s.maxRate, back.maxRate)
+}
+
+// card returns the card id of offer o and whether o is a GPU pool.
+func (s *OfferSet) card(o *Offer) (int32, bool) {
+	name, seen := s.cardNames.id(o.Card)
+	if !seen {
+		s.cardNameFacts = append(s.cardNameFacts, cardNameFacts{
+			namesMemory: cardNamesMemory(o.Card),
+			gpu:         o.Card != "" && !strings.EqualFold(o.Card, "cpu"),
+			card:        -1,
+		})
+	}
+	c := &s.cardNameFacts[name]
+	key := cardKey{name: name, memGB: int64(o.GPUMemoryGB)}
+	if c.namesMemory {
+		key.memGB = -1
+	}
+	if c.card < 0 || c.memGB != key.memGB {
+		c.card, _ = s.cards.id(key, key.hash())
+		c.memGB = key.memGB
+	}
+	return c.card, o.GPUCount > 0 || c.gpu
+}
+
+// currencyTable gives currency codes small dense ids in the order they
+// are first seen. A set holds a handful of currencies, and a valid code is
+// three letters, so it compares a code with each as one number: which of
+// them an offer's price is in is random, and comparing without branching
+// on it beats hashing the code.
+type currencyTable struct {
+	names []string
+	codes []uint32 // by id
+}
+
+// id returns the id of a valid currency code.
+func (t *currencyTable) id(code string) int16 {
+	c := uint32(code[0]) | uint32(code[1])<<8 | uint32(code[2])<<16
+	id := -1
+	for i, known := range t.codes {
+		if known == c {
+			id = i
 		}
 	}
-	id, _ := s.currencies.id(code, hashName(code))
+	if id < 0 {
+		id = len(t.names)
+		t.names, t.codes = append(t.names, code), append(t.codes, c)
+	}
 	return int16(id)
 }
 
 // offersIn returns the indexes of the valid offers in region id r.
 func (s *OfferSet) offersIn(r int32) []int32 {
-	s.inRegionOnce.Do(func() {
-		s.inRegion = make([][]int32, len(s.regions.names))
+	in := &s.inRegion[r]
+	in.once.Do(func() {
 		for i := range s.facts {
-			if f := &s.facts[i]; !f.invalid {
-				s.inRegion[f.region] = append(s.inRegion[f.region], int32(i))
+			if f := &s.facts[i]; f.region == r && !f.invalid {
+				in.list = append(in.list, int32(i))
 			}
 		}
 	})
-	return s.inRegion[r]
+	return in.list
 }
 
 // Len is the number of offers in the set.
