@@ -625,7 +625,9 @@ func newResultsCmd() *cobra.Command {
 	return cmd
 }
 
-// fetchArchive downloads an archive, checks its hash and unpacks it.
+// fetchArchive downloads an archive, checks its hash and unpacks it under
+// the default limits: the demo uses it for the outputs and checkpoints of
+// the jobs it ran itself (`gpuq results` applies the configured ones).
 func fetchArchive(ctx context.Context, store workers.ArchiveStore, rec *queue.ArchiveRecord, dir string) error {
 	f, err := os.CreateTemp("", "gpuq-results-*.tar.zst")
 	if err != nil {
