@@ -256,8 +256,10 @@ type BootTemplate struct {
 	WorkerArgs []string
 	// Executable is the gpuq binary on the machine; default the adapters'.
 	Executable string
-	// Credentials issues each machine its own NATS credential, scoped to
-	// its pool; nil launches machines without one.
+	// Credentials gives each machine its NATS credential, scoped to its
+	// pool: IssuedCredentials (one per machine, where gpuq runs the NATS
+	// server) or PoolPasswords (a deployment's static users); nil launches
+	// machines without one.
 	Credentials WorkerCredentials
 }
 
@@ -271,6 +273,35 @@ type WorkerCredentials interface {
 // which the NATS server checks against the issuer's key (queue.CredentialIssuer).
 type IssuedCredentials struct {
 	Issuer *queue.CredentialIssuer
+}
+
+// PoolPasswords are the credentials of a deployment whose NATS server holds
+// static users (deploy/nats/auth.conf, from `gpuq nats-auth`): every machine
+// of a pool gets the pool's worker user, worker.<pool>.<region>, with the
+// password the server's environment holds under the same variable the NATS
+// configuration reads (queue.PasswordVariable; there the NATS server may
+// hold its bcrypt hash, here gpuq needs the plain one).
+//
+// A pool whose variable is unset gets no credential in the boot spec: its
+// machine image must carry one (or the NATS server has no users).
+type PoolPasswords struct {
+	// Lookup reads a variable; os.LookupEnv in gpuq server.
+	Lookup func(name string) (string, bool)
+}
+
+// WorkerCredential is the credential of pool's worker user in region.
+func (c PoolPasswords) WorkerCredential(pool, region, _ string) (adapters.Secret, error) {
+	user := queue.RoleUser(queue.RoleWorker, pool, region)
+	name := queue.PasswordVariable(user)
+	pw, ok := c.Lookup(name)
+	if !ok || pw == "" {
+		return adapters.Secret{}, nil
+	}
+	cred, err := queue.ParseNATSCredential(user + ":" + pw)
+	if err != nil {
+		return adapters.Secret{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return adapters.NewSecret(cred.String()), nil
 }
 
 // WorkerCredential issues the credential of instanceID of pool in region.

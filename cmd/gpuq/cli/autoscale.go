@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/spf13/viper"
@@ -85,6 +86,9 @@ func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer contr
 	boot := control.BootTemplate{NATSURL: withoutUser(v.GetString("nats-url")), WorkerArgs: v.GetStringSlice(workerArgsKey)}
 	if issuer, ok := v.Get(issuerKey).(*queue.CredentialIssuer); ok {
 		boot.Credentials = control.IssuedCredentials{Issuer: issuer}
+	} else {
+		// A deployment's NATS server with the users of deploy/nats/auth.conf.
+		boot.Credentials = control.PoolPasswords{Lookup: os.LookupEnv}
 	}
 	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, JS: c.js, Placer: placer, Config: cfg,
 		Boot: boot, Logger: logger}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 func TestDeployNATSAuthIsGeneratedFromTheRoles(t *testing.T) {
@@ -127,5 +128,25 @@ func TestDeployNATSConfigEnforcesTheRoles(t *testing.T) {
 	c, cerrs := connect("control")
 	if err := publish(c, cerrs, "gpuq.run.any.j1"); err != nil {
 		t.Errorf("control publishing a run order: %v", err)
+	}
+	// A machine the autoscaler of such a deployment launches gets its pool's
+	// user, with the password from gpuq server's environment, and gets in.
+	creds := control.PoolPasswords{Lookup: os.LookupEnv}
+	secret, err := creds.WorkerCredential("aws-dub-l4", "eu-west-1", "i-0abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := queue.ParseNATSCredential(secret.Reveal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(cred.User, cred.Password))
+	if err != nil {
+		t.Fatalf("a launched machine's credential %s must get in: %v", cred.User, err)
+	}
+	nc.Close()
+	// A pool whose password is not set gets none: its image carries one.
+	if s, err := creds.WorkerCredential("gcp-ams-a100", "europe-west4", "i-1"); err != nil || !s.IsZero() {
+		t.Errorf("a pool without a password in the environment gets no credential, got %v", err)
 	}
 }
