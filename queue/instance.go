@@ -138,3 +138,11 @@ type InstanceAttempt struct {
 	Project    string
 	From, To   time.Time
 }
+
+// PoolExhaustion is a pool the autoscaler leaves alone until Until, and why.
+type PoolExhaustion struct {
+	Pool   string    `json:"pool"`
+	At     time.Time `json:"at"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
+}

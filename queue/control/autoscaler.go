@@ -342,16 +342,29 @@ type Autoscaler struct {
 	// Pools, when set, records each launch and each refusal for lack of
 	// capacity in the pools' shared availability history.
 	Pools PoolEventRecorder
+	// Exhaustions, when set, keeps the pools left alone for their back-off
+	// in PostgreSQL: a server that takes the lead (a restart, a failover)
+	// reads them on its first pass and does not launch into them again.
+	Exhaustions ExhaustionStore
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
 	mu sync.Mutex
-	// exhausted holds, per pool, until when it is left alone and why.
-	exhausted map[string]exhaustion
+	// exhausted holds, per pool, until when it is left alone and why;
+	// exhaustionsRead says whether those recorded before this autoscaler
+	// were read.
+	exhausted       map[string]exhaustion
+	exhaustionsRead bool
 	// beats hears the workers' beats from the first pass on.
 	beats *beatListener
+}
+
+// ExhaustionStore keeps the pools the autoscaler leaves alone.
+type ExhaustionStore interface {
+	RecordExhaustion(ctx context.Context, e queue.PoolExhaustion) error
+	Exhaustions(ctx context.Context, at time.Time) ([]queue.PoolExhaustion, error)
 }
 
 type exhaustion struct {
@@ -468,6 +481,7 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.readExhaustions(ctx, logger, now())
 	pools, errOffers := a.pools(ctx)
 	live, err := a.Store.LiveInstances(ctx)
 	if err != nil {
@@ -522,7 +536,7 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 		}
 		if l := cfg.Limits(d.Pool); now().Sub(d.OldestWaiting) >= l.PlacementTimeout {
 			reason := fmt.Sprintf("no provider offers pool %s", d.Pool)
-			a.exhaust(d.Pool, now(), l.Backoff, reason)
+			a.exhaust(ctx, d.Pool, now(), l.Backoff, reason)
 			if err := a.replaceWaiting(ctx, logger, now(), d.Pool, reason); err != nil {
 				errs = append(errs, err)
 			}
@@ -633,7 +647,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 		if act.QuarantinedAt != nil && end != queue.InstanceTerminated {
 			// A quarantined worker exits on its own; the pool pays for it.
 			end, reason = queue.InstanceFailed, "canary quarantined the node: "+act.QuarantineReason
-			a.exhaust(in.Pool, now, l.Backoff, reason)
+			a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
 		}
 		return a.change(ctx, in, end, reason, nil)
 	}
@@ -650,7 +664,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 	}
 	if act.QuarantinedAt != nil {
 		reason := "canary quarantined the node: " + act.QuarantineReason
-		a.exhaust(in.Pool, now, l.Backoff, reason)
+		a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
 		return a.release(ctx, p, in, reason)
 	}
 	if in.State == queue.InstancePending {
@@ -662,7 +676,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 			if got.State == adapters.StateRunning {
 				reason += " (the provider runs the machine; its worker never reported)"
 			}
-			a.exhaust(in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s", in.ID, reason))
+			a.exhaust(ctx, in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s", in.ID, reason))
 			out, err := a.release(ctx, p, in, reason)
 			if err == nil {
 				err = a.replaceWaiting(ctx, logger, now, in.Pool, fmt.Sprintf("instance %s of pool %s booted no worker within %s", in.ID, in.Pool, l.BootTimeout))
@@ -698,7 +712,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, cfg AutoscalerConfig, logger
 	}
 	if d.Waiting > 0 && len(ready) == 0 && now.Sub(d.OldestWaiting) >= l.PlacementTimeout {
 		reason := fmt.Sprintf("jobs waited %s on pool %s with no ready worker", now.Sub(d.OldestWaiting).Round(time.Second), pool)
-		a.exhaust(pool, now, l.Backoff, reason)
+		a.exhaust(ctx, pool, now, l.Backoff, reason)
 		return a.replaceWaiting(ctx, logger, now, pool, reason)
 	}
 	need := min(max(ceilDiv(d.Waiting+d.Running, l.Slots), l.Min), l.Max)
@@ -877,7 +891,7 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 	case errors.Is(err, adapters.ErrCapacityUnavailable):
 		a.recordPool(ctx, logger, now, in.Pool, queue.PoolNoCapacity)
 		reason := fmt.Sprintf("no capacity in pool %s: %v", in.Pool, err)
-		a.exhaust(in.Pool, now, l.Backoff, reason)
+		a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
 		out, cerr := a.change(ctx, in, queue.InstanceFailed, reason, nil)
 		if cerr != nil {
 			return out, cerr
@@ -938,17 +952,58 @@ func (a *Autoscaler) change(ctx context.Context, in *queue.Instance, to queue.In
 	return out, err
 }
 
-// exhaust leaves the pool alone until now+backoff.
-func (a *Autoscaler) exhaust(pool string, now time.Time, backoff time.Duration, reason string) {
+// exhaust leaves the pool alone until now+backoff, and records so.
+func (a *Autoscaler) exhaust(ctx context.Context, pool string, now time.Time, backoff time.Duration, reason string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.exhausted == nil {
 		a.exhausted = map[string]exhaustion{}
 	}
 	if ex, ok := a.exhausted[pool]; ok && ex.until.After(now) {
+		a.mu.Unlock()
 		return
 	}
-	a.exhausted[pool] = exhaustion{until: now.Add(backoff), at: now, reason: reason}
+	ex := exhaustion{until: now.Add(backoff), at: now, reason: reason}
+	a.exhausted[pool] = ex
+	a.mu.Unlock()
+	if a.Exhaustions == nil {
+		return
+	}
+	if err := a.Exhaustions.RecordExhaustion(ctx, queue.PoolExhaustion{Pool: pool, At: ex.at, Until: ex.until, Reason: reason}); err != nil && ctx.Err() == nil {
+		// This server still leaves the pool alone; only a successor would
+		// not know to.
+		logger := a.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.Warn("recording an exhausted pool", "pool", pool, "err", err)
+	}
+}
+
+// readExhaustions takes in, once, the pools a former leader left alone.
+func (a *Autoscaler) readExhaustions(ctx context.Context, logger *slog.Logger, now time.Time) {
+	a.mu.Lock()
+	read := a.exhaustionsRead
+	a.mu.Unlock()
+	if read || a.Exhaustions == nil {
+		return
+	}
+	recorded, err := a.Exhaustions.Exhaustions(ctx, now)
+	if err != nil {
+		logger.Warn("reading the pools left alone before this server led; asking again next pass", "err", err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.exhaustionsRead = true
+	if a.exhausted == nil {
+		a.exhausted = map[string]exhaustion{}
+	}
+	for _, e := range recorded {
+		if ex, ok := a.exhausted[e.Pool]; !ok || ex.until.Before(e.Until) {
+			a.exhausted[e.Pool] = exhaustion{until: e.Until, at: e.At, reason: e.Reason}
+			logger.Info("pool left alone, as recorded before this server led", "pool", e.Pool, "until", e.Until, "reason", e.Reason)
+		}
+	}
 }
 
 func (a *Autoscaler) exhaustedUntil(pool string, now time.Time) (exhaustion, bool) {

@@ -122,7 +122,7 @@ func startScaledBooting(t testing.TB, image string, pools []sim.PoolConfig, limi
 		t.Fatal(err)
 	}
 	errc := make(chan error, 2)
-	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS,
+	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, Exhaustions: c.s, JS: c.n.JS,
 		Placer: c.placer, Config: limits, Logger: logger,
 		// Short leases so a drained worker's hand-back is quick; --grace
 		// inside the pool's grace so the worker records before SIGKILL.
@@ -337,6 +337,16 @@ func TestNoCapacityMovesWaitingJobsToPlanBInsideTheirResidency(t *testing.T) {
 	}
 	if got := c.auto.Exhausted(time.Now()); got["spot-de"] == "" {
 		t.Fatalf("spot-de not left alone after no capacity: %v", got)
+	}
+	// A server that takes the lead now (a restart, a failover) leaves the
+	// pool alone too, for what is left of its back-off.
+	successor := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, Exhaustions: c.s, JS: c.n.JS,
+		Placer: c.placer, Config: c.auto.Config, Boot: c.auto.Boot, Logger: c.auto.Logger}
+	if err := successor.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := successor.Exhausted(time.Now()); !strings.Contains(got["spot-de"], "no capacity") {
+		t.Fatalf("a new leader must leave spot-de alone as recorded, got %v", got)
 	}
 }
 

@@ -219,3 +219,26 @@ func nullTime(t *time.Time) sql.NullTime {
 	}
 	return sql.NullTime{Time: *t, Valid: true}
 }
+
+// RecordExhaustion leaves a pool alone until e.Until; a pool already left
+// alone at e.At keeps its first reason and end.
+func (s *Store) RecordExhaustion(ctx context.Context, e queue.PoolExhaustion) error {
+	err := s.q.PoolExhaustionRecord(ctx, db.PoolExhaustionRecordParams{Pool: e.Pool, ExhaustedAt: e.At, Until: e.Until, Reason: e.Reason})
+	if err != nil {
+		return fmt.Errorf("recording pool %s exhausted: %w", e.Pool, err)
+	}
+	return nil
+}
+
+// Exhaustions lists the pools still left alone at a time.
+func (s *Store) Exhaustions(ctx context.Context, at time.Time) ([]queue.PoolExhaustion, error) {
+	rows, err := s.q.PoolExhaustionListActive(ctx, at)
+	if err != nil {
+		return nil, fmt.Errorf("reading exhausted pools: %w", err)
+	}
+	out := make([]queue.PoolExhaustion, len(rows))
+	for i, r := range rows {
+		out[i] = queue.PoolExhaustion{Pool: r.Pool, At: r.ExhaustedAt, Until: r.Until, Reason: r.Reason}
+	}
+	return out, nil
+}

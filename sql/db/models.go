@@ -374,6 +374,13 @@ type PlacementRow struct {
 	Provider         string
 }
 
+type PoolExhaustion struct {
+	Pool        string
+	ExhaustedAt time.Time
+	Until       time.Time
+	Reason      string
+}
+
 type PoolHistory struct {
 	Pool         string
 	BucketStart  time.Time

@@ -90,7 +90,7 @@ func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer contr
 		// A deployment's NATS server with the users of deploy/nats/auth.conf.
 		boot.Credentials = control.PoolPasswords{Lookup: os.LookupEnv}
 	}
-	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, JS: c.js, Placer: placer, Config: cfg,
+	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, Exhaustions: c.store, JS: c.js, Placer: placer, Config: cfg,
 		Boot: boot, Logger: logger}
 	reaper := &control.Reaper{Providers: reaped, Store: c.store, Logger: logger}
 	// One server of a deployment scales and reaps; the others stand by and
