@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A worker run as root runs its jobs as nobody, who must reach the
+	// binary for `gpuq checkpoint save`.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	gpuqBin = filepath.Join(dir, "gpuq")
 	args := []string{"build", "-o", gpuqBin}
 	if raceEnabled {
@@ -124,7 +130,7 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 		t.Fatal(err)
 	}
 	args := append([]string{"--nats-url", c.n.Server.URL(),
-		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", t.TempDir()}, extra...)
+		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", jobsDir(t)}, extra...)
 	// As gpuq dev starts it: a worker credential scoped to the pool, in
 	// the environment.
 	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile, PoolEnv: func(p local.PoolConfig) ([]string, error) {
@@ -145,6 +151,31 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 		}
 	})
 	return inst
+}
+
+// jobsDir is a test directory a worker may keep its attempts in (and
+// outlive: the test removes it): as root the worker runs jobs as nobody, who
+// must enter it, and t.TempDir's are closed to others.
+func jobsDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// jobWritable is a test directory jobs write to (files a test reads back),
+// as nobody when the worker runs as root.
+func jobWritable(t testing.TB) string {
+	t.Helper()
+	dir := jobsDir(t)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func (c *cluster) submit(t testing.TB, spec string) uuid.UUID {
@@ -461,7 +492,7 @@ func TestStaleWorkerKillsItsJobAndDoesNotAck(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	c.startWorker(t, 3*time.Second, time.Second)
-	pidFile := filepath.Join(t.TempDir(), "pid")
+	pidFile := filepath.Join(jobWritable(t), "pid")
 	id := c.submit(t, "name: sleeper\nenv: {PIDFILE: "+pidFile+"}\ncommand: [/bin/sh, -c, 'echo $$ > $PIDFILE; exec sleep 300']\n")
 	c.waitState(t, id, queue.StateRunning, 30*time.Second)
 	var pid int

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/workers"
 )
 
 // startWorkerWithEnv launches `gpuq worker` for the test pool as gpuq dev
@@ -164,5 +165,63 @@ command: [/bin/sh, -c, 'cat /proc/$PPID/environ; echo "cat exit=$?"; tr "\0" "\n
 	}
 	if strings.Contains(logs, cred.String()) || strings.Contains(logs, adapters.EnvNATSCredential) || !strings.Contains(logs, "cat exit=1") {
 		t.Fatalf("the job read its worker's environment:\n%s", logs)
+	}
+}
+
+// A worker running as root (a container's default, a careless unit) runs
+// each job as nobody (--run-as), in an attempt directory of its own that no
+// other user enters; checkpoints and outputs still work, and the checkpoint
+// the next attempt restores is the job's to write.
+func TestJobOfARootWorkerRunsAsNobodyInItsOwnDirectory(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root, which this test needs")
+		}
+		t.Skip("needs root: only a root worker runs its jobs as another user")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatalf("the nobody user: %v", err)
+	}
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, 2*time.Second)
+	spec := `name: who
+checkpoint: {paths: [state]}
+command: [/bin/sh, -c, 'echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; stat -c "home=%a:%u" "$HOME"; [ -f "$GPUQ_CHECKPOINT_DIR/state" ] && echo "restored=$(cat "$GPUQ_CHECKPOINT_DIR/state")"; echo "attempt $GPUQ_ATTEMPT" >> "$GPUQ_CHECKPOINT_DIR/state" && gpuq checkpoint save > /dev/null && echo saved; echo 1 > "$GPUQ_OUTPUT_DIR/out"; touch /root/escaped 2>/dev/null && echo "wrote /root"; [ "$GPUQ_ATTEMPT" = 1 ] && exit 3; exit 0']
+retries: {max_errors: 1}
+`
+	id := c.submit(t, spec)
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	logs := c.logs(t, id)
+	for _, want := range []string{"uid=" + nobody.Uid + " gid=" + nobody.Gid + " groups=" + nobody.Gid + "\n", "home=700:" + nobody.Uid, "saved", "restored=attempt 1"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("want %q in the job's output:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "wrote /root") {
+		t.Errorf("the job wrote into /root:\n%s", logs)
+	}
+	if _, err := c.store.Result(context.Background(), id); err != nil {
+		t.Errorf("the job's outputs must be recorded: %v", err)
+	}
+}
+
+func TestRootWorkerRefusesADataDirectoryItsJobsCannotEnter(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root, which this test needs")
+		}
+		t.Skip("needs root: only a root worker runs its jobs as another user")
+	}
+	closed := filepath.Join(t.TempDir(), "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil { // only root enters
+		t.Fatal(err)
+	}
+	_, err := workers.New(workers.Config{Pool: testPool.Pool, DataDir: filepath.Join(closed, "data"), JobUser: &workers.JobUser{Name: "nobody", UID: 65534, GID: 65534}},
+		nil, nil, &workers.ServiceRecords{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "worker.data-dir: jobs run as user nobody, who cannot enter "+closed) {
+		t.Fatalf("want the data directory refused, naming what blocks it, got %v", err)
 	}
 }

@@ -239,7 +239,7 @@ func trail(t *testing.T, c *cluster, id uuid.UUID) string {
 func TestAHostileCheckpointIsRefusedByTheRestoringWorkerWhichWritesNothingOutsideAndNeverRunsTheJob(t *testing.T) {
 	t.Parallel()
 	c := newServerCluster(t)
-	base := t.TempDir()
+	base := jobsDir(t)
 	victim := victimDir(t, base)
 	dataA, dataB := filepath.Join(base, "data-a"), filepath.Join(base, "data-b")
 	// The workers get --data-dir (gpuq dev passes none) so that the test
@@ -342,7 +342,7 @@ func TestAHostileCheckpointIsRefusedByTheRestoringWorkerWhichWritesNothingOutsid
 func TestGpuqResultsOfAHostileArchiveWritesNothingOutsideItsDirectoryAndExitsNamingTheProblem(t *testing.T) {
 	t.Parallel()
 	c := newServerCluster(t)
-	base := t.TempDir()
+	base := jobsDir(t)
 	victim := victimDir(t, base)
 	c.startWorker(t, 3*time.Second, time.Second, "--slots", "3", "--data-dir", filepath.Join(base, "data"))
 	// Outputs crafted by a machine holding the pool's credential, recorded

@@ -46,7 +46,7 @@ type noticeRun struct {
 // and waits for its first checkpoint.
 func startNoticeRun(t testing.TB, extra ...string) *noticeRun {
 	c := newCluster(t)
-	r := &noticeRun{c: c, sigtermAt: filepath.Join(t.TempDir(), "sigterm-at")}
+	r := &noticeRun{c: c, sigtermAt: filepath.Join(jobWritable(t), "sigterm-at")}
 	// AckWait is long, so a hand-back that came from AckWait expiring
 	// rather than the notice would show.
 	r.worker = c.startWorker(t, 30*time.Second, 10*time.Second, extra...)

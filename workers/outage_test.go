@@ -55,7 +55,7 @@ func TestCompletionDuringADatabaseOutageIsRecordedAfterwardsWithoutRunningTheJob
 	t.Parallel()
 	c := newCluster(t)
 	c.startWorker(t, 10*time.Second, 2*time.Second)
-	dir := t.TempDir()
+	dir := jobWritable(t)
 	runs, proceed := filepath.Join(dir, "runs"), filepath.Join(dir, "go")
 	id := c.submit(t, `name: outlives-an-outage
 command: [/bin/sh, -c, 'echo run >> `+runs+`; while [ ! -e `+proceed+` ]; do sleep 0.1; done; echo 7 > "$GPUQ_OUTPUT_DIR/answer.txt"']

@@ -137,6 +137,18 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			return
 		}
 	}
+	user := w.cfg.JobUser
+	if user != nil {
+		// The attempt's directory is the job's own: no other job enters.
+		err := os.Chmod(a.base, 0o700)
+		if err == nil {
+			err = user.chown(a.base, a.ckptDir, a.outDir)
+		}
+		if err != nil {
+			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
+			return
+		}
+	}
 	if from != nil {
 		if err := a.restore(from); err != nil {
 			a.log.Error("restoring checkpoint", "seq", from.Seq, "err", err)
@@ -150,6 +162,12 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			}
 			a.release(queue.OutcomePreempted, nil, reason, 5*time.Second)
 			return
+		}
+		if user != nil {
+			if err := user.chownTree(a.ckptDir); err != nil {
+				a.release(queue.OutcomePreempted, nil, "restoring: "+err.Error(), 5*time.Second)
+				return
+			}
 		}
 	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
@@ -177,6 +195,12 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		return
 	}
 	defer ctl.Close()
+	if user != nil {
+		if err := user.chown(ctl.path); err != nil {
+			a.release(queue.OutcomePreempted, nil, err.Error(), 5*time.Second)
+			return
+		}
+	}
 
 	logs := newLogShipper(w.js, job.ID, job.Attempt)
 	cmd := exec.Command(job.Spec.Command[0], job.Spec.Command[1:]...)
@@ -187,6 +211,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	// Its own process group, so signals reach the job's children too; and
 	// killed with the worker, so a SIGKILLed worker leaves no orphan.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if user != nil {
+		cmd.SysProcAttr.Credential = user.credential()
+	}
 	if err := cmd.Start(); err != nil {
 		logs.close()
 		code := 127

@@ -82,6 +82,10 @@ type Config struct {
 	// storage.unpack_* keys of the configuration). Default: the defaults
 	// of queue.ArchiveLimits.
 	Unpack queue.ArchiveLimits
+	// JobUser, when set, is the user jobs run as, each in its own 0700
+	// directory; gpuq worker sets it (default nobody) when it runs as root.
+	// Default: the worker's own user.
+	JobUser *JobUser
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
 	Logger *slog.Logger
@@ -197,6 +201,14 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 		cfg.DataDir = dir
 	} else if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
+	}
+	if cfg.JobUser != nil {
+		if err := prepareJobUser(&cfg); err != nil {
+			if ownDataDir {
+				os.RemoveAll(cfg.DataDir)
+			}
+			return nil, err
+		}
 	}
 	host, _ := os.Hostname()
 	if sr, ok := store.(*ServiceRecords); ok && sr.WorkerID == "" {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"os/user"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -57,6 +59,9 @@ provider's reason and hands the jobs back at once.`,
 				Country: country, WorkerID: v.GetString("worker-id"),
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
 				NodeID: canary.NodeID(v.GetString("instance-id")), PassEnv: passEnv(v), Logger: newLogger(),
+			}
+			if cfg.JobUser, err = jobUser(v.GetString("run-as")); err != nil {
+				return err
 			}
 			if cfg.Pool == "" {
 				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
@@ -161,6 +166,7 @@ provider's reason and hands the jobs back at once.`,
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
+	cmd.Flags().String("run-as", "", "when the worker runs as root, the user its jobs run as, each in its own 0700 directory (default nobody; root keeps them root) (env GPUQ_RUN_AS)")
 	cmd.Flags().StringSlice("pass-env", nil, "a variable of the worker's environment that jobs get too, e.g. CUDA_VISIBLE_DEVICES (repeatable or comma-separated; env GPUQ_PASS_ENV); jobs see nothing else of it")
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
@@ -289,4 +295,39 @@ func workerLocation(cmd *cobra.Command, v *viper.Viper, pool string) (region, co
 		return p.Region, p.Country, nil
 	}
 	return region, country, nil
+}
+
+// jobUser is who a worker's jobs run as: a worker running as root runs them
+// as name (default nobody), unless name is root; any other worker runs them
+// as itself.
+func jobUser(name string) (*workers.JobUser, error) {
+	if os.Geteuid() != 0 {
+		if name != "" {
+			if self, err := user.Current(); err != nil || (name != self.Username && name != self.Uid) {
+				return nil, fmt.Errorf("worker.run-as: only a worker running as root runs its jobs as another user; this one runs them as itself")
+			}
+		}
+		return nil, nil
+	}
+	if name == "" {
+		name = "nobody"
+	}
+	if name == "root" || name == "0" {
+		return nil, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("worker.run-as: no user %q on this machine", name)
+		}
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil || uid == 0 {
+		return nil, fmt.Errorf("worker.run-as: user %q is root; use root to mean so", name)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("worker.run-as: user %q has group id %q", name, u.Gid)
+	}
+	return &workers.JobUser{Name: u.Username, UID: uint32(uid), GID: uint32(gid)}, nil
 }
