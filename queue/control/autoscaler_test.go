@@ -454,11 +454,18 @@ func TestRunningMachineWhoseWorkerNeverReportsIsReleasedAtTheBootTimeoutAndCount
 	if n := c.cloud.Created(); n != 2 {
 		t.Fatalf("the cloud rented %d machines, want 2 (mute's, then talks')", n)
 	}
-	ins, err := c.s.Instances(ctx, "talks", "")
-	if err != nil || len(ins) != 1 {
-		t.Fatalf("talks' instances: %+v %v", ins, err)
-	}
-	if up := ins[0]; up.ReadyAt == nil || up.WorkerSeenAt == nil || up.ReadyAt.Before(*up.WorkerSeenAt) {
+	// The job may finish before the pass that hears talks' worker records
+	// the instance ready: the worker claims as soon as it is up.
+	var up *queue.Instance
+	queuetest.Eventually(t, 10*time.Second, "talks' instance to be recorded ready", func() bool {
+		ins, err := c.s.Instances(ctx, "talks", "")
+		if err != nil || len(ins) != 1 {
+			return false
+		}
+		up = ins[0]
+		return up.ReadyAt != nil && up.WorkerSeenAt != nil
+	})
+	if up.ReadyAt.Before(*up.WorkerSeenAt) {
 		t.Fatalf("talks' instance ready at %v, its worker seen at %v; want ready once its worker was seen", up.ReadyAt, up.WorkerSeenAt)
 	}
 }
