@@ -7,16 +7,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// RetryDelay is the wait before try n (1 for the first retry) of something
-// that failed: first, doubling with each try up to max, with ±50 % jitter
-// so that many callers failing together do not come back in step.
+// NewBackoff is gpuq's wait between tries of something that failed: first,
+// doubling after each try up to max, with ±50 % jitter so that many callers
+// failing together do not come back in step. Reset it after a success.
+func NewBackoff(first, max time.Duration) *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: first, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: max}
+}
+
+// RetryDelay is NewBackoff's wait before try n (1 for the first retry), for
+// callers that count their tries rather than keep a backoff.
 func RetryDelay(n int, first, max time.Duration) time.Duration {
 	d := first
 	for i := 1; i < n && d < max; i++ {
 		d *= 2
 	}
-	b := backoff.ExponentialBackOff{InitialInterval: min(d, max), RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: max}
-	return b.NextBackOff()
+	return NewBackoff(min(d, max), max).NextBackOff()
 }
 
 // RedeliveryDelay is the delay to nak m with when handling it failed: its

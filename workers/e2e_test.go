@@ -801,30 +801,10 @@ func TestTwoServersShareTheWorkerServiceAndKillingOneLosesOrDuplicatesNoRecord(t
 	t.Parallel()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
-	cfg := testPoolConfig(t)
 	// Two servers as deploy/systemd runs them: the same flags and config.
-	server := func(name string) *exec.Cmd {
-		logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL, "--config", cfg)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill() //nolint:errcheck // it may have exited
-			cmd.Wait()         //nolint:errcheck // killed
-			if t.Failed() {
-				out, _ := os.ReadFile(logFile.Name())
-				t.Logf("%s output:\n%s", name, out[max(0, len(out)-4000):])
-			}
-		})
-		return cmd
-	}
-	first := server("server-1")
-	server("server-2")
+	cfg := testPoolConfig(t)
+	first := startServer(t, "server-1", n.URL, dbURL, cfg)
+	startServer(t, "server-2", n.URL, dbURL, cfg)
 	queuetest.Eventually(t, 60*time.Second, "both servers to serve the worker service", func() bool {
 		msg, err := n.NC.Request("$SRV.PING."+queue.WorkerServiceName, nil, 2*time.Second)
 		if err != nil {

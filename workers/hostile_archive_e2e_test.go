@@ -40,18 +40,15 @@ func testPoolConfig(t *testing.T) string {
 	return cfg
 }
 
-// newServerCluster is a cluster whose control plane is a `gpuq server`
-// process, configured with the test pool as deploy/systemd runs it.
-func newServerCluster(t *testing.T) *cluster {
+// startServer runs `gpuq server` as deploy/systemd runs it (the NATS and
+// database URLs and a config file); its output is shown if the test fails.
+func startServer(t *testing.T, name, natsURL, dbURL, config string) *exec.Cmd {
 	t.Helper()
-	n := queuetest.StartNATS(t)
-	st, dbURL := queuetest.Store(t, n)
-	cfg := testPoolConfig(t)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL, "--config", cfg)
+	cmd := exec.Command(gpuqBin, "server", "--nats-url", natsURL, "--database-url", dbURL, "--config", config)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -62,9 +59,19 @@ func newServerCluster(t *testing.T) *cluster {
 		logFile.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(logFile.Name())
-			t.Logf("gpuq server output:\n%s", out[max(0, len(out)-4000):])
+			t.Logf("%s output:\n%s", name, out[max(0, len(out)-4000):])
 		}
 	})
+	return cmd
+}
+
+// newServerCluster is a cluster whose control plane is a `gpuq server`
+// process, configured with the test pool as deploy/systemd runs it.
+func newServerCluster(t *testing.T) *cluster {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	st, dbURL := queuetest.Store(t, n)
+	startServer(t, "gpuq server", n.URL, dbURL, testPoolConfig(t))
 	queuetest.Eventually(t, 30*time.Second, "gpuq server to serve the worker and client services", func() bool {
 		for _, svc := range []string{queue.WorkerServiceName, queue.ClientServiceName} {
 			if _, err := n.NC.Request("$SRV.PING."+svc, nil, time.Second); err != nil {

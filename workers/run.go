@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -229,6 +228,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	go func() { exited <- cmd.Wait() }()
 
 	var waitErr error
+	var stop *StopError // the control plane's stop request, when one ended the job
 	exitedInGrace := true
 	noticed := make(chan struct{})
 	close(noticed)
@@ -237,7 +237,6 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	case <-jobCtx.Done():
 		pgid := -cmd.Process.Pid
 		cause := context.Cause(jobCtx)
-		var stop *StopError
 		if errors.Is(cause, ErrPreempted) || errors.As(cause, &stop) {
 			syscall.Kill(pgid, syscall.SIGTERM) //nolint:errcheck // it may have exited already
 			grace := w.cfg.Grace
@@ -267,7 +266,6 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 	cause := context.Cause(jobCtx)
-	var stop *StopError
 	cancel(nil)
 	<-hbDone
 	logs.close()
@@ -492,7 +490,7 @@ func (a *attempt) complete(rec *queue.ArchiveRecord) {
 // blip. Fencing makes a repeat harmless: the attempt is recorded once, or
 // not at all when a newer one owns the job.
 func (a *attempt) settle(what string, record func() error) error {
-	retry := backoff.ExponentialBackOff{InitialInterval: settleRetryFirst, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: settleRetryMax}
+	retry := queue.NewBackoff(settleRetryFirst, settleRetryMax)
 	until := time.Now().Add(a.w.cfg.AckWait)
 	for {
 		err := record()

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -255,7 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// A failing pull (NATS restarting, the consumer being recreated) is
 	// tried again after a wait that doubles, with jitter so that a pool's
 	// workers do not come back in step, up to pullRetryMax.
-	retry := backoff.ExponentialBackOff{InitialInterval: pullRetryFirst, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: pullRetryMax}
+	retry := queue.NewBackoff(pullRetryFirst, pullRetryMax)
 	for ctx.Err() == nil {
 		if w.canary != nil {
 			ready, err := w.canaryReady(ctx)

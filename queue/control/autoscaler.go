@@ -536,7 +536,7 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 		}
 		if l := cfg.Limits(d.Pool); now().Sub(d.OldestWaiting) >= l.PlacementTimeout {
 			reason := fmt.Sprintf("no provider offers pool %s", d.Pool)
-			a.exhaust(ctx, d.Pool, now(), l.Backoff, reason)
+			a.exhaust(ctx, logger, d.Pool, now(), l.Backoff, reason)
 			if err := a.replaceWaiting(ctx, logger, now(), d.Pool, reason); err != nil {
 				errs = append(errs, err)
 			}
@@ -647,7 +647,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 		if act.QuarantinedAt != nil && end != queue.InstanceTerminated {
 			// A quarantined worker exits on its own; the pool pays for it.
 			end, reason = queue.InstanceFailed, "canary quarantined the node: "+act.QuarantineReason
-			a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
+			a.exhaust(ctx, logger, in.Pool, now, l.Backoff, reason)
 		}
 		return a.change(ctx, in, end, reason, nil)
 	}
@@ -664,7 +664,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 	}
 	if act.QuarantinedAt != nil {
 		reason := "canary quarantined the node: " + act.QuarantineReason
-		a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
+		a.exhaust(ctx, logger, in.Pool, now, l.Backoff, reason)
 		return a.release(ctx, p, in, reason)
 	}
 	if in.State == queue.InstancePending {
@@ -676,7 +676,7 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 			if got.State == adapters.StateRunning {
 				reason += " (the provider runs the machine; its worker never reported)"
 			}
-			a.exhaust(ctx, in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s", in.ID, reason))
+			a.exhaust(ctx, logger, in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s", in.ID, reason))
 			out, err := a.release(ctx, p, in, reason)
 			if err == nil {
 				err = a.replaceWaiting(ctx, logger, now, in.Pool, fmt.Sprintf("instance %s of pool %s booted no worker within %s", in.ID, in.Pool, l.BootTimeout))
@@ -712,7 +712,7 @@ func (a *Autoscaler) scalePool(ctx context.Context, cfg AutoscalerConfig, logger
 	}
 	if d.Waiting > 0 && len(ready) == 0 && now.Sub(d.OldestWaiting) >= l.PlacementTimeout {
 		reason := fmt.Sprintf("jobs waited %s on pool %s with no ready worker", now.Sub(d.OldestWaiting).Round(time.Second), pool)
-		a.exhaust(ctx, pool, now, l.Backoff, reason)
+		a.exhaust(ctx, logger, pool, now, l.Backoff, reason)
 		return a.replaceWaiting(ctx, logger, now, pool, reason)
 	}
 	need := min(max(ceilDiv(d.Waiting+d.Running, l.Slots), l.Min), l.Max)
@@ -891,7 +891,7 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 	case errors.Is(err, adapters.ErrCapacityUnavailable):
 		a.recordPool(ctx, logger, now, in.Pool, queue.PoolNoCapacity)
 		reason := fmt.Sprintf("no capacity in pool %s: %v", in.Pool, err)
-		a.exhaust(ctx, in.Pool, now, l.Backoff, reason)
+		a.exhaust(ctx, logger, in.Pool, now, l.Backoff, reason)
 		out, cerr := a.change(ctx, in, queue.InstanceFailed, reason, nil)
 		if cerr != nil {
 			return out, cerr
@@ -953,7 +953,7 @@ func (a *Autoscaler) change(ctx context.Context, in *queue.Instance, to queue.In
 }
 
 // exhaust leaves the pool alone until now+backoff, and records so.
-func (a *Autoscaler) exhaust(ctx context.Context, pool string, now time.Time, backoff time.Duration, reason string) {
+func (a *Autoscaler) exhaust(ctx context.Context, logger *slog.Logger, pool string, now time.Time, backoff time.Duration, reason string) {
 	a.mu.Lock()
 	if a.exhausted == nil {
 		a.exhausted = map[string]exhaustion{}
@@ -971,10 +971,6 @@ func (a *Autoscaler) exhaust(ctx context.Context, pool string, now time.Time, ba
 	if err := a.Exhaustions.RecordExhaustion(ctx, queue.PoolExhaustion{Pool: pool, At: ex.at, Until: ex.until, Reason: reason}); err != nil && ctx.Err() == nil {
 		// This server still leaves the pool alone; only a successor would
 		// not know to.
-		logger := a.Logger
-		if logger == nil {
-			logger = slog.Default()
-		}
 		logger.Warn("recording an exhausted pool", "pool", pool, "err", err)
 	}
 }

@@ -226,6 +226,9 @@ func jobOverBudget(j queue.RunningSpend, conv policy.Converter) string {
 	if err != nil {
 		return "" // the parser refused it at submission; nothing to hold it to
 	}
+	// Spend in other currencies counts at the rules' rates: unit is what one
+	// unit of the budget's currency is worth in the base currency.
+	unit, unitOK := conv.ToBase(policy.Money{Micros: 1_000_000, Currency: total.Currency})
 	spent, comparable := int64(0), true
 	for currency, micros := range j.Micros {
 		if currency == total.Currency {
@@ -233,12 +236,11 @@ func jobOverBudget(j queue.RunningSpend, conv policy.Converter) string {
 			continue
 		}
 		v, ok := conv.ToBase(policy.Money{Micros: micros, Currency: currency})
-		t, tok := conv.ToBase(policy.Money{Micros: 1_000_000, Currency: total.Currency})
-		if !ok || !tok || t == 0 {
+		if !ok || !unitOK || unit == 0 {
 			comparable = false
 			continue
 		}
-		spent += v * 1_000_000 / t
+		spent += v * 1_000_000 / unit
 	}
 	if spent < total.Micros {
 		return ""
