@@ -241,13 +241,31 @@ func specErr(field, format string, args ...any) *SpecError {
 
 // ParseSpec decodes a YAML or JSON spec strictly, applies defaults and
 // validates it. Errors are *SpecError naming each field at fault.
+//
+// A JSON object (what queue.Submit, the HTTP API and the Python client
+// send) is decoded as JSON directly: JSON has no aliases and its values
+// mean the same as YAML's, so the two YAML passes would change nothing.
+// Anything the JSON path does not accept goes through the YAML path, so
+// that errors read the same whichever way a spec is written.
 func ParseSpec(data []byte) (*Spec, error) {
 	if len(data) > MaxSpecBytes {
 		return nil, specErr("spec", "%d bytes is over the %d-byte limit; pass large data as inputs, not in the spec", len(data), MaxSpecBytes)
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
 		return nil, specErr("spec", "is empty")
 	}
+	if trimmed[0] == '{' && utf8.Valid(trimmed) && json.Valid(trimmed) {
+		if s, err := decodeSpecJSON(trimmed); err == nil {
+			return s, nil
+		}
+	}
+	return parseSpecYAML(data)
+}
+
+// parseSpecYAML reads data as YAML (JSON included), refusing aliases
+// before anything expands them.
+func parseSpecYAML(data []byte) (*Spec, error) {
 	if err := CheckYAML(data, "spec"); err != nil {
 		return nil, yamlSpecErr(err)
 	}
@@ -255,6 +273,11 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if err != nil {
 		return nil, specErr("spec", "not valid YAML or JSON: %v", err)
 	}
+	return decodeSpecJSON(js)
+}
+
+// decodeSpecJSON decodes, defaults and validates a spec written in JSON.
+func decodeSpecJSON(js []byte) (*Spec, error) {
 	var generic any
 	if err := json.Unmarshal(js, &generic); err != nil {
 		return nil, specErr("spec", "not valid YAML or JSON: %v", err)

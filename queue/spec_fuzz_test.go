@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -14,8 +15,17 @@ func FuzzParseSpec(f *testing.F) {
 	f.Add([]byte("command: [python, train.py]\nresources: {gpu: {count: 1}}\n"))
 	f.Add([]byte(`{"command": "echo hi", "labels": {"a": "b"}, "budget": {"total": "1 EUR"}}`))
 	f.Add([]byte("a: &a [x]\nb: *a\n"))
+	f.Add([]byte(`{"name": "a", "name": "b", "command": ["x"], "resources": {"cpu": 1.0}, "env": {"A": "\u00e9"}}`))
+	f.Add([]byte(`{"command": ["x"], "labels": {"a": "\ud800"}, "retries": {"max_errors": 1e2}, "timeout": "1h"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec, err := ParseSpec(data)
+		// A JSON spec takes the JSON path; the YAML path must read it the
+		// same, or the two ways of writing a spec would disagree.
+		if slow, slowErr := parseSpecYAML(data); len(data) <= MaxSpecBytes && len(bytes.TrimSpace(data)) > 0 {
+			if (err == nil) != (slowErr == nil) || (err != nil && err.Error() != slowErr.Error()) || (err == nil && !reflect.DeepEqual(spec, slow)) {
+				t.Fatalf("JSON and YAML paths disagree on %q:\n%+v (%v)\n%+v (%v)", data, spec, err, slow, slowErr)
+			}
+		}
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "invalid job spec: ") {
 				t.Fatalf("error is not a spec error: %v", err)
