@@ -52,24 +52,40 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 		}
 	}
 	slices.Sort(projects)
+	unknown := slices.DeleteFunc(slices.Clone(projects), func(p string) bool { _, ok := s.projects.Load(p); return ok })
 	out := make([]*queue.Job, len(jobs))
 	var done []queue.PlacedJob
 	var snapshots []string
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
-		if err := q.ProjectEnsureMany(ctx, projects); err != nil {
-			return nil, fmt.Errorf("recording projects %v: %w", projects, err)
+		if len(unknown) > 0 {
+			if err := q.ProjectEnsureMany(ctx, unknown); err != nil {
+				return nil, fmt.Errorf("recording projects %v: %w", unknown, err)
+			}
 		}
 		inserted, err := q.JobInsertMany(ctx, params)
 		if err != nil {
 			return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
 		}
-		rows, err := q.JobListByIDs(ctx, params.Ids)
-		if err != nil {
-			return nil, fmt.Errorf("reading %d recorded jobs: %w", len(jobs), err)
+		byID := make(map[uuid.UUID]db.JobRow, len(jobs))
+		for _, r := range inserted {
+			byID[r.ID] = db.JobRow(r)
 		}
-		byID := make(map[uuid.UUID]db.JobRow, len(rows))
-		for _, r := range rows {
-			byID[r.ID] = r
+		// A redelivered submission inserted nothing: its job is read as
+		// recorded before.
+		var missing []uuid.UUID
+		for _, nj := range jobs {
+			if _, ok := byID[nj.ID]; !ok {
+				missing = append(missing, nj.ID)
+			}
+		}
+		if len(missing) > 0 {
+			rows, err := q.JobListByIDs(ctx, missing)
+			if err != nil {
+				return nil, fmt.Errorf("reading %d recorded jobs: %w", len(missing), err)
+			}
+			for _, r := range rows {
+				byID[r.ID] = r
+			}
 		}
 		for i, nj := range jobs {
 			row, ok := byID[nj.ID]
@@ -85,8 +101,8 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 			}
 		}
 		events := make([]queue.Event, len(inserted))
-		for i, id := range inserted {
-			events[i] = eventOf(id, queue.StatePending, 0, "submitted", nil)
+		for i, r := range inserted {
+			events[i] = eventOf(r.ID, queue.StatePending, 0, "submitted", nil)
 		}
 		var committed []queue.Event
 		if done, committed, err = commitPlacements(ctx, q, d); err != nil {
@@ -97,6 +113,9 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, p := range unknown {
+		s.projects.Store(p, true)
 	}
 	s.rememberSnapshots(ctx, snapshots)
 	return out, done, nil

@@ -43,6 +43,10 @@ type Store struct {
 	historyMu   sync.Mutex
 	compactedAt time.Time
 	snaps       snapshots
+	// projects holds the names of projects this store has seen recorded
+	// (projects are never deleted), so that a batch of submissions for
+	// known projects skips recording them again.
+	projects sync.Map
 }
 
 // Open connects to PostgreSQL at url and checks the connection.

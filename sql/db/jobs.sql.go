@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -405,12 +406,12 @@ WITH ins AS (
     FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS project, unnest($3::text[]) AS name,
                  unnest($4::text[]) AS idempotency_key, unnest($5::text[]) AS spec) AS u
     ON CONFLICT DO NOTHING
-    RETURNING jobs.id
+    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
     SELECT ins.id, 'pending', 0, 'submitted' FROM ins
 )
-SELECT ins.id FROM ins
+SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals FROM ins
 `
 
 type JobInsertManyParams struct {
@@ -421,11 +422,33 @@ type JobInsertManyParams struct {
 	Specs           []string
 }
 
+type JobInsertManyRow struct {
+	ID               uuid.UUID
+	Project          string
+	Name             string
+	IdempotencyKey   sql.NullString
+	Spec             json.RawMessage
+	State            JobState
+	Attempt          int32
+	Errors           int32
+	Preemptions      int32
+	PlacementVersion int32
+	CheckpointSeq    int32
+	Pool             sql.NullString
+	ExitCode         sql.NullInt32
+	Reason           string
+	LeaseExpiresAt   sql.NullTime
+	SubmittedAt      time.Time
+	UpdatedAt        time.Time
+	FinalizedAt      sql.NullTime
+	ClaimRefusals    int32
+}
+
 // JobInsertMany records a batch of new jobs and their "submitted" events in
-// one statement and returns the ids it inserted; a job whose id or project
+// one statement and returns the rows it inserted; a job whose id or project
 // idempotency key already exists inserts nothing, so a redelivered submission
 // is harmless. An empty idempotency key means none.
-func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([]uuid.UUID, error) {
+func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([]JobInsertManyRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobInsertMany,
 		pq.Array(arg.Ids),
 		pq.Array(arg.Projects),
@@ -437,13 +460,33 @@ func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []JobInsertManyRow
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i JobInsertManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+			&i.ClaimRefusals,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

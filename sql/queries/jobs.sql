@@ -1,6 +1,6 @@
 -- name: JobInsertMany :many
 -- JobInsertMany records a batch of new jobs and their "submitted" events in
--- one statement and returns the ids it inserted; a job whose id or project
+-- one statement and returns the rows it inserted; a job whose id or project
 -- idempotency key already exists inserts nothing, so a redelivered submission
 -- is harmless. An empty idempotency key means none.
 WITH ins AS (
@@ -9,12 +9,12 @@ WITH ins AS (
     FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@projects::text[]) AS project, unnest(@names::text[]) AS name,
                  unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@specs::text[]) AS spec) AS u
     ON CONFLICT DO NOTHING
-    RETURNING jobs.id
+    RETURNING jobs.*
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
     SELECT ins.id, 'pending', 0, 'submitted' FROM ins
 )
-SELECT ins.id FROM ins;
+SELECT ins.* FROM ins;
 
 -- name: JobListByIDs :many
 SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
