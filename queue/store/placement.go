@@ -104,11 +104,11 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 		for i, r := range inserted {
 			events[i] = eventOf(r.ID, queue.StatePending, 0, "submitted", nil)
 		}
-		var committed []queue.Event
-		if done, committed, err = commitPlacements(ctx, q, d); err != nil {
+		if snapshots, err = s.storeSnapshots(ctx, q, d.Placed); err != nil {
 			return nil, err
 		}
-		snapshots, err = s.recordReplays(ctx, q, done)
+		var committed []queue.Event
+		done, committed, err = commitPlacements(ctx, q, d)
 		return append(events, committed...), err
 	})
 	if err != nil {
@@ -136,10 +136,10 @@ func (s *Store) CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
 		var events []queue.Event
 		var err error
-		if done, events, err = commitPlacements(ctx, q, d); err != nil {
+		if snapshots, err = s.storeSnapshots(ctx, q, d.Placed); err != nil {
 			return nil, err
 		}
-		snapshots, err = s.recordReplays(ctx, q, done)
+		done, events, err = commitPlacements(ctx, q, d)
 		return events, err
 	})
 	if err == nil {
@@ -281,6 +281,7 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		Residencies: make([]string, n), Countries: make([]string, n), PriceMicros: make([]int64, n),
 		Currencies: make([]string, n), Decisions: make([]string, n),
 		EstimateMicros: make([]int64, n), EstimateCurrencies: make([]string, n), Providers: make([]string, n),
+		Snapshots: make([]string, n), Recipes: make([]string, n),
 	}
 	byID := make(map[uuid.UUID]queue.PlacedJob, n)
 	for i, p := range placed {
@@ -299,6 +300,10 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
 		params.EstimateMicros[i], params.EstimateCurrencies[i] = max(p.Placement.EstimateMicros, 0), p.Placement.EstimateCurrency
 		params.Providers[i] = p.Placement.Provider
+		params.Recipes[i] = "{}"
+		if r := p.Placement.Replay; r != nil {
+			params.Snapshots[i], params.Recipes[i] = r.SnapshotID, string(r.Recipe)
+		}
 		byID[p.JobID] = p
 	}
 	ids, err := q.JobPlaceMany(ctx, params)

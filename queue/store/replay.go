@@ -29,37 +29,25 @@ type snapshots struct {
 	prunedAt time.Time
 }
 
-// recordReplays stores the replay records of placements that took effect:
-// each snapshot not yet known to be stored, then the recipes in one
-// statement. It returns the snapshot ids it wrote, to be remembered once
-// the transaction commits.
-func (s *Store) recordReplays(ctx context.Context, q *db.Queries, done []queue.PlacedJob) ([]string, error) {
-	var params db.PlacementRecipeInsertManyParams
+// storeSnapshots stores the offer snapshots of placements not yet known
+// to be stored, so that JobPlaceMany can record each placement's recipe
+// beside it; a snapshot of a placement that does not take effect is pruned
+// with the rest. It returns the snapshot ids it wrote, to be remembered
+// once the transaction commits.
+func (s *Store) storeSnapshots(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]string, error) {
 	var written []string
 	s.snaps.mu.Lock()
 	known := s.snaps.known
 	s.snaps.mu.Unlock()
-	for _, p := range done {
+	for _, p := range placed {
 		r := p.Placement.Replay
-		if r == nil {
+		if r == nil || known[r.SnapshotID] || slices.Contains(written, r.SnapshotID) {
 			continue
 		}
-		if !known[r.SnapshotID] && !slices.Contains(written, r.SnapshotID) {
-			if err := q.OfferSnapshotInsert(ctx, db.OfferSnapshotInsertParams{ID: r.SnapshotID, Offers: r.Offers}); err != nil {
-				return nil, fmt.Errorf("storing offer snapshot %s: %w", r.SnapshotID, err)
-			}
-			written = append(written, r.SnapshotID)
+		if err := q.OfferSnapshotInsert(ctx, db.OfferSnapshotInsertParams{ID: r.SnapshotID, Offers: r.Offers}); err != nil {
+			return nil, fmt.Errorf("storing offer snapshot %s: %w", r.SnapshotID, err)
 		}
-		params.JobIds = append(params.JobIds, p.JobID)
-		params.Versions = append(params.Versions, int32(p.Placement.Version))
-		params.Snapshots = append(params.Snapshots, r.SnapshotID)
-		params.Recipes = append(params.Recipes, string(r.Recipe))
-	}
-	if len(params.JobIds) == 0 {
-		return nil, nil
-	}
-	if err := q.PlacementRecipeInsertMany(ctx, params); err != nil {
-		return nil, fmt.Errorf("storing %d placement recipes: %w", len(params.JobIds), err)
+		written = append(written, r.SnapshotID)
 	}
 	return written, nil
 }

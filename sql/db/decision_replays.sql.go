@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/lib/pq"
 )
 
 const offerSnapshotInsert = `-- name: OfferSnapshotInsert :exec
@@ -66,27 +65,4 @@ func (q *Queries) PlacementRecipeGet(ctx context.Context, arg PlacementRecipeGet
 	var i PlacementRecipeGetRow
 	err := row.Scan(&i.Recipe, &i.Offers)
 	return i, err
-}
-
-const placementRecipeInsertMany = `-- name: PlacementRecipeInsertMany :exec
-INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
-SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::text[]), unnest($4::text[])::jsonb
-ON CONFLICT (job_id, version) DO NOTHING
-`
-
-type PlacementRecipeInsertManyParams struct {
-	JobIds    []uuid.UUID
-	Versions  []int32
-	Snapshots []string
-	Recipes   []string
-}
-
-func (q *Queries) PlacementRecipeInsertMany(ctx context.Context, arg PlacementRecipeInsertManyParams) error {
-	_, err := q.db.ExecContext(ctx, placementRecipeInsertMany,
-		pq.Array(arg.JobIds),
-		pq.Array(arg.Versions),
-		pq.Array(arg.Snapshots),
-		pq.Array(arg.Recipes),
-	)
-	return err
 }

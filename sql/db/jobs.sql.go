@@ -874,7 +874,8 @@ WITH u AS (
            unnest($6::text[]) AS countries, unnest($7::bigint[]) AS price_micros,
            unnest($8::text[]) AS currency, unnest($9::text[]) AS decision,
            unnest($10::bigint[]) AS estimate_micros, unnest($11::text[]) AS estimate_currency,
-           unnest($12::text[]) AS provider
+           unnest($12::text[]) AS provider, unnest($13::text[]) AS snapshot,
+           unnest($14::text[]) AS recipe
 ), j AS (
     UPDATE jobs
     SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
@@ -888,6 +889,12 @@ WITH u AS (
            COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
            u.estimate_micros, u.estimate_currency, u.provider
     FROM u JOIN j ON j.id = u.job_id
+    ON CONFLICT (job_id, version) DO NOTHING
+), r AS (
+    INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
+    SELECT u.job_id, u.version, u.snapshot, u.recipe::jsonb
+    FROM u JOIN j ON j.id = u.job_id
+    WHERE u.snapshot <> ''
     ON CONFLICT (job_id, version) DO NOTHING
 )
 INSERT INTO job_events (job_id, state, attempt, message)
@@ -911,13 +918,16 @@ type JobPlaceManyParams struct {
 	EstimateMicros     []int64
 	EstimateCurrencies []string
 	Providers          []string
+	Snapshots          []string
+	Recipes            []string
 }
 
 // JobPlaceMany moves a batch of waiting jobs to their next placement, records
 // the placements (with the chosen price, which the attempts under them
 // accrue) and the "placed" events, in one statement; it returns the jobs it
 // placed. A job that is running or finished, or was placed again meanwhile,
-// is left alone and gets no placement row. countries holds each placement's
+// is left alone and gets no placement row (nor replay recipe: snapshot ”
+// means none; its offer snapshot is stored first). countries holds each placement's
 // country codes joined by commas. estimate_micros (in estimate_currencies)
 // is the placement's estimated cost, which the job reserves against its
 // project's budgets until it finishes.
@@ -935,6 +945,8 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]u
 		pq.Array(arg.EstimateMicros),
 		pq.Array(arg.EstimateCurrencies),
 		pq.Array(arg.Providers),
+		pq.Array(arg.Snapshots),
+		pq.Array(arg.Recipes),
 	)
 	if err != nil {
 		return nil, err

@@ -9,11 +9,6 @@ ON CONFLICT (id) DO NOTHING;
 -- replay on them) stored before a time.
 DELETE FROM offer_snapshots WHERE created_at < @before;
 
--- name: PlacementRecipeInsertMany :exec
-INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
-SELECT unnest(@job_ids::uuid[]), unnest(@versions::int[]), unnest(@snapshots::text[]), unnest(@recipes::text[])::jsonb
-ON CONFLICT (job_id, version) DO NOTHING;
-
 -- name: PlacementRecipeGet :one
 SELECT r.recipe, s.offers
 FROM placement_recipes r JOIN offer_snapshots s ON s.id = r.snapshot

@@ -30,7 +30,8 @@ SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_k
 -- the placements (with the chosen price, which the attempts under them
 -- accrue) and the "placed" events, in one statement; it returns the jobs it
 -- placed. A job that is running or finished, or was placed again meanwhile,
--- is left alone and gets no placement row. countries holds each placement's
+-- is left alone and gets no placement row (nor replay recipe: snapshot ''
+-- means none; its offer snapshot is stored first). countries holds each placement's
 -- country codes joined by commas. estimate_micros (in estimate_currencies)
 -- is the placement's estimated cost, which the job reserves against its
 -- project's budgets until it finishes.
@@ -40,7 +41,8 @@ WITH u AS (
            unnest(@countries::text[]) AS countries, unnest(@price_micros::bigint[]) AS price_micros,
            unnest(@currencies::text[]) AS currency, unnest(@decisions::text[]) AS decision,
            unnest(@estimate_micros::bigint[]) AS estimate_micros, unnest(@estimate_currencies::text[]) AS estimate_currency,
-           unnest(@providers::text[]) AS provider
+           unnest(@providers::text[]) AS provider, unnest(@snapshots::text[]) AS snapshot,
+           unnest(@recipes::text[]) AS recipe
 ), j AS (
     UPDATE jobs
     SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
@@ -54,6 +56,12 @@ WITH u AS (
            COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
            u.estimate_micros, u.estimate_currency, u.provider
     FROM u JOIN j ON j.id = u.job_id
+    ON CONFLICT (job_id, version) DO NOTHING
+), r AS (
+    INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
+    SELECT u.job_id, u.version, u.snapshot, u.recipe::jsonb
+    FROM u JOIN j ON j.id = u.job_id
+    WHERE u.snapshot <> ''
     ON CONFLICT (job_id, version) DO NOTHING
 )
 INSERT INTO job_events (job_id, state, attempt, message)
