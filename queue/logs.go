@@ -21,9 +21,10 @@ type LogChunk struct {
 	Data    []byte
 }
 
-// NewLogMsg builds the message that carries a chunk.
-func NewLogMsg(job uuid.UUID, c LogChunk) *nats.Msg {
-	msg := nats.NewMsg(LogSubject(job.String()))
+// NewLogMsg builds the message that carries a chunk of a job's output on
+// pool.
+func NewLogMsg(pool string, job uuid.UUID, c LogChunk) *nats.Msg {
+	msg := nats.NewMsg(LogSubject(pool, job.String()))
 	msg.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
 	msg.Header.Set(HeaderStream, c.Stream)
 	msg.Data = c.Data
@@ -44,7 +45,7 @@ func ReadLogs(ctx context.Context, js OrderedConsumers, job uuid.UUID, w io.Writ
 // stream.
 func ReadLogChunks(ctx context.Context, js OrderedConsumers, job uuid.UUID, follow bool, done func() bool, fn func(LogChunk) error) error {
 	c, err := js.OrderedConsumer(ctx, StreamLogs, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{LogSubject(job.String())},
+		FilterSubjects: []string{JobLogsSubject(job.String())},
 	})
 	if err != nil {
 		return fmt.Errorf("reading logs of job %s: %w", job, err)

@@ -65,7 +65,7 @@ func ClientInbox(project string) string { return "_INBOX.client." + project }
 
 // WorkerRole is a worker's of pool in region: it calls the worker service of
 // its pool, pulls from and acknowledges its pool's consumer only, writes
-// job logs, and reads and writes its region's archive bucket. It cannot
+// the logs of jobs on its pool, and reads and writes its region's archive bucket. It cannot
 // submit, publish a run order or a cancel, or read another pool. It may
 // read, never write, the archive buckets of readRegions: where a job moved
 // from another region (inside its residency) left its checkpoints.
@@ -78,7 +78,7 @@ func WorkerRole(pool, region string, readRegions ...string) NATSRole {
 		Name: RoleUser(RoleWorker, pool, region),
 		Publish: []string{
 			"gpuq.svc.worker." + pool + ".>",
-			"gpuq.logs.*",
+			LogSubject(pool, "*"),
 			// The pool's consumer: looked up, created with its own filter
 			// (the server checks the subject's filter against the
 			// config), pulled from and acknowledged.

@@ -72,6 +72,29 @@ func TestWorkerCredentialCannotSubmitPublishOrdersOrCancel(t *testing.T) {
 	}
 }
 
+func TestWorkerCredentialWritesOnlyTheLogsOfItsOwnPool(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	errs := make(chan error, 4)
+	w := queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), errs)
+	job := uuid.New()
+	msg := queue.NewLogMsg("pool-a", job, queue.LogChunk{Attempt: 1, Stream: "stdout", Data: []byte("epoch 1\n")})
+	if err := w.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	// Another pool's run of the job, and the job's logs under no pool.
+	for _, subject := range []string{queue.LogSubject("pool-b", job.String()), "gpuq.logs." + job.String()} {
+		refused(t, w, errs, subject)
+	}
+	queuetest.Eventually(t, 5*time.Second, "the worker's own log chunk to be stored", func() bool {
+		return queuetest.StreamMessages(t, n.JS, queue.StreamLogs) == 1
+	})
+	var out bytes.Buffer
+	if err := queue.ReadLogs(context.Background(), n.JS, job, &out, false, nil); err != nil || out.String() != "epoch 1\n" {
+		t.Fatalf("reading the job's logs: %q (%v)", out.String(), err)
+	}
+}
+
 func TestWorkerCredentialReadsOnlyItsOwnPool(t *testing.T) {
 	t.Parallel()
 	n := setup(t)

@@ -16,7 +16,7 @@ const (
 	StreamSubmit = "GPUQ_SUBMIT" // gpuq.submit.<project>, work queue
 	StreamRun    = "GPUQ_RUN"    // gpuq.run.<pool>.<job>, work queue
 	StreamEvents = "GPUQ_EVENTS" // gpuq.events.<job>, limits
-	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<job>, limits, bounded per job
+	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<pool>.<job>, limits, bounded per job and pool
 
 	SchedulerConsumer = "scheduler"
 	SchedulerAckWait  = 10 * time.Second
@@ -36,8 +36,13 @@ func RunSubject(pool, jobID string) string { return "gpuq.run." + pool + "." + j
 // EventSubject carries a job's state changes.
 func EventSubject(jobID string) string { return "gpuq.events." + jobID }
 
-// LogSubject carries a job's output.
-func LogSubject(jobID string) string { return "gpuq.logs." + jobID }
+// LogSubject carries a job's output from its attempts on pool: a worker's
+// credential may publish only under its own pool, so it cannot write into
+// the output of a job another pool ran.
+func LogSubject(pool, jobID string) string { return "gpuq.logs." + pool + "." + jobID }
+
+// JobLogsSubject matches a job's output from every pool it ran on.
+func JobLogsSubject(jobID string) string { return "gpuq.logs.*." + jobID }
 
 // PoolConsumer is the durable consumer shared by a pool's workers.
 func PoolConsumer(pool string) string { return "pool-" + pool }
@@ -108,7 +113,7 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow},
 		{Name: StreamEvents, Subjects: []string{"gpuq.events.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
-		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*"}, Retention: jetstream.LimitsPolicy,
+		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},
 	}
 	for _, c := range configs {

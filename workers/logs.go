@@ -21,10 +21,11 @@ const (
 	logFlushEvery = 200 * time.Millisecond
 )
 
-// logShipper publishes a job's stdout and stderr to gpuq.logs.<job> in
+// logShipper publishes a job's stdout and stderr to gpuq.logs.<pool>.<job> in
 // chunks of whole lines.
 type logShipper struct {
 	js      logPublisher
+	pool    string
 	job     uuid.UUID
 	attempt int
 
@@ -40,8 +41,8 @@ type logPublisher interface {
 	PublishAsyncComplete() <-chan struct{}
 }
 
-func newLogShipper(js logPublisher, job uuid.UUID, attempt int) *logShipper {
-	s := &logShipper{js: js, job: job, attempt: attempt, bufs: map[string]*bytes.Buffer{},
+func newLogShipper(js logPublisher, pool string, job uuid.UUID, attempt int) *logShipper {
+	s := &logShipper{js: js, pool: pool, job: job, attempt: attempt, bufs: map[string]*bytes.Buffer{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	go s.loop()
 	return s
@@ -113,7 +114,7 @@ func (s *logShipper) flush(final bool) {
 	}
 	s.mu.Unlock()
 	for _, c := range chunks {
-		s.js.PublishMsgAsync(queue.NewLogMsg(s.job, c)) //nolint:errcheck // logs are best effort; the job's result does not depend on them
+		s.js.PublishMsgAsync(queue.NewLogMsg(s.pool, s.job, c)) //nolint:errcheck // logs are best effort; the job's result does not depend on them
 	}
 }
 

@@ -201,7 +201,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 
-	logs := newLogShipper(w.js, job.ID, job.Attempt)
+	logs := newLogShipper(w.js, w.cfg.Pool, job.ID, job.Attempt)
 	cmd := exec.Command(job.Spec.Command[0], job.Spec.Command[1:]...)
 	cmd.Dir = a.base
 	cmd.Env = a.env(from != nil, ctl.path)

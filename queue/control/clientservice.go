@@ -441,7 +441,7 @@ func (s *ClientService) wait(ctx context.Context, job *queue.Job, r queue.Client
 // job had finished before the read and the page reaches the end of its
 // output.
 func ReadLogPage(ctx context.Context, js LogStreams, job *queue.Job, after uint64, limit, maxBytes int) (*queue.ClientLogPage, error) {
-	subject := queue.LogSubject(job.ID.String())
+	subject := queue.JobLogsSubject(job.ID.String())
 	last, err := lastSeq(ctx, js, queue.StreamLogs, subject)
 	if err != nil {
 		return nil, fmt.Errorf("reading logs of job %s: %w", job.ID, err)

@@ -370,7 +370,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			return nil, err
 		}
 	}
-	subject := queue.LogSubject(job.ID.String())
+	subject := queue.JobLogsSubject(job.ID.String())
 	last, err := s.lastSeq(ctx, queue.StreamLogs, subject)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading logs", err)
