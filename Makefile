@@ -109,7 +109,7 @@ bench: build ## Benchmark gpuq side by side with River on embedded NATS and dura
 
 .PHONY: bench-quick
 bench-quick: build ## The same benchmarks with small counts, one run each (about a minute)
-	cd bench && $(GO) run . -gpuq ../$(BIN) -repo .. -jobs 3000 -process-jobs 200 -latency-jobs 500 -rate 100 -trials 3 -runs 1 $(BENCH_FLAGS)
+	cd bench && $(GO) run . -gpuq ../$(BIN) -repo .. -jobs 3000 -process-jobs 200 -latency-jobs 500 -rate 100 -scale-jobs 5000 -trials 3 -runs 1 $(BENCH_FLAGS)
 
 TRACES ?= ../shared/traces
 

@@ -41,7 +41,9 @@ type plane struct {
 	closers []func()
 }
 
-func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots int, ackWait time.Duration) (*plane, error) {
+// startPlane starts a control plane offering pools and nWorkers workers of
+// the first pool.
+func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.PoolConfig, nWorkers, slots int, ackWait time.Duration) (*plane, error) {
 	p := &plane{}
 	ctx, p.cancel = context.WithCancelCause(ctx)
 	open := func() (*nats.Conn, jetstream.JetStream, *store.Store, error) {
@@ -63,7 +65,7 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 		return nil, err
 	}
 	p.store = store
-	provider, err := local.New([]local.PoolConfig{benchPool})
+	provider, err := local.New(pools)
 	if err != nil {
 		p.Stop()
 		return nil, err
@@ -103,9 +105,9 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, nWorkers, slots in
 			return nil, err
 		}
 		w, err := workers.New(workers.Config{
-			Pool: benchPool.Pool, Slots: slots, Region: benchPool.Region, Country: benchPool.Country,
+			Pool: pools[0].Pool, Slots: slots, Region: pools[0].Region, Country: pools[0].Country,
 			WorkerID: workerID, AckWait: ackWait, DataDir: dir, Logger: quiet,
-		}, nc, js, workers.NewServiceRecords(nc, benchPool.Pool, workerID), &workers.ObjectStore{JS: js})
+		}, nc, js, workers.NewServiceRecords(nc, pools[0].Pool, workerID), &workers.ObjectStore{JS: js})
 		if err != nil {
 			p.Stop()
 			return nil, err
@@ -131,7 +133,7 @@ func (s *stack) session(ctx context.Context, nWorkers, slots int, ackWait time.D
 	if dbURL, err = s.freshDB(ctx, "gpuq", true); err != nil {
 		return nil, nil, nil, "", nil, err
 	}
-	if p, err = s.startPlane(ctx, dbURL, nWorkers, slots, ackWait); err != nil {
+	if p, err = s.startPlane(ctx, dbURL, []local.PoolConfig{benchPool}, nWorkers, slots, ackWait); err != nil {
 		return nil, nil, nil, "", nil, err
 	}
 	if nc, js, err = s.connect(); err != nil {

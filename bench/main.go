@@ -22,6 +22,8 @@ type options struct {
 	jobs        int
 	processJobs int
 	latencyJobs int
+	scaleJobs   int
+	scalePools  int
 	rate        float64
 	trials      int
 	runs        int
@@ -43,6 +45,8 @@ func main() {
 	flag.IntVar(&o.jobs, "jobs", 100_000, "jobs per submission and end-to-end throughput run (gpuq and River)")
 	flag.IntVar(&o.processJobs, "process-jobs", 2_000, "jobs per end-to-end run with real processes (/bin/true)")
 	flag.IntVar(&o.latencyJobs, "latency-jobs", 2_000, "jobs per dispatch latency run")
+	flag.IntVar(&o.scaleJobs, "scale-jobs", 100_000, "jobs queued in the scale run")
+	flag.IntVar(&o.scalePools, "scale-pools", 500, "pools offered in the scale run")
 	flag.Float64Var(&o.rate, "rate", 200, "submissions per second in the dispatch latency run")
 	flag.IntVar(&o.trials, "trials", 20, "recovery trials per kind (SIGKILL, notice)")
 	flag.IntVar(&o.runs, "runs", 3, "measured runs per figure; the table shows their median")
@@ -54,7 +58,7 @@ func main() {
 	flag.StringVar(&o.gpuq, "gpuq", "../bin/gpuq", "the gpuq binary the recovery runs start as worker processes")
 	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy benchmark)")
 	flag.StringVar(&o.out, "out", "results", "directory for the JSON results")
-	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,recovery,placement,river (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,scale,recovery,placement,river (default all)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (scheduler and workers run in this process)")
 	flag.IntVar(&o.riverConns, "river-conns", 32, "River's pgx pool size (each gpuq process's pool holds up to 32 connections)")
 	flag.Parse()
@@ -114,7 +118,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(dir)
 	rep := report{StartedAt: time.Now().UTC(), Runs: map[string]any{}, Settings: map[string]any{
-		"jobs": o.jobs, "process_jobs": o.processJobs, "latency_jobs": o.latencyJobs, "rate_per_sec": o.rate,
+		"jobs": o.jobs, "process_jobs": o.processJobs, "latency_jobs": o.latencyJobs, "rate_per_sec": o.rate, "scale_jobs": o.scaleJobs, "scale_pools": o.scalePools,
 		"trials": o.trials, "runs": o.runs, "gpuq_workers": o.workers, "gpuq_slots_per_worker": o.slots,
 		"river_max_workers": o.workers * o.slots, "river_pool_conns": o.riverConns, "submitters": o.submitters,
 		"ack_wait": o.ackWait.String(), "grace": o.grace.String(), "postgresql": "private cluster, fsync=on, synchronous_commit=on",
@@ -228,6 +232,21 @@ func run(ctx context.Context, o options) error {
 		add(figure{Name: "dispatch latency p50", Value: median(p50s), Unit: "ms", Target: "≤ 5", Met: ptr(median(p50s) <= 5), Note: note})
 		add(figure{Name: "dispatch latency p99", Value: median(p99s), Unit: "ms", Target: "≤ 25", Met: ptr(median(p99s) <= 25), Note: note})
 		add(figure{Name: "  of which submit → placed p50", Value: median(placedP50s), Unit: "ms", Note: "the scheduler's share"})
+	}
+	if want("scale") {
+		r, err := s.measureScale(ctx, o.scaleJobs, o.scalePools, o.submitters)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		progress("scale: %d jobs on %d pools: submit %.0f/s, dispatch %.0f/s, heap %.0f MB", r.Jobs, r.Pools, r.SubmitPerSec, r.DispatchPerSec, r.HeapMB)
+		rep.Runs["scale"] = r
+		note := fmt.Sprintf("%d jobs queued, %d pools offered (%d used)", r.Jobs, r.Pools, r.PoolsUsed)
+		add(figure{Name: "scale: submission", Value: r.SubmitPerSec, Unit: "jobs/s", Note: note})
+		add(figure{Name: "scale: dispatch (submit → placed)", Value: r.DispatchPerSec, Unit: "jobs/s", Note: note})
+		slowdown := r.LastTenthPerSec / r.FirstTenthPerSec
+		add(figure{Name: "scale: placement rate, last tenth / second", Value: slowdown, Unit: "×", Target: "≥ 0.8", Met: ptr(slowdown >= 0.8),
+			Note: fmt.Sprintf("%.0f → %.0f jobs/s: no decision grows with the queue", r.FirstTenthPerSec, r.LastTenthPerSec)})
+		add(figure{Name: "scale: heap with every job queued", Value: r.HeapMB, Unit: "MB", Note: "scheduler, worker service and embedded NATS in this process"})
 	}
 	if want("recovery") {
 		gpuqBin, err := filepath.Abs(o.gpuq)
