@@ -60,7 +60,7 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 		p.closers = append(p.closers, func() { st.Close(); nc.Close() })
 		return nc, js, st, nil
 	}
-	_, js, store, err := open()
+	planeNC, js, store, err := open()
 	if err != nil {
 		return nil, err
 	}
@@ -70,12 +70,18 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 		p.Stop()
 		return nil, err
 	}
-	sched := &control.Scheduler{JS: js, Store: store, Placer: &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, Logger: quiet}
+	// The loops `gpuq server` runs: the scheduler, the reconciler, the
+	// replacer and the liveness monitor that hands a silent worker's jobs
+	// back.
+	cp := &control.Plane{JS: js, Store: store, Placer: &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, NATS: planeNC, Logger: quiet}
+	errc := cp.Start(ctx)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		if err := sched.Run(ctx); err != nil {
-			quiet.Error("scheduler stopped", "err", err)
+		for range 4 {
+			if err := <-errc; err != nil && ctx.Err() == nil {
+				quiet.Error("control plane loop stopped", "err", err)
+			}
 		}
 	}()
 	// The control plane serves the worker service on its own connection;

@@ -53,7 +53,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 2, "in-process gpuq workers in the throughput and latency runs")
 	flag.IntVar(&o.slots, "slots", 32, "job slots per gpuq worker; River gets workers×slots MaxWorkers")
 	flag.IntVar(&o.submitters, "submitters", 64, "goroutines calling queue.Submit concurrently")
-	flag.DurationVar(&o.ackWait, "ack-wait", 2*time.Second, "AckWait (and lease) of the worker processes in the recovery runs")
+	flag.DurationVar(&o.ackWait, "ack-wait", 0, "AckWait (and lease) of the worker processes in the recovery runs; 0 is the worker's default (30s)")
 	flag.DurationVar(&o.grace, "grace", 5*time.Second, "grace after a notice in the recovery runs")
 	flag.StringVar(&o.gpuq, "gpuq", "../bin/gpuq", "the gpuq binary the recovery runs start as worker processes")
 	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy benchmark)")
@@ -261,8 +261,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		rep.Runs["recovery after SIGKILL"] = kill
-		limit := float64(o.ackWait+time.Second) / float64(time.Millisecond)
-		add(figure{Name: "recovery after SIGKILL p50", Value: kill.P50, Unit: "ms", Target: fmt.Sprintf("≤ AckWait + 1 s = %.0f", limit), Met: ptr(kill.P50 <= limit), Note: fmt.Sprintf("%d trials, max %.0f ms", kill.Trials, kill.Max)})
+		ackWait := "default AckWait"
+		if o.ackWait > 0 {
+			ackWait = "AckWait " + o.ackWait.String()
+		}
+		add(figure{Name: "recovery after SIGKILL p50", Value: kill.P50, Unit: "ms", Target: "≤ 1000", Met: ptr(kill.P50 <= 1000), Note: fmt.Sprintf("%d trials, max %.0f ms, %s", kill.Trials, kill.Max, ackWait)})
 		notice, err := s.measureRecovery(ctx, gpuqBin, syscall.SIGTERM, o.trials, o.ackWait, o.grace)
 		if err != nil {
 			return err

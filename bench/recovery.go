@@ -31,7 +31,7 @@ type recoveryResult struct {
 // that it runs the job under the next attempt. The control plane runs in
 // this process; the workers are real processes of the gpuq binary.
 func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall.Signal, trials int, ackWait, grace time.Duration) (res recoveryResult, err error) {
-	p, nc, js, _, stop, err := s.session(ctx, 0, 1, ackWait)
+	p, nc, js, _, stop, err := s.session(ctx, 0, 1, time.Minute)
 	if err != nil {
 		return recoveryResult{}, err
 	}
@@ -48,14 +48,17 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 		}
 	}()
 	// Workers are started as gpuq dev starts them: the credential in the
-	// environment, scoped to the pool.
+	// environment, scoped to the pool, the default data directory, and the
+	// default AckWait unless -ack-wait says otherwise.
 	cred, err := s.nats.Issuer.IssueWorker(benchPool.Pool, benchPool.Region, "")
 	if err != nil {
 		return recoveryResult{}, err
 	}
-	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Env: []string{"GPUQ_NATS_CREDENTIAL=" + cred.String()}, Args: []string{
-		"--nats-url", s.nats.URL(), "--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", s.dir + "/recovery-data",
-	}}
+	args := []string{"--nats-url", s.nats.URL(), "--grace", grace.String()}
+	if ackWait > 0 {
+		args = append(args, "--ack-wait", ackWait.String())
+	}
+	launcher := &local.Launcher{Executable: gpuqBin, Output: logFile, Env: []string{"GPUQ_NATS_CREDENTIAL=" + cred.String()}, Args: args}
 	workers := map[int]*local.Instance{}
 	launch := func() error {
 		inst, err := launcher.Launch(ctx, benchPool)
@@ -146,7 +149,7 @@ func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall
 		if err := victim.Signal(sig); err != nil {
 			return recoveryResult{}, err
 		}
-		if err := poll(ctx, 5*time.Millisecond, ackWait+time.Minute, "the job to run again", func() (bool, error) {
+		if err := poll(ctx, 5*time.Millisecond, 2*time.Minute, "the job to run again", func() (bool, error) {
 			_, ok := seen(id, 2)
 			return ok, nil
 		}); err != nil {
