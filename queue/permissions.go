@@ -64,11 +64,12 @@ func JobArchivePrefix(region string, job uuid.UUID) string {
 func ClientInbox(project string) string { return "_INBOX.client." + project }
 
 // WorkerRole is a worker's of pool in region: it calls the worker service of
-// its pool, pulls from and acknowledges its pool's consumer only, writes
-// the logs of jobs on its pool, and reads and writes its region's archive bucket. It cannot
-// submit, publish a run order or a cancel, or read another pool. It may
-// read, never write, the archive buckets of readRegions: where a job moved
-// from another region (inside its residency) left its checkpoints.
+// its pool, pulls from and acknowledges its pool's consumer only, writes the
+// output of jobs under its pool's log subjects only, and reads and writes
+// its region's archive bucket. It cannot submit, publish a run order or a
+// cancel, or read another pool. It may read, never write, the archive
+// buckets of readRegions: where a job moved from another region (inside its
+// residency) left its checkpoints.
 func WorkerRole(pool, region string, readRegions ...string) NATSRole {
 	cons := PoolConsumer(pool)
 	obj := "OBJ_" + ArchiveBucket(region)
