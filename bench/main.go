@@ -229,8 +229,15 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.Runs[name] = map[string]any{"p50_ms": p50s, "p99_ms": p99s, "placed_p50_ms": placedP50s}
 		note := fmt.Sprintf("%d jobs at %.0f/s, submit → running event", o.latencyJobs, o.rate)
-		add(figure{Name: "dispatch latency p50", Value: median(p50s), Unit: "ms", Target: "≤ 5", Met: ptr(median(p50s) <= 5), Note: note})
-		add(figure{Name: "dispatch latency p99", Value: median(p99s), Unit: "ms", Target: "≤ 25", Met: ptr(median(p99s) <= 25), Note: note})
+		// The targets hold at 200 submissions/s; a slower run is not judged.
+		judged := func(ok bool) *bool {
+			if o.rate < 200 {
+				return nil
+			}
+			return ptr(ok)
+		}
+		add(figure{Name: "dispatch latency p50", Value: median(p50s), Unit: "ms", Target: "≤ 5 at 200/s", Met: judged(median(p50s) <= 5), Note: note})
+		add(figure{Name: "dispatch latency p99", Value: median(p99s), Unit: "ms", Target: "≤ 25 at 200/s", Met: judged(median(p99s) <= 25), Note: note})
 		add(figure{Name: "  of which submit → placed p50", Value: median(placedP50s), Unit: "ms", Note: "the scheduler's share"})
 	}
 	if want("scale") {
