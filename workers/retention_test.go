@@ -114,7 +114,7 @@ func TestThousandJobsOfFiveCheckpointsKeepThreePerUnfinishedJobAndNoneForFinishe
 		t.Fatal(err)
 	}
 
-	bucket, err := n.JS.ObjectStore(ctx, workers.BucketFor("eu-test-1"))
+	bucket, err := n.JS.ObjectStore(ctx, queue.ArchiveBucket("eu-test-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,11 +40,6 @@ type ObjectStore struct {
 	buckets map[string]jetstream.ObjectStore
 }
 
-const objectScheme = queue.ArchiveScheme
-
-// BucketFor names the bucket of a region (queue.ArchiveBucket).
-func BucketFor(region string) string { return queue.ArchiveBucket(region) }
-
 func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jetstream.ObjectStore, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,7 +53,14 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 		if replicas == 0 {
 			replicas = 1
 		}
-		b, err = s.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes})
+		cfg := jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes}
+		b, err = s.JS.CreateOrUpdateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another process (a worker of the region uploading its first
+			// archive) created the bucket between this one's look and its
+			// create: the bucket is there now.
+			b, err = s.JS.CreateOrUpdateObjectStore(ctx, cfg)
+		}
 	} else {
 		b, err = s.JS.ObjectStore(ctx, name)
 	}
@@ -74,7 +76,7 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 
 // Put stores r under name in the region's bucket.
 func (s *ObjectStore) Put(ctx context.Context, region, name string, r io.Reader) (string, error) {
-	bucket := BucketFor(region)
+	bucket := queue.ArchiveBucket(region)
 	b, err := s.bucket(ctx, bucket, true)
 	if err != nil {
 		return "", err
@@ -82,17 +84,17 @@ func (s *ObjectStore) Put(ctx context.Context, region, name string, r io.Reader)
 	if _, err := b.Put(ctx, jetstream.ObjectMeta{Name: name}, r); err != nil {
 		return "", fmt.Errorf("uploading %s to %s: %w", name, bucket, err)
 	}
-	return objectScheme + bucket + "/" + name, nil
+	return queue.ArchiveScheme + bucket + "/" + name, nil
 }
 
 func parseObjectURI(uri string) (bucket, name string, err error) {
-	rest, ok := strings.CutPrefix(uri, objectScheme)
+	rest, ok := strings.CutPrefix(uri, queue.ArchiveScheme)
 	if !ok {
-		return "", "", fmt.Errorf("archive %q: not a %s URI", uri, objectScheme)
+		return "", "", fmt.Errorf("archive %q: not a %s URI", uri, queue.ArchiveScheme)
 	}
 	bucket, name, ok = strings.Cut(rest, "/")
 	if !ok || name == "" {
-		return "", "", fmt.Errorf("archive %q: want %sbucket/name", uri, objectScheme)
+		return "", "", fmt.Errorf("archive %q: want %sbucket/name", uri, queue.ArchiveScheme)
 	}
 	return bucket, name, nil
 }
