@@ -59,8 +59,8 @@ func blockedAbove(path string) string {
 // prepareJobUser opens the worker's data directory to the job's user (each
 // attempt's own directory below it is 0700 and the job's) and makes sure the
 // job can run the gpuq binary for `gpuq checkpoint save`: when it cannot
-// reach the worker's, a link to it (or a copy) is put in the data
-// directory.
+// reach the worker's, a link to it (or a copy, when the binary itself is
+// not others' to run) is put in the data directory.
 func prepareJobUser(cfg *Config) error {
 	u := cfg.JobUser
 	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
@@ -70,7 +70,9 @@ func prepareJobUser(cfg *Config) error {
 		return fmt.Errorf("worker.data-dir: jobs run as user %s, who cannot enter %s; choose a --data-dir under directories others may enter (mode o+x), or --run-as root", u.Name, dir)
 	}
 	exe := cfg.Executable
-	if fi, err := os.Stat(exe); err == nil && fi.Mode().Perm()&0o001 != 0 && blockedAbove(filepath.Dir(exe)) == "" {
+	fi, err := os.Stat(exe)
+	othersRun := err == nil && fi.Mode().Perm()&0o001 != 0
+	if othersRun && blockedAbove(filepath.Dir(exe)) == "" {
 		return nil
 	}
 	bin := filepath.Join(cfg.DataDir, "bin")
@@ -82,13 +84,16 @@ func prepareJobUser(cfg *Config) error {
 	}
 	dst := filepath.Join(bin, "gpuq")
 	os.Remove(dst)
-	if err := os.Link(exe, dst); err != nil {
+	// A link shares the binary's mode, so it serves only when others may
+	// run the binary and a directory above is what blocks them; otherwise
+	// the job gets a copy of its own, leaving the worker's binary as it is.
+	if !othersRun || os.Link(exe, dst) != nil {
 		if err := copyExecutable(exe, dst); err != nil {
 			return fmt.Errorf("worker.executable: user %s cannot reach %s, and copying it for jobs failed: %w", u.Name, exe, err)
 		}
-	}
-	if err := os.Chmod(dst, 0o755); err != nil {
-		return err
+		if err := os.Chmod(dst, 0o755); err != nil {
+			return err
+		}
 	}
 	cfg.Executable = dst
 	return nil
