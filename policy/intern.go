@@ -40,23 +40,6 @@ func (t *intern[K]) id(name K, h uint32) (int32, bool) {
 	}
 }
 
-// lookup returns the id of name, whose hash is h, without adding it.
-func (t *intern[K]) lookup(name K, h uint32) (int32, bool) {
-	if len(t.slots) == 0 {
-		return 0, false
-	}
-	mask := uint32(len(t.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
-		s := t.slots[i]
-		if s == 0 {
-			return 0, false
-		}
-		if t.names[s-1] == name {
-			return s - 1, true
-		}
-	}
-}
-
 // grow doubles the table, keeping it at most half full.
 func (t *intern[K]) grow() {
 	t.slots = make([]int32, 2*len(t.slots))
