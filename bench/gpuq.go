@@ -167,15 +167,16 @@ func specFor(command string) *queue.Spec {
 	return s
 }
 
-// submitAll submits n jobs through queue.Submit from concurrency goroutines
-// and returns once JetStream has stored every one.
-func submitAll(ctx context.Context, js jetstream.JetStream, spec *queue.Spec, n, concurrency int) error {
+// submitAll submits n jobs through queue.Submit from concurrency goroutines,
+// the i-th with specs[i mod len(specs)], and returns once JetStream has
+// stored every one.
+func submitAll(ctx context.Context, js jetstream.JetStream, n, concurrency int, specs ...*queue.Spec) error {
 	var next atomic.Int64
 	errc := make(chan error, concurrency)
 	for range concurrency {
 		go func() {
-			for next.Add(1) <= int64(n) {
-				if _, err := queue.Submit(ctx, js, spec); err != nil {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if _, err := queue.Submit(ctx, js, specs[int(i)%len(specs)]); err != nil {
 					errc <- err
 					return
 				}
@@ -234,7 +235,7 @@ func (s *stack) measureSubmit(ctx context.Context, n, concurrency int, direct bo
 	if direct {
 		err = publishAll(ctx, js, spec, n)
 	} else {
-		err = submitAll(ctx, js, spec, n, concurrency)
+		err = submitAll(ctx, js, n, concurrency, spec)
 	}
 	elapsed := time.Since(start)
 	if err != nil {
@@ -284,7 +285,7 @@ func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slo
 		return e2eResult{}, err
 	}
 	start := time.Now()
-	if err := submitAll(ctx, js, specFor(command), n, concurrency); err != nil {
+	if err := submitAll(ctx, js, n, concurrency, specFor(command)); err != nil {
 		return e2eResult{}, err
 	}
 	lastAsked := time.Now()

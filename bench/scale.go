@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,7 +105,11 @@ func (s *stack) measureScale(ctx context.Context, n, nPools, concurrency int) (s
 	defer nc.Close()
 	var mu sync.Mutex
 	placedAt := make([]time.Time, 0, n)
-	var placed atomic.Int64
+	heard := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(placedAt)
+	}
 	sub, err := nc.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
 		if eventState(m.Data) != queue.StatePlaced {
 			return
@@ -115,7 +118,6 @@ func (s *stack) measureScale(ctx context.Context, n, nPools, concurrency int) (s
 		mu.Lock()
 		placedAt = append(placedAt, at)
 		mu.Unlock()
-		placed.Add(1)
 	})
 	if err != nil {
 		return res, err
@@ -133,51 +135,24 @@ func (s *stack) measureScale(ctx context.Context, n, nPools, concurrency int) (s
 	}
 	defer p.Stop()
 
-	specs := scaleSpecs()
-	var next atomic.Int64
-	errc := make(chan error, concurrency)
 	start := time.Now()
-	for range concurrency {
-		go func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					errc <- nil
-					return
-				}
-				if _, err := queue.Submit(ctx, js, specs[int(i)%len(specs)]); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	for range concurrency {
-		if err := <-errc; err != nil {
-			return res, err
-		}
+	if err := submitAll(ctx, js, n, concurrency, scaleSpecs()...); err != nil {
+		return res, err
 	}
 	res.SubmitPerSec = float64(n) / time.Since(start).Seconds()
-	lastAsked := time.Now()
-	err = poll(ctx, 10*time.Millisecond, time.Duration(n)*5*time.Millisecond+time.Minute, "every job to be placed", func() (bool, error) {
-		if placed.Load() >= int64(n) {
-			return true, nil
-		}
-		if time.Since(lastAsked) < 2*time.Second {
-			return false, nil
-		}
-		lastAsked = time.Now()
-		var waiting int
-		err := p.store.DB.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE state = 'pending'`).Scan(&waiting)
-		return false, err
+	// Placement is heard from the jobs' "placed" events; PostgreSQL checks
+	// the count at the end.
+	err = poll(ctx, 10*time.Millisecond, time.Duration(n)*5*time.Millisecond+time.Minute, "every job's placed event", func() (bool, error) {
+		return heard() >= n, nil
 	})
 	if err != nil {
 		return res, err
 	}
+	// One subscription's handler runs for one message at a time, so the
+	// times are in order.
 	mu.Lock()
 	at := slices.Clone(placedAt)
 	mu.Unlock()
-	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	res.DispatchPerSec = float64(n) / at[len(at)-1].Sub(start).Seconds()
 	tenth := max(n/10, 2)
 	if len(at) < 2*tenth {
