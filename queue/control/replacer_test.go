@@ -78,7 +78,13 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 	waitPlacement(2, "spot-b")
 	preempt(t, store, id, 2, "spot-b")
 	waitPlacement(3, "od")
-	msgs := queuetest.RunMessages(t, n.JS)
+	// The replacer publishes the run message after it commits the
+	// placement the test has just seen.
+	var msgs map[string]uint64
+	queuetest.Eventually(t, 10*time.Second, "the run message on od", func() bool {
+		msgs = queuetest.RunMessages(t, n.JS)
+		return msgs[queue.RunSubject("od", id.String())] > 0
+	})
 	for _, pool := range []string{"spot-b", "od"} {
 		if msgs[queue.RunSubject(pool, id.String())] != 1 {
 			t.Fatalf("want one run message on %s, got %v", pool, msgs)

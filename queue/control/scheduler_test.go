@@ -93,7 +93,13 @@ func TestSubmittedJobsArePlacedAndDispatchedOnce(t *testing.T) {
 	for _, id := range ids {
 		h.waitState(t, id, queue.StatePlaced)
 	}
-	msgs := queuetest.RunMessages(t, h.n.JS)
+	// The scheduler publishes a batch's run messages after it commits the
+	// placements the test has just seen.
+	var msgs map[string]uint64
+	queuetest.Eventually(t, 10*time.Second, "a run message for every job", func() bool {
+		msgs = queuetest.RunMessages(t, h.n.JS)
+		return len(msgs) >= len(ids)
+	})
 	if len(msgs) != len(ids) {
 		t.Fatalf("want %d run subjects, got %d", len(ids), len(msgs))
 	}
