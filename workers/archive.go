@@ -24,6 +24,21 @@ type Archive struct {
 	Bytes  int64
 	SHA256 string
 	Files  int
+	// LeftOut names the entries that were not packed: links that resolve
+	// outside the directory (a dataset elsewhere on the machine) and
+	// sockets, FIFOs and devices. At most maxLeftOutNames are named;
+	// LeftOutCount counts them all.
+	LeftOut      []string
+	LeftOutCount int
+}
+
+// maxLeftOutNames bounds the names an Archive keeps of what it left out.
+const maxLeftOutNames = 20
+
+func (a *Archive) leaveOut(path string) {
+	if a.LeftOutCount++; len(a.LeftOut) < maxLeftOutNames {
+		a.LeftOut = append(a.LeftOut, path)
+	}
 }
 
 // Remove deletes the local file.
@@ -40,7 +55,7 @@ func Pack(dir string, paths []string, tmpDir string) (*Archive, error) {
 	a := &Archive{Path: f.Name()}
 	h := sha256.New()
 	counter := &countingWriter{w: io.MultiWriter(f, h)}
-	err = writeArchive(counter, dir, paths, &a.Files)
+	err = writeArchive(counter, dir, paths, a)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -53,7 +68,7 @@ func Pack(dir string, paths []string, tmpDir string) (*Archive, error) {
 	return a, nil
 }
 
-func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
+func writeArchive(w io.Writer, dir string, paths []string, a *Archive) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -96,12 +111,14 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 				// to a dataset elsewhere on the machine is the machine's,
 				// not the job's, and unpacking refuses it.
 				if _, err := root.Stat(path); err != nil {
+					a.leaveOut(path)
 					return nil
 				}
 				if link, err = root.Readlink(path); err != nil {
 					return err
 				}
 			} else if !info.Mode().IsRegular() && !info.IsDir() {
+				a.leaveOut(path)
 				return nil
 			}
 			hdr, err := tar.FileInfoHeader(info, link)
@@ -116,7 +133,7 @@ func writeArchive(w io.Writer, dir string, paths []string, files *int) error {
 			if !info.Mode().IsRegular() {
 				return nil
 			}
-			*files++
+			a.Files++
 			src, err := root.Open(path)
 			if err != nil {
 				return err

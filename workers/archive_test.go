@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -289,6 +290,9 @@ func TestPackNeverPacksAHostFileThroughALink(t *testing.T) {
 	}
 	if arch.Files != 1 {
 		t.Fatalf("packed %d files, want only step", arch.Files)
+	}
+	if arch.LeftOutCount != 2 || !slices.Equal(arch.LeftOut, []string{"data", "secret"}) {
+		t.Fatalf("the archive must name what it left out: %d %q", arch.LeftOutCount, arch.LeftOut)
 	}
 	for _, name := range []string{"data", "secret"} {
 		if _, err := os.Lstat(filepath.Join(dst, name)); !os.IsNotExist(err) {

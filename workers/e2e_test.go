@@ -349,6 +349,27 @@ command: [/bin/sh, -c, 'echo "hello from $GPUQ_JOB_ID"; echo oops >&2; echo 42 >
 	})
 }
 
+func TestCheckpointSaysInTheJobsLogWhatItLeftOut(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.startWorker(t, 5*time.Second, 2*time.Second)
+	host := t.TempDir()
+	if err := os.Chmod(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := c.submit(t, `name: dataset-link
+command: [/bin/sh, -c, 'echo 1 > "$GPUQ_CHECKPOINT_DIR/step"; ln -s `+host+` "$GPUQ_CHECKPOINT_DIR/data"; gpuq checkpoint save']
+`)
+	c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	if cps := c.checkpoints(t, id); len(cps) != 1 {
+		t.Fatalf("the checkpoint must still be saved, got %+v", cps)
+	}
+	logs := c.logs(t, id)
+	if !strings.Contains(logs, "does not hold data (1 in all): links to outside checkpoint/") {
+		t.Fatalf("the job's log must say that the link to %s was left out of its checkpoint, got %q", host, logs)
+	}
+}
+
 func TestBuiltInNoopSucceedsThroughTheClaimAndIsAcknowledged(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,6 +122,9 @@ type attempt struct {
 	saveMu sync.Mutex
 	saves  int
 	upload int
+	// stderr is the job's stderr log while it runs (under saveMu): what a
+	// checkpoint left out is said there, where the job's author reads it.
+	stderr io.Writer
 	cancel context.CancelCauseFunc
 	// recheck asks the heartbeat to check the lease now.
 	recheck chan struct{}
@@ -207,6 +213,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	cmd.Env = a.env(from != nil, ctl.path)
 	cmd.Stdout = logs.writer("stdout")
 	cmd.Stderr = logs.writer("stderr")
+	a.saveMu.Lock()
+	a.stderr = cmd.Stderr
+	a.saveMu.Unlock()
 	// Its own process group, so signals reach the job's children too; and
 	// killed with the worker, so a SIGKILLed worker leaves no orphan.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -268,6 +277,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	cause := context.Cause(jobCtx)
 	cancel(nil)
 	<-hbDone
+	a.saveMu.Lock()
+	a.stderr = nil
+	a.saveMu.Unlock()
 	logs.close()
 	code := exitCode(waitErr)
 
@@ -406,6 +418,13 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 		return nil, err
 	}
 	defer arch.Remove() //nolint:errcheck // a temporary file
+	if arch.LeftOutCount > 0 {
+		a.log.Warn("left out of the archive", "archive", name, "entries", arch.LeftOutCount, "first", arch.LeftOut)
+		if a.stderr != nil {
+			fmt.Fprintf(a.stderr, "gpuq: %s does not hold %s (%d in all): links to outside %s/, sockets, FIFOs and devices are not archived\n",
+				path.Base(name), strings.Join(arch.LeftOut, ", "), arch.LeftOutCount, filepath.Base(dir))
+		}
+	}
 	f, err := os.Open(arch.Path)
 	if err != nil {
 		return nil, err
