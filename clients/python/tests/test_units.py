@@ -76,6 +76,44 @@ class ProgressTest(unittest.TestCase):
         self.assertIn("running", shown[-1][1])
 
 
+    def test_in_ipython_one_display_is_updated_in_place(self):
+        # IPython's own display machinery, as a Jupyter kernel's shell runs
+        # it: display(..., display_id=True) and then updates of that display,
+        # published to the front end. Only the kernel is absent: gpuq knows a
+        # kernel's shell by its ``kernel`` attribute.
+        try:
+            from IPython.core.displaypub import CapturingDisplayPublisher
+            from IPython.core.interactiveshell import InteractiveShell
+            from traitlets.config import Config
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise
+            self.skipTest("IPython is not installed (Debian: python3-ipython)")
+        with tempfile.TemporaryDirectory() as ipdir, mock.patch.dict(os.environ, {"IPYTHONDIR": ipdir}):
+            config = Config()
+            config.HistoryManager.enabled = False
+            shell = InteractiveShell.instance(config=config)
+            try:
+                shell.display_pub = CapturingDisplayPublisher()
+                shell.kernel = object()
+                p = Progress("0123456789abcdef", stream=io.StringIO())
+                self.assertEqual(p.mode, "notebook")
+                p.event(ev("placed"))
+                p.event(ev("running", 1, "claimed by w1"))
+                p.close()
+                outputs = shell.display_pub.outputs
+            finally:
+                InteractiveShell.clear_instance()
+        self.assertGreaterEqual(len(outputs), 2)
+        ids = {o["transient"]["display_id"] for o in outputs}
+        self.assertEqual(len(ids), 1, "every draw must target the one display")
+        self.assertEqual([o["update"] for o in outputs[:2]], [False, True])
+        self.assertIn("placed", outputs[0]["data"]["text/plain"])
+        last = outputs[-1]["data"]["text/plain"]
+        self.assertIn("running", last)
+        self.assertIn("claimed by w1", last)
+        self.assertNotIn("\r", last)
+
 class ErrorTest(unittest.TestCase):
     def test_problem_details_name_each_field(self):
         doc = {"title": "Unprocessable Entity", "status": 422, "detail": "invalid job spec",
