@@ -699,7 +699,7 @@ func TestSchedulerKilledMidStreamLosesNothingAndDispatchesNothingTwice(t *testin
 	n := queuetest.StartNATS(t)
 	store, dbURL := queuetest.Store(t, n)
 	server := func() *exec.Cmd {
-		cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL)
+		cmd := n.ServerCommand(t, gpuqBin, dbURL)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -824,8 +824,8 @@ func TestTwoServersShareTheWorkerServiceAndKillingOneLosesOrDuplicatesNoRecord(t
 	st, dbURL := queuetest.Store(t, n)
 	// Two servers as deploy/systemd runs them: the same flags and config.
 	cfg := testPoolConfig(t)
-	first := startServer(t, "server-1", n.URL, dbURL, cfg)
-	startServer(t, "server-2", n.URL, dbURL, cfg)
+	first := startServer(t, "server-1", n, dbURL, cfg)
+	startServer(t, "server-2", n, dbURL, cfg)
 	queuetest.Eventually(t, 60*time.Second, "both servers to serve the worker service", func() bool {
 		msg, err := n.NC.Request("$SRV.PING."+queue.WorkerServiceName, nil, 2*time.Second)
 		if err != nil {

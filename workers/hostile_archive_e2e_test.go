@@ -42,13 +42,13 @@ func testPoolConfig(t *testing.T) string {
 
 // startServer runs `gpuq server` as deploy/systemd runs it (the NATS and
 // database URLs and a config file); its output is shown if the test fails.
-func startServer(t *testing.T, name, natsURL, dbURL, config string) *exec.Cmd {
+func startServer(t *testing.T, name string, n *queuetest.NATS, dbURL, config string) *exec.Cmd {
 	t.Helper()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(gpuqBin, "server", "--nats-url", natsURL, "--database-url", dbURL, "--config", config)
+	cmd := n.ServerCommand(t, gpuqBin, dbURL, "--config", config)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func newServerCluster(t *testing.T) *cluster {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
-	startServer(t, "gpuq server", n.URL, dbURL, testPoolConfig(t))
+	startServer(t, "gpuq server", n, dbURL, testPoolConfig(t))
 	queuetest.Eventually(t, 30*time.Second, "gpuq server to serve the worker and client services", func() bool {
 		for _, svc := range []string{queue.WorkerServiceName, queue.ClientServiceName} {
 			if _, err := n.NC.Request("$SRV.PING."+svc, nil, time.Second); err != nil {

@@ -18,7 +18,7 @@ func TestServerExitsNonZeroWhenItsSchedulerLoopDies(t *testing.T) {
 	n := queuetest.StartNATS(t)
 	_, dbURL := queuetest.Store(t, n)
 	var out bytes.Buffer
-	cmd := exec.Command(gpuqBin, "server", "--nats-url", n.URL, "--database-url", dbURL)
+	cmd := n.ServerCommand(t, gpuqBin, dbURL)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ package queuetest
 import (
 	"context"
 	neturl "net/url"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -155,4 +157,19 @@ func StreamMessages(t testing.TB, js jetstream.JetStream, stream string) uint64 
 		t.Fatal(err)
 	}
 	return info.State.Msgs
+}
+
+// ServerCommand is `gpuq server` (bin) with extra arguments, started as
+// deploy/systemd/gpuq-server.service starts it: the NATS URL, its control
+// credential and the database URL come from the environment
+// (/etc/gpuq/server.env), never from the command line, where any user of
+// the machine could read them.
+func (n *NATS) ServerCommand(t testing.TB, bin, dbURL string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"server"}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"GPUQ_NATS_URL="+n.Server.URL(),
+		"GPUQ_NATS_CREDENTIAL="+n.Server.Control().String(),
+		"GPUQ_DATABASE_URL="+dbURL)
+	return cmd
 }
