@@ -45,6 +45,9 @@ func newInstancesCmd() *cobra.Command {
 			if v.GetBool("watch") {
 				return watchInstances(cmd, v, format, pool, state)
 			}
+			if cmd.Flags().Changed("after") {
+				return fmt.Errorf("--after: only with --watch")
+			}
 			var list []*queue.Instance
 			if viaAPI(cmd, v) {
 				a, err := newAPIJobs(v)

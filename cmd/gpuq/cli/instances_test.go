@@ -48,6 +48,12 @@ func TestInstancesAndSpendShowTheInstanceTableWithIdleApart(t *testing.T) {
 	if _, _, err := runCLI(t, append([]string{"instances", "--state", "asleep"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--state") {
 		t.Fatalf("a bad --state: %v", err)
 	}
+	if _, _, err := runCLI(t, append([]string{"instances", "--pool", "a.b"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--pool") {
+		t.Fatalf("a bad --pool: %v", err)
+	}
+	if _, _, err := runCLI(t, append([]string{"instances", "--after", "3"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--after") {
+		t.Fatalf("--after without --watch: %v", err)
+	}
 
 	out, errOut, err = runCLI(t, append([]string{"spend", "-o", "json"}, conn...)...)
 	if err != nil {
