@@ -1,8 +1,15 @@
 package queue
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrInstanceMoved is returned when an instance change finds the instance in
@@ -99,11 +106,41 @@ type InstanceChange struct {
 	Reason  string
 }
 
-// InstanceEvent is one state change of an instance.
+// InstanceEvent is one state change of an instance: a row of
+// instance_events, and the payload of its announcement on
+// InstanceSubject(pool, instance) once it committed.
 type InstanceEvent struct {
+	// ID is the event's id in the system of record; an instance's events
+	// have growing ids in the order they were recorded.
+	ID         int64  `json:"id"`
+	InstanceID string `json:"instance_id"`
+	Pool       string `json:"pool"`
+	Provider   string `json:"provider"`
+	// Project is the project whose waiting jobs the launch was for.
+	Project string        `json:"project,omitempty"`
 	At      time.Time     `json:"at"`
 	State   InstanceState `json:"state"`
 	Message string        `json:"message,omitempty"`
+}
+
+// InstanceEventMsgID is the Nats-Msg-Id of an instance event's
+// announcement: JetStream drops a repeat inside its duplicate window.
+func InstanceEventMsgID(id int64) string { return "instance-event:" + strconv.FormatInt(id, 10) }
+
+// AnnounceInstanceEvent publishes ev on its instance's subject and waits for
+// JetStream to store it.
+func AnnounceInstanceEvent(ctx context.Context, js Publisher, ev InstanceEvent) error {
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(InstanceSubject(ev.Pool, ev.InstanceID))
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, InstanceEventMsgID(ev.ID))
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("announcing event %d of instance %s: %w", ev.ID, ev.InstanceID, err)
+	}
+	return nil
 }
 
 // WorkerActivity is what the control plane knows of an instance's worker:

@@ -277,3 +277,38 @@ func TestIssuedCredentialsAreCheckedByTheServer(t *testing.T) {
 		}
 	}
 }
+
+func TestOnlyTheControlPlaneMayAnnounceInstanceEvents(t *testing.T) {
+	t.Parallel()
+	n := setup(t)
+	subject := queue.InstanceSubject("pool-a", "gq-1")
+	for name, url := range map[string]string{
+		"worker of the pool": n.WorkerURL(t, "pool-a", "eu-1"),
+		"submitter":          n.SubmitterURL(t, "default"),
+	} {
+		errs := make(chan error, 4)
+		nc := queuetest.Connect(t, url, errs)
+		refused(t, nc, errs, subject)
+		// Nor through JetStream's API with an expected stream.
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err = js.Publish(ctx, subject, []byte("{}"))
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: a JetStream publish of an instance event succeeded", name)
+		}
+	}
+	if got := queuetest.StreamMessages(t, n.JS, queue.StreamInstances); got != 0 {
+		t.Fatalf("GPUQ_INSTANCES holds %d messages after others' publishes", got)
+	}
+	// The control plane's credential may.
+	if _, err := n.JS.Publish(context.Background(), subject, []byte("{}")); err != nil {
+		t.Fatalf("the control plane announcing: %v", err)
+	}
+	if got := queuetest.StreamMessages(t, n.JS, queue.StreamInstances); got != 1 {
+		t.Fatalf("GPUQ_INSTANCES holds %d messages, want the control plane's one", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +18,10 @@ const (
 	StreamRun    = "GPUQ_RUN"    // gpuq.run.<pool>.<job>, work queue
 	StreamEvents = "GPUQ_EVENTS" // gpuq.events.<job>, limits
 	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<pool>.<job>, limits, bounded per job and pool
+	// StreamInstances carries the autoscaler's instances' state changes:
+	// gpuq.instances.<pool>.<instance>, limits. Only the control plane may
+	// publish there.
+	StreamInstances = "GPUQ_INSTANCES"
 
 	SchedulerConsumer = "scheduler"
 	SchedulerAckWait  = 10 * time.Second
@@ -43,6 +48,34 @@ func LogSubject(pool, jobID string) string { return "gpuq.logs." + pool + "." + 
 
 // JobLogsSubject matches a job's output from every pool it ran on.
 func JobLogsSubject(jobID string) string { return "gpuq.logs.*." + jobID }
+
+// InstanceSubject carries the state changes of one instance of pool. An
+// instance id that cannot be a subject token (gpuq's own never are) has its
+// other characters replaced by '_'.
+func InstanceSubject(pool, instance string) string {
+	return "gpuq.instances." + subjectToken(pool) + "." + subjectToken(instance)
+}
+
+// PoolInstancesSubject matches the state changes of every instance of pool,
+// or of every pool when pool is empty.
+func PoolInstancesSubject(pool string) string {
+	if pool == "" {
+		return "gpuq.instances.*.*"
+	}
+	return "gpuq.instances." + subjectToken(pool) + ".*"
+}
+
+func subjectToken(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}
 
 // PoolConsumer is the durable consumer shared by a pool's workers.
 func PoolConsumer(pool string) string { return "pool-" + pool }
@@ -115,6 +148,9 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
 		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},
+		{Name: StreamInstances, Subjects: []string{PoolInstancesSubject("")}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000,
+			Duplicates: o.DuplicateWindow, MaxMsgSize: 64 << 10},
 	}
 	for _, c := range configs {
 		if b := o.MaxBytes[c.Name]; b > 0 {

@@ -121,14 +121,18 @@ func startScaledBooting(t testing.TB, image string, pools []sim.PoolConfig, limi
 	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	c.auto = &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, Exhaustions: c.s, JS: c.n.JS,
 		Placer: c.placer, Config: limits, Logger: logger,
 		// Short leases so a drained worker's hand-back is quick; --grace
 		// inside the pool's grace so the worker records before SIGKILL.
 		Boot: control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}, WorkerArgs: []string{"--ack-wait", "5s", "--grace", "2s"}}}
 	c.reaper = &control.Reaper{Providers: []control.ReaperProvider{c.provider}, Store: c.s, Interval: time.Second, Grace: 2 * time.Second, Logger: logger}
-	loops := 3
+	// Every instance change is announced on JetStream, as the server does.
+	announcer := &control.InstanceAnnouncer{Store: c.s, JS: c.n.JS, Logger: logger}
+	c.s.InstanceSink = announcer
+	go func() { errc <- announcer.Run(ctx) }()
+	loops := 4
 	if !noAutoscaler {
 		loops += 2
 		go func() { errc <- c.auto.Run(ctx) }()
@@ -276,6 +280,47 @@ func TestFiftyJobsIntoAnEmptySystemScaleUpWithinMaxSucceedOnceAndScaleBackToZero
 	}
 	if jobs+report.Totals[0].IdleMicros != report.Totals[0].Micros {
 		t.Fatalf("projects %d + idle %d != total %d", jobs, report.Totals[0].IdleMicros, report.Totals[0].Micros)
+	}
+}
+
+func TestAnInstancesLifeIsAnnouncedOnJetStreamInOrderExactlyAsRecorded(t *testing.T) {
+	t.Parallel()
+	pools := []sim.PoolConfig{simPool("od", "DE", "on-demand", "0.36")}
+	pools[0].BootDelay = time.Millisecond
+	c := startScaled(t, pools, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 1, Slots: 1, IdleTimeout: time.Second, BootTimeout: 30 * time.Second}}, false)
+	id := c.submit(t, "name: one\ncommand: [sleep, \"0.2\"]\nplacement: {residency: EU}\n")
+	queuetest.Eventually(t, 60*time.Second, "the job to succeed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StateSucceeded
+	})
+	queuetest.Eventually(t, 30*time.Second, "zero live instances", func() bool { return len(c.live(t)) == 0 })
+	all, err := c.s.Instances(context.Background(), "od", "")
+	if err != nil || len(all) != 1 {
+		t.Fatalf("instances of od: %v %v, want the one launched", all, err)
+	}
+	in := all[0]
+	if in.State != queue.InstanceTerminated {
+		t.Fatalf("instance %s ended %s (%s), want terminated", in.ID, in.State, in.Reason)
+	}
+	// Announced after each commit: wait for the last one.
+	var recorded []queue.InstanceEvent
+	queuetest.Eventually(t, 10*time.Second, "the instance's events announced", func() bool {
+		evs, err := c.s.InstanceEvents(context.Background(), in.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded = evs
+		return len(announced(t, c.n.JS, queue.InstanceSubject(in.Pool, in.ID))) >= len(evs)
+	})
+	sameAsRecorded(t, c.s, c.n.JS, in)
+	var states []queue.InstanceState
+	for _, ev := range recorded {
+		states = append(states, ev.State)
+	}
+	want := []queue.InstanceState{queue.InstanceRequested, queue.InstancePending, queue.InstanceReady, queue.InstanceDraining, queue.InstanceTerminated}
+	if fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Fatalf("instance %s went %v, want %v", in.ID, states, want)
 	}
 }
 

@@ -24,6 +24,7 @@ func (s *Store) RecordInstance(ctx context.Context, n queue.NewInstance) (*queue
 	if err != nil {
 		return nil, fmt.Errorf("recording instance %s of pool %s: %w", n.ID, n.Pool, err)
 	}
+	s.instancesChanged()
 	return instanceFromRow(db.Instance(row)), nil
 }
 
@@ -45,6 +46,7 @@ func (s *Store) ChangeInstance(ctx context.Context, c queue.InstanceChange) (*qu
 	if err != nil {
 		return nil, fmt.Errorf("moving instance %s to %s: %w", c.ID, c.To, err)
 	}
+	s.instancesChanged()
 	return instanceFromRow(db.Instance(row)), nil
 }
 
@@ -115,9 +117,43 @@ func (s *Store) InstanceEvents(ctx context.Context, id string) ([]queue.Instance
 	}
 	out := make([]queue.InstanceEvent, len(rows))
 	for i, r := range rows {
-		out[i] = queue.InstanceEvent{At: r.At, State: queue.InstanceState(r.State), Message: r.Message}
+		out[i] = instanceEventOf(db.InstanceEventListUnannouncedRow(r))
 	}
 	return out, nil
+}
+
+// UnannouncedInstanceEvents lists up to limit committed instance events not
+// yet announced on JetStream, oldest first.
+func (s *Store) UnannouncedInstanceEvents(ctx context.Context, limit int) ([]queue.InstanceEvent, error) {
+	rows, err := s.q.InstanceEventListUnannounced(ctx, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("listing unannounced instance events: %w", err)
+	}
+	out := make([]queue.InstanceEvent, len(rows))
+	for i, r := range rows {
+		out[i] = instanceEventOf(r)
+	}
+	return out, nil
+}
+
+// SetInstanceEventsAnnounced marks instance events announced.
+func (s *Store) SetInstanceEventsAnnounced(ctx context.Context, ids []int64) error {
+	if err := s.q.InstanceEventSetAnnounced(ctx, ids); err != nil {
+		return fmt.Errorf("marking %d instance events announced: %w", len(ids), err)
+	}
+	return nil
+}
+
+func instanceEventOf(r db.InstanceEventListUnannouncedRow) queue.InstanceEvent {
+	return queue.InstanceEvent{ID: r.ID, InstanceID: r.InstanceID, Pool: r.Pool, Provider: r.Provider, Project: r.Project,
+		At: r.At, State: queue.InstanceState(r.State), Message: r.Message}
+}
+
+// instancesChanged tells the sink that instance events committed.
+func (s *Store) instancesChanged() {
+	if s.InstanceSink != nil {
+		s.InstanceSink.InstanceEventsRecorded()
+	}
 }
 
 // WorkerActivity reads what the instances' workers have written to the

@@ -23,6 +23,13 @@ type EventSink interface {
 	Announce(ctx context.Context, events []queue.Event)
 }
 
+// InstanceEventSink is told after a statement that recorded instance events
+// commits; the announcer then publishes them on JetStream. nil leaves them
+// to the announcer's next pass.
+type InstanceEventSink interface {
+	InstanceEventsRecorded()
+}
+
 // Store is the PostgreSQL system of record. It wraps the generated queries,
 // converts rows into domain types in one place, and guards every worker
 // write with the attempt number.
@@ -30,6 +37,8 @@ type Store struct {
 	DB     *sql.DB
 	q      *db.Queries
 	Events EventSink
+	// InstanceSink is told when instance events committed.
+	InstanceSink InstanceEventSink
 	// HistoryRetention bounds the recorded availability of pools; the
 	// zero value is PoolHistoryRetention's defaults.
 	HistoryRetention PoolHistoryRetention

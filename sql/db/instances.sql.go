@@ -80,21 +80,39 @@ func (q *Queries) InstanceCountLaunchedSince(ctx context.Context, arg InstanceCo
 }
 
 const instanceEventList = `-- name: InstanceEventList :many
-SELECT id, instance_id, at, state, message FROM instance_events WHERE instance_id = $1 ORDER BY id
+SELECT e.id, e.instance_id, i.pool, i.provider, i.project, e.at, e.state, e.message
+FROM instance_events e JOIN instances i ON i.id = e.instance_id
+WHERE e.instance_id = $1
+ORDER BY e.id
 `
 
-func (q *Queries) InstanceEventList(ctx context.Context, instanceID string) ([]InstanceEvent, error) {
+type InstanceEventListRow struct {
+	ID         int64
+	InstanceID string
+	Pool       string
+	Provider   string
+	Project    string
+	At         time.Time
+	State      InstanceState
+	Message    string
+}
+
+// InstanceEventList is an instance's events as they are announced.
+func (q *Queries) InstanceEventList(ctx context.Context, instanceID string) ([]InstanceEventListRow, error) {
 	rows, err := q.db.QueryContext(ctx, instanceEventList, instanceID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []InstanceEvent
+	var items []InstanceEventListRow
 	for rows.Next() {
-		var i InstanceEvent
+		var i InstanceEventListRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.InstanceID,
+			&i.Pool,
+			&i.Provider,
+			&i.Project,
 			&i.At,
 			&i.State,
 			&i.Message,
@@ -110,6 +128,69 @@ func (q *Queries) InstanceEventList(ctx context.Context, instanceID string) ([]I
 		return nil, err
 	}
 	return items, nil
+}
+
+const instanceEventListUnannounced = `-- name: InstanceEventListUnannounced :many
+SELECT e.id, e.instance_id, i.pool, i.provider, i.project, e.at, e.state, e.message
+FROM instance_events e JOIN instances i ON i.id = e.instance_id
+WHERE NOT e.announced
+ORDER BY e.id
+LIMIT $1
+`
+
+type InstanceEventListUnannouncedRow struct {
+	ID         int64
+	InstanceID string
+	Pool       string
+	Provider   string
+	Project    string
+	At         time.Time
+	State      InstanceState
+	Message    string
+}
+
+// InstanceEventListUnannounced is the oldest committed events not yet
+// announced on JetStream. An instance's events get their ids under its
+// row's lock, so id order is the order they committed in.
+func (q *Queries) InstanceEventListUnannounced(ctx context.Context, maxRows int32) ([]InstanceEventListUnannouncedRow, error) {
+	rows, err := q.db.QueryContext(ctx, instanceEventListUnannounced, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InstanceEventListUnannouncedRow
+	for rows.Next() {
+		var i InstanceEventListUnannouncedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.InstanceID,
+			&i.Pool,
+			&i.Provider,
+			&i.Project,
+			&i.At,
+			&i.State,
+			&i.Message,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const instanceEventSetAnnounced = `-- name: InstanceEventSetAnnounced :exec
+UPDATE instance_events SET announced = true WHERE id = ANY($1::bigint[]) AND NOT announced
+`
+
+func (q *Queries) InstanceEventSetAnnounced(ctx context.Context, ids []int64) error {
+	_, err := q.db.ExecContext(ctx, instanceEventSetAnnounced, pq.Array(ids))
+	return err
 }
 
 const instanceGet = `-- name: InstanceGet :one

@@ -297,6 +297,7 @@ type InstanceEvent struct {
 	At         time.Time
 	State      InstanceState
 	Message    string
+	Announced  bool
 }
 
 type JobEvent struct {

@@ -66,7 +66,24 @@ ORDER BY requested_at, id;
 SELECT count(*)::int FROM instances WHERE pool = @pool AND requested_at > @since::timestamptz;
 
 -- name: InstanceEventList :many
-SELECT * FROM instance_events WHERE instance_id = @instance_id ORDER BY id;
+-- InstanceEventList is an instance's events as they are announced.
+SELECT e.id, e.instance_id, i.pool, i.provider, i.project, e.at, e.state, e.message
+FROM instance_events e JOIN instances i ON i.id = e.instance_id
+WHERE e.instance_id = @instance_id
+ORDER BY e.id;
+
+-- name: InstanceEventListUnannounced :many
+-- InstanceEventListUnannounced is the oldest committed events not yet
+-- announced on JetStream. An instance's events get their ids under its
+-- row's lock, so id order is the order they committed in.
+SELECT e.id, e.instance_id, i.pool, i.provider, i.project, e.at, e.state, e.message
+FROM instance_events e JOIN instances i ON i.id = e.instance_id
+WHERE NOT e.announced
+ORDER BY e.id
+LIMIT @max_rows;
+
+-- name: InstanceEventSetAnnounced :exec
+UPDATE instance_events SET announced = true WHERE id = ANY(@ids::bigint[]) AND NOT announced;
 
 -- name: InstanceWorkerActivity :many
 -- InstanceWorkerActivity is what the instances' workers have written: the

@@ -93,12 +93,20 @@ func (e *APIError) Is(target error) bool {
 // do sends a request and returns the response when its status is 2xx,
 // else the problem it carries.
 func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string) (*http.Response, error) {
+	return a.doWith(ctx, method, path, query, body, contentType, accept, nil)
+}
+
+// doWith is do with more request headers.
+func (a *apiJobs) doWith(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType, accept string, header http.Header) (*http.Response, error) {
 	u := *a.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawQuery = query.Encode()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Accept", accept)
@@ -208,7 +216,12 @@ const maxSSELine = 4 << 20
 // stream reads the Server-Sent Events of path, calling fn with each until
 // fn returns false or the stream ends.
 func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
-	resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream")
+	return a.streamWith(ctx, path, query, nil, fn)
+}
+
+// streamWith is stream with more request headers (Last-Event-ID).
+func (a *apiJobs) streamWith(ctx context.Context, path string, query url.Values, header http.Header, fn func(sseEvent) (bool, error)) error {
+	resp, err := a.doWith(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header)
 	if err != nil {
 		return err
 	}

@@ -93,9 +93,13 @@ func startCapacity(ctx context.Context, v *viper.Viper, c *clients, placer contr
 	auto := &control.Autoscaler{Providers: providers, Store: c.store, Workers: c.store, Pools: c.store, Exhaustions: c.store, JS: c.js, Placer: placer, Config: cfg,
 		Boot: boot, Logger: logger}
 	reaper := &control.Reaper{Providers: reaped, Store: c.store, Logger: logger}
+	// Every instance change is announced on JetStream once it commits;
+	// the leader announces what it and any earlier leader recorded.
+	announcer := &control.InstanceAnnouncer{Store: c.store, JS: c.js, Logger: logger}
+	c.store.InstanceSink = announcer
 	// One server of a deployment scales and reaps; the others stand by and
 	// take over when it dies.
-	lead := &control.Leader{Store: c.store, Role: capacityRole, Loops: []func(context.Context) error{auto.Run, reaper.Run}, Logger: logger}
+	lead := &control.Leader{Store: c.store, Role: capacityRole, Loops: []func(context.Context) error{auto.Run, reaper.Run, announcer.Run}, Logger: logger}
 	go func() { errc <- lead.Run(ctx) }()
 	logger.Info("autoscaler ready to lead", "providers", len(providers), "interval", cfg.WithDefaults().Interval)
 	return 1, nil

@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
@@ -31,20 +36,54 @@ func newInstancesCmd() *cobra.Command {
 			if state != "" && !slices.Contains(queue.InstanceStates, state) {
 				return fmt.Errorf("--state: must be one of %v, got %q", queue.InstanceStates, state)
 			}
-			c, err := dial(cmd.Context(), v, true)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			list, err := c.store.Instances(cmd.Context(), v.GetString("pool"), state)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				if list == nil {
-					list = []*queue.Instance{}
+			pool := v.GetString("pool")
+			if pool != "" {
+				if err := queue.ValidatePool(pool); err != nil {
+					return fmt.Errorf("--pool: %w", err)
 				}
-				return writeJSON(cmd.OutOrStdout(), list)
+			}
+			if v.GetBool("watch") {
+				return watchInstances(cmd, v, format, pool, state)
+			}
+			if cmd.Flags().Changed("after") {
+				return fmt.Errorf("--after: only with --watch")
+			}
+			var list []*queue.Instance
+			if viaAPI(cmd, v) {
+				a, err := newAPIJobs(v)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				q := url.Values{}
+				if pool != "" {
+					q.Set("pool", pool)
+				}
+				if state != "" {
+					q.Set("state", string(state))
+				}
+				raw, err := a.getDoc(cmd.Context(), "/v1/instances", q, &list)
+				if err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeRawJSON(cmd.OutOrStdout(), raw)
+				}
+			} else {
+				c, err := dial(cmd.Context(), v, true)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if list, err = c.store.Instances(cmd.Context(), pool, state); err != nil {
+					return err
+				}
+				if format == "json" {
+					if list == nil {
+						list = []*queue.Instance{}
+					}
+					return writeJSON(cmd.OutOrStdout(), list)
+				}
 			}
 			now := time.Now()
 			t := newTable(cmd.OutOrStdout(), "INSTANCE", "POOL", "STATE", "PROVIDER ID", "LAUNCHED", "BILLED", "PRICE/H", "COST", "REASON")
@@ -62,9 +101,56 @@ func newInstancesCmd() *cobra.Command {
 		},
 	}
 	connFlags(cmd)
+	apiFlag(cmd)
 	cmd.Flags().String("pool", "", "only instances of this pool")
 	cmd.Flags().String("state", "", "only instances in this state (requested, pending, ready, draining, terminated, preempted, failed)")
+	cmd.Flags().Bool("watch", false, "follow the instances' state changes as they happen, one line each (-o json: one event document a line), until interrupted")
+	cmd.Flags().Uint64("after", 0, "with --watch: first the retained events after this one (the SEQ column), then new ones")
 	return cmd
+}
+
+// watchInstances prints instance events as they are announced, through the
+// HTTP API or, on the control-plane host, straight from JetStream.
+func watchInstances(cmd *cobra.Command, v *viper.Viper, format, pool string, state queue.InstanceState) error {
+	ctx, stop := shutdownContext(cmd.Context())
+	defer stop()
+	out := cmd.OutOrStdout()
+	if format != "json" {
+		fmt.Fprintln(out, "SEQ  AT  INSTANCE  POOL  STATE  MESSAGE")
+	}
+	var werr error
+	print := func(seq uint64, raw []byte, ev queue.InstanceEvent) bool {
+		if state != "" && ev.State != state {
+			return true
+		}
+		if format == "json" {
+			_, werr = fmt.Fprintf(out, "%s\n", bytes.TrimSpace(raw))
+		} else {
+			_, werr = fmt.Fprintf(out, "%d  %s  %s  %s  %s  %s\n", seq, ev.At.Local().Format(time.DateTime), ev.InstanceID, ev.Pool, ev.State, orDash(ev.Message))
+		}
+		return werr == nil
+	}
+	after := v.GetUint64("after")
+	var err error
+	if viaAPI(cmd, v) {
+		a, aerr := newAPIJobs(v)
+		if aerr != nil {
+			return aerr
+		}
+		defer a.Close()
+		err = a.InstanceEvents(ctx, pool, after, print)
+	} else {
+		c, derr := dial(ctx, v, false)
+		if derr != nil {
+			return derr
+		}
+		defer c.Close()
+		err = followInstanceEvents(ctx, c.js, pool, after, print)
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // interrupted: the normal end of a watch
+	}
+	return errors.Join(err, werr)
 }
 
 func newSpendCmd() *cobra.Command {
@@ -94,30 +180,55 @@ region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 			if err != nil {
 				return err
 			}
-			c, err := dial(cmd.Context(), v, true)
-			if err != nil {
-				return err
+			project := v.GetString("project")
+			if len(project) > 63 {
+				return fmt.Errorf("--project: at most 63 characters, got %d", len(project))
 			}
-			defer c.Close()
-			if project := v.GetString("project"); project != "" {
-				if len(project) > 63 {
-					return fmt.Errorf("--project: at most 63 characters, got %d", len(project))
+			var l *control.Ledger
+			var r *control.SpendReport
+			if viaAPI(cmd, v) {
+				a, err := newAPIJobs(v)
+				if err != nil {
+					return err
 				}
-				l, err := control.ProjectLedger(cmd.Context(), c.store, project, since)
+				defer a.Close()
+				q := url.Values{"since": {since.UTC().Format(time.RFC3339Nano)}}
+				var raw []byte
+				if project != "" {
+					raw, err = a.getDoc(cmd.Context(), "/v1/projects/"+url.PathEscape(project)+"/spend", q, &l)
+					err = projectNotFound(project, err)
+				} else {
+					raw, err = a.getDoc(cmd.Context(), "/v1/spend", q, &r)
+				}
 				if err != nil {
 					return err
 				}
 				if format == "json" {
+					return writeRawJSON(cmd.OutOrStdout(), raw)
+				}
+			} else {
+				c, err := dial(cmd.Context(), v, true)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if project != "" {
+					l, err = control.ProjectLedger(cmd.Context(), c.store, project, since)
+				} else {
+					r, err = control.Spend(cmd.Context(), c.store, since, now)
+				}
+				if err != nil {
+					return err
+				}
+				if format == "json" && l != nil {
 					return writeJSON(cmd.OutOrStdout(), l)
 				}
+				if format == "json" {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+			}
+			if l != nil {
 				return writeLedger(cmd.OutOrStdout(), l)
-			}
-			r, err := control.Spend(cmd.Context(), c.store, since, now)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
 			}
 			money := func(micros int64, cur string) policy.Money { return policy.Money{Micros: micros, Currency: cur} }
 			t := newTable(cmd.OutOrStdout(), "WHAT", "NAME", "INSTANCE-HOURS", "COST", "IDLE")
@@ -135,6 +246,7 @@ region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 		},
 	}
 	connFlags(cmd)
+	apiFlag(cmd)
 	cmd.Flags().String("since", "720h", "the window: the last this long (720h), or since a time (RFC 3339)")
 	cmd.Flags().String("project", "", "show this project's budget ledger: per job and per provider and region, estimated vs accrued")
 	return cmd

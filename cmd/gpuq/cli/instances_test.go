@@ -48,6 +48,12 @@ func TestInstancesAndSpendShowTheInstanceTableWithIdleApart(t *testing.T) {
 	if _, _, err := runCLI(t, append([]string{"instances", "--state", "asleep"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--state") {
 		t.Fatalf("a bad --state: %v", err)
 	}
+	if _, _, err := runCLI(t, append([]string{"instances", "--pool", "a.b"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--pool") {
+		t.Fatalf("a bad --pool: %v", err)
+	}
+	if _, _, err := runCLI(t, append([]string{"instances", "--after", "3"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--after") {
+		t.Fatalf("--after without --watch: %v", err)
+	}
 
 	out, errOut, err = runCLI(t, append([]string{"spend", "-o", "json"}, conn...)...)
 	if err != nil {
@@ -65,5 +71,43 @@ func TestInstancesAndSpendShowTheInstanceTableWithIdleApart(t *testing.T) {
 	out, _, err = runCLI(t, append([]string{"spend"}, conn...)...)
 	if err != nil || !strings.Contains(out, "idle") || !strings.Contains(out, "4.01 EUR") {
 		t.Fatalf("spend table: %v\n%s", err, out)
+	}
+}
+
+func TestInstancesWatchFollowsTheAnnouncedEventsFromJetStreamOnTheControlPlaneHost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := queuetest.StartNATS(t)
+	s, url := queuetest.Store(t, n)
+	announcer := &control.InstanceAnnouncer{Store: s, JS: n.JS}
+	if _, err := s.RecordInstance(ctx, queue.NewInstance{ID: "gq-w", Provider: "sim", Pool: "gpu", ClientToken: "gq-w", Slots: 1,
+		PriceMicros: 1, Currency: "EUR", Billing: queue.BillPerSecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ChangeInstance(ctx, queue.InstanceChange{ID: "gq-w", From: []queue.InstanceState{queue.InstanceRequested},
+		To: queue.InstanceFailed, Reason: "no capacity"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := announcer.Pass(ctx); err != nil || got != 2 {
+		t.Fatalf("announcing: %d %v", got, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &syncBuffer{}
+	cmd := New()
+	cmd.SetArgs([]string{"instances", "--watch", "--after", "1", "--nats-url", n.URL, "--database-url", url})
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(wctx) }()
+	queuetest.Eventually(t, 10*time.Second, "the watch to print the second event", func() bool {
+		return strings.Contains(out.String(), "gq-w  gpu  failed  no capacity")
+	})
+	if strings.Contains(out.String(), "requested") {
+		t.Fatalf("--after 1 printed the first event too:\n%s", out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("an interrupted watch ends without error: %v", err)
 	}
 }

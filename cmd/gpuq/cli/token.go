@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -11,13 +14,14 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/store"
 )
 
 func newTokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Create, list and revoke HTTP API tokens (needs the database)",
+		Short: "Create, list and revoke HTTP API tokens (through the HTTP API with an admin token, or the database)",
 	}
 	create := &cobra.Command{
 		Use:   "create --project P --role read|submit|admin [--expires 720h|2026-12-31T00:00:00Z]",
@@ -36,21 +40,43 @@ func newTokenCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := openStore(cmd.Context(), v)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+			// Checked here, so that a mistake names the flag at fault.
 			secret, t, err := queue.NewTokenSecret(v.GetString("name"), v.GetStringSlice("project"), role, expires)
 			if err != nil {
 				return fmt.Errorf("--%w", err)
 			}
-			rec, err := s.CreateToken(cmd.Context(), t)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"token": secret, "record": rec})
+			var rec *queue.Token
+			if viaAPI(cmd, v) {
+				a, err := newAPIJobs(v)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				var created httpapi.CreatedToken
+				raw, err := a.raw(cmd.Context(), http.MethodPost, "/v1/tokens", nil,
+					httpapi.NewToken{Name: t.Name, Projects: t.Projects, Role: t.Role, ExpiresAt: t.ExpiresAt})
+				if err == nil {
+					err = json.Unmarshal(raw, &created)
+				}
+				if err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeRawJSON(cmd.OutOrStdout(), raw)
+				}
+				secret, rec = created.Token, created.Record
+			} else {
+				s, err := openStore(cmd.Context(), v)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if rec, err = s.CreateToken(cmd.Context(), t); err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeJSON(cmd.OutOrStdout(), httpapi.CreatedToken{Token: secret, Record: rec})
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s (%s on %s) created; it is not shown again\n", rec.ID, rec.Role, strings.Join(rec.Projects, ", "))
@@ -58,35 +84,60 @@ func newTokenCmd() *cobra.Command {
 		},
 	}
 	connFlags(create)
+	apiFlag(create)
 	create.Flags().StringSlice("project", nil, "project the token may act on (repeat for several)")
 	create.Flags().String("role", "", "read, submit or admin")
 	create.Flags().String("expires", "", "when the token stops working: a duration from now (720h) or an RFC 3339 time; default never")
 	create.Flags().String("name", "", "a name to recognise the token by")
 
 	ls := &cobra.Command{
-		Use:   "ls",
-		Short: "List tokens without their secrets",
-		Args:  cobra.NoArgs,
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List tokens without their secrets",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
 			}
-			s, err := openStore(cmd.Context(), v)
-			if err != nil {
-				return err
+			project := v.GetString("project")
+			if len(project) > 63 {
+				return fmt.Errorf("--project: at most 63 characters, got %d", len(project))
 			}
-			defer s.Close()
-			var projects []string
-			if p := v.GetString("project"); p != "" {
-				projects = []string{p}
-			}
-			list, err := s.Tokens(cmd.Context(), projects)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), list)
+			var list []*queue.Token
+			if viaAPI(cmd, v) {
+				a, err := newAPIJobs(v)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				q := url.Values{}
+				if project != "" {
+					q.Set("project", project)
+				}
+				raw, err := a.getDoc(cmd.Context(), "/v1/tokens", q, &list)
+				if err != nil {
+					return projectNotFound(project, err)
+				}
+				if format == "json" {
+					return writeRawJSON(cmd.OutOrStdout(), raw)
+				}
+			} else {
+				s, err := openStore(cmd.Context(), v)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				var projects []string
+				if project != "" {
+					projects = []string{project}
+				}
+				if list, err = s.Tokens(cmd.Context(), projects); err != nil {
+					return err
+				}
+				if format == "json" {
+					return writeJSON(cmd.OutOrStdout(), list)
+				}
 			}
 			t := newTable(cmd.OutOrStdout(), "ID", "PREFIX", "NAME", "ROLE", "PROJECTS", "CREATED", "EXPIRES", "LAST USED", "REVOKED")
 			for _, tok := range list {
@@ -97,6 +148,7 @@ func newTokenCmd() *cobra.Command {
 		},
 	}
 	connFlags(ls)
+	apiFlag(ls)
 	ls.Flags().String("project", "", "only tokens of this project")
 
 	revoke := &cobra.Command{
@@ -112,13 +164,26 @@ func newTokenCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("token id %q: not a token id (the ID column of gpuq token ls)", args[0])
 			}
-			s, err := openStore(cmd.Context(), v)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if err := s.RevokeToken(cmd.Context(), id, nil); err != nil {
-				return err
+			if viaAPI(cmd, v) {
+				a, err := newAPIJobs(v)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				resp, err := a.do(cmd.Context(), http.MethodDelete, "/v1/tokens/"+id.String(), nil, nil, "", "application/json")
+				if err != nil {
+					return tokenNotFound(id.String(), err)
+				}
+				resp.Body.Close()
+			} else {
+				s, err := openStore(cmd.Context(), v)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if err := s.RevokeToken(cmd.Context(), id, nil); err != nil {
+					return tokenNotFound(id.String(), err)
+				}
 			}
 			if format == "json" {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{"id": id, "revoked": true})
@@ -128,6 +193,7 @@ func newTokenCmd() *cobra.Command {
 		},
 	}
 	connFlags(revoke)
+	apiFlag(revoke)
 	cmd.AddCommand(create, ls, revoke)
 	return cmd
 }

@@ -80,7 +80,7 @@ func (s *Server) registerAdmin(api huma.API) {
 		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
 	}, s.createToken)
 	register(api, huma.Operation{
-		OperationID: "list-tokens", Method: http.MethodGet, Path: "/v1/tokens", Tags: []string{"admin"},
+		OperationID: "list-tokens", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/tokens", Tags: []string{"admin"},
 		Summary:  "List the tokens of this token's projects, without secrets (admin)",
 		Metadata: map[string]any{metaRole: queue.RoleAdmin},
 	}, s.listTokens)
@@ -160,8 +160,19 @@ func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (
 	return &struct{ Body *CreatedToken }{Body: &CreatedToken{Token: secret, Record: rec}}, nil
 }
 
-func (s *Server) listTokens(ctx context.Context, _ *struct{}) (*struct{ Body []*queue.Token }, error) {
-	list, err := s.cfg.Store.Tokens(ctx, tokenOf(ctx).Projects)
+type listTokensInput struct {
+	Project string `query:"project" maxLength:"63" doc:"only tokens of this project"`
+}
+
+func (s *Server) listTokens(ctx context.Context, in *listTokensInput) (*struct{ Body []*queue.Token }, error) {
+	projects := tokenOf(ctx).Projects
+	if in.Project != "" {
+		if !tokenOf(ctx).Sees(in.Project) {
+			return nil, huma.Error404NotFound("project " + in.Project + " not found")
+		}
+		projects = []string{in.Project}
+	}
+	list, err := s.cfg.Store.Tokens(ctx, projects)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "listing tokens", err)
 	}

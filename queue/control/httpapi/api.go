@@ -35,6 +35,7 @@ type Store interface {
 	Instances(ctx context.Context, pool string, state queue.InstanceState) ([]*queue.Instance, error)
 	DecisionReplay(ctx context.Context, id uuid.UUID, version int) (*queue.DecisionReplay, error)
 	TokenStore
+	CapacityStore
 }
 
 // TokenStore keeps API tokens.
@@ -238,6 +239,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerResults(api)
 	s.registerPlacement(api)
 	s.registerAdmin(api)
+	s.registerCapacity(api)
 }
 
 // register adds an operation, documenting the errors every operation of
