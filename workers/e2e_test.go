@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// A worker run as root runs its jobs as nobody, who must reach the
+	// A worker run as root runs its jobs as other users, who must reach the
 	// binary for `gpuq checkpoint save`.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -154,7 +154,7 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 }
 
 // jobsDir is a test directory a worker may keep its attempts in (and
-// outlive: the test removes it): as root the worker runs jobs as nobody, who
+// outlive: the test removes it): as root the worker runs jobs as other users, who
 // must enter it, and t.TempDir's are closed to others.
 func jobsDir(t testing.TB) string {
 	t.Helper()
@@ -168,7 +168,7 @@ func jobsDir(t testing.TB) string {
 }
 
 // jobWritable is a test directory jobs write to (files a test reads back),
-// as nobody when the worker runs as root.
+// as other users when the worker runs as root.
 func jobWritable(t testing.TB) string {
 	t.Helper()
 	dir := jobsDir(t)

@@ -115,6 +115,8 @@ type attempt struct {
 	io  context.Context
 
 	base, ckptDir, outDir string
+	// user is who the job runs as; nil: the worker's own user.
+	user *JobUser
 
 	saveMu sync.Mutex
 	saves  int
@@ -137,6 +139,20 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 	user := w.cfg.JobUser
+	if w.uids != nil {
+		// Its own uid: no other job of the machine reads its files or
+		// signals its processes. Given back (after killing whatever the
+		// job left running) before its directory is removed.
+		u, giveBack, err := w.uids.take(ctx)
+		if err != nil {
+			a.release(queue.OutcomePreempted, nil, "choosing the job's uid: "+err.Error(), 5*time.Second)
+			return
+		}
+		defer giveBack()
+		user = u
+		a.log = a.log.With("uid", u.UID)
+	}
+	a.user = user
 	if user != nil {
 		// The attempt's directory is the job's own: no other job enters.
 		err := os.Chmod(a.base, 0o700)
@@ -313,6 +329,11 @@ func (a *attempt) env(resumed bool, socket string) []string {
 		if v, ok := os.LookupEnv(name); ok {
 			vars[name] = v
 		}
+	}
+	if a.user != nil {
+		// Some programs ask who they are (Python's getpass.getuser, and
+		// with it torch's caches); a job uid has no passwd entry.
+		vars["USER"], vars["LOGNAME"] = a.user.Name, a.user.Name
 	}
 	if cfg.Executable != "" {
 		vars["PATH"] = filepath.Dir(cfg.Executable) + string(os.PathListSeparator) + vars["PATH"]
