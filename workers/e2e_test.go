@@ -66,9 +66,10 @@ var testPool = local.PoolConfig{Pool: "eu-cpu", Region: "eu-test-1", Country: "D
 // cluster is a control plane on real JetStream and PostgreSQL, with worker
 // processes started from the real binary.
 type cluster struct {
-	n     *queuetest.NATS
-	store *store.Store
-	dbURL string
+	n      *queuetest.NATS
+	store  *store.Store
+	dbURL  string
+	placer *control.PolicyPlacer
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -102,7 +103,8 @@ func newClusterRules(t testing.TB, rules policy.Rules, pools ...local.PoolConfig
 		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	svc := &control.WorkerService{NATS: n.NC, Store: store, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Placer: placer, JS: n.JS}
+	svc := &control.WorkerService{NATS: n.NC, Store: store, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Placer: placer, JS: n.JS,
+		Archives: &workers.ObjectStore{JS: n.JS}}
 	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func newClusterRules(t testing.TB, rules policy.Rules, pools ...local.PoolConfig
 	if _, err := (&control.ClientService{NATS: n.NC, Store: store, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{n: n, store: store, dbURL: url}
+	return &cluster{n: n, store: store, dbURL: url, placer: placer}
 }
 
 // startWorker launches `gpuq worker` for the test pool; its output is shown

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,6 +99,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	a.run(ctx, claimed.Checkpoint)
 }
 
+// checkpointRestorer is the worker service's restore (ServiceRecords): a
+// checkpoint of another pool's bucket, copied into the worker's pool's.
+type checkpointRestorer interface {
+	RestoreCheckpoint(ctx context.Context, id uuid.UUID, attempt, seq int) (*queue.Checkpoint, error)
+}
+
 // ackDone acknowledges a message whose job needs nothing more, and waits
 // for the server to confirm it.
 func ackDone(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
@@ -162,6 +169,20 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		if err != nil {
 			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
 			return
+		}
+	}
+	if from != nil && !strings.HasPrefix(from.StoreURI, queue.JobArchivePrefix(w.cfg.Pool, job.ID)) {
+		// Stored by another pool (the job was re-placed), where this
+		// worker may not read: the control plane copies it into this
+		// pool's bucket.
+		if r, ok := w.store.(checkpointRestorer); ok {
+			cp, err := r.RestoreCheckpoint(a.io, job.ID, job.Attempt, from.Seq)
+			if err != nil {
+				a.log.Error("copying the checkpoint of another pool into this pool's bucket", "seq", from.Seq, "err", err)
+				a.release(queue.OutcomePreempted, nil, fmt.Sprintf("copying checkpoint %d into pool %s's bucket: %v", from.Seq, w.cfg.Pool, err), 5*time.Second)
+				return
+			}
+			from = cp
 		}
 	}
 	if from != nil {
@@ -420,7 +441,8 @@ func (a *attempt) save(context.Context) (int, error) {
 	return seq, nil
 }
 
-// pack packs dir and uploads it as name to the worker's region.
+// pack packs dir and uploads it as name to the worker's pool's bucket, in
+// its region.
 func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveRecord, error) {
 	arch, err := Pack(dir, paths, a.base)
 	if err != nil {
@@ -432,7 +454,7 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 		return nil, err
 	}
 	defer f.Close()
-	uri, err := a.w.archives.Put(a.io, a.w.cfg.Region, name, f)
+	uri, err := a.w.archives.Put(a.io, queue.ArchiveBucket(a.w.cfg.Pool), name, f)
 	if err != nil {
 		return nil, err
 	}

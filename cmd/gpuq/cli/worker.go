@@ -92,7 +92,7 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
-			// The worker creates its region's bucket with the cap the
+			// The worker creates its pool's bucket with the cap the
 			// configuration gives it (storage.bucket_max_bytes).
 			storage, err := storageConfig(v)
 			if err != nil {
