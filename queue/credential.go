@@ -40,9 +40,6 @@ func ParseNATSCredential(s string) (NATSCredential, error) {
 // server, and the role it grants is the one its user name names.
 type CredentialIssuer struct {
 	key []byte
-	// ReadRegions, when set, names the regions whose archive buckets a
-	// worker of pool in region may read besides its own (WorkerRole).
-	ReadRegions func(pool, region string) []string
 }
 
 // NewCredentialIssuer returns an issuer with a fresh random key.
@@ -91,9 +88,6 @@ func (i *CredentialIssuer) Check(c server.ClientAuthentication) bool {
 	}
 	if !hmac.Equal([]byte(opts.Password), []byte(i.password(opts.Username))) {
 		return false
-	}
-	if parts := strings.Split(opts.Username, "."); parts[0] == RoleWorker && i.ReadRegions != nil {
-		role = WorkerRole(parts[1], parts[2], i.ReadRegions(parts[1], parts[2])...)
 	}
 	c.RegisterUser(&server.User{Username: opts.Username, Permissions: ServerPermissions(role)})
 	return true

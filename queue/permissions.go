@@ -40,24 +40,29 @@ func (r NATSRole) All() bool { return r.Publish == nil && r.Subscribe == nil }
 func ControlRole() NATSRole { return NATSRole{Name: RoleControl} }
 
 // ArchiveBucket names the object-store bucket holding the checkpoints and
-// outputs of a region: gpuq-archive-<region>, with characters a bucket name
-// cannot hold replaced by '_'.
-func ArchiveBucket(region string) string {
-	return "gpuq-archive-" + strings.Map(func(r rune) rune {
+// outputs of the jobs that ran on pool: gpuq-pool-<pool>. One bucket per
+// pool, not per region: a bucket's chunks are named at random, so NATS
+// permissions can scope reads to a bucket but not to a job, and a worker of
+// one pool must not read the checkpoints of another's jobs. The bucket lies
+// in the pool's region; a job re-placed onto another pool has its latest
+// checkpoint copied into that pool's bucket by the control plane
+// (WorkerOpRestore).
+func ArchiveBucket(pool string) string {
+	return "gpuq-pool-" + strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
 			return r
 		}
 		return '_'
-	}, region)
+	}, pool)
 }
 
 // ArchiveScheme starts the URI of every archive: nats-os://bucket/name.
 const ArchiveScheme = "nats-os://"
 
 // JobArchivePrefix is how the URI of every checkpoint and output archive of
-// job stored in region begins: its region's bucket, under jobs/<job>/.
-func JobArchivePrefix(region string, job uuid.UUID) string {
-	return ArchiveScheme + ArchiveBucket(region) + "/jobs/" + job.String() + "/"
+// job stored by pool begins: the pool's bucket, under jobs/<job>/.
+func JobArchivePrefix(pool string, job uuid.UUID) string {
+	return ArchiveScheme + ArchiveBucket(pool) + "/jobs/" + job.String() + "/"
 }
 
 // ClientInbox is the inbox prefix of a submitter of project.
@@ -66,14 +71,14 @@ func ClientInbox(project string) string { return "_INBOX.client." + project }
 // WorkerRole is a worker's of pool in region: it calls the worker service of
 // its pool, pulls from and acknowledges its pool's consumer only, writes the
 // output of jobs under its pool's log subjects only, and reads and writes
-// its region's archive bucket. It cannot submit, publish a run order or a
-// cancel, or read another pool. It may read, never write, the archive
-// buckets of readRegions: where a job moved from another region (inside its
-// residency) left its checkpoints.
-func WorkerRole(pool, region string, readRegions ...string) NATSRole {
+// its pool's archive bucket only. It cannot submit, publish a run order or a
+// cancel, read another pool, or read another pool's checkpoints, even of
+// its own region: a job that comes from another pool has its checkpoint
+// copied into this pool's bucket by the control plane.
+func WorkerRole(pool, region string) NATSRole {
 	cons := PoolConsumer(pool)
-	obj := "OBJ_" + ArchiveBucket(region)
-	bucket := ArchiveBucket(region)
+	obj := "OBJ_" + ArchiveBucket(pool)
+	bucket := ArchiveBucket(pool)
 	api := "$JS.API."
 	r := NATSRole{
 		Name: RoleUser(RoleWorker, pool, region),
@@ -88,7 +93,7 @@ func WorkerRole(pool, region string, readRegions ...string) NATSRole {
 			api + "CONSUMER.MSG.NEXT." + StreamRun + "." + cons,
 			"$JS.ACK." + StreamRun + "." + cons + ".>",
 			"$JS.ACK.*.*." + StreamRun + "." + cons + ".>",
-			// The region's archive bucket: created if missing, objects
+			// The pool's archive bucket: created if missing, objects
 			// put (chunks, then metadata, purging a replaced object's
 			// chunks), read through an ordered consumer, and deleted.
 			api + "STREAM.INFO." + obj,
@@ -113,24 +118,6 @@ func WorkerRole(pool, region string, readRegions ...string) NATSRole {
 			// the control plane's alone.
 			CancelSubject("*"),
 		},
-	}
-	for _, rr := range readRegions {
-		if rr == region {
-			continue
-		}
-		obj := "OBJ_" + ArchiveBucket(rr)
-		r.Publish = append(r.Publish,
-			api+"STREAM.INFO."+obj,
-			api+"STREAM.MSG.GET."+obj,
-			api+"DIRECT.GET."+obj,
-			api+"DIRECT.GET."+obj+".>",
-			api+"CONSUMER.CREATE."+obj,
-			api+"CONSUMER.CREATE."+obj+".>",
-			api+"CONSUMER.INFO."+obj+".*",
-			api+"CONSUMER.DELETE."+obj+".*",
-			"$JS.FC."+obj+".>",
-			"$JS.ACK."+obj+".>",
-		)
 	}
 	return r
 }

@@ -165,7 +165,11 @@ func TestWorkerCredentialReadsOnlyItsOwnPool(t *testing.T) {
 	}
 }
 
-func TestWorkerCredentialUsesOnlyItsRegionsArchiveBucket(t *testing.T) {
+// A worker's credential reads and writes its own pool's archive bucket and
+// no other, not even the bucket of another pool of its own region: the
+// objects' chunk subjects are random, so scoping reads to a bucket is what
+// keeps one pool's workers out of another's checkpoints.
+func TestWorkerCredentialUsesOnlyItsPoolsArchiveBucket(t *testing.T) {
 	t.Parallel()
 	n := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -174,41 +178,66 @@ func TestWorkerCredentialUsesOnlyItsRegionsArchiveBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("eu-1")})
+	own, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("pool-a")})
 	if err != nil {
-		t.Fatalf("creating its region's bucket: %v", err)
+		t.Fatalf("creating its pool's bucket: %v", err)
 	}
 	body := bytes.Repeat([]byte("checkpoint "), 100_000) // several chunks
 	for range 2 {                                        // the second put replaces the first and purges its chunks
 		if _, err := own.Put(ctx, jetstream.ObjectMeta{Name: "job/1.tar.zst"}, bytes.NewReader(body)); err != nil {
-			t.Fatalf("putting into its region's bucket: %v", err)
+			t.Fatalf("putting into its pool's bucket: %v", err)
 		}
 	}
 	got, err := own.GetBytes(ctx, "job/1.tar.zst")
 	if err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("reading back from its region's bucket: %d bytes, %v", len(got), err)
+		t.Fatalf("reading back from its pool's bucket: %d bytes, %v", len(got), err)
 	}
 	if err := own.Delete(ctx, "job/1.tar.zst"); err != nil {
-		t.Fatalf("deleting from its region's bucket: %v", err)
+		t.Fatalf("deleting from its pool's bucket: %v", err)
 	}
 
-	other, err := n.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("us-1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.PutBytes(ctx, "job/2.tar.zst", []byte("us data")); err != nil {
-		t.Fatal(err)
+	// pool-b lies in the same region; pool-c in another.
+	for _, pool := range []string{"pool-b", "pool-c"} {
+		bucket := queue.ArchiveBucket(pool)
+		other, err := n.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := other.PutBytes(ctx, "jobs/2/checkpoint-a1-1.tar.zst", []byte("another pool's checkpoint"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, stop := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := js.ObjectStore(short, bucket); err == nil {
+			t.Fatalf("a worker of pool-a opened %s", bucket)
+		}
+		if _, err := js.CreateOrUpdateObjectStore(short, jetstream.ObjectStoreConfig{Bucket: bucket}); err == nil {
+			t.Fatalf("a worker of pool-a reconfigured %s", bucket)
+		}
+		stop()
+		// Nor around the bucket's API: the object's metadata, its chunks
+		// (by a consumer on their subject or by sequence), a purge.
+		nc := queuetest.Connect(t, n.WorkerURL(t, "pool-a", "eu-1"), nil)
+		stream := "OBJ_" + bucket
+		for subject, body := range map[string]string{
+			"$JS.API.DIRECT.GET." + stream:                                                 `{"seq":1}`,
+			"$JS.API.STREAM.MSG.GET." + stream:                                             `{"seq":1}`,
+			"$JS.API.CONSUMER.CREATE." + stream:                                            `{"config":{"deliver_policy":"all","ack_policy":"none","filter_subject":"$O.` + bucket + `.C.` + info.NUID + `"}}`,
+			"$JS.API.CONSUMER.CREATE." + stream + ".peek.$O." + bucket + ".C." + info.NUID: `{"config":{"name":"peek","deliver_policy":"all","ack_policy":"none","filter_subject":"$O.` + bucket + `.C.` + info.NUID + `"}}`,
+			"$JS.API.STREAM.PURGE." + stream:                                               `{}`,
+		} {
+			if reply, err := nc.Request(subject, []byte(body), time.Second); err == nil {
+				t.Fatalf("a worker of pool-a was answered on %s: %s", subject, reply.Data)
+			}
+		}
+		if got, err := other.GetBytes(ctx, "jobs/2/checkpoint-a1-1.tar.zst"); err != nil || string(got) != "another pool's checkpoint" {
+			t.Fatalf("%s's object must be untouched: %q, %v", bucket, got, err)
+		}
 	}
 	short, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
-	if _, err := js.ObjectStore(short, queue.ArchiveBucket("us-1")); err == nil {
-		t.Fatal("a worker in eu-1 opened us-1's bucket")
-	}
-	if _, err := js.CreateOrUpdateObjectStore(short, jetstream.ObjectStoreConfig{Bucket: queue.ArchiveBucket("us-1")}); err == nil {
-		t.Fatal("a worker in eu-1 reconfigured us-1's bucket")
-	}
-	if err := js.DeleteObjectStore(short, queue.ArchiveBucket("eu-1")); err == nil {
-		t.Fatal("a worker deleted its region's bucket")
+	if err := js.DeleteObjectStore(short, queue.ArchiveBucket("pool-a")); err == nil {
+		t.Fatal("a worker deleted its pool's bucket")
 	}
 }
 

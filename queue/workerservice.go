@@ -36,11 +36,15 @@ const (
 	WorkerOpJob        = "job"
 	WorkerOpNode       = "node"
 	WorkerOpCanary     = "canary"
+	// WorkerOpRestore asks for the checkpoint a claim returned in the
+	// worker's own pool's bucket: one of another pool (the job was
+	// re-placed) is copied there and recorded under the attempt.
+	WorkerOpRestore = "restore"
 )
 
 // WorkerOps are the operations the worker service serves.
 var WorkerOps = []string{WorkerOpClaim, WorkerOpHeartbeat, WorkerOpNotice, WorkerOpCheckpoint, WorkerOpComplete,
-	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary}
+	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore}
 
 // WorkerServiceSubject is the subject of op for a worker of pool.
 func WorkerServiceSubject(pool, op string) string {
@@ -76,7 +80,7 @@ type WorkerRequest struct {
 
 	// claim
 	Claims []ClaimRequest `json:"claims,omitempty"`
-	// heartbeat, notice, checkpoint, fail, handback, end, dead, job
+	// heartbeat, notice, checkpoint, fail, handback, end, dead, job, restore
 	JobID   uuid.UUID `json:"job_id,omitzero"`
 	Attempt int       `json:"attempt,omitempty"`
 	// heartbeat, notice: the lease's new length.
@@ -85,6 +89,8 @@ type WorkerRequest struct {
 	Message string `json:"message,omitempty"`
 	// checkpoint
 	Archive *ArchiveRecord `json:"archive,omitempty"`
+	// restore: the sequence number of the checkpoint to restore.
+	Seq int `json:"seq,omitempty"`
 	// complete
 	Completions []Completion `json:"completions,omitempty"`
 	// fail, handback, end
@@ -110,6 +116,8 @@ type WorkerReply struct {
 	Claims []WireClaimResult `json:"claims,omitempty"`
 	// checkpoint: the sequence number recorded.
 	Seq int `json:"seq,omitempty"`
+	// restore: the checkpoint in the pool's own bucket.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// complete: one per completion, false when fenced out.
 	Recorded []bool `json:"recorded,omitempty"`
 	// job

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// A worker run as root runs its jobs as nobody, who must reach the
+	// A worker run as root runs its jobs as other users, who must reach the
 	// binary for `gpuq checkpoint save`.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,9 +66,10 @@ var testPool = local.PoolConfig{Pool: "eu-cpu", Region: "eu-test-1", Country: "D
 // cluster is a control plane on real JetStream and PostgreSQL, with worker
 // processes started from the real binary.
 type cluster struct {
-	n     *queuetest.NATS
-	store *store.Store
-	dbURL string
+	n      *queuetest.NATS
+	store  *store.Store
+	dbURL  string
+	placer *control.PolicyPlacer
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -102,7 +103,8 @@ func newClusterRules(t testing.TB, rules policy.Rules, pools ...local.PoolConfig
 		(&control.Scheduler{JS: n.JS, Store: store, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	svc := &control.WorkerService{NATS: n.NC, Store: store, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Placer: placer, JS: n.JS}
+	svc := &control.WorkerService{NATS: n.NC, Store: store, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Placer: placer, JS: n.JS,
+		Archives: &workers.ObjectStore{JS: n.JS}}
 	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func newClusterRules(t testing.TB, rules policy.Rules, pools ...local.PoolConfig
 	if _, err := (&control.ClientService{NATS: n.NC, Store: store, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{n: n, store: store, dbURL: url}
+	return &cluster{n: n, store: store, dbURL: url, placer: placer}
 }
 
 // startWorker launches `gpuq worker` for the test pool; its output is shown
@@ -154,7 +156,7 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 }
 
 // jobsDir is a test directory a worker may keep its attempts in (and
-// outlive: the test removes it): as root the worker runs jobs as nobody, who
+// outlive: the test removes it): as root the worker runs jobs as other users, who
 // must enter it, and t.TempDir's are closed to others.
 func jobsDir(t testing.TB) string {
 	t.Helper()
@@ -168,7 +170,7 @@ func jobsDir(t testing.TB) string {
 }
 
 // jobWritable is a test directory jobs write to (files a test reads back),
-// as nobody when the worker runs as root.
+// as other users when the worker runs as root.
 func jobWritable(t testing.TB) string {
 	t.Helper()
 	dir := jobsDir(t)

@@ -77,7 +77,9 @@ command: [/bin/sh, -c, 'echo x > "$GPUQ_CHECKPOINT_DIR/x" && gpuq checkpoint sav
 	allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "HF_HOME": true, "MODEL": true,
 		"GPUQ_JOB_ID": true, "GPUQ_ATTEMPT": true, "GPUQ_CHECKPOINT_DIR": true, "GPUQ_OUTPUT_DIR": true,
 		"GPUQ_RESUMED": true, "GPUQ_POOL": true, "GPUQ_REGION": true, "GPUQ_CONTROL_SOCKET": true,
-		"PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
+		"PWD": true, "SHLVL": true, "_": true, "OLDPWD": true,
+		// A root worker names the job's own uid.
+		"USER": os.Geteuid() == 0, "LOGNAME": os.Geteuid() == 0}
 	seen := map[string]string{}
 	for _, line := range strings.Split(logs, "\n") {
 		name, value, ok := strings.Cut(line, "=")
@@ -168,8 +170,8 @@ command: [/bin/sh, -c, 'cat /proc/$PPID/environ; echo "cat exit=$?"; tr "\0" "\n
 	}
 }
 
-// A worker running as root (a container's default, a careless unit) runs
-// each job as nobody (--run-as), in an attempt directory of its own that no
+// A worker running as root (a container's default, a careless unit) told
+// --run-as nobody runs each job as nobody, in an attempt directory of its own that no
 // other user enters; checkpoints and outputs still work, and the checkpoint
 // the next attempt restores is the job's to write.
 func TestJobOfARootWorkerRunsAsNobodyInItsOwnDirectory(t *testing.T) {
@@ -185,7 +187,7 @@ func TestJobOfARootWorkerRunsAsNobodyInItsOwnDirectory(t *testing.T) {
 		t.Fatalf("the nobody user: %v", err)
 	}
 	c := newCluster(t)
-	c.startWorker(t, 5*time.Second, 2*time.Second)
+	c.startWorker(t, 5*time.Second, 2*time.Second, "--run-as", "nobody")
 	spec := `name: who
 checkpoint: {paths: [state]}
 command: [/bin/sh, -c, 'echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; stat -c "home=%a:%u" "$HOME"; [ -f "$GPUQ_CHECKPOINT_DIR/state" ] && echo "restored=$(cat "$GPUQ_CHECKPOINT_DIR/state")"; echo "attempt $GPUQ_ATTEMPT" >> "$GPUQ_CHECKPOINT_DIR/state" && gpuq checkpoint save > /dev/null && echo saved; echo 1 > "$GPUQ_OUTPUT_DIR/out"; touch /root/escaped 2>/dev/null && echo "wrote /root"; [ "$GPUQ_ATTEMPT" = 1 ] && exit 3; exit 0']

@@ -85,7 +85,7 @@ func newServerCluster(t *testing.T) *cluster {
 
 // intruder holds what a compromised machine of the test pool holds: the
 // pool's worker credential. With it an archive can be put into the
-// region's bucket and recorded through the worker service as an attempt's
+// pool's bucket and recorded through the worker service as an attempt's
 // checkpoint or outputs; nothing else stands between it and the machine
 // that unpacks the archive.
 type intruder struct {
@@ -107,7 +107,7 @@ func newIntruder(t *testing.T, c *cluster) *intruder {
 // returns its record.
 func (in *intruder) put(t *testing.T, name string, arch []byte) queue.ArchiveRecord {
 	t.Helper()
-	uri, err := in.store.Put(context.Background(), testPool.Region, name, bytes.NewReader(arch))
+	uri, err := in.store.Put(context.Background(), queue.ArchiveBucket(testPool.Pool), name, bytes.NewReader(arch))
 	if err != nil {
 		t.Fatal(err)
 	}

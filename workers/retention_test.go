@@ -81,7 +81,7 @@ func TestThousandJobsOfFiveCheckpointsKeepThreePerUnfinishedJobAndNoneForFinishe
 				for k := 1; k <= saves; k++ {
 					name := fmt.Sprintf("jobs/%s/checkpoint-a1-%d.tar.zst", ids[i], k)
 					data := bytes.Repeat([]byte{byte(k)}, 512)
-					uri, err := archives.Put(ctx, "eu-test-1", name, bytes.NewReader(data))
+					uri, err := archives.Put(ctx, queue.ArchiveBucket(testPool.Pool), name, bytes.NewReader(data))
 					if err == nil {
 						_, err = s.RecordCheckpoint(ctx, ids[i], 1, queue.ArchiveRecord{Bytes: int64(len(data)), SHA256: "x", Region: "eu-test-1", StoreURI: uri})
 					}
@@ -114,7 +114,7 @@ func TestThousandJobsOfFiveCheckpointsKeepThreePerUnfinishedJobAndNoneForFinishe
 		t.Fatal(err)
 	}
 
-	bucket, err := n.JS.ObjectStore(ctx, queue.ArchiveBucket("eu-test-1"))
+	bucket, err := n.JS.ObjectStore(ctx, queue.ArchiveBucket(testPool.Pool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +188,11 @@ func TestArchiveBucketsAreCappedInBytes(t *testing.T) {
 	ctx := context.Background()
 	n := queuetest.StartNATS(t)
 	archives := &workers.ObjectStore{JS: n.JS, MaxBytes: 64 << 10}
-	first, err := archives.Put(ctx, "eu-cap-1", "a", bytes.NewReader(make([]byte, 40<<10)))
+	first, err := archives.Put(ctx, queue.ArchiveBucket("eu-cap"), "a", bytes.NewReader(make([]byte, 40<<10)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := archives.Put(ctx, "eu-cap-1", "b", bytes.NewReader(make([]byte, 40<<10))); err == nil {
+	if _, err := archives.Put(ctx, queue.ArchiveBucket("eu-cap"), "b", bytes.NewReader(make([]byte, 40<<10))); err == nil {
 		t.Fatal("an upload past the bucket's cap must fail")
 	}
 	var buf bytes.Buffer

@@ -101,6 +101,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	a.run(ctx, claimed.Checkpoint)
 }
 
+// checkpointRestorer is the worker service's restore (ServiceRecords): a
+// checkpoint of another pool's bucket, copied into the worker's pool's.
+type checkpointRestorer interface {
+	RestoreCheckpoint(ctx context.Context, id uuid.UUID, attempt, seq int) (*queue.Checkpoint, error)
+}
+
 // ackDone acknowledges a message whose job needs nothing more, and waits
 // for the server to confirm it.
 func ackDone(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
@@ -118,6 +124,8 @@ type attempt struct {
 	io  context.Context
 
 	base, ckptDir, outDir string
+	// user is who the job runs as; nil: the worker's own user.
+	user *JobUser
 
 	saveMu sync.Mutex
 	saves  int
@@ -143,6 +151,20 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 	user := w.cfg.JobUser
+	if w.uids != nil {
+		// Its own uid: no other job of the machine reads its files or
+		// signals its processes. Given back (after killing whatever the
+		// job left running) before its directory is removed.
+		u, giveBack, err := w.uids.take(ctx)
+		if err != nil {
+			a.release(queue.OutcomePreempted, nil, "choosing the job's uid: "+err.Error(), 5*time.Second)
+			return
+		}
+		defer giveBack()
+		user = u
+		a.log = a.log.With("uid", u.UID)
+	}
+	a.user = user
 	if user != nil {
 		// The attempt's directory is the job's own: no other job enters.
 		err := os.Chmod(a.base, 0o700)
@@ -152,6 +174,20 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		if err != nil {
 			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
 			return
+		}
+	}
+	if from != nil && !strings.HasPrefix(from.StoreURI, queue.JobArchivePrefix(w.cfg.Pool, job.ID)) {
+		// Stored by another pool (the job was re-placed), where this
+		// worker may not read: the control plane copies it into this
+		// pool's bucket.
+		if r, ok := w.store.(checkpointRestorer); ok {
+			cp, err := r.RestoreCheckpoint(a.io, job.ID, job.Attempt, from.Seq)
+			if err != nil {
+				a.log.Error("copying the checkpoint of another pool into this pool's bucket", "seq", from.Seq, "err", err)
+				a.release(queue.OutcomePreempted, nil, fmt.Sprintf("copying checkpoint %d into pool %s's bucket: %v", from.Seq, w.cfg.Pool, err), 5*time.Second)
+				return
+			}
+			from = cp
 		}
 	}
 	if from != nil {
@@ -326,6 +362,11 @@ func (a *attempt) env(resumed bool, socket string) []string {
 			vars[name] = v
 		}
 	}
+	if a.user != nil {
+		// Some programs ask who they are (Python's getpass.getuser, and
+		// with it torch's caches); a job uid has no passwd entry.
+		vars["USER"], vars["LOGNAME"] = a.user.Name, a.user.Name
+	}
 	if cfg.Executable != "" {
 		vars["PATH"] = filepath.Dir(cfg.Executable) + string(os.PathListSeparator) + vars["PATH"]
 	}
@@ -411,7 +452,8 @@ func (a *attempt) save(context.Context) (int, error) {
 	return seq, nil
 }
 
-// pack packs dir and uploads it as name to the worker's region.
+// pack packs dir and uploads it as name to the worker's pool's bucket, in
+// its region.
 func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveRecord, error) {
 	arch, err := Pack(dir, paths, a.base)
 	if err != nil {
@@ -430,7 +472,7 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 		return nil, err
 	}
 	defer f.Close()
-	uri, err := a.w.archives.Put(a.io, a.w.cfg.Region, name, f)
+	uri, err := a.w.archives.Put(a.io, queue.ArchiveBucket(a.w.cfg.Pool), name, f)
 	if err != nil {
 		return nil, err
 	}

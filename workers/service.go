@@ -143,6 +143,29 @@ func (r *ServiceRecords) RecordCheckpoint(ctx context.Context, id uuid.UUID, att
 	return reply.Seq, nil
 }
 
+// restoreTimeout bounds a restore, which may copy a large checkpoint from
+// another pool's bucket when the caller's context has no deadline.
+const restoreTimeout = 10 * time.Minute
+
+// RestoreCheckpoint returns checkpoint seq of the job in the worker's own
+// pool's bucket: the control plane copies one another pool stored there and
+// records the copy under attempt. Repeating it finds the same copy.
+func (r *ServiceRecords) RestoreCheckpoint(ctx context.Context, id uuid.UUID, attempt, seq int) (*queue.Checkpoint, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, restoreTimeout)
+		defer cancel()
+	}
+	reply, err := r.call(ctx, queue.WorkerOpRestore, &queue.WorkerRequest{JobID: id, Attempt: attempt, Seq: seq}, true)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Checkpoint == nil {
+		return nil, fmt.Errorf("worker service restore: the reply holds no checkpoint")
+	}
+	return reply.Checkpoint, nil
+}
+
 // Succeed records the attempt's success and its outputs.
 func (r *ServiceRecords) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error {
 	recorded, err := r.complete(ctx, []queue.Completion{{JobID: id, Attempt: attempt, Outputs: outputs}})

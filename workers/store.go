@@ -16,17 +16,18 @@ import (
 	"github.com/gpuq/gpuq/queue"
 )
 
-// ArchiveStore keeps packed checkpoints and outputs. There is one per region;
-// the embedded default is a JetStream object-store bucket, real deployments
-// use S3-compatible storage in the same region.
+// ArchiveStore keeps packed checkpoints and outputs in buckets, one per pool
+// (queue.ArchiveBucket), in the pool's region; the embedded default is a
+// JetStream object-store bucket, real deployments use S3-compatible storage
+// in the same region.
 type ArchiveStore interface {
-	Put(ctx context.Context, region, name string, r io.Reader) (uri string, err error)
+	Put(ctx context.Context, bucket, name string, r io.Reader) (uri string, err error)
 	Get(ctx context.Context, uri string, w io.Writer) error
 	Delete(ctx context.Context, uri string) error
 }
 
-// ObjectStore keeps archives in one JetStream object-store bucket per region,
-// named gpuq-archive-<region>. URIs look like nats-os://bucket/name.
+// ObjectStore keeps archives in JetStream object-store buckets, one per pool
+// (gpuq-pool-<pool>). URIs look like nats-os://bucket/name.
 type ObjectStore struct {
 	JS jetstream.ObjectStoreManager
 	// Replicas of each bucket; 3 on a production cluster. Default 1.
@@ -74,9 +75,8 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 	return b, nil
 }
 
-// Put stores r under name in the region's bucket.
-func (s *ObjectStore) Put(ctx context.Context, region, name string, r io.Reader) (string, error) {
-	bucket := queue.ArchiveBucket(region)
+// Put stores r under name in bucket, creating it when missing.
+func (s *ObjectStore) Put(ctx context.Context, bucket, name string, r io.Reader) (string, error) {
 	b, err := s.bucket(ctx, bucket, true)
 	if err != nil {
 		return "", err

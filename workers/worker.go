@@ -81,10 +81,16 @@ type Config struct {
 	// storage.unpack_* keys of the configuration). Default: the defaults
 	// of queue.ArchiveLimits.
 	Unpack queue.ArchiveLimits
-	// JobUser, when set, is the user jobs run as, each in its own 0700
-	// directory; gpuq worker sets it (default nobody) when it runs as root.
+	// JobUser, when set, is the one user every job runs as, each in its
+	// own 0700 directory (gpuq worker --run-as USER, as root).
 	// Default: the worker's own user.
 	JobUser *JobUser
+	// JobUIDs, when set, gives each running attempt a uid (and the same
+	// gid) of its own from the range, so that jobs of one machine can
+	// neither read each other's files nor signal each other's processes;
+	// gpuq worker sets it (default DefaultJobUIDs) when it runs as root
+	// without --run-as. Needs root and at least Slots ids; excludes JobUser.
+	JobUIDs *UIDRange
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
 	Logger *slog.Logger
@@ -144,6 +150,17 @@ func (c Config) validate() error {
 			return fmt.Errorf("worker.pass-env: %s: GPUQ_* variables are the worker's settings and the job's own variables and cannot be passed to jobs", name)
 		}
 	}
+	if c.JobUIDs != nil {
+		if c.JobUser != nil {
+			return fmt.Errorf("worker.job-uids: jobs run as one user (worker.run-as %s) or each as its own uid of a range, not both", c.JobUser.Name)
+		}
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("worker.job-uids: only a worker running as root runs its jobs as other users")
+		}
+		if err := c.JobUIDs.validate(c.Slots); err != nil {
+			return fmt.Errorf("worker.job-uids: %w", err)
+		}
+	}
 	if c.NoticeReserve < 0 {
 		return fmt.Errorf("worker.notice-reserve: must not be negative, got %s", c.NoticeReserve)
 	}
@@ -177,6 +194,8 @@ type Worker struct {
 	canary *canaryGate
 	// ownDataDir is true when the worker made its data directory up.
 	ownDataDir bool
+	// uids hands out the attempts' own uids (Config.JobUIDs).
+	uids *uidPool
 	// running holds the attempts whose job process is up, for Warn.
 	runningMu sync.Mutex
 	running   map[*attempt]struct{}
@@ -201,8 +220,19 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 	} else if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	if cfg.JobUser != nil {
-		if err := prepareJobUser(&cfg); err != nil {
+	var uids *uidPool
+	if cfg.JobUser != nil || cfg.JobUIDs != nil {
+		var who string
+		if cfg.JobUser != nil {
+			who = "user " + cfg.JobUser.Name
+		} else {
+			who = "uids " + cfg.JobUIDs.String()
+		}
+		err := prepareJobUser(&cfg, who)
+		if err == nil && cfg.JobUIDs != nil {
+			uids, err = newUIDPool(*cfg.JobUIDs, jobUIDLockDir())
+		}
+		if err != nil {
 			if ownDataDir {
 				os.RemoveAll(cfg.DataDir)
 			}
@@ -213,7 +243,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 	if sr, ok := store.(*ServiceRecords); ok && sr.WorkerID == "" {
 		sr.WorkerID = cfg.WorkerID
 	}
-	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir,
+	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir, uids: uids,
 		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany), beats: newBeats()}, nil
 }
 

@@ -2,9 +2,12 @@ package control
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -42,6 +45,8 @@ type WorkerStore interface {
 	// attempts.
 	AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[queue.AttemptRef]string, error)
 	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
+	// Checkpoints finds the checkpoint a restore names.
+	Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
 }
@@ -69,6 +74,10 @@ type WorkerService struct {
 	// the job waits in its current placement.
 	Placer Placer
 	JS     RunPublisher
+	// Archives copies a re-placed job's checkpoint from its previous
+	// pool's bucket into the claiming pool's; without it such a restore is
+	// refused and the job's new pool cannot resume it.
+	Archives ArchiveCopier
 	// Concurrency bounds the requests handled at once. Default 64.
 	Concurrency int
 	// Logger; default slog.Default().
@@ -76,6 +85,13 @@ type WorkerService struct {
 
 	successes *batcher[queue.AttemptRef, bool]
 	slots     chan struct{}
+}
+
+// ArchiveCopier reads an archive anywhere and writes one into a bucket.
+type ArchiveCopier interface {
+	Get(ctx context.Context, uri string, w io.Writer) error
+	Put(ctx context.Context, bucket, name string, r io.Reader) (uri string, err error)
+	Delete(ctx context.Context, uri string) error
 }
 
 // successRunners is how many completion batches are written at once.
@@ -207,6 +223,10 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 		}
 		seq, err := s.Store.RecordCheckpoint(ctx, r.JobID, r.Attempt, *r.Archive)
 		out.Seq = seq
+		return out, err
+	case queue.WorkerOpRestore:
+		cp, err := s.restore(ctx, pool, r.JobID, r.Attempt, r.Seq)
+		out.Checkpoint = cp
 		return out, err
 	case queue.WorkerOpComplete:
 		recorded, err := s.complete(ctx, pool, r.Completions)
@@ -365,6 +385,72 @@ func (s *WorkerService) checkAttempts(ctx context.Context, op, pool string, r *q
 	return nil
 }
 
+// restore returns checkpoint seq of job in pool's own bucket, where the
+// pool's workers may read it. A checkpoint another pool stored (the job was
+// re-placed) is copied into pool's bucket, checked against its recorded
+// sha256, and recorded under attempt like a checkpoint the attempt saved:
+// fenced, and only inside the job's residency (checkArchive). Repeating a
+// restore copies again under the same name and finds the same record.
+func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, attempt, seq int) (*queue.Checkpoint, error) {
+	if seq < 1 {
+		return nil, badf("seq: must be positive, got %d", seq)
+	}
+	cps, err := s.Store.Checkpoints(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(cps, func(c queue.Checkpoint) bool { return c.Seq == seq })
+	if i < 0 {
+		return nil, fmt.Errorf("checkpoint %d of job %s: %w", seq, id, queue.ErrNotFound)
+	}
+	from := cps[i]
+	if strings.HasPrefix(from.StoreURI, queue.JobArchivePrefix(pool, id)) {
+		return &from, nil
+	}
+	if s.Archives == nil {
+		return nil, fmt.Errorf("checkpoint %d of job %s lies in another pool's bucket and this control plane copies no archives", seq, id)
+	}
+	loc, ok, err := s.Pools.PoolLocation(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badf("pool: %s is not in the control plane's pool registry", pool)
+	}
+	name := fmt.Sprintf("jobs/%s/checkpoint-a%d-restore-s%d.tar.zst", id, attempt, seq)
+	rec := queue.ArchiveRecord{Bytes: from.Bytes, SHA256: from.SHA256, Region: loc.Region,
+		StoreURI: queue.ArchiveScheme + queue.ArchiveBucket(pool) + "/" + name}
+	// Residency first: nothing is copied into a region outside the job's
+	// residency. A stale attempt's copy is fenced at the record, and
+	// deleted.
+	if err := s.checkArchive(ctx, pool, id, "checkpoint", &rec); err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	h := sha256.New()
+	go func() {
+		pw.CloseWithError(s.Archives.Get(ctx, from.StoreURI, io.MultiWriter(pw, h)))
+	}()
+	uri, err := s.Archives.Put(ctx, queue.ArchiveBucket(pool), name, pr)
+	pr.CloseWithError(err)
+	if err != nil {
+		return nil, fmt.Errorf("copying checkpoint %d of job %s into pool %s's bucket: %w", seq, id, pool, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != from.SHA256 {
+		s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		return nil, fmt.Errorf("checkpoint %d of job %s: sha256 %s, recorded %s", seq, id, got, from.SHA256)
+	}
+	rec.StoreURI = uri
+	newSeq, err := s.Store.RecordCheckpoint(ctx, id, attempt, rec)
+	if err != nil {
+		s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		return nil, err
+	}
+	s.Logger.Info("checkpoint copied for a re-placed job", "job", id, "attempt", attempt, "from", from.StoreURI, "to", uri, "seq", newSeq)
+	return &queue.Checkpoint{JobID: id, Seq: newSeq, Attempt: attempt, Bytes: rec.Bytes, SHA256: rec.SHA256,
+		Region: rec.Region, StoreURI: uri, CreatedAt: time.Now()}, nil
+}
+
 // checkArchive refuses a checkpoint or output record that does not name the
 // region of the worker's pool, or whose pool lies outside the job's
 // residency.
@@ -379,11 +465,11 @@ func (s *WorkerService) checkArchive(ctx context.Context, pool string, id uuid.U
 	if a.Region != loc.Region {
 		return badf("%s.region: %q is not pool %s's region %q", field, a.Region, pool, loc.Region)
 	}
-	// Only an object of this job in the region's bucket: the client service
+	// Only an object of this job in the pool's bucket: the client service
 	// serves what is recorded with the control plane's credential, so a
 	// record naming another job's or region's object would hand it out.
-	if prefix := queue.JobArchivePrefix(loc.Region, id); !strings.HasPrefix(a.StoreURI, prefix) || len(a.StoreURI) == len(prefix) {
-		return badf("%s.store_uri: must name an object of job %s in region %s's bucket (%s…)", field, id, loc.Region, prefix)
+	if prefix := queue.JobArchivePrefix(pool, id); !strings.HasPrefix(a.StoreURI, prefix) || len(a.StoreURI) == len(prefix) {
+		return badf("%s.store_uri: must name an object of job %s in pool %s's bucket (%s…)", field, id, pool, prefix)
 	}
 	p, err := s.Store.LatestPlacement(ctx, id)
 	if errors.Is(err, queue.ErrNotFound) {

@@ -141,7 +141,7 @@ func TestWorkerServiceAnswersARepeatedRequestAsTheFirstWithoutApplyingItTwice(t 
 	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), other); r.Claims[0].Error == nil || r.Claims[0].Error.Kind != queue.WireNotClaimable {
 		t.Fatalf("another claim: %+v", r.Claims[0])
 	}
-	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: queue.JobArchivePrefix("r", id) + "checkpoint-a1-1.tar.zst"}}
+	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: queue.JobArchivePrefix("p", id) + "checkpoint-a1-1.tar.zst"}}
 	for i := range 2 {
 		if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), cp); r.Error != nil || r.Seq != 1 {
 			t.Fatalf("checkpoint %d: seq %d, %+v", i+1, r.Seq, r.Error)
@@ -204,17 +204,17 @@ func TestWorkerServiceRefusesAClaimOutsideResidencyAndNeverEndsTheJob(t *testing
 	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{claimOf(id, "p")}}); r.Claims[0].Claimed == nil {
 		t.Fatalf("claim from the EU pool: %+v", r.Claims[0].Error)
 	}
-	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "us-1", StoreURI: queue.JobArchivePrefix("us-1", id) + "checkpoint-a1-1.tar.zst"}}
+	cp := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "us-1", StoreURI: queue.JobArchivePrefix("p", id) + "checkpoint-a1-1.tar.zst"}}
 	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, `archive.region: "us-1" is not pool p's region "r"`) {
 		t.Fatalf("a checkpoint in another region: %+v", r.Error)
 	}
 	// Nor may a record name an object outside the job's own part of its
-	// region's bucket: another job's, or another region's bucket. The
-	// client service would hand it out with the control plane's credential.
+	// pool's bucket: another job's, or another pool's bucket. The client
+	// service would hand it out with the control plane's credential.
 	for _, uri := range []string{
-		queue.JobArchivePrefix("r", uuid.New()) + "outputs-a1.tar.zst",
-		queue.JobArchivePrefix("us-1", id) + "checkpoint-a1-1.tar.zst",
-		queue.JobArchivePrefix("r", id),
+		queue.JobArchivePrefix("p", uuid.New()) + "outputs-a1.tar.zst",
+		queue.JobArchivePrefix("us", id) + "checkpoint-a1-1.tar.zst",
+		queue.JobArchivePrefix("p", id),
 	} {
 		other := queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1, Archive: &queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: uri}}
 		if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), other); r.Error == nil || !strings.Contains(r.Error.Message, "archive.store_uri: must name an object of job "+id.String()) {
@@ -223,7 +223,7 @@ func TestWorkerServiceRefusesAClaimOutsideResidencyAndNeverEndsTheJob(t *testing
 	}
 	// The US worker cannot record into the EU job's attempt either, nor
 	// store a checkpoint in its region for the job under any attempt.
-	cp.Pool, cp.Archive.Region = "us", "us-1"
+	cp.Pool, cp.Archive.Region, cp.Archive.StoreURI = "us", "us-1", queue.JobArchivePrefix("us", id)+"checkpoint-a1-1.tar.zst"
 	if r := ask(t, n, queue.WorkerServiceSubject("us", queue.WorkerOpCheckpoint), cp); r.Error == nil || !strings.Contains(r.Error.Message, "was claimed by pool p") {
 		t.Fatalf("a checkpoint from the US pool: %+v", r.Error)
 	}

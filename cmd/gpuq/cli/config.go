@@ -34,6 +34,17 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	if bindErr != nil {
 		return nil, bindErr
 	}
+	if path := configFile(cmd, v); path != "" {
+		if err := readConfigFile(v, path); err != nil {
+			return nil, fmt.Errorf("reading config file %s: %w", path, err)
+		}
+	}
+	return v, nil
+}
+
+// configFile is the config file cmd reads: --config, GPUQ_CONFIG, or the
+// one gpuq dev left in the current directory; "" when none.
+func configFile(cmd *cobra.Command, v *viper.Viper) string {
 	path := v.GetString("config")
 	if path == "" {
 		path = os.Getenv("GPUQ_CONFIG")
@@ -47,12 +58,7 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 			path = devConfigFile
 		}
 	}
-	if path != "" {
-		if err := readConfigFile(v, path); err != nil {
-			return nil, fmt.Errorf("reading config file %s: %w", path, err)
-		}
-	}
-	return v, nil
+	return path
 }
 
 // maxConfigFileBytes bounds a config file.

@@ -262,7 +262,7 @@ func defaultPools() []local.PoolConfig {
 // its pool registry.
 func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer, logger *slog.Logger) (<-chan error, error) {
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
-		Placer: placer, JS: c.js, Logger: logger}
+		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger}
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -295,6 +295,6 @@ func newLogger() *slog.Logger {
 }
 
 // archiveStore is the default checkpoint and output store.
-func archiveStore(c *clients) workers.ArchiveStore {
+func archiveStore(c *clients) *workers.ObjectStore {
 	return &workers.ObjectStore{JS: c.js}
 }

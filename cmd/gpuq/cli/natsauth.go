@@ -19,9 +19,6 @@ type NATSRoles struct {
 	Workers []struct {
 		Pool   string `json:"pool"`
 		Region string `json:"region"`
-		// ReadRegions are the regions whose archive buckets the pool's
-		// workers may read: where jobs moved into the pool come from.
-		ReadRegions []string `json:"read_regions"`
 	} `json:"workers"`
 	Submitters []struct {
 		Projects []string `json:"projects"`
@@ -57,16 +54,11 @@ func natsAuthConfig(file string) (string, error) {
 		if _, _, err := queue.ParseRoleUser(user); err != nil {
 			return "", fmt.Errorf("%s: workers[%d]: %w", file, i, err)
 		}
-		for j, rr := range w.ReadRegions {
-			if err := queue.ValidateRegion(rr); err != nil {
-				return "", fmt.Errorf("%s: workers[%d].read_regions[%d]: %w", file, i, j, err)
-			}
-		}
 		if seen[user] {
 			return "", fmt.Errorf("%s: workers[%d]: pool %s in region %s is listed twice", file, i, w.Pool, w.Region)
 		}
 		seen[user] = true
-		roles = append(roles, queue.WorkerRole(w.Pool, w.Region, w.ReadRegions...))
+		roles = append(roles, queue.WorkerRole(w.Pool, w.Region))
 	}
 	for i, s := range r.Submitters {
 		if len(s.Projects) == 0 {
@@ -94,7 +86,7 @@ func newNATSAuthCmd() *cobra.Command {
 		Short: "Print the NATS server authorization block for a deployment's pools and projects",
 		Long: `nats-auth prints a nats-server authorization block with gpuq's roles: the control plane
 (everything), one worker user per pool (its pool's consumer and worker service, job logs, its
-region's archive bucket) and one submitter user per group of projects (their submission
+pool's archive bucket) and one submitter user per group of projects (their submission
 subjects and client service). Passwords are read from environment variables the block names.
 deploy/nats/auth.conf is generated this way from deploy/nats/roles.yaml.`,
 		Args: cobra.ExactArgs(1),

@@ -33,12 +33,12 @@ func TestDeployNATSAuthIsGeneratedFromTheRoles(t *testing.T) {
 func TestNATSAuthRefusesBadRoles(t *testing.T) {
 	t.Parallel()
 	for name, body := range map[string]string{
-		"bad pool":        "workers: [{pool: 'a b', region: r}]\n",
-		"unknown field":   "workers: [{pool: a, region: r, zone: z}]\n",
-		"no projects":     "submitters: [{projects: []}]\n",
-		"bad project":     "submitters: [{projects: [Team.A]}]\n",
-		"listed twice":    "workers: [{pool: a, region: r}, {pool: a, region: r}]\n",
-		"bad read region": "workers: [{pool: a, region: r, read_regions: ['x.y']}]\n",
+		"bad pool":      "workers: [{pool: 'a b', region: r}]\n",
+		"unknown field": "workers: [{pool: a, region: r, zone: z}]\n",
+		"no projects":   "submitters: [{projects: []}]\n",
+		"bad project":   "submitters: [{projects: [Team.A]}]\n",
+		"listed twice":  "workers: [{pool: a, region: r}, {pool: a, region: r}]\n",
+		"read regions":  "workers: [{pool: a, region: r, read_regions: [b]}]\n", // a worker reads its pool's bucket only
 	} {
 		if _, err := natsAuthConfig(writeFile(t, "roles.yaml", body)); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
-	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/sql/migrations"
@@ -255,40 +253,6 @@ func (s *devStack) configure(v *viper.Viper) {
 	v.Set(issuerKey, s.nats.Issuer)
 }
 
-// poolPlace is where a pool runs.
-type poolPlace struct{ Region, Country string }
-
-// archiveReaders names, for a worker in region, the other regions whose
-// archive buckets it may read: where a job moved into its pool may have
-// left checkpoints. A move stays inside the job's residency, so these are
-// the regions of pools in the same country or, for a country of the EEA or
-// Switzerland, in that area.
-func archiveReaders(places []poolPlace) func(pool, region string) []string {
-	eea, _ := policy.Residency(policy.Rules{}, "EEA")
-	ch, _ := policy.Residency(policy.Rules{}, "CH")
-	area := func(country string) string {
-		if eea.Contains(country) || ch.Contains(country) {
-			return "EEA+CH"
-		}
-		return country
-	}
-	return func(_, region string) []string {
-		var own []string
-		for _, p := range places {
-			if p.Region == region {
-				own = append(own, area(p.Country))
-			}
-		}
-		var out []string
-		for _, p := range places {
-			if p.Region != region && slices.Contains(own, area(p.Country)) && !slices.Contains(out, p.Region) {
-				out = append(out, p.Region)
-			}
-		}
-		return out
-	}
-}
-
 // workerEnv is the environment a worker of pool that the stack starts gets
 // its credential from: a worker credential scoped to the pool and its
 // region, in the environment, never on a command line.
@@ -375,21 +339,6 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			}
 			defer stack.Stop()
 			stack.configure(v)
-			var places []poolPlace
-			if simulated != nil {
-				for _, p := range simulated.cloud.Pools() {
-					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
-				}
-			} else {
-				pools, err := poolsOrDefault(v)
-				if err != nil {
-					return err
-				}
-				for _, p := range pools {
-					places = append(places, poolPlace{Region: p.Region, Country: p.Country})
-				}
-			}
-			stack.nats.Issuer.ReadRegions = archiveReaders(places)
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()

@@ -60,8 +60,13 @@ provider's reason and hands the jobs back at once.`,
 				AckWait: v.GetDuration("ack-wait"), Grace: v.GetDuration("grace"), DataDir: v.GetString("data-dir"),
 				NodeID: canary.NodeID(v.GetString("instance-id")), PassEnv: passEnv(v), Logger: newLogger(),
 			}
-			if cfg.JobUser, err = jobUser(v.GetString("run-as")); err != nil {
+			if cfg.JobUser, cfg.JobUIDs, err = jobUsers(v.GetString("run-as"), v.GetString("job-uids")); err != nil {
 				return err
+			}
+			if cfg.JobUser != nil || cfg.JobUIDs != nil {
+				if err := secretsClosedToJobs(cmd, v, cfg.JobUser); err != nil {
+					return err
+				}
 			}
 			if cfg.Pool == "" {
 				return fmt.Errorf("pool: required; pass --pool or set GPUQ_POOL")
@@ -87,7 +92,7 @@ provider's reason and hands the jobs back at once.`,
 			if err != nil {
 				return err
 			}
-			// The worker creates its region's bucket with the cap the
+			// The worker creates its pool's bucket with the cap the
 			// configuration gives it (storage.bucket_max_bytes).
 			storage, err := storageConfig(v)
 			if err != nil {
@@ -166,7 +171,8 @@ provider's reason and hands the jobs back at once.`,
 	cmd.Flags().Duration("ack-wait", 30*time.Second, "AckWait of the pool's consumer and the claim lease; heartbeats every third of it")
 	cmd.Flags().Duration("grace", 20*time.Second, "time a job gets after SIGTERM to save its final checkpoint")
 	cmd.Flags().String("data-dir", "", "where attempts keep their checkpoint and output directories (default: a temporary directory)")
-	cmd.Flags().String("run-as", "", "when the worker runs as root, the user its jobs run as, each in its own 0700 directory (default nobody; root keeps them root) (env GPUQ_RUN_AS)")
+	cmd.Flags().String("job-uids", "", "when the worker runs as root, the uids (FIRST-LAST) its running jobs each get one of, with the same gid, owning the job's 0700 directory (default "+workers.DefaultJobUIDs.String()+"; env GPUQ_JOB_UIDS)")
+	cmd.Flags().String("run-as", "", "when the worker runs as root, one user every job runs as instead of a uid of its own (root keeps them root) (env GPUQ_RUN_AS)")
 	cmd.Flags().StringSlice("pass-env", nil, "a variable of the worker's environment that jobs get too, e.g. CUDA_VISIBLE_DEVICES (repeatable or comma-separated; env GPUQ_PASS_ENV); jobs see nothing else of it")
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	cmd.Flags().String("instance-id", "", "the provider's id of this machine (env GPUQ_INSTANCE_ID); the node id, default the host name")
@@ -297,21 +303,41 @@ func workerLocation(cmd *cobra.Command, v *viper.Viper, pool string) (region, co
 	return region, country, nil
 }
 
-// jobUser is who a worker's jobs run as: a worker running as root runs them
-// as name (default nobody), unless name is root; any other worker runs them
-// as itself.
-func jobUser(name string) (*workers.JobUser, error) {
+// jobUsers is who a worker's jobs run as. A worker running as root runs
+// each as a uid of its own from uids (default workers.DefaultJobUIDs), or
+// every one as the user runAs names, unless that is root; any other worker
+// runs them as itself.
+func jobUsers(runAs, uids string) (*workers.JobUser, *workers.UIDRange, error) {
 	if os.Geteuid() != 0 {
-		if name != "" {
-			if self, err := user.Current(); err != nil || (name != self.Username && name != self.Uid) {
-				return nil, fmt.Errorf("worker.run-as: only a worker running as root runs its jobs as another user; this one runs them as itself")
+		if uids != "" {
+			return nil, nil, fmt.Errorf("worker.job-uids: only a worker running as root runs its jobs as other users; this one runs them as itself")
+		}
+		if runAs != "" {
+			if self, err := user.Current(); err != nil || (runAs != self.Username && runAs != self.Uid) {
+				return nil, nil, fmt.Errorf("worker.run-as: only a worker running as root runs its jobs as another user; this one runs them as itself")
 			}
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
-	if name == "" {
-		name = "nobody"
+	if runAs != "" {
+		if uids != "" {
+			return nil, nil, fmt.Errorf("worker.job-uids: --run-as %s runs every job as one user; give --run-as or --job-uids, not both", runAs)
+		}
+		u, err := jobUser(runAs)
+		return u, nil, err
 	}
+	r := workers.DefaultJobUIDs
+	if uids != "" {
+		var err error
+		if r, err = workers.ParseUIDRange(uids); err != nil {
+			return nil, nil, fmt.Errorf("worker.job-uids: %w", err)
+		}
+	}
+	return nil, &r, nil
+}
+
+// jobUser is the user name names, for --run-as; nil for root.
+func jobUser(name string) (*workers.JobUser, error) {
 	if name == "root" || name == "0" {
 		return nil, nil
 	}
@@ -330,4 +356,29 @@ func jobUser(name string) (*workers.JobUser, error) {
 		return nil, fmt.Errorf("worker.run-as: user %q has group id %q", name, u.Gid)
 	}
 	return &workers.JobUser{Name: u.Username, UID: uint32(uid), GID: uint32(gid)}, nil
+}
+
+// secretsClosedToJobs refuses to start a worker whose credential files
+// (--nats-creds, --nats-key, a config file holding nats-credential) its
+// jobs, running as other users, could read.
+func secretsClosedToJobs(cmd *cobra.Command, v *viper.Viper, one *workers.JobUser) error {
+	files := []struct{ key, path string }{{"nats-creds", v.GetString("nats-creds")}, {"nats-key", v.GetString("nats-key")}}
+	if v.InConfig("nats-credential") {
+		files = append(files, struct{ key, path string }{"config", configFile(cmd, v)})
+	}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			continue // reported where it is opened
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		groupReads := one != nil && st != nil && st.Gid == one.GID && fi.Mode().Perm()&0o040 != 0
+		if fi.Mode().Perm()&0o004 != 0 || groupReads {
+			return fmt.Errorf("worker.%s: %s holds the worker's credential and its jobs, running as other users, may read it; chmod o-r,g-r %s", f.key, f.path, f.path)
+		}
+	}
+	return nil
 }
