@@ -161,7 +161,7 @@ func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (
 }
 
 func (s *Server) listTokens(ctx context.Context, _ *struct{}) (*struct{ Body []*queue.Token }, error) {
-	list, err := s.cfg.Store.Tokens(ctx, tokenOf(ctx).Projects)
+	list, err := s.cfg.Store.Tokens(ctx, tokenOf(ctx).ProjectFilter())
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "listing tokens", err)
 	}
@@ -169,7 +169,7 @@ func (s *Server) listTokens(ctx context.Context, _ *struct{}) (*struct{ Body []*
 }
 
 func (s *Server) revokeToken(ctx context.Context, in *tokenIDInput) (*struct{}, error) {
-	err := s.cfg.Store.RevokeToken(ctx, in.ID, tokenOf(ctx).Projects)
+	err := s.cfg.Store.RevokeToken(ctx, in.ID, tokenOf(ctx).ProjectFilter())
 	if errors.Is(err, queue.ErrNotFound) {
 		return nil, huma.Error404NotFound("token " + in.ID.String() + " not found")
 	}

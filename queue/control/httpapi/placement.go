@@ -149,7 +149,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	if err != nil {
 		return nil, specProblem(err)
 	}
-	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 {
+	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 && !tok.CoversAll() {
 		spec.Project = tok.Projects[0]
 	}
 	if !tok.Sees(spec.Project) {
