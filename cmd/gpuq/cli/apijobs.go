@@ -90,9 +90,9 @@ func (e *APIError) Is(target error) bool {
 	return target == queue.ErrNotFound && e.Status == http.StatusNotFound
 }
 
-// do sends a request and returns the response when its status is 2xx,
-// else the problem it carries.
-func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string) (*http.Response, error) {
+// do sends a request, with the header name and value pairs of header, and
+// returns the response when its status is 2xx, else the problem it carries.
+func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string, header ...string) (*http.Response, error) {
 	u := *a.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawQuery = query.Encode()
@@ -104,6 +104,9 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	req.Header.Set("Accept", accept)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
