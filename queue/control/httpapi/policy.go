@@ -210,15 +210,26 @@ func (s *Server) setBudgets(ctx context.Context, in *setBudgetsInput) (*projectB
 	if err != nil {
 		return nil, err
 	}
+	cur := s.policy.Current()
+	conv, err := cur.Rules.Converter()
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "reading the policy", err)
+	}
 	var mine []policy.Budget
 	for i, b := range in.Body.Budgets {
+		field := "body.budgets[" + strconv.Itoa(i) + "].cap"
 		limit, err := policy.ParseMoney(b.Cap)
 		if err != nil {
-			return nil, fieldProblem("body.budgets["+strconv.Itoa(i)+"].cap", "%v", err)
+			return nil, fieldProblem(field, "%v", err)
+		}
+		if limit.Micros < 0 {
+			return nil, fieldProblem(field, "must not be negative, got %s", limit)
+		}
+		if _, ok := conv.ToBase(limit); !ok {
+			return nil, fieldProblem(field, "unknown currency %q: the policy's base currency is %s and exchange_rates has no rate for it", limit.Currency, conv.Base())
 		}
 		mine = append(mine, policy.Budget{Project: in.Project, Cap: limit, Period: b.Period})
 	}
-	cur := s.policy.Current()
 	if expected != nil && *expected != cur.Version {
 		// The store checks again; this spares a document built on a
 		// version that is already gone.

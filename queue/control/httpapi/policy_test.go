@@ -228,8 +228,8 @@ func TestAProjectAdminChangesItsOwnBudgetsOnly(t *testing.T) {
 		t.Errorf("a bad cap: %d %s, want 422 naming body.budgets[0].cap", r.Status, r.Body)
 	}
 	r = e.do("PUT", "/v1/projects/p/budgets", padmin, "application/json", []byte(`{"budgets": [{"cap": "5 USD", "period": "month"}]}`))
-	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), "currency") {
-		t.Errorf("a cap in a currency without a rate: %d %s, want 422", r.Status, r.Body)
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), "currency") || !strings.Contains(string(r.Body), "body.budgets[0].cap") {
+		t.Errorf("a cap in a currency without a rate: %d %s, want 422 naming body.budgets[0].cap", r.Status, r.Body)
 	}
 	if n, _ := e.Store.PolicyVersionNumber(context.Background()); n != 2 {
 		t.Fatalf("refused budget changes must set nothing: version %d", n)
