@@ -36,17 +36,20 @@ const (
 	PolicySourceDatabase = "database"
 )
 
-// ActivePolicy is the policy a server places with.
+// ActivePolicy is the policy a server places with (httpapi.Policy is its
+// document).
 type ActivePolicy struct {
-	Rules policy.Rules `json:"-"`
-	// Document is Rules in the policy file's shape.
-	Document json.RawMessage `json:"rules"`
+	Rules policy.Rules
+	// Document is Rules in the policy file's shape, as JSON.
+	Document json.RawMessage
 	// Version is 0 while the config file's policy is in effect.
-	Version int64      `json:"version"`
-	Source  string     `json:"source" enum:"config,database"`
-	SetBy   string     `json:"set_by,omitempty"`
-	SetAt   *time.Time `json:"set_at,omitempty"`
-	Comment string     `json:"comment,omitempty"`
+	Version int64
+	// Source is PolicySourceConfig or PolicySourceDatabase.
+	Source string
+	// SetBy, SetAt and Comment are the stored version's.
+	SetBy   string
+	SetAt   *time.Time
+	Comment string
 }
 
 // PolicyWatch holds the policy in effect: the latest version stored in
