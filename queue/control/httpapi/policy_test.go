@@ -356,3 +356,26 @@ func TestPolicyCommandsRoundTripThroughTheAPIAndTheDatabase(t *testing.T) {
 		t.Fatalf("stored: %+v %v", v, err)
 	}
 }
+
+// A budget change made on the version this server last saw, after another
+// server recorded a newer one it has not read yet, is 409: nothing is lost.
+func TestABudgetChangeOnAStaleViewIs409(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, func(c *httpapi.Config) {
+		c.Policy = &control.PolicyWatch{Store: c.Store, Interval: time.Hour} // never refreshed
+	})
+	doc := loadOpenAPI(t)
+	admin := e.token(queue.RoleAdmin, nil, "p")
+	if _, err := e.Store.SetPolicy(context.Background(), []byte(`{"rules": [{"name": "elsewhere", "residency": "EU"}]}`), "other server", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("PUT", "/v1/projects/p/budgets", admin, "application/json", []byte(`{"budgets": [{"cap": "10 EUR", "period": "month"}]}`))
+	doc.check(t, "PUT", "/v1/projects/{project}/budgets", r)
+	if r.Status != http.StatusConflict {
+		t.Fatalf("a budget change on a stale view: %d %s, want 409", r.Status, r.Body)
+	}
+	v, err := e.Store.PolicyVersion(context.Background())
+	if err != nil || v.Version != 1 || v.SetBy != "other server" {
+		t.Fatalf("the other server's version must stay in effect: %+v %v", v, err)
+	}
+}
