@@ -66,7 +66,8 @@ type Decided struct {
 // Page asks for one page of a project-scoped listing, newest first; zero
 // values match everything.
 type Page struct {
-	// Projects the listing is limited to; empty lists nothing.
+	// Projects the listing is limited to; empty lists nothing,
+	// AllProjects among them lists every project's jobs.
 	Projects []string
 	State    JobState
 	// LabelKey and LabelValue select jobs whose spec.labels has that entry.

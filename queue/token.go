@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base32"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,14 +76,30 @@ func (t *Token) Usable(now time.Time) string {
 	return ""
 }
 
+// AllProjects, as a token's only project, makes it cover every project:
+// an admin token for all projects may also set the placement policy.
+const AllProjects = "*"
+
 // Sees reports whether the token covers project.
 func (t *Token) Sees(project string) bool {
 	for _, p := range t.Projects {
-		if p == project {
+		if p == project || p == AllProjects {
 			return true
 		}
 	}
 	return false
+}
+
+// CoversAll reports whether the token covers every project.
+func (t *Token) CoversAll() bool { return slices.Contains(t.Projects, AllProjects) }
+
+// ProjectFilter is the projects a store query of the token's records is
+// limited to: nil (every one) for a token of all projects.
+func (t *Token) ProjectFilter() []string {
+	if t.CoversAll() {
+		return nil
+	}
+	return t.Projects
 }
 
 // tokenPrefix starts every token so that scanners and people recognise one.
@@ -97,8 +114,11 @@ func NewTokenSecret(name string, projects []string, role Role, expires *time.Tim
 		return "", nil, fmt.Errorf("projects: at least one project is required")
 	}
 	for _, p := range projects {
+		if p == AllProjects && len(projects) == 1 {
+			continue
+		}
 		if !projectRe.MatchString(p) {
-			return "", nil, fmt.Errorf("projects: %q must be 1–63 lower-case letters, digits, '-' or '_', starting with a letter or digit", p)
+			return "", nil, fmt.Errorf("projects: %q must be 1–63 lower-case letters, digits, '-' or '_', starting with a letter or digit, or \"*\" alone for every project", p)
 		}
 	}
 	if role.rank() == 0 {

@@ -44,6 +44,9 @@ type BudgetStop struct {
 	// NATS carries the stop requests to the workers.
 	NATS  queue.StopPublisher
 	Rules policy.Rules
+	// Policy, when set, gives the rules in effect at each pass (a
+	// PolicyWatch), and Rules is unused.
+	Policy RulesSource
 	BudgetStopConfig
 	// Client posts the alerts. Default: a client with a 10 s timeout.
 	Client *http.Client
@@ -150,7 +153,11 @@ func (b *BudgetStop) Pass(ctx context.Context, now time.Time) ([]uuid.UUID, erro
 	if err != nil {
 		return nil, err
 	}
-	conv, err := b.Rules.Converter()
+	rules := b.Rules
+	if b.Policy != nil {
+		rules = b.Policy.Rules()
+	}
+	conv, err := rules.Converter()
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +176,7 @@ func (b *BudgetStop) Pass(ctx context.Context, now time.Time) ([]uuid.UUID, erro
 		if reason == "" {
 			over, seen := projects[j.Project]
 			if !seen {
-				if over, err = b.projectOverBudget(ctx, j.Project, now, conv); err != nil {
+				if over, err = b.projectOverBudget(ctx, rules, j.Project, now, conv); err != nil {
 					errs = append(errs, err)
 				}
 				projects[j.Project] = over
@@ -261,9 +268,9 @@ func cents(m policy.Money) policy.Money {
 
 // projectOverBudget says which budget of project its accrued spend in the
 // current period reached, or "".
-func (b *BudgetStop) projectOverBudget(ctx context.Context, project string, now time.Time, conv policy.Converter) (string, error) {
+func (b *BudgetStop) projectOverBudget(ctx context.Context, rules policy.Rules, project string, now time.Time, conv policy.Converter) (string, error) {
 	spend := map[time.Time]map[string]int64{}
-	for _, since := range b.Rules.BudgetPeriods(project, now) {
+	for _, since := range rules.BudgetPeriods(project, now) {
 		s, err := b.Store.Spend(ctx, project, since)
 		if err != nil {
 			return "", err
@@ -273,7 +280,7 @@ func (b *BudgetStop) projectOverBudget(ctx context.Context, project string, now 
 	if len(spend) == 0 {
 		return "", nil
 	}
-	charged, err := b.Rules.ChargeBudgets(project, now, func(since time.Time) map[string]int64 { return spend[since] })
+	charged, err := rules.ChargeBudgets(project, now, func(since time.Time) map[string]int64 { return spend[since] })
 	if err != nil {
 		return "", err
 	}

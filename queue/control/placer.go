@@ -47,6 +47,10 @@ type Prior struct {
 type PolicyPlacer struct {
 	Sources []adapters.OfferSource
 	Rules   policy.Rules
+	// Policy, when set, gives the rules in effect for each placement
+	// (a PolicyWatch: the latest version an admin set), and Rules is
+	// unused. Reading it costs no round trip.
+	Policy RulesSource
 	// OfferTTL is how long offers are reused; each refresh is one
 	// observation of every spot pool's availability. Default 10s.
 	OfferTTL time.Duration
@@ -94,7 +98,7 @@ type PoolEventRecorder interface {
 // WithDefaults returns the placer's settings with every unset default filled
 // in; the cache is not copied.
 func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
-	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend,
+	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, Policy: p.Policy, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend,
 		History: p.History, Checkpoints: p.Checkpoints, Now: p.Now}
 	if out.OfferTTL == 0 {
 		out.OfferTTL = DefaultOfferTTL
@@ -104,6 +108,9 @@ func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
 	}
 	if out.Now == nil {
 		out.Now = time.Now
+	}
+	if out.Policy != nil {
+		out.Rules = out.Policy.Rules()
 	}
 	return out
 }

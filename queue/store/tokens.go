@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,6 +94,7 @@ func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error
 		p.Limit = 100
 	}
 	rows, err := s.q.JobListPage(ctx, db.JobListPageParams{
+		Every:      slices.Contains(p.Projects, queue.AllProjects),
 		Projects:   nonNil(p.Projects),
 		State:      db.NullJobState{JobState: db.JobState(p.State), Valid: p.State != ""},
 		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},

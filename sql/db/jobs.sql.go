@@ -716,17 +716,18 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 
 const jobListPage = `-- name: JobListPage :many
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
-WHERE project = ANY($1::text[])
-  AND ($2::job_state IS NULL OR state = $2::job_state)
-  AND ($3::text IS NULL OR spec->'labels'->>$3::text = $4::text)
-  AND ($5::timestamptz IS NULL OR submitted_at >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL
-       OR (submitted_at, id) < ($6::timestamptz, $7::uuid))
+WHERE ($1::boolean OR project = ANY($2::text[]))
+  AND ($3::job_state IS NULL OR state = $3::job_state)
+  AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
+  AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL
+       OR (submitted_at, id) < ($7::timestamptz, $8::uuid))
 ORDER BY submitted_at DESC, id DESC
-LIMIT $8
+LIMIT $9
 `
 
 type JobListPageParams struct {
+	Every      bool
 	Projects   []string
 	State      NullJobState
 	LabelKey   sql.NullString
@@ -737,10 +738,12 @@ type JobListPageParams struct {
 	MaxRows    int32
 }
 
-// JobListPage is one page of a listing scoped to @projects, newest first;
-// the page after a job starts strictly after its (submitted_at, id).
+// JobListPage is one page of a listing scoped to @projects (every project
+// when @every), newest first; the page after a job starts strictly after
+// its (submitted_at, id).
 func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobListPage,
+		arg.Every,
 		pq.Array(arg.Projects),
 		arg.State,
 		arg.LabelKey,

@@ -375,6 +375,14 @@ type PlacementRow struct {
 	Provider         string
 }
 
+type PolicyVersion struct {
+	Version int64
+	Rules   json.RawMessage
+	SetBy   string
+	SetAt   time.Time
+	Comment string
+}
+
 type PoolExhaustion struct {
 	Pool        string
 	ExhaustedAt time.Time

@@ -273,10 +273,11 @@ ORDER BY updated_at
 LIMIT @max_rows;
 
 -- name: JobListPage :many
--- JobListPage is one page of a listing scoped to @projects, newest first;
--- the page after a job starts strictly after its (submitted_at, id).
+-- JobListPage is one page of a listing scoped to @projects (every project
+-- when @every), newest first; the page after a job starts strictly after
+-- its (submitted_at, id).
 SELECT * FROM jobs
-WHERE project = ANY(@projects::text[])
+WHERE (@every::boolean OR project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
   AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)

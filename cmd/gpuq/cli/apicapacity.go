@@ -110,12 +110,10 @@ func (a *apiJobs) InstanceEvents(ctx context.Context, pool string, after uint64,
 
 // streamFrom is stream resuming after the event with id after (0: none).
 func (a *apiJobs) streamFrom(ctx context.Context, path string, query url.Values, after uint64, fn func(sseEvent) (bool, error)) error {
-	var h http.Header
 	if after > 0 {
-		h = http.Header{}
-		h.Set("Last-Event-ID", strconv.FormatUint(after, 10))
+		return a.streamWith(ctx, path, query, fn, "Last-Event-ID", strconv.FormatUint(after, 10))
 	}
-	return a.streamWith(ctx, path, query, h, fn)
+	return a.streamWith(ctx, path, query, fn)
 }
 
 // followInstanceEvents follows instance events straight from JetStream, on

@@ -90,14 +90,9 @@ func (e *APIError) Is(target error) bool {
 	return target == queue.ErrNotFound && e.Status == http.StatusNotFound
 }
 
-// do sends a request and returns the response when its status is 2xx,
-// else the problem it carries.
-func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string) (*http.Response, error) {
-	return a.doWith(ctx, method, path, query, body, contentType, accept, nil)
-}
-
-// doWith is do with more request headers.
-func (a *apiJobs) doWith(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType, accept string, header http.Header) (*http.Response, error) {
+// do sends a request, with the header name and value pairs of header, and
+// returns the response when its status is 2xx, else the problem it carries.
+func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string, header ...string) (*http.Response, error) {
 	u := *a.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawQuery = query.Encode()
@@ -105,13 +100,13 @@ func (a *apiJobs) doWith(ctx context.Context, method, path string, query url.Val
 	if err != nil {
 		return nil, err
 	}
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Accept", accept)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
@@ -216,12 +211,13 @@ const maxSSELine = 4 << 20
 // stream reads the Server-Sent Events of path, calling fn with each until
 // fn returns false or the stream ends.
 func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
-	return a.streamWith(ctx, path, query, nil, fn)
+	return a.streamWith(ctx, path, query, fn)
 }
 
-// streamWith is stream with more request headers (Last-Event-ID).
-func (a *apiJobs) streamWith(ctx context.Context, path string, query url.Values, header http.Header, fn func(sseEvent) (bool, error)) error {
-	resp, err := a.doWith(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header)
+// streamWith is stream with more request headers (name and value pairs:
+// Last-Event-ID).
+func (a *apiJobs) streamWith(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error), header ...string) error {
+	resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
 	if err != nil {
 		return err
 	}

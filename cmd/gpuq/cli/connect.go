@@ -178,6 +178,9 @@ type clients struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *store.Store
+	// policy is the placement policy in effect; nil outside
+	// startControlPlane.
+	policy *control.PolicyWatch
 	// died reports a control plane loop (scheduler, reconciler,
 	// replacer, autoscaler) that ended while it should run; nil outside
 	// startControlPlane.

@@ -49,7 +49,7 @@ func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, l
 	}
 	rps := v.GetFloat64("http-rate")
 	srv, err := httpapi.New(httpapi.Config{Store: c.store, JS: c.js, NATS: c.nc, Archives: archiveStore(c),
-		Sources: sources, Rules: rules, RatePerSecond: rps, Burst: int(2 * rps), Logger: logger})
+		Sources: sources, Policy: c.policy, Rules: rules, RatePerSecond: rps, Burst: int(2 * rps), Logger: logger})
 	if err != nil {
 		return "", err
 	}
@@ -77,11 +77,12 @@ func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, l
 // a token file rather than the config.
 const devTokenFile = ".gpuq/token"
 
-// devProject is the project of the dev token: the one specs default to.
-const devProject = queue.DefaultProject
+// devProjects are the projects of the dev token: all of them, so that the
+// one user of a dev setup can also manage its policy (gpuq policy).
+var devProjects = []string{queue.AllProjects}
 
 // devToken returns the dev token: the one in devTokenFile while the store
-// still accepts it, else a new admin token for the default project, written
+// still accepts it, else a new admin token for all projects, written
 // there (mode 0600). Without an HTTP API there is none.
 func devToken(ctx context.Context, s *store.Store, apiURL string) (string, error) {
 	if apiURL == "" {
@@ -96,7 +97,7 @@ func devToken(ctx context.Context, s *store.Store, apiURL string) (string, error
 			}
 		}
 	}
-	secret, t, err := queue.NewTokenSecret("gpuq dev", []string{devProject}, queue.RoleAdmin, nil)
+	secret, t, err := queue.NewTokenSecret("gpuq dev", devProjects, queue.RoleAdmin, nil)
 	if err != nil {
 		return "", err
 	}

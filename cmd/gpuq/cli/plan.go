@@ -7,7 +7,6 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -104,10 +103,7 @@ func runPlan(cmd *cobra.Command, _ []string) error {
 // durations as "6h".
 func configDecodeHook() viper.DecoderConfigOption {
 	return func(c *mapstructure.DecoderConfig) {
-		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
-			mapstructure.TextUnmarshallerHookFunc(),
-			mapstructure.StringToTimeDurationHookFunc(),
-		)
+		c.DecodeHook = control.DecodeHook()
 		c.ErrorUnused = true
 	}
 }
@@ -208,20 +204,9 @@ func configType(path string) string {
 }
 
 // parseRules reads placement rules from a policy file's contents (path
-// says its format) and validates them.
+// says its format) and validates them, as the HTTP API reads a policy.
 func parseRules(data []byte, path string) (policy.Rules, error) {
-	var rules policy.Rules
-	f, err := planFileConfig(data, path)
-	if err != nil {
-		return rules, err
-	}
-	if err := f.Unmarshal(&rules, configDecodeHook()); err != nil {
-		return rules, unknownKeys(err, reflect.TypeOf(rules))
-	}
-	if err := rules.Validate(); err != nil {
-		return rules, err
-	}
-	return rules, nil
+	return control.ParseRules(data, configType(path))
 }
 
 // parseOffers reads the offers of an offers file's contents (key "offers";
@@ -243,88 +228,9 @@ func parseOffers(data []byte, path string) ([]policy.Offer, error) {
 	return file.Offers, nil
 }
 
-// invalidKeys matches mapstructure's report of unknown keys: "'rules[0]' has
-// invalid keys: foo, bar", with ” for the top level.
-var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.+)`)
-
-// unknownKeys rewrites mapstructure's unknown-key errors in err to name
-// each key by its full path and list the keys allowed there, found in t:
-// `exchange_rate: unknown key; allowed: base_currency, exchange_rates, …`.
-// Other errors are returned as they are.
-func unknownKeys(err error, t reflect.Type) error {
-	matches := invalidKeys.FindAllStringSubmatch(err.Error(), -1)
-	if matches == nil {
-		return err
-	}
-	var msgs []string
-	for _, m := range matches {
-		allowed := strings.Join(keysAt(t, m[1]), ", ")
-		for _, key := range strings.Split(m[2], ", ") {
-			full := key
-			if m[1] != "" {
-				full = m[1] + "." + key
-			}
-			msg := full + ": unknown key"
-			if allowed != "" {
-				msg += "; allowed: " + allowed
-			}
-			msgs = append(msgs, msg)
-		}
-	}
-	slices.Sort(msgs)
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-// keysAt lists the mapstructure keys of the struct at path ("rules[0]",
-// "spot") inside t, or nil when path leads elsewhere.
-func keysAt(t reflect.Type, path string) []string {
-	for _, part := range strings.FieldsFunc(path, func(r rune) bool { return r == '.' }) {
-		name, _, indexed := strings.Cut(part, "[")
-		t = structOf(t)
-		if t == nil {
-			return nil
-		}
-		f, ok := fieldByKey(t, name)
-		if !ok {
-			return nil
-		}
-		t = f.Type
-		if indexed {
-			for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
-				t = t.Elem()
-			}
-		}
-	}
-	if t = structOf(t); t == nil {
-		return nil
-	}
-	var keys []string
-	for i := range t.NumField() {
-		if k := t.Field(i).Tag.Get("mapstructure"); k != "" && k != "-" {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
-func structOf(t reflect.Type) reflect.Type {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
-	return t
-}
-
-func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		if t.Field(i).Tag.Get("mapstructure") == key {
-			return t.Field(i), true
-		}
-	}
-	return reflect.StructField{}, false
-}
+// unknownKeys names each unknown key of a decoding error by its path and
+// the keys allowed there (control.UnknownKeys).
+func unknownKeys(err error, t reflect.Type) error { return control.UnknownKeys(err, t) }
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
 // submit and converts it into placement requirements.

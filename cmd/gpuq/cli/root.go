@@ -92,6 +92,7 @@ func commands() []*cobra.Command {
 		newDemoCmd(),
 		newOpenAPICmd(),
 		newTokenCmd(),
+		newPolicyCmd(),
 		newNATSAuthCmd(),
 	}
 }

@@ -160,6 +160,15 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	// The policy an admin set (gpuq policy set, PUT /v1/policy) is in
+	// effect on every server; the config file's until one is set.
+	c.policy = &control.PolicyWatch{Store: c.store, Config: placer.Rules, Logger: logger}
+	if err := c.policy.Refresh(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("reading the placement policy: %w", err)
+	}
+	go c.policy.Run(ctx)
+	placer.Policy = c.policy
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
@@ -216,7 +225,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	}()
 	// One server stops the running jobs that reached a budget, so that each
 	// stop is alerted once.
-	stopper := &control.BudgetStop{Store: c.store, NATS: c.nc, Rules: placer.Rules, BudgetStopConfig: budgetStop, Logger: logger}
+	stopper := &control.BudgetStop{Store: c.store, NATS: c.nc, Policy: c.policy, BudgetStopConfig: budgetStop, Logger: logger}
 	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run}, Logger: logger}
 	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))

@@ -165,7 +165,7 @@ type listTokensInput struct {
 }
 
 func (s *Server) listTokens(ctx context.Context, in *listTokensInput) (*struct{ Body []*queue.Token }, error) {
-	projects := tokenOf(ctx).Projects
+	projects := tokenOf(ctx).ProjectFilter()
 	if in.Project != "" {
 		if !tokenOf(ctx).Sees(in.Project) {
 			return nil, huma.Error404NotFound("project " + in.Project + " not found")
@@ -180,7 +180,7 @@ func (s *Server) listTokens(ctx context.Context, in *listTokensInput) (*struct{ 
 }
 
 func (s *Server) revokeToken(ctx context.Context, in *tokenIDInput) (*struct{}, error) {
-	err := s.cfg.Store.RevokeToken(ctx, in.ID, tokenOf(ctx).Projects)
+	err := s.cfg.Store.RevokeToken(ctx, in.ID, tokenOf(ctx).ProjectFilter())
 	if errors.Is(err, queue.ErrNotFound) {
 		return nil, huma.Error404NotFound("token " + in.ID.String() + " not found")
 	}

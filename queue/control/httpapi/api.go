@@ -36,6 +36,7 @@ type Store interface {
 	DecisionReplay(ctx context.Context, id uuid.UUID, version int) (*queue.DecisionReplay, error)
 	TokenStore
 	CapacityStore
+	control.PolicyStore
 }
 
 // TokenStore keeps API tokens.
@@ -68,7 +69,12 @@ type Config struct {
 	Archives Archives
 	// Sources give the offers that plan and offers answer with.
 	Sources []adapters.OfferSource
-	// Rules are the placement rules plan decides with.
+	// Policy is the placement policy in effect, which plan decides with
+	// and the policy operations read and change. Default: a PolicyWatch
+	// over Store with Rules as the config file's policy, refreshed from
+	// Start on.
+	Policy *control.PolicyWatch
+	// Rules are the config file's placement rules, when Policy is unset.
 	Rules policy.Rules
 	// RatePerSecond is the sustained requests per second one token may
 	// make. Default 50.
@@ -129,8 +135,11 @@ type Server struct {
 	auth   *authenticator
 	// recorded is nil until Start.
 	recorded *recordings
-	api      huma.API
-	mux      *http.ServeMux
+	// policy is cfg.Policy or the one New made; ownPolicy says which.
+	policy    *control.PolicyWatch
+	ownPolicy bool
+	api       huma.API
+	mux       *http.ServeMux
 }
 
 // Version is the API's version as the OpenAPI document states it.
@@ -142,7 +151,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait}}
+	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait},
+		policy: cfg.Policy}
+	if s.policy == nil {
+		s.policy, s.ownPolicy = &control.PolicyWatch{Store: cfg.Store, Config: cfg.Rules, Logger: cfg.Logger}, true
+	}
 	s.auth = newAuthenticator(cfg.Store, cfg.RatePerSecond, cfg.Burst, cfg.Logger)
 	s.mux, s.api = newAPI()
 	s.api.UseMiddleware(s.auth.middleware(s.api))
@@ -154,8 +167,15 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Start follows job announcements for submissions and writes tokens' last
-// use every TouchEvery, until ctx ends.
+// use every TouchEvery, until ctx ends; a policy New made is read and then
+// followed.
 func (s *Server) Start(ctx context.Context) error {
+	if s.ownPolicy {
+		if err := s.policy.Refresh(ctx); err != nil {
+			return fmt.Errorf("reading the placement policy: %w", err)
+		}
+		go s.policy.Run(ctx)
+	}
 	rec := &recordings{}
 	if err := rec.start(ctx, s.cfg.NATS); err != nil {
 		return fmt.Errorf("following job events: %w", err)
@@ -240,6 +260,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerPlacement(api)
 	s.registerAdmin(api)
 	s.registerCapacity(api)
+	s.registerPolicy(api)
 }
 
 // register adds an operation, documenting the errors every operation of

@@ -181,3 +181,31 @@ func TestTokenUseIsRecordedInBatches(t *testing.T) {
 		return err == nil && rec.LastUsedAt != nil && time.Since(*rec.LastUsedAt) < time.Minute
 	})
 }
+
+func TestATokenForAllProjectsSeesEveryProjectAndOnlySuchAnAdminMakesOne(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	all := e.token(queue.RoleRead, nil, queue.AllProjects)
+	p := e.submit(e.token(queue.RoleSubmit, nil, "p"), "command: [sleep, '30']\n")
+	q := e.submit(e.token(queue.RoleSubmit, nil, "q"), "command: [sleep, '30']\n")
+	var page httpapi.JobPage
+	e.do("GET", "/v1/jobs", all, "", nil).json(t, &page)
+	if len(page.Jobs) != 2 {
+		t.Fatalf("a token of all projects lists every project's jobs: %+v", page.Jobs)
+	}
+	for _, j := range []*queue.Job{p, q} {
+		if r := e.do("GET", "/v1/jobs/"+j.ID.String(), all, "", nil); r.Status != http.StatusOK {
+			t.Errorf("GET a job of %s: %d", j.Project, r.Status)
+		}
+	}
+	body := []byte(`{"projects": ["*"], "role": "admin"}`)
+	if r := e.do("POST", "/v1/tokens", e.token(queue.RoleAdmin, nil, "p"), "application/json", body); r.Status != http.StatusForbidden {
+		t.Errorf("a project admin making a token for all projects: %d %s, want 403", r.Status, r.Body)
+	}
+	if r := e.do("POST", "/v1/tokens", e.token(queue.RoleAdmin, nil, queue.AllProjects), "application/json", body); r.Status != http.StatusCreated {
+		t.Errorf("an admin of all projects making one: %d %s, want 201", r.Status, r.Body)
+	}
+	if _, _, err := queue.NewTokenSecret("", []string{"*", "p"}, queue.RoleRead, nil); err == nil {
+		t.Error(`"*" must stand alone among a token's projects`)
+	}
+}

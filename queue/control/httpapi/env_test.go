@@ -37,6 +37,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 type env struct {
 	t     testing.TB
 	URL   string
+	DBURL string
 	Store *store.Store
 	NATS  *queuetest.NATS
 	srv   *httpapi.Server
@@ -68,7 +69,13 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 	}
 	sources := []adapters.OfferSource{provider}
 	ctx, cancel := context.WithCancel(context.Background())
-	placer := &control.PolicyPlacer{Sources: sources, Spend: st.Spend}
+	// The placer and the API share the policy in effect, as in gpuq server.
+	watch := &control.PolicyWatch{Store: st, Interval: 100 * time.Millisecond}
+	if err := watch.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go watch.Run(ctx)
+	placer := &control.PolicyPlacer{Sources: sources, Spend: st.Spend, Policy: watch}
 	errc := (&control.Plane{JS: n.JS, Store: st, Placer: placer}).Start(ctx)
 	w, err := workers.New(workers.Config{Pool: "de-cpu", Slots: 4, Region: "eu-local-1", Country: "DE", DataDir: t.TempDir(), NodeID: "node-1"},
 		n.NC, n.JS, st, &workers.ObjectStore{JS: n.JS})
@@ -79,7 +86,7 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 	wg.Add(1)
 	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck // ends with ctx
 	cfg := httpapi.Config{Store: st, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS}, Sources: sources,
-		RatePerSecond: 1000, Burst: 1000}
+		Policy: watch, RatePerSecond: 1000, Burst: 1000}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -100,7 +107,7 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 			<-errc
 		}
 	})
-	return &env{t: t, URL: ts.URL, Store: st, NATS: n, srv: srv}
+	return &env{t: t, URL: ts.URL, DBURL: dbURL, Store: st, NATS: n, srv: srv}
 }
 
 // token creates a token and returns its secret.

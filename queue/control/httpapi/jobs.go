@@ -118,7 +118,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err != nil {
 		return nil, specProblem(err)
 	}
-	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 && spec.Project != tok.Projects[0] {
+	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 && !tok.CoversAll() && spec.Project != tok.Projects[0] {
 		spec.Project = tok.Projects[0]
 	}
 	if !tok.Sees(spec.Project) {

@@ -149,7 +149,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	if err != nil {
 		return nil, specProblem(err)
 	}
-	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 {
+	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 && !tok.CoversAll() {
 		spec.Project = tok.Projects[0]
 	}
 	if !tok.Sees(spec.Project) {
@@ -168,13 +168,14 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 		return nil, internal(s.cfg.Logger, "collecting offers", err)
 	}
 	now := time.Now().UTC()
+	rules := s.policy.Rules()
 	spend := map[time.Time]map[string]int64{}
-	for _, since := range s.cfg.Rules.BudgetPeriods(spec.Project, now) {
+	for _, since := range rules.BudgetPeriods(spec.Project, now) {
 		if spend[since], err = s.cfg.Store.Spend(ctx, spec.Project, since); err != nil {
 			return nil, internal(s.cfg.Logger, "reading spend", err)
 		}
 	}
-	d, err := control.Decide(control.Question{Job: job, SubmittedAt: now, Rules: s.cfg.Rules, Offers: offers, Now: now,
+	d, err := control.Decide(control.Question{Job: job, SubmittedAt: now, Rules: rules, Offers: offers, Now: now,
 		Spend: func(since time.Time) map[string]int64 { return spend[since] }})
 	plan := &Plan{Feasible: err == nil}
 	var refusal *policy.NoPlacementError
