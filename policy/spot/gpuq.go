@@ -10,8 +10,8 @@ import "time"
 //     the slack is above a reserve and runs on-demand only below it;
 //   - the reserve is what the restarts still to come will cost, learnt from
 //     the pools' history: one restart overhead for every mean run of
-//     capacity that fits in the time left, plus a share of the initial slack
-//     scaled by the work left;
+//     capacity that fits in the work left (only time on spot is ever
+//     preempted), plus a share of the initial slack scaled by the work left;
 //   - it leaves on-demand for spot once a pool has been up for a few restart
 //     overheads and the restart still fits in the slack, so that on-demand
 //     covers outages and not the whole rest of the job, and a pool that
@@ -22,8 +22,8 @@ import "time"
 // restart plus the transfer fits in the slack and the move (egress, and the
 // restart on spot) costs less than both what a mean run of capacity there
 // saves over on-demand and what waiting for the checkpoint's pool would
-// cost: on-demand for whatever part of its expected outage the slack above
-// the reserve cannot absorb.
+// cost: on-demand for whatever part of its expected outage, weighted by
+// Outage, the slack above the reserve cannot absorb.
 //
 // The history is what the pools did before the decision, from before the
 // job's start on: the live scheduler keeps one PoolHistory per pool for as
@@ -46,11 +46,17 @@ type Gpuq struct {
 	// PriorRun is the mean run of capacity assumed before any is seen; it
 	// weighs as two runs, so history soon outweighs it.
 	PriorRun time.Duration
+	// Outage weighs the outage expected of the checkpoint's pool when a move
+	// to another pool is weighed against waiting for it. Slack spent waiting
+	// is slack the outages still to come cannot use, and outages are
+	// heavy-tailed, so the mean undercounts what waiting costs: 2 counts it
+	// twice.
+	Outage float64
 }
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour, Outage: 2}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -131,7 +137,7 @@ func (g Gpuq) worthMoving(s State, i int) bool {
 	if home < 0 {
 		return true
 	}
-	outage := expectedOutage(s, home)
+	outage := scale(g.Outage, expectedOutage(s, home))
 	if s.Current.Kind != OnDemand {
 		outage -= max(s.Slack()-g.reserve(s)-margin, 0)
 	}
@@ -170,9 +176,12 @@ func mostUp(s State) int {
 }
 
 // reserve is the slack kept for restarts to come and for outages late in the
-// job, when waiting for spot is no longer an option.
+// job, when waiting for spot is no longer an option. Restarts are counted
+// over the work left, not the time left: waiting and on-demand are never
+// preempted, so a mean run of spot is spent only while the job makes
+// progress.
 func (g Gpuq) reserve(s State) time.Duration {
-	restarts := float64(s.Deadline-s.Elapsed) / float64(g.meanRun(s))
+	restarts := float64(s.Compute-s.Done) / float64(g.meanRun(s))
 	left := float64(s.Compute-s.Done) / float64(s.Compute)
 	return scale(restarts, s.Overhead) + scale(g.Share*left, s.Deadline-s.Compute)
 }
