@@ -18,8 +18,9 @@ import "time"
 //     flickers back for a moment does not cost a restart.
 //
 // When moving between pools costs something (State.Move), it prefers the
-// pool that holds the checkpoint, and moves to another only when the
-// restart plus the transfer fits in the slack and the move (egress, and the
+// pool that holds the checkpoint, and moves to another only when that pool
+// has held capacity for MoveSettle ticks, the restart plus the transfer
+// fits in the slack, and the move (egress, and the
 // restart on spot) costs less than both what a mean run of capacity there
 // saves over on-demand and what waiting for the checkpoint's pool would
 // cost: on-demand for whatever part of its expected outage, weighted by
@@ -52,11 +53,16 @@ type Gpuq struct {
 	// heavy-tailed, so the mean undercounts what waiting costs: 2 counts it
 	// twice.
 	Outage float64
+	// MoveSettle is how many decision ticks in a row a pool must have had
+	// capacity before the job moves its checkpoint there. Many runs of
+	// capacity last a single tick (a third of us-west-2a's V100 runs), and a
+	// move into one pays the egress and the transfer for nothing.
+	MoveSettle int
 }
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour, Outage: 2}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour, Outage: 2, MoveSettle: 2}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -90,7 +96,7 @@ func (g Gpuq) Decide(s State) Action {
 
 // pick returns the available pool to run spot in, or -1: the checkpoint's
 // when it has capacity and moving costs something, else the one up longest
-// among those worth moving to.
+// among those settled and worth moving to.
 func (g Gpuq) pick(s State) int {
 	if s.Move.zero() {
 		return longestUp(s)
@@ -103,7 +109,7 @@ func (g Gpuq) pick(s State) int {
 		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
 			continue
 		}
-		if s.moves(i) && !g.worthMoving(s, i) {
+		if s.moves(i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, i)) {
 			continue
 		}
 		best = i

@@ -209,3 +209,38 @@ func TestGpuqWeighsTheOutageOfTheCheckpointsPoolTwiceAgainstAMove(t *testing.T) 
 		t.Errorf("with the outage counted once, Decide = %v (%s), want wait", got.Kind, got.Reason)
 	}
 }
+
+func TestGpuqMovesOnlyIntoAPoolThatHasHeldCapacityForTwoTicks(t *testing.T) {
+	t.Parallel()
+	// Pool a holds the checkpoint and has been down for an hour, with a few
+	// minutes of slack above the reserve: a move to b pays, once b has had
+	// capacity for MoveSettle (2) ticks; a pool back for one tick has not
+	// shown it will hold.
+	for _, tt := range []struct {
+		name string
+		bUp  int
+		move bool
+	}{
+		{"b back for one tick: no move", 1, false},
+		{"b up for two ticks: move", 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := State{
+				Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 12*time.Hour + 70*time.Minute,
+				Overhead: 12 * time.Minute, Tick: time.Minute,
+				Pools: []Pool{
+					{ID: "a", History: observed(600, 60, 600, 60)},
+					{ID: "b", Available: true, History: observed(append(repeat(3, 600, 60), tt.bUp)...)},
+				},
+				Checkpoint: "a",
+				Move:       Move{Micros: 500_000, Time: 6 * time.Minute},
+				Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
+			}
+			got := NewGpuq().Decide(s)
+			if moved := got.Kind == Spot && s.Pools[got.Pool].ID == "b"; moved != tt.move {
+				t.Errorf("Decide = %v in pool %d (%s), want a move: %v; slack %v, reserve %v", got.Kind, got.Pool, got.Reason, tt.move, s.Slack(), NewGpuq().reserve(s))
+			}
+		})
+	}
+}
