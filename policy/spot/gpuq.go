@@ -10,20 +10,21 @@ import "time"
 //     the slack is above a reserve and runs on-demand only below it;
 //   - the reserve is what the restarts still to come will cost, learnt from
 //     the pools' history: one restart overhead for every mean run of
-//     capacity that fits in the time left, plus a share of the initial slack
-//     scaled by the work left;
+//     capacity that fits in the work left (only time on spot is ever
+//     preempted), plus a share of the initial slack scaled by the work left;
 //   - it leaves on-demand for spot once a pool has been up for a few restart
 //     overheads and the restart still fits in the slack, so that on-demand
 //     covers outages and not the whole rest of the job, and a pool that
 //     flickers back for a moment does not cost a restart.
 //
 // When moving between pools costs something (State.Move), it prefers the
-// pool that holds the checkpoint, and moves to another only when the
-// restart plus the transfer fits in the slack and the move (egress, and the
+// pool that holds the checkpoint, and moves to another only when that pool
+// has held capacity for MoveSettle ticks, the restart plus the transfer
+// fits in the slack, and the move (egress, and the
 // restart on spot) costs less than both what a mean run of capacity there
 // saves over on-demand and what waiting for the checkpoint's pool would
-// cost: on-demand for whatever part of its expected outage the slack above
-// the reserve cannot absorb.
+// cost: on-demand for whatever part of its expected outage, weighted by
+// Outage, the slack above the reserve cannot absorb.
 //
 // The history is what the pools did before the decision, from before the
 // job's start on: the live scheduler keeps one PoolHistory per pool for as
@@ -46,11 +47,22 @@ type Gpuq struct {
 	// PriorRun is the mean run of capacity assumed before any is seen; it
 	// weighs as two runs, so history soon outweighs it.
 	PriorRun time.Duration
+	// Outage weighs the outage expected of the checkpoint's pool when a move
+	// to another pool is weighed against waiting for it. Slack spent waiting
+	// is slack the outages still to come cannot use, and outages are
+	// heavy-tailed, so the mean undercounts what waiting costs: 2 counts it
+	// twice.
+	Outage float64
+	// MoveSettle is how many decision ticks in a row a pool must have had
+	// capacity before the job moves its checkpoint there. Many runs of
+	// capacity last a single tick (a third of us-west-2a's V100 runs), and a
+	// move into one pays the egress and the transfer for nothing.
+	MoveSettle int
 }
 
 // NewGpuq returns gpuq's strategy with the settings measured in the README.
 func NewGpuq() Gpuq {
-	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour}
+	return Gpuq{Share: 0.2, Margin: 0.5, Settle: 2, PriorRun: time.Hour, Outage: 2, MoveSettle: 2}
 }
 
 func (Gpuq) Name() string { return "gpuq" }
@@ -84,7 +96,7 @@ func (g Gpuq) Decide(s State) Action {
 
 // pick returns the available pool to run spot in, or -1: the checkpoint's
 // when it has capacity and moving costs something, else the one up longest
-// among those worth moving to.
+// among those settled and worth moving to.
 func (g Gpuq) pick(s State) int {
 	if s.Move.zero() {
 		return longestUp(s)
@@ -97,7 +109,7 @@ func (g Gpuq) pick(s State) int {
 		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
 			continue
 		}
-		if s.moves(i) && !g.worthMoving(s, i) {
+		if s.moves(i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, i)) {
 			continue
 		}
 		best = i
@@ -131,7 +143,7 @@ func (g Gpuq) worthMoving(s State, i int) bool {
 	if home < 0 {
 		return true
 	}
-	outage := expectedOutage(s, home)
+	outage := scale(g.Outage, expectedOutage(s, home))
 	if s.Current.Kind != OnDemand {
 		outage -= max(s.Slack()-g.reserve(s)-margin, 0)
 	}
@@ -170,9 +182,12 @@ func mostUp(s State) int {
 }
 
 // reserve is the slack kept for restarts to come and for outages late in the
-// job, when waiting for spot is no longer an option.
+// job, when waiting for spot is no longer an option. Restarts are counted
+// over the work left, not the time left: waiting and on-demand are never
+// preempted, so a mean run of spot is spent only while the job makes
+// progress.
 func (g Gpuq) reserve(s State) time.Duration {
-	restarts := float64(s.Deadline-s.Elapsed) / float64(g.meanRun(s))
+	restarts := float64(s.Compute-s.Done) / float64(g.meanRun(s))
 	left := float64(s.Compute-s.Done) / float64(s.Compute)
 	return scale(restarts, s.Overhead) + scale(g.Share*left, s.Deadline-s.Compute)
 }

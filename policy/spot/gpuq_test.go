@@ -89,8 +89,9 @@ func TestGpuqWaitsThroughAnOutageOnlyWhenThePoolsHaveHeldLong(t *testing.T) {
 	t.Parallel()
 	// 10 hours left for 8 hours of work: 108 minutes of slack. The reserve
 	// keeps 38 minutes for late outages plus one 12-minute overhead for each
-	// mean run in the 10 hours: 30 minutes with ten-hour runs, 120 with the
-	// prior run of an hour, hundreds of hours with two-minute runs.
+	// mean run in the 8 hours of work left: 15 minutes with ten-hour runs
+	// (the prior counted), 96 with the prior run of an hour, hundreds of
+	// hours with two-minute runs.
 	tests := []struct {
 		name    string
 		history PoolHistory
@@ -153,6 +154,92 @@ func TestGpuqMovesToAnotherPoolOnlyWhenTheMovePays(t *testing.T) {
 			got := NewGpuq().Decide(s)
 			if got.Kind != tt.want || (got.Kind == Spot && s.Pools[got.Pool].ID != tt.wantIn) {
 				t.Errorf("Decide = %v in pool %d (%s), want %v %s", got.Kind, got.Pool, got.Reason, tt.want, tt.wantIn)
+			}
+		})
+	}
+}
+
+func TestGpuqCountsTheRestartsToComeOverTheWorkLeftNotTheTimeLeft(t *testing.T) {
+	t.Parallel()
+	// 8 h 10 min left for 5 h of work: 2 h 50 min of slack. With no history
+	// a mean run is the prior hour, so the reserve keeps five 15-minute
+	// overheads for the 5 hours of work, plus an hour (a fifth of the 10
+	// hours of initial slack, halved with half the work left): 2 h 15 min,
+	// under the slack, so the job waits. Counted over the 8 hours left,
+	// the restarts alone would take 2 hours and send it to on-demand, though
+	// waiting and on-demand are never preempted.
+	s := State{
+		Elapsed: 11*time.Hour + 50*time.Minute, Done: 5 * time.Hour, Compute: 10 * time.Hour, Deadline: 20 * time.Hour,
+		Overhead: 15 * time.Minute, Tick: 10 * time.Minute,
+		Pools: []Pool{{ID: "a"}},
+	}
+	g := NewGpuq()
+	if r := g.reserve(s); r != 2*time.Hour+15*time.Minute {
+		t.Errorf("reserve = %v, want 2h15m", r)
+	}
+	if got := g.Decide(s); got.Kind != Wait {
+		t.Errorf("Decide = %v (%s), want wait; slack %v, reserve %v", got.Kind, got.Reason, s.Slack(), g.reserve(s))
+	}
+}
+
+func TestGpuqWeighsTheOutageOfTheCheckpointsPoolTwiceAgainstAMove(t *testing.T) {
+	t.Parallel()
+	// Pool a holds the checkpoint and has been down 30 minutes; its outages
+	// last 45 minutes on average. The slack above the reserve is about
+	// 45 minutes: it would just absorb one mean outage, so counted once
+	// waiting looks free. Counted twice, 45 minutes of on-demand are at
+	// stake, more than the move (0.50 USD and 18 minutes of spot) costs.
+	s := State{
+		Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 14 * time.Hour,
+		Overhead: 12 * time.Minute, Tick: time.Minute,
+		Pools: []Pool{
+			{ID: "a", History: observed(600, 60, 600, 30)},
+			{ID: "b", Available: true, History: observed(append(repeat(3, 600, 60), 30)...)},
+		},
+		Checkpoint: "a",
+		Move:       Move{Micros: 500_000, Time: 6 * time.Minute},
+		Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
+	}
+	g := NewGpuq()
+	if got := g.Decide(s); got.Kind != Spot || s.Pools[got.Pool].ID != "b" {
+		t.Errorf("Decide = %v in pool %d (%s), want spot in b; slack %v, reserve %v", got.Kind, got.Pool, got.Reason, s.Slack(), g.reserve(s))
+	}
+	g.Outage = 1
+	if got := g.Decide(s); got.Kind != Wait {
+		t.Errorf("with the outage counted once, Decide = %v (%s), want wait", got.Kind, got.Reason)
+	}
+}
+
+func TestGpuqMovesOnlyIntoAPoolThatHasHeldCapacityForTwoTicks(t *testing.T) {
+	t.Parallel()
+	// Pool a holds the checkpoint and has been down for an hour, with a few
+	// minutes of slack above the reserve: a move to b pays, once b has had
+	// capacity for MoveSettle (2) ticks; a pool back for one tick has not
+	// shown it will hold.
+	for _, tt := range []struct {
+		name string
+		bUp  int
+		move bool
+	}{
+		{"b back for one tick: no move", 1, false},
+		{"b up for two ticks: move", 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := State{
+				Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 12*time.Hour + 70*time.Minute,
+				Overhead: 12 * time.Minute, Tick: time.Minute,
+				Pools: []Pool{
+					{ID: "a", History: observed(600, 60, 600, 60)},
+					{ID: "b", Available: true, History: observed(append(repeat(3, 600, 60), tt.bUp)...)},
+				},
+				Checkpoint: "a",
+				Move:       Move{Micros: 500_000, Time: 6 * time.Minute},
+				Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
+			}
+			got := NewGpuq().Decide(s)
+			if moved := got.Kind == Spot && s.Pools[got.Pool].ID == "b"; moved != tt.move {
+				t.Errorf("Decide = %v in pool %d (%s), want a move: %v; slack %v, reserve %v", got.Kind, got.Pool, got.Reason, tt.move, s.Slack(), NewGpuq().reserve(s))
 			}
 		})
 	}
