@@ -709,6 +709,30 @@ func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(
 		t.Fatalf("stray machine after the reaper: %+v %v", d, err)
 	}
 
+	// A machine gpuq recorded as terminated that the provider still bills
+	// (its terminate call lost, say) is terminated again and reported.
+	ghost, err := c.s.RecordInstance(ctx, queue.NewInstance{ID: "ghost-1", Provider: c.provider.Name(), Pool: "od", ClientToken: "ghost-1", Slots: 1, Currency: "EUR", Billing: queue.BillPerSecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	billed, err := c.provider.Launch(ctx, adapters.LaunchRequest{Pool: "od", ClientToken: "ghost-1", Boot: adapters.BootSpec{
+		InstanceID: ghost.ID, Pool: "od", Region: "r-od", Country: "DE", NATSURL: c.n.Server.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.s.ChangeInstance(ctx, queue.InstanceChange{ID: ghost.ID, From: []queue.InstanceState{queue.InstanceRequested},
+		To: queue.InstanceTerminated, ProviderID: billed.ProviderID, Reason: "terminated by the test"}); err != nil {
+		t.Fatal(err)
+	}
+	reaped, err = c.reaper.Pass(ctx)
+	if err != nil || len(reaped) != 1 || reaped[0].ProviderID != billed.ProviderID || reaped[0].Action != "terminated" ||
+		!containsAll(reaped[0].Reason, "recorded as terminated") {
+		t.Fatalf("reaper: %+v %v; want the machine recorded as terminated terminated again", reaped, err)
+	}
+	if d, err := c.provider.Describe(ctx, billed.ProviderID); err != nil || !d.State.Gone() && d.State != adapters.StateStopping {
+		t.Fatalf("machine recorded as terminated, after the reaper: %+v %v", d, err)
+	}
+
 	// A recorded instance the provider no longer has is closed with the reason.
 	if err := c.provider.Terminate(ctx, got.ProviderID); err != nil {
 		t.Fatal(err)
