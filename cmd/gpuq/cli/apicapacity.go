@@ -75,6 +75,17 @@ func (a *apiJobs) getDoc(ctx context.Context, path string, query url.Values, out
 	return data, nil
 }
 
+// getAPIDoc is getDoc through a client of its own for one request: the
+// document at path, decoded into out, and as the API wrote it.
+func getAPIDoc(ctx context.Context, v *viper.Viper, path string, query url.Values, out any) ([]byte, error) {
+	a, err := newAPIJobs(v)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	return a.getDoc(ctx, path, query, out)
+}
+
 // writeRawJSON prints a JSON document the API answered, indented as
 // writeJSON indents.
 func writeRawJSON(w io.Writer, data []byte) error {

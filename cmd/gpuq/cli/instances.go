@@ -50,11 +50,6 @@ func newInstancesCmd() *cobra.Command {
 			}
 			var list []*queue.Instance
 			if viaAPI(cmd, v) {
-				a, err := newAPIJobs(v)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
 				q := url.Values{}
 				if pool != "" {
 					q.Set("pool", pool)
@@ -62,7 +57,7 @@ func newInstancesCmd() *cobra.Command {
 				if state != "" {
 					q.Set("state", string(state))
 				}
-				raw, err := a.getDoc(cmd.Context(), "/v1/instances", q, &list)
+				raw, err := getAPIDoc(cmd.Context(), v, "/v1/instances", q, &list)
 				if err != nil {
 					return err
 				}
@@ -187,18 +182,13 @@ region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 			var l *control.Ledger
 			var r *control.SpendReport
 			if viaAPI(cmd, v) {
-				a, err := newAPIJobs(v)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
 				q := url.Values{"since": {since.UTC().Format(time.RFC3339Nano)}}
 				var raw []byte
 				if project != "" {
-					raw, err = a.getDoc(cmd.Context(), "/v1/projects/"+url.PathEscape(project)+"/spend", q, &l)
+					raw, err = getAPIDoc(cmd.Context(), v, "/v1/projects/"+url.PathEscape(project)+"/spend", q, &l)
 					err = projectNotFound(project, err)
 				} else {
-					raw, err = a.getDoc(cmd.Context(), "/v1/spend", q, &r)
+					raw, err = getAPIDoc(cmd.Context(), v, "/v1/spend", q, &r)
 				}
 				if err != nil {
 					return err

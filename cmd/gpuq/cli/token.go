@@ -106,16 +106,11 @@ func newTokenCmd() *cobra.Command {
 			}
 			var list []*queue.Token
 			if viaAPI(cmd, v) {
-				a, err := newAPIJobs(v)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
 				q := url.Values{}
 				if project != "" {
 					q.Set("project", project)
 				}
-				raw, err := a.getDoc(cmd.Context(), "/v1/tokens", q, &list)
+				raw, err := getAPIDoc(cmd.Context(), v, "/v1/tokens", q, &list)
 				if err != nil {
 					return projectNotFound(project, err)
 				}
