@@ -76,8 +76,23 @@ func TestWorkerServiceRestoreCopiesAnotherPoolsCheckpointIntoThePoolsBucket(t *t
 	if r := restore(1, 2); r.Error == nil || !strings.Contains(r.Error.Message, "checkpoint 2 of job "+id.String()+": sha256") {
 		t.Fatalf("restore of a checkpoint whose bytes differ from their record: %+v", r.Error)
 	}
+	// An attempt that does not run the job gets nothing: not even a copy
+	// deleted after the fact, which the pool's workers could have read in
+	// between. Nothing reaches the pool's bucket (its stream's last sequence
+	// stays where it was).
+	lastSeq := func() uint64 {
+		info, err := n.JS.Stream(ctx, "OBJ_"+queue.ArchiveBucket("p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.CachedInfo().State.LastSeq
+	}
+	before := lastSeq()
 	if r := restore(2, 1); r.Error == nil || r.Error.Kind != queue.WireFenced {
 		t.Fatalf("restore for an attempt that does not own the job: %+v", r.Error)
+	}
+	if after := lastSeq(); after != before {
+		t.Fatalf("a refused restore wrote into the pool's bucket (last sequence %d → %d)", before, after)
 	}
 	for _, name := range []string{copyName(1, 2), copyName(2, 1)} {
 		if _, err := own.GetInfo(ctx, name); err == nil || !strings.Contains(err.Error(), jetstream.ErrObjectNotFound.Error()) {

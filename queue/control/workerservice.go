@@ -395,6 +395,16 @@ func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, 
 	if seq < 1 {
 		return nil, badf("seq: must be positive, got %d", seq)
 	}
+	// Only for the attempt this pool runs now: the copy lands where every
+	// worker of the pool may read it, so it is made for no other.
+	attempts, err := s.Store.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if i := slices.IndexFunc(attempts, func(a queue.Attempt) bool { return a.Attempt == attempt }); i < 0 ||
+		attempts[i].Pool != pool || attempts[i].EndedAt != nil || slices.ContainsFunc(attempts, func(a queue.Attempt) bool { return a.Attempt > attempt }) {
+		return nil, fmt.Errorf("restoring checkpoint %d of job %s for attempt %d of pool %s: %w", seq, id, attempt, pool, queue.ErrFenced)
+	}
 	cps, err := s.Store.Checkpoints(ctx, id)
 	if err != nil {
 		return nil, err
