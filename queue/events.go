@@ -49,12 +49,26 @@ type OrderedConsumers interface {
 // starting with the latest one already published, until fn returns false or
 // ctx ends.
 func FollowEvents(ctx context.Context, js OrderedConsumers, job uuid.UUID, fn func(Event) bool) error {
-	c, err := js.OrderedConsumer(ctx, StreamEvents, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{EventSubject(job.String())},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	}
+	return followStream(ctx, js, StreamEvents, cfg, "events of job "+job.String(), func(msg jetstream.Msg) bool {
+		var ev Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			return true
+		}
+		return fn(ev)
 	})
+}
+
+// followStream calls fn with each message an ordered consumer of stream
+// delivers (what names them in an error), until fn returns false, the
+// consumer's iterator closes or ctx ends.
+func followStream(ctx context.Context, js OrderedConsumers, stream string, cfg jetstream.OrderedConsumerConfig, what string, fn func(jetstream.Msg) bool) error {
+	c, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return fmt.Errorf("following events of job %s: %w", job, err)
+		return fmt.Errorf("following %s: %w", what, err)
 	}
 	it, err := c.Messages()
 	if err != nil {
@@ -74,11 +88,7 @@ func FollowEvents(ctx context.Context, js OrderedConsumers, job uuid.UUID, fn fu
 			}
 			return err
 		}
-		var ev Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
-			continue
-		}
-		if !fn(ev) {
+		if !fn(msg) {
 			return nil
 		}
 	}

@@ -183,3 +183,25 @@ type PoolExhaustion struct {
 	Until  time.Time `json:"until"`
 	Reason string    `json:"reason"`
 }
+
+// FollowInstanceEvents calls fn with each instance event announced for pool
+// ("" for every pool) and its stream sequence, from the one after sequence
+// after (0: only events announced from now on), until fn returns false or
+// ctx ends. raw is the event as announced.
+func FollowInstanceEvents(ctx context.Context, js OrderedConsumers, pool string, after uint64, fn func(seq uint64, raw []byte, ev InstanceEvent) bool) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{PoolInstancesSubject(pool)}, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	return followStream(ctx, js, StreamInstances, cfg, "instance events", func(msg jetstream.Msg) bool {
+		var ev InstanceEvent
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			return true
+		}
+		var seq uint64
+		if meta, err := msg.Metadata(); err == nil {
+			seq = meta.Sequence.Stream
+		}
+		return fn(seq, msg.Data(), ev)
+	})
+}

@@ -39,18 +39,9 @@ func DecodeHook() mapstructure.DecodeHookFunc {
 // It is how a policy file, the HTTP API and the stored versions are read.
 func ParseRules(data []byte, format string) (policy.Rules, error) {
 	var rules policy.Rules
-	if err := queue.CheckYAML(data, ""); err != nil {
+	f, err := ReadDocument(data, format)
+	if err != nil {
 		return rules, err
-	}
-	// The syntax is checked with the job spec's parser, whose errors give
-	// the line where the problem is (the config reader's are a line early).
-	if _, err := yaml.YAMLToJSON(data); err != nil {
-		return rules, fmt.Errorf("not valid YAML or JSON: %w", err)
-	}
-	f := viper.New()
-	f.SetConfigType(format)
-	if err := f.ReadConfig(bytes.NewReader(data)); err != nil {
-		return rules, fmt.Errorf("reading: %w", err)
 	}
 	if err := f.Unmarshal(&rules, func(c *mapstructure.DecoderConfig) {
 		c.DecodeHook = DecodeHook()
@@ -62,6 +53,26 @@ func ParseRules(data []byte, format string) (policy.Rules, error) {
 		return rules, err
 	}
 	return rules, nil
+}
+
+// ReadDocument checks a YAML or JSON document (a policy or offers file),
+// aliases refused before anything expands them, and reads it into a viper
+// of its own (format is a viper config type: "yaml", "json"…). The syntax
+// is checked with the job spec's parser, whose errors give the line where
+// the problem is (the config reader's are a line early).
+func ReadDocument(data []byte, format string) (*viper.Viper, error) {
+	if err := queue.CheckYAML(data, ""); err != nil {
+		return nil, err
+	}
+	if _, err := yaml.YAMLToJSON(data); err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	f := viper.New()
+	f.SetConfigType(format)
+	if err := f.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("reading: %w", err)
+	}
+	return f, nil
 }
 
 // RulesDocument writes rules as a policy document in JSON, the shape

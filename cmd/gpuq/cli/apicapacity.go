@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -125,46 +124,6 @@ func (a *apiJobs) streamFrom(ctx context.Context, path string, query url.Values,
 		return a.streamWith(ctx, path, query, fn, "Last-Event-ID", strconv.FormatUint(after, 10))
 	}
 	return a.streamWith(ctx, path, query, fn)
-}
-
-// followInstanceEvents follows instance events straight from JetStream, on
-// the control-plane host.
-func followInstanceEvents(ctx context.Context, js queue.OrderedConsumers, pool string, after uint64, fn func(seq uint64, raw []byte, ev queue.InstanceEvent) bool) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{queue.PoolInstancesSubject(pool)}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if after > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
-	}
-	c, err := js.OrderedConsumer(ctx, queue.StreamInstances, cfg)
-	if err != nil {
-		return fmt.Errorf("following instance events: %w", err)
-	}
-	it, err := c.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return ctx.Err()
-			}
-			return err
-		}
-		var ev queue.InstanceEvent
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
-			continue
-		}
-		var seq uint64
-		if meta, err := msg.Metadata(); err == nil {
-			seq = meta.Sequence.Stream
-		}
-		if !fn(seq, msg.Data(), ev) {
-			return nil
-		}
-	}
 }
 
 // tokenNotFound gives a missing token its exit status.

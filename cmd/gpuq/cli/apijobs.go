@@ -128,9 +128,10 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	return nil, p
 }
 
-// getJSON decodes a JSON answer into out.
-func (a *apiJobs) call(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, out any) error {
-	resp, err := a.do(ctx, method, path, query, body, contentType, "application/json")
+// call sends a request (with the header name and value pairs of header)
+// and decodes its JSON answer into out.
+func (a *apiJobs) call(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, out any, header ...string) error {
+	resp, err := a.do(ctx, method, path, query, body, contentType, "application/json", header...)
 	if err != nil {
 		return err
 	}

@@ -140,7 +140,7 @@ func watchInstances(cmd *cobra.Command, v *viper.Viper, format, pool string, sta
 			return derr
 		}
 		defer c.Close()
-		err = followInstanceEvents(ctx, c.js, pool, after, print)
+		err = queue.FollowInstanceEvents(ctx, c.js, pool, after, print)
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil // interrupted: the normal end of a watch

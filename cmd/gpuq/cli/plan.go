@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
@@ -126,7 +124,7 @@ func loadRules(v *viper.Viper) (policy.Rules, error) {
 	if v.IsSet("policy") {
 		if _, isFlag := v.Get("policy").(string); !isFlag {
 			if err := v.UnmarshalKey("policy", &rules, configDecodeHook()); err != nil {
-				return rules, fmt.Errorf("config key policy: %w", unknownKeys(err, reflect.TypeOf(rules)))
+				return rules, fmt.Errorf("config key policy: %w", control.UnknownKeys(err, reflect.TypeOf(rules)))
 			}
 		}
 	}
@@ -174,23 +172,10 @@ func readPlanFile(kind, path string) ([]byte, error) {
 	return data, nil
 }
 
-// planFileConfig checks the YAML or JSON of a policy or offers file, aliases
-// refused before anything expands them, and reads it into a viper of its
-// own. The syntax is checked with the job spec's parser, whose errors give
-// the line where the problem is (the config reader's are a line early).
+// planFileConfig reads a policy or offers file's contents (path says its
+// format) as control.ReadDocument does.
 func planFileConfig(data []byte, path string) (*viper.Viper, error) {
-	if err := queue.CheckYAML(data, ""); err != nil {
-		return nil, err
-	}
-	if _, err := yaml.YAMLToJSON(data); err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
-	}
-	f := viper.New()
-	f.SetConfigType(configType(path))
-	if err := f.ReadConfig(bytes.NewReader(data)); err != nil {
-		return nil, fmt.Errorf("reading: %w", err)
-	}
-	return f, nil
+	return control.ReadDocument(data, configType(path))
 }
 
 // configType is the format viper reads a file in, from its extension;
@@ -220,17 +205,13 @@ func parseOffers(data []byte, path string) ([]policy.Offer, error) {
 		Offers []policy.Offer `mapstructure:"offers"`
 	}
 	if err := f.Unmarshal(&file, configDecodeHook()); err != nil {
-		return nil, unknownKeys(err, reflect.TypeOf(file))
+		return nil, control.UnknownKeys(err, reflect.TypeOf(file))
 	}
 	if err := policy.NormalizeOffers(file.Offers); err != nil {
 		return nil, err
 	}
 	return file.Offers, nil
 }
-
-// unknownKeys names each unknown key of a decoding error by its path and
-// the keys allowed there (control.UnknownKeys).
-func unknownKeys(err error, t reflect.Type) error { return control.UnknownKeys(err, t) }
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
 // submit and converts it into placement requirements.

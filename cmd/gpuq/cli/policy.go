@@ -153,7 +153,7 @@ func withPolicy(cmd *cobra.Command, fn func(v *viper.Viper, svc policyService, f
 // connectPolicy returns the HTTP API client when an API URL is configured
 // and --database-url is not on the command line; else the database.
 func connectPolicy(cmd *cobra.Command, v *viper.Viper) (policyService, error) {
-	if v.GetString("url") != "" && !cmd.Flags().Changed("database-url") {
+	if viaAPI(cmd, v) {
 		a, err := newAPIJobs(v)
 		if err != nil {
 			return nil, err
@@ -213,16 +213,8 @@ func (a apiPolicy) Set(ctx context.Context, doc []byte, contentType, comment str
 	if expected != nil {
 		header = []string{"If-Match", `"` + strconv.FormatInt(*expected, 10) + `"`}
 	}
-	resp, err := a.do(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, "application/json", header...)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var p httpapi.Policy
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDocBytes)).Decode(&p); err != nil {
-		return nil, fmt.Errorf("PUT /v1/policy: reading the answer: %w", err)
-	}
-	return &p, nil
+	return &p, a.call(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, &p, header...)
 }
 
 func (a apiPolicy) History(ctx context.Context, limit int) ([]httpapi.PolicyVersion, error) {

@@ -154,7 +154,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	var budgetStop control.BudgetStopConfig
 	if err := v.UnmarshalKey("budget_stop", &budgetStop, configDecodeHook()); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("config key budget_stop: %w", unknownKeys(err, reflect.TypeOf(budgetStop)))
+		return nil, fmt.Errorf("config key budget_stop: %w", control.UnknownKeys(err, reflect.TypeOf(budgetStop)))
 	}
 	if err := budgetStop.Validate(); err != nil {
 		c.Close()
