@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -119,22 +118,7 @@ func TestCapacityAndTokenCommandsGoThroughTheHTTPAPIWithoutADatabaseURL(t *testi
 	}
 	gpuqEnv := func(env []string, wantCode int, args ...string) []byte {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = home, env
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != wantCode {
-			t.Fatalf("gpuq %v: exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, out.String(), errOut.String())
-		}
-		return append(out.Bytes(), errOut.Bytes()...)
+		return runBinary(t, bin, home, env, wantCode, args...)
 	}
 	gpuq := func(wantCode int, args ...string) []byte { t.Helper(); return gpuqEnv(env, wantCode, args...) }
 

@@ -97,24 +97,10 @@ func TestJobCommandsReachJobsThroughTheControlPlaneWithoutADatabaseURL(t *testin
 	bin := buildGpuq(t)
 	natsURL, cred := startDevNATS(t, bin)
 	home := t.TempDir() // no .gpuq/config.yaml here
+	env := clientEnv(natsURL, cred)
 	gpuq := func(wantCode int, args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = home, clientEnv(natsURL, cred)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != wantCode {
-			t.Fatalf("gpuq %v: exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, out.String(), errOut.String())
-		}
-		return out.String() + errOut.String()
+		return string(runBinary(t, bin, home, env, wantCode, args...))
 	}
 
 	// The README's first job, through the control plane.
@@ -213,4 +199,26 @@ func TestWaitReturnsWhenTheJobsTerminalEventIsLost(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("gpuq wait still waiting 20 s after the job was cancelled: a lost event held it")
 	}
+}
+
+// runBinary runs the gpuq binary bin in dir with exactly env, fails t
+// unless it exits with wantCode, and returns its stdout then its stderr.
+func runBinary(t *testing.T, bin, dir string, env []string, wantCode int, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Env = dir, env
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if code != wantCode {
+		t.Fatalf("gpuq %v: exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, out.String(), errOut.String())
+	}
+	return append(out.Bytes(), errOut.Bytes()...)
 }

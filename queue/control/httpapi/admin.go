@@ -103,20 +103,28 @@ func (s *Server) spend(ctx context.Context, in *spendInput) (*struct{ Body *Spen
 	if !tokenOf(ctx).Sees(in.Project) {
 		return nil, huma.Error404NotFound("project " + in.Project + " not found")
 	}
-	now := time.Now().UTC()
-	since := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	if in.Since != "" {
-		t, err := time.Parse(time.RFC3339Nano, in.Since)
-		if err != nil {
-			return nil, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", in.Since)
-		}
-		since = t
+	since, err := sinceOrMonthStart(in.Since, time.Now().UTC())
+	if err != nil {
+		return nil, err
 	}
 	out, err := control.ProjectLedger(ctx, s.cfg.Store, in.Project, since)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading spend", err)
 	}
 	return &struct{ Body *Spend }{Body: out}, nil
+}
+
+// sinceOrMonthStart reads a query's since (RFC 3339); without one, the
+// start of now's month (UTC).
+func sinceOrMonthStart(raw string, now time.Time) (time.Time, error) {
+	if raw == "" {
+		return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return t, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", raw)
+	}
+	return t, nil
 }
 
 func (s *Server) instances(ctx context.Context, in *instancesInput) (*struct{ Body []*queue.Instance }, error) {

@@ -52,16 +52,12 @@ func (s *Server) registerCapacity(api huma.API) {
 
 func (s *Server) capacitySpend(ctx context.Context, in *capacitySpendInput) (*struct{ Body *SpendReport }, error) {
 	now := time.Now().UTC()
-	since := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	if in.Since != "" {
-		t, err := time.Parse(time.RFC3339Nano, in.Since)
-		if err != nil {
-			return nil, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", in.Since)
-		}
-		if t.After(now) {
-			return nil, fieldProblem("query.since", "must not be in the future, got %s", in.Since)
-		}
-		since = t
+	since, err := sinceOrMonthStart(in.Since, now)
+	if err != nil {
+		return nil, err
+	}
+	if since.After(now) {
+		return nil, fieldProblem("query.since", "must not be in the future, got %s", in.Since)
 	}
 	r, err := control.Spend(ctx, s.cfg.Store, since, now)
 	if err != nil {
