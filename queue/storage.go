@@ -124,6 +124,19 @@ func (s Storage) QuotaOf(project string) int64 {
 	return s.ProjectQuotaBytes
 }
 
+// ProjectQuota is a project's stored-bytes quota in effect: the one an
+// admin set (source "admin", with who and when), else the config file's
+// (source "config"); Bytes 0 is none.
+type ProjectQuota struct {
+	Project string     `json:"project"`
+	Bytes   int64      `json:"quota_bytes" doc:"stored bytes the project may keep in checkpoints and results; 0: no quota"`
+	Source  string     `json:"source" enum:"admin,config" doc:"admin: set through the API; config: the servers' storage.project_quotas / project_quota"`
+	SetBy   string     `json:"set_by,omitempty"`
+	SetAt   *time.Time `json:"set_at,omitempty"`
+	// Stored is what the project keeps now.
+	Stored int64 `json:"stored_bytes" doc:"what the project's checkpoints and results take now"`
+}
+
 // Garbage is the archive of a pruned checkpoint, still to be deleted from
 // its store.
 type Garbage struct {

@@ -14,29 +14,73 @@ import (
 )
 
 // checkQuota refuses an archive of size bytes for job id when it would take
-// the job's project past its stored-bytes quota.
+// the job's project past its stored-bytes quota: the one an admin set for
+// the project (SetProjectQuota), else the config file's.
 func checkQuota(ctx context.Context, q *db.Queries, limits queue.Storage, id uuid.UUID, bytes int64) error {
-	if limits.ProjectQuotaBytes == 0 && len(limits.ProjectQuotas) == 0 {
-		return nil
-	}
-	job, err := q.JobGetByID(ctx, id)
+	row, err := q.JobProjectQuota(ctx, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return queue.ErrFenced
 	}
 	if err != nil {
 		return fmt.Errorf("reading job %s: %w", id, err)
 	}
-	quota := limits.QuotaOf(job.Project)
+	quota, key := limits.QuotaOf(row.Project), "storage.project_quotas."+row.Project
+	if row.QuotaBytes.Valid {
+		quota, key = row.QuotaBytes.Int64, "PUT /v1/projects/"+row.Project+"/quota"
+	}
 	if quota == 0 {
 		return nil
 	}
-	stored, err := q.ProjectStoredBytes(ctx, job.Project)
+	stored, err := q.ProjectStoredBytes(ctx, row.Project)
 	if err != nil {
-		return fmt.Errorf("summing the stored bytes of project %s: %w", job.Project, err)
+		return fmt.Errorf("summing the stored bytes of project %s: %w", row.Project, err)
 	}
 	if stored+bytes > quota {
-		return fmt.Errorf("%w: project %s stores %d bytes of checkpoints and results; this checkpoint of %d bytes would pass its quota of %d bytes (storage.project_quotas.%s): keep fewer or smaller checkpoints, or ask for a larger quota",
-			queue.ErrQuotaExceeded, job.Project, stored, bytes, quota, job.Project)
+		return fmt.Errorf("%w: project %s stores %d bytes of checkpoints and results; this checkpoint of %d bytes would pass its quota of %d bytes (%s): keep fewer or smaller checkpoints, or ask for a larger quota",
+			queue.ErrQuotaExceeded, row.Project, stored, bytes, quota, key)
+	}
+	return nil
+}
+
+// ProjectQuota returns project's quota in effect and what it stores.
+func (s *Store) ProjectQuota(ctx context.Context, project string) (*queue.ProjectQuota, error) {
+	out := &queue.ProjectQuota{Project: project, Bytes: s.Storage.QuotaOf(project), Source: "config"}
+	row, err := s.q.ProjectQuotaGet(ctx, project)
+	switch {
+	case err == nil:
+		at := row.SetAt
+		out.Bytes, out.Source, out.SetBy, out.SetAt = row.StoredBytes, "admin", row.SetBy, &at
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("reading the quota of project %s: %w", project, err)
+	}
+	if out.Stored, err = s.StoredBytes(ctx, project); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SetProjectQuota sets project's stored-bytes quota (0: none) in place of
+// the config file's, for every server at once: the quota is checked in the
+// transaction that records each checkpoint.
+func (s *Store) SetProjectQuota(ctx context.Context, project string, bytes int64, setBy string) error {
+	if bytes < 0 {
+		return fmt.Errorf("quota_bytes: must not be negative, got %d", bytes)
+	}
+	if _, err := s.q.ProjectQuotaSet(ctx, db.ProjectQuotaSetParams{Project: project, StoredBytes: bytes, SetBy: setBy}); err != nil {
+		return fmt.Errorf("setting the quota of project %s: %w", project, err)
+	}
+	return nil
+}
+
+// ClearProjectQuota removes the quota an admin set for project, so that the
+// config file's holds again; queue.ErrNotFound when none was set.
+func (s *Store) ClearProjectQuota(ctx context.Context, project string) error {
+	n, err := s.q.ProjectQuotaDelete(ctx, project)
+	if err != nil {
+		return fmt.Errorf("clearing the quota of project %s: %w", project, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("quota of project %s: %w", project, queue.ErrNotFound)
 	}
 	return nil
 }

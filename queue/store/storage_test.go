@@ -45,3 +45,54 @@ func TestACheckpointPastTheProjectQuotaIsRefusedNamingTheQuota(t *testing.T) {
 		t.Fatalf("a checkpoint within the quota: %v", err)
 	}
 }
+
+// A quota an admin set for a project takes the place of the config file's
+// at the next checkpoint, tighter or looser (0: none), and clearing it
+// brings the config file's back.
+func TestAQuotaAnAdminSetReplacesTheConfigFilesForItsProject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	s.Storage = queue.Storage{ProjectQuotaBytes: 1000}
+	id := placedJob(t, s)
+	if _, err := claim(t, s, id, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	seq := 0
+	rec := func(bytes int64) error {
+		seq++
+		_, err := s.RecordCheckpoint(ctx, id, 1, queue.ArchiveRecord{Bytes: bytes, SHA256: "x", Region: "r", StoreURI: "nats-os://b/" + strings.Repeat("c", seq)})
+		return err
+	}
+	if q, err := s.ProjectQuota(ctx, "default"); err != nil || q.Bytes != 1000 || q.Source != "config" || q.Stored != 0 {
+		t.Fatalf("quota before any is set: %+v %v", q, err)
+	}
+	if err := s.SetProjectQuota(ctx, "default", 500, "tok-1"); err != nil {
+		t.Fatal(err)
+	}
+	err := rec(600)
+	if !errors.Is(err, queue.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota of 500 bytes (PUT /v1/projects/default/quota)") {
+		t.Fatalf("a checkpoint past the quota an admin set must be refused naming it, got %v", err)
+	}
+	if err := s.SetProjectQuota(ctx, "default", 0, "tok-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec(2000); err != nil {
+		t.Fatalf("quota 0 set by an admin is no quota, even over the config file's: %v", err)
+	}
+	if q, err := s.ProjectQuota(ctx, "default"); err != nil || q.Bytes != 0 || q.Source != "admin" || q.SetBy != "tok-1" || q.SetAt == nil || q.Stored != 2000 {
+		t.Fatalf("quota set by an admin: %+v %v", q, err)
+	}
+	if err := s.ClearProjectQuota(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec(1); !errors.Is(err, queue.ErrQuotaExceeded) || !strings.Contains(err.Error(), "storage.project_quotas.default") {
+		t.Fatalf("with the admin's quota cleared, the config file's holds again: %v", err)
+	}
+	if err := s.ClearProjectQuota(ctx, "default"); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("clearing a quota never set: %v, want ErrNotFound", err)
+	}
+	if err := s.SetProjectQuota(ctx, "default", -1, "tok-1"); err == nil {
+		t.Fatal("a negative quota must be refused")
+	}
+}

@@ -414,6 +414,13 @@ type Project struct {
 	CreatedAt time.Time
 }
 
+type ProjectQuota struct {
+	Project     string
+	StoredBytes int64
+	SetBy       string
+	SetAt       time.Time
+}
+
 type Result struct {
 	JobID     uuid.UUID
 	Attempt   int32

@@ -7,11 +7,32 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 )
+
+const jobProjectQuota = `-- name: JobProjectQuota :one
+SELECT j.project, q.stored_bytes AS quota_bytes
+FROM jobs j LEFT JOIN project_quotas q ON q.project = j.project
+WHERE j.id = $1
+`
+
+type JobProjectQuotaRow struct {
+	Project    string
+	QuotaBytes sql.NullInt64
+}
+
+// JobProjectQuota is the project of a job and the stored-bytes quota an
+// admin set for it, if any.
+func (q *Queries) JobProjectQuota(ctx context.Context, id uuid.UUID) (JobProjectQuotaRow, error) {
+	row := q.db.QueryRowContext(ctx, jobProjectQuota, id)
+	var i JobProjectQuotaRow
+	err := row.Scan(&i.Project, &i.QuotaBytes)
+	return i, err
+}
 
 const projectBudgetLock = `-- name: ProjectBudgetLock :exec
 SELECT pg_advisory_xact_lock(hashtextextended('gpuq.budget:' || $1::text, 0))
@@ -143,6 +164,58 @@ INSERT INTO projects (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTH
 func (q *Queries) ProjectEnsureMany(ctx context.Context, names []string) error {
 	_, err := q.db.ExecContext(ctx, projectEnsureMany, pq.Array(names))
 	return err
+}
+
+const projectQuotaDelete = `-- name: ProjectQuotaDelete :execrows
+DELETE FROM project_quotas WHERE project = $1
+`
+
+func (q *Queries) ProjectQuotaDelete(ctx context.Context, project string) (int64, error) {
+	result, err := q.db.ExecContext(ctx, projectQuotaDelete, project)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const projectQuotaGet = `-- name: ProjectQuotaGet :one
+SELECT project, stored_bytes, set_by, set_at FROM project_quotas WHERE project = $1
+`
+
+func (q *Queries) ProjectQuotaGet(ctx context.Context, project string) (ProjectQuota, error) {
+	row := q.db.QueryRowContext(ctx, projectQuotaGet, project)
+	var i ProjectQuota
+	err := row.Scan(
+		&i.Project,
+		&i.StoredBytes,
+		&i.SetBy,
+		&i.SetAt,
+	)
+	return i, err
+}
+
+const projectQuotaSet = `-- name: ProjectQuotaSet :one
+INSERT INTO project_quotas (project, stored_bytes, set_by) VALUES ($1, $2, $3)
+ON CONFLICT (project) DO UPDATE SET stored_bytes = EXCLUDED.stored_bytes, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING project, stored_bytes, set_by, set_at
+`
+
+type ProjectQuotaSetParams struct {
+	Project     string
+	StoredBytes int64
+	SetBy       string
+}
+
+func (q *Queries) ProjectQuotaSet(ctx context.Context, arg ProjectQuotaSetParams) (ProjectQuota, error) {
+	row := q.db.QueryRowContext(ctx, projectQuotaSet, arg.Project, arg.StoredBytes, arg.SetBy)
+	var i ProjectQuota
+	err := row.Scan(
+		&i.Project,
+		&i.StoredBytes,
+		&i.SetBy,
+		&i.SetAt,
+	)
+	return i, err
 }
 
 const projectReservedByCurrency = `-- name: ProjectReservedByCurrency :many

@@ -91,3 +91,21 @@ ORDER BY p.estimate_currency;
 SELECT (COALESCE((SELECT SUM(c.bytes) FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.project = @project), 0)
       + COALESCE((SELECT SUM(r.bytes) FROM results r JOIN jobs j ON j.id = r.job_id WHERE j.project = @project), 0)
       + COALESCE((SELECT SUM(g.bytes) FROM checkpoint_garbage g WHERE g.project = @project), 0))::bigint AS bytes;
+
+-- name: JobProjectQuota :one
+-- JobProjectQuota is the project of a job and the stored-bytes quota an
+-- admin set for it, if any.
+SELECT j.project, q.stored_bytes AS quota_bytes
+FROM jobs j LEFT JOIN project_quotas q ON q.project = j.project
+WHERE j.id = @id;
+
+-- name: ProjectQuotaGet :one
+SELECT * FROM project_quotas WHERE project = @project;
+
+-- name: ProjectQuotaSet :one
+INSERT INTO project_quotas (project, stored_bytes, set_by) VALUES (@project, @stored_bytes, @set_by)
+ON CONFLICT (project) DO UPDATE SET stored_bytes = EXCLUDED.stored_bytes, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING *;
+
+-- name: ProjectQuotaDelete :execrows
+DELETE FROM project_quotas WHERE project = @project;

@@ -37,6 +37,7 @@ type Store interface {
 	TokenStore
 	CapacityStore
 	control.PolicyStore
+	QuotaStore
 }
 
 // TokenStore keeps API tokens.
@@ -261,6 +262,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerAdmin(api)
 	s.registerCapacity(api)
 	s.registerPolicy(api)
+	s.registerQuota(api)
 }
 
 // register adds an operation, documenting the errors every operation of
