@@ -21,16 +21,25 @@ type EventPublisher struct {
 }
 
 // Announce publishes events asynchronously, bounded by the JetStream
-// context's async publish window.
+// context's async publish window. An event of a job a preempted worker
+// handed back is published on its ReplaceSubject too.
 func (p *EventPublisher) Announce(ctx context.Context, events []Event) {
 	for _, ev := range events {
 		body, err := json.Marshal(ev)
 		if err != nil {
 			continue
 		}
-		if _, err := p.JS.PublishAsync(EventSubject(ev.JobID.String()), body); err != nil && p.Logger != nil {
-			p.Logger.Warn("announcing job event", "job", ev.JobID, "state", ev.State, "err", err)
+		id := ev.JobID.String()
+		p.publish(EventSubject(id), body, ev)
+		if ev.HandedBackPreempted() {
+			p.publish(ReplaceSubject(id), body, ev)
 		}
+	}
+}
+
+func (p *EventPublisher) publish(subject string, body []byte, ev Event) {
+	if _, err := p.JS.PublishAsync(subject, body); err != nil && p.Logger != nil {
+		p.Logger.Warn("announcing job event", "subject", subject, "job", ev.JobID, "state", ev.State, "err", err)
 	}
 }
 

@@ -114,6 +114,13 @@ type Event struct {
 	Outcome string `json:"outcome,omitempty"`
 }
 
+// HandedBackPreempted reports whether ev is a job going back to placed after
+// a preempted attempt: the event after which the replacer looks for the
+// job's plan B.
+func (ev Event) HandedBackPreempted() bool {
+	return ev.State == StatePlaced && ev.Outcome == OutcomePreempted
+}
+
 // Placement is where the scheduler put a job and why.
 type Placement struct {
 	Version int    `json:"version"`

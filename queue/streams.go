@@ -16,7 +16,7 @@ import (
 const (
 	StreamSubmit = "GPUQ_SUBMIT" // gpuq.submit.<project>, work queue
 	StreamRun    = "GPUQ_RUN"    // gpuq.run.<pool>.<job>, work queue
-	StreamEvents = "GPUQ_EVENTS" // gpuq.events.<job>, limits
+	StreamEvents = "GPUQ_EVENTS" // gpuq.events.<job> and gpuq.replace.<job>, limits
 	StreamLogs   = "GPUQ_LOGS"   // gpuq.logs.<pool>.<job>, limits, bounded per job and pool
 	// StreamInstances carries the autoscaler's instances' state changes:
 	// gpuq.instances.<pool>.<instance>, limits. Only the control plane may
@@ -40,6 +40,11 @@ func RunSubject(pool, jobID string) string { return "gpuq.run." + pool + "." + j
 
 // EventSubject carries a job's state changes.
 func EventSubject(jobID string) string { return "gpuq.events." + jobID }
+
+// ReplaceSubject carries, a second time, the events of jobs a preempted
+// worker handed back, for the control plane's replacer: it follows these
+// alone instead of every event of every job.
+func ReplaceSubject(jobID string) string { return "gpuq.replace." + jobID }
 
 // LogSubject carries a job's output from its attempts on pool: a worker's
 // credential may publish only under its own pool, so it cannot write into
@@ -144,7 +149,7 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow, MaxMsgSize: MaxSpecBytes + 4096},
 		{Name: StreamRun, Subjects: []string{"gpuq.run.*.*"}, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow},
-		{Name: StreamEvents, Subjects: []string{"gpuq.events.*"}, Retention: jetstream.LimitsPolicy,
+		{Name: StreamEvents, Subjects: []string{EventSubject("*"), ReplaceSubject("*")}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
 		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},

@@ -16,9 +16,10 @@ import (
 // ReplacerConsumer is the durable consumer of job events the Replacer uses.
 const ReplacerConsumer = "replacer"
 
-// Replacer moves preempted jobs to their plan B. It follows job events on a
-// durable consumer; for a job handed back by a preempted worker, it asks the
-// Placer for a re-placement with the job's preemption history, which avoids
+// Replacer moves preempted jobs to their plan B. It follows, on a durable
+// consumer, the events of jobs handed back by a preempted worker
+// (queue.ReplaceSubject, published besides each job's own event, so that it
+// reads none of the others); for each, it asks the Placer for a re-placement with the job's preemption history, which avoids
 // the pool that just preempted it and escalates spot-then-on-demand jobs to
 // on-demand after repeated preemptions, inside the same residency and budget.
 // A new pool gets a new placement version and a run message; the old pool's
@@ -74,7 +75,7 @@ func (r *Replacer) Run(ctx context.Context) error {
 		return err
 	}
 	cons, err := r.JS.CreateOrUpdateConsumer(ctx, queue.StreamEvents, jetstream.ConsumerConfig{
-		Durable: ReplacerConsumer, FilterSubject: "gpuq.events.*", AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: ReplacerConsumer, FilterSubject: queue.ReplaceSubject("*"), AckPolicy: jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverNewPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000,
 	})
 	if err != nil {
@@ -82,7 +83,7 @@ func (r *Replacer) Run(ctx context.Context) error {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var ev queue.Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Outcome != queue.OutcomePreempted || ev.State != queue.StatePlaced {
+		if err := json.Unmarshal(m.Data(), &ev); err != nil || !ev.HandedBackPreempted() {
 			m.Ack() //nolint:errcheck // not the replacer's business
 			return
 		}
