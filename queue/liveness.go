@@ -65,19 +65,37 @@ type HeldAttempt struct {
 	Reply   string    `json:"reply"`
 }
 
+// BeatSender is who sent a beat: the beat without its held attempts, which
+// is all a listener that only needs to know who is alive decodes.
+type BeatSender struct {
+	Worker string `json:"worker"`
+	Node   string `json:"node,omitempty"`
+	Pool   string `json:"pool"`
+}
+
+// Validate checks a sender heard on pool's alive subject.
+func (s *BeatSender) Validate(pool string) error {
+	switch {
+	case s.Pool != pool:
+		return fmt.Errorf("beat.pool: %q does not match the subject's pool %q", s.Pool, pool)
+	case s.Worker == "" || len(s.Worker) > maxBeatWorkerLen:
+		return fmt.Errorf("beat.worker: must be 1–%d bytes, got %d", maxBeatWorkerLen, len(s.Worker))
+	case len(s.Node) > maxBeatWorkerLen:
+		return fmt.Errorf("beat.node: must be at most %d bytes, got %d", maxBeatWorkerLen, len(s.Node))
+	}
+	return nil
+}
+
 // Validate checks a beat received on pool's alive subject: every field
 // bounded, the pool the subject's, and each reply subject an acknowledgement
 // subject of pool's consumer on the run stream, so that naking it can touch
 // nothing else.
 func (b *Beat) Validate(pool string) error {
-	switch {
-	case b.Pool != pool:
-		return fmt.Errorf("beat.pool: %q does not match the subject's pool %q", b.Pool, pool)
-	case b.Worker == "" || len(b.Worker) > maxBeatWorkerLen:
-		return fmt.Errorf("beat.worker: must be 1–%d bytes, got %d", maxBeatWorkerLen, len(b.Worker))
-	case len(b.Node) > maxBeatWorkerLen:
-		return fmt.Errorf("beat.node: must be at most %d bytes, got %d", maxBeatWorkerLen, len(b.Node))
-	case len(b.Held) > MaxBeatHeld:
+	sender := BeatSender{Worker: b.Worker, Node: b.Node, Pool: b.Pool}
+	if err := sender.Validate(pool); err != nil {
+		return err
+	}
+	if len(b.Held) > MaxBeatHeld {
 		return fmt.Errorf("beat.held: at most %d attempts, got %d", MaxBeatHeld, len(b.Held))
 	}
 	for i, h := range b.Held {

@@ -46,7 +46,7 @@ type heardFrom struct{ node, pool string }
 func listen(conn BeatConn, now func() time.Time, logger *slog.Logger) (*beatListener, error) {
 	l := &beatListener{heard: map[heardFrom]time.Time{}}
 	sub, err := conn.Subscribe(queue.AliveSubjectAll, func(m *nats.Msg) {
-		b, err := readBeat(m)
+		b, err := readBeatSender(m)
 		if err != nil {
 			logger.Debug("autoscaler: ignoring a worker beat", "subject", m.Subject, "err", err)
 			return

@@ -69,11 +69,14 @@ func (l Liveness) validate() error {
 	return nil
 }
 
-// seenWorker is what the monitor knows of one worker.
+// seenWorker is what the monitor knows of one worker: when it last beat,
+// and that beat, whose held attempts are decoded only if the worker is
+// lost (a busy worker beats with every batch it claims).
 type seenWorker struct {
 	pool, worker string
 	last         time.Time
-	held         []queue.HeldAttempt
+	subject      string
+	beat         []byte
 }
 
 // Run watches beats until ctx ends.
@@ -86,7 +89,7 @@ func (l *Liveness) Run(ctx context.Context) error {
 	seen := map[string]*seenWorker{}
 	sub, err := cfg.NATS.Subscribe(queue.AliveSubjectAll, func(m *nats.Msg) {
 		at := time.Now()
-		b, err := readBeat(m)
+		b, err := readBeatSender(m)
 		if err != nil {
 			cfg.Logger.Warn("ignoring a worker beat", "subject", m.Subject, "err", err)
 			return
@@ -99,7 +102,7 @@ func (l *Liveness) Run(ctx context.Context) error {
 			w = &seenWorker{pool: b.Pool, worker: b.Worker}
 			seen[key] = w
 		}
-		w.last, w.held = at, b.Held
+		w.last, w.subject, w.beat = at, m.Subject, m.Data
 	})
 	if err != nil {
 		return fmt.Errorf("subscribing to worker beats: %w", err)
@@ -140,13 +143,19 @@ func (l *Liveness) Run(ctx context.Context) error {
 
 // handBack fences the attempts a lost worker held and naks their messages.
 func (l *Liveness) handBack(ctx context.Context, w *seenWorker, silent time.Duration) {
-	if len(w.held) == 0 {
+	b, err := readBeat(w.subject, w.beat)
+	if err != nil {
+		// Its attempts' leases and AckWait remain the fallback.
+		l.Logger.Warn("lost worker's last beat is not valid; its jobs wait for their leases", "pool", w.pool, "worker", w.worker, "err", err)
+		return
+	}
+	if len(b.Held) == 0 {
 		l.Logger.Info("worker gone quiet holding no job", "pool", w.pool, "worker", w.worker)
 		return
 	}
-	refs := make([]queue.AttemptRef, len(w.held))
-	replies := make(map[queue.AttemptRef]string, len(w.held))
-	for i, h := range w.held {
+	refs := make([]queue.AttemptRef, len(b.Held))
+	replies := make(map[queue.AttemptRef]string, len(b.Held))
+	for i, h := range b.Held {
 		refs[i] = queue.AttemptRef{JobID: h.JobID, Attempt: h.Attempt}
 		replies[refs[i]] = h.Reply
 	}
@@ -165,21 +174,42 @@ func (l *Liveness) handBack(ctx context.Context, w *seenWorker, silent time.Dura
 	}
 }
 
-// readBeat decodes and checks a beat against its subject's pool.
-func readBeat(m *nats.Msg) (*queue.Beat, error) {
-	pool, err := queue.PoolOfAliveSubject(m.Subject)
+// readBeatSender decodes and checks who sent a beat, against its subject's
+// pool, leaving the attempts it holds undecoded.
+func readBeatSender(m *nats.Msg) (queue.BeatSender, error) {
+	var s queue.BeatSender
+	pool, err := poolOfBeat(m.Subject, m.Data, &s)
+	if err != nil {
+		return s, err
+	}
+	return s, s.Validate(pool)
+}
+
+// readBeat decodes and checks a whole beat against its subject's pool.
+func readBeat(subject string, data []byte) (*queue.Beat, error) {
+	var b queue.Beat
+	pool, err := poolOfBeat(subject, data, &b)
 	if err != nil {
 		return nil, err
-	}
-	if len(m.Data) > queue.MaxBeatBytes {
-		return nil, fmt.Errorf("beat: %d bytes, over the limit of %d", len(m.Data), queue.MaxBeatBytes)
-	}
-	var b queue.Beat
-	if err := json.Unmarshal(m.Data, &b); err != nil {
-		return nil, fmt.Errorf("beat: %w", err)
 	}
 	if err := b.Validate(pool); err != nil {
 		return nil, err
 	}
 	return &b, nil
+}
+
+// poolOfBeat decodes a beat's data, bounded, into v and returns its
+// subject's pool.
+func poolOfBeat(subject string, data []byte, v any) (string, error) {
+	pool, err := queue.PoolOfAliveSubject(subject)
+	if err != nil {
+		return "", err
+	}
+	if len(data) > queue.MaxBeatBytes {
+		return "", fmt.Errorf("beat: %d bytes, over the limit of %d", len(data), queue.MaxBeatBytes)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return "", fmt.Errorf("beat: %w", err)
+	}
+	return pool, nil
 }
