@@ -33,17 +33,15 @@ type controlServer struct {
 const maxSocketPath = 100
 
 // listenControl opens a control socket in dir, served by save. A path too
-// long for a socket falls back to the system temporary directory.
+// long for a socket falls back to the system temporary directory, or to
+// /tmp when that one's name is too long as well.
 func listenControl(dir string, save func(context.Context) (int, error)) (*controlServer, error) {
 	path := filepath.Join(dir, "control.sock")
 	if len(path) > maxSocketPath {
-		f, err := os.CreateTemp("", "gpuq-ctl-*.sock")
-		if err != nil {
+		var err error
+		if path, err = shortSocketPath(); err != nil {
 			return nil, err
 		}
-		path = f.Name()
-		f.Close()
-		os.Remove(path)
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -52,6 +50,23 @@ func listenControl(dir string, save func(context.Context) (int, error)) (*contro
 	s := &controlServer{ln: ln, path: path}
 	go s.serve(save)
 	return s, nil
+}
+
+// shortSocketPath is a fresh socket path short enough for the kernel.
+func shortSocketPath() (string, error) {
+	for _, dir := range []string{os.TempDir(), "/tmp"} {
+		f, err := os.CreateTemp(dir, "gpuq-ctl-*.sock")
+		if err != nil {
+			continue
+		}
+		path := f.Name()
+		f.Close()
+		os.Remove(path)
+		if len(path) <= maxSocketPath {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("opening the control socket: neither $TMPDIR (%s) nor /tmp gives a socket path of at most %d bytes", os.TempDir(), maxSocketPath)
 }
 
 func (s *controlServer) serve(save func(context.Context) (int, error)) {

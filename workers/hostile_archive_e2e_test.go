@@ -29,11 +29,12 @@ import (
 
 // testPoolConfig writes a configuration file whose pools key holds the
 // test pool, as a deployment's /etc/gpuq/gpuq.yaml does.
-func testPoolConfig(t *testing.T) string {
+func testPoolConfig(t *testing.T, extra ...string) string {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "gpuq.yaml")
 	pools := fmt.Sprintf("pools:\n  - {pool: %s, region: %s, country: %s, card: cpu, vcpu: 8, memory_gb: 32, tier: on-demand, price_per_hour: '0.10'}\n",
 		testPool.Pool, testPool.Region, testPool.Country)
+	pools += strings.Join(extra, "")
 	if err := os.WriteFile(cfg, []byte(pools), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +67,13 @@ func startServer(t *testing.T, name string, n *queuetest.NATS, dbURL, config str
 }
 
 // newServerCluster is a cluster whose control plane is a `gpuq server`
-// process, configured with the test pool as deploy/systemd runs it.
-func newServerCluster(t *testing.T) *cluster {
+// process, configured with the test pool (and extra configuration) as
+// deploy/systemd runs it.
+func newServerCluster(t *testing.T, extra ...string) *cluster {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
-	startServer(t, "gpuq server", n, dbURL, testPoolConfig(t))
+	startServer(t, "gpuq server", n, dbURL, testPoolConfig(t, extra...))
 	queuetest.Eventually(t, 30*time.Second, "gpuq server to serve the worker and client services", func() bool {
 		for _, svc := range []string{queue.WorkerServiceName, queue.ClientServiceName} {
 			if _, err := n.NC.Request("$SRV.PING."+svc, nil, time.Second); err != nil {

@@ -1,0 +1,213 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// startDevWorker launches `gpuq worker` for the test pool exactly as `gpuq
+// dev` does: the pool's flags, two slots, the NATS URL and the pool's
+// worker credential in the environment, nothing else, so AckWait is the
+// default 30 s. Its temporary directory (where it keeps its attempts by
+// default) is the test's; its output is shown if the test fails.
+func (c *cluster) startDevWorker(t testing.TB) (*local.Instance, string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "worker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.n.Server.URL()},
+		Output: logFile, Env: []string{"TMPDIR=" + jobsDir(t)}, PoolEnv: func(p local.PoolConfig) ([]string, error) {
+			cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
+			return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
+		}}
+	inst, err := l.Launch(context.Background(), testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		inst.Signal(syscall.SIGCONT) //nolint:errcheck // it may have exited
+		inst.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited
+		inst.Wait()                  //nolint:errcheck // killed
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("worker %s output:\n%s", inst.ID(), out)
+		}
+	})
+	return inst, logPath
+}
+
+// stateTrail is a job's events as "state/attempt" words, oldest first, and
+// the index of the hand-back of a lost attempt (-1 when there is none).
+func stateTrail(t *testing.T, c *cluster, id uuid.UUID) (words []string, lostAt int) {
+	t.Helper()
+	events, err := c.store.EventsOf(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt = -1
+	for i, ev := range events {
+		words = append(words, fmt.Sprintf("%s/%d", ev.State, ev.Attempt))
+		if ev.State == queue.StatePlaced && ev.Attempt > 0 && strings.Contains(ev.Message, "lost: no liveness beat") {
+			lostAt = i
+		}
+	}
+	return words, lostAt
+}
+
+// A worker killed without notice is declared lost by `gpuq server`'s
+// liveness monitor and its job handed back at once: with the default
+// AckWait (30 s), the order of events proves the job came back through the
+// hand-back and not through the lapse of the lease and AckWait (a claim
+// after a lapsed lease goes from running to running with no hand-back).
+func TestSIGKILLedWorkersJobIsHandedBackOnLivenessAndResumesFromItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	// Every checkpoint is kept, to read back the one attempt 2 resumed.
+	c := newServerCluster(t, "storage: {keep_checkpoints: 1000}\n")
+	a, _ := c.startDevWorker(t)
+	id := c.submit(t, counterJob(20, "0.2"))
+	c.waitState(t, id, queue.StateRunning, 60*time.Second)
+	c.startDevWorker(t)
+	waitCheckpoint(t, c, id, 3)
+	if got := c.attempts(t, id)[0].PID; got != a.PID() {
+		t.Fatalf("attempt 1 should run on the first worker (pid %d), got pid %d", a.PID(), got)
+	}
+	killed := time.Now()
+	if err := a.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	job := c.waitState(t, id, queue.StateSucceeded, 2*time.Minute)
+	attempts := c.attempts(t, id)
+	if job.Attempt != 2 || len(attempts) != 2 || job.Preemptions != 1 {
+		t.Fatalf("want exactly 2 attempts and one preemption, got %d attempts, %d preemptions (%+v); events:\n%s", job.Attempt, job.Preemptions, attempts, trail(t, c, id))
+	}
+	if attempts[0].Outcome != queue.OutcomeLost || attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("want attempt 1 lost and attempt 2 succeeded, got %q and %q", attempts[0].Outcome, attempts[1].Outcome)
+	}
+	t.Logf("recovery after SIGKILL with the default AckWait: %s", attempts[1].StartedAt.Sub(killed))
+	words, lostAt := stateTrail(t, c, id)
+	if want := "pending/0 placed/0 running/1 placed/1 running/2 succeeded/2"; strings.Join(words, " ") != want || lostAt != 3 {
+		t.Fatalf("want events %q with attempt 1 handed back as lost, got %q (hand-back at %d)", want, strings.Join(words, " "), lostAt)
+	}
+	cps := c.checkpoints(t, id)
+	assertSequenceGrows(t, cps)
+	var last queue.Checkpoint
+	for _, cp := range cps {
+		if cp.Attempt == 1 {
+			last = cp
+		}
+	}
+	k := c.checkpointStep(t, last)
+	if logs := c.logs(t, id); !strings.Contains(logs, fmt.Sprintf("start attempt=2 resumed=1 step=%d\n", k)) {
+		t.Fatalf("attempt 2 must start from checkpoint %d's step %d; logs:\n%s", last.Seq, k, logs)
+	}
+}
+
+// gatedJob commits a checkpoint every 0.2 s under attempt 1, writing its pid
+// to $PIDDIR/<attempt>; a later attempt waits for $GATE, then succeeds.
+const gatedJob = `step=0
+[ -f "$GPUQ_CHECKPOINT_DIR/step" ] && step=$(cat "$GPUQ_CHECKPOINT_DIR/step")
+echo $$ > "$PIDDIR/$GPUQ_ATTEMPT"
+echo "start attempt=$GPUQ_ATTEMPT resumed=$GPUQ_RESUMED step=$step"
+if [ "$GPUQ_ATTEMPT" = 1 ]; then
+  while true; do
+    step=$((step+1)); echo $step > "$GPUQ_CHECKPOINT_DIR/step"
+    gpuq checkpoint save >/dev/null || exit 9
+    sleep 0.2
+  done
+fi
+while [ ! -f "$GATE" ]; do sleep 0.1; done
+echo "finished from step $step"`
+
+// A worker paused (SIGSTOP) past the detection time loses its job to
+// another worker; when it resumes it is fenced out: it stops its job,
+// records nothing more under the lost attempt and never acknowledges the
+// job's message (invariant 2).
+func TestPausedWorkerIsFencedOutWhenItResumesAndNeverAcknowledges(t *testing.T) {
+	t.Parallel()
+	c := newServerCluster(t)
+	a, aLog := c.startDevWorker(t)
+	dir := jobWritable(t)
+	gate := filepath.Join(dir, "gate")
+	id := c.submit(t, fmt.Sprintf("name: gated\nenv: {PIDDIR: %s, GATE: %s}\ncommand: [/bin/sh, -c, %s]\n", dir, gate, strconv.Quote(gatedJob)))
+	c.waitState(t, id, queue.StateRunning, 60*time.Second)
+	c.startDevWorker(t)
+	waitCheckpoint(t, c, id, 2)
+	pidOf := func(attempt int) int {
+		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(attempt)))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			t.Fatalf("attempt %d's pid: %q (%v)", attempt, b, err)
+		}
+		return pid
+	}
+	first := pidOf(1)
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Paused past the detection time: the job is handed back and taken
+	// over while the paused worker's own job still runs.
+	queuetest.Eventually(t, 2*time.Minute, "attempt 2 to start", func() bool {
+		j := c.job(t, id)
+		return j.State == queue.StateRunning && j.Attempt == 2
+	})
+	words, lostAt := stateTrail(t, c, id)
+	if want := "pending/0 placed/0 running/1 placed/1 running/2"; strings.Join(words, " ") != want || lostAt != 3 {
+		t.Fatalf("want events %q with attempt 1 handed back as lost, got %q (hand-back at %d)", want, strings.Join(words, " "), lostAt)
+	}
+	if err := a.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, time.Minute, "the resumed worker to kill its fenced job", func() bool {
+		return syscall.Kill(first, 0) != nil
+	})
+	queuetest.Eventually(t, 30*time.Second, "the resumed worker to log that it is fenced out", func() bool {
+		out, _ := os.ReadFile(aLog)
+		return strings.Contains(string(out), "fenced out")
+	})
+	// Attempt 2 is waiting at the gate: the run message must still be
+	// there, since the fenced-out worker did not acknowledge it.
+	if j := c.job(t, id); j.State != queue.StateRunning || j.Attempt != 2 {
+		t.Fatalf("the fenced-out worker must not touch the job: %+v", j)
+	}
+	if msgs := queuetest.RunMessages(t, c.n.JS); msgs[queue.RunSubject(testPool.Pool, id.String())] != 1 {
+		t.Fatalf("a fenced-out worker must not acknowledge the job's message: %v", msgs)
+	}
+	fencedAt := c.attempts(t, id)[0].EndedAt
+	for _, cp := range c.checkpoints(t, id) {
+		if cp.Attempt == 1 && fencedAt != nil && cp.CreatedAt.After(*fencedAt) {
+			t.Fatalf("checkpoint %d of attempt 1 was recorded after the attempt was fenced", cp.Seq)
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := c.waitState(t, id, queue.StateSucceeded, time.Minute)
+	attempts := c.attempts(t, id)
+	if job.Attempt != 2 || len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeLost || attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("want attempt 1 lost and attempt 2 the one success, got %+v", attempts)
+	}
+	words, _ = stateTrail(t, c, id)
+	if want := "pending/0 placed/0 running/1 placed/1 running/2 succeeded/2"; strings.Join(words, " ") != want {
+		t.Fatalf("want events %q, got %q", want, strings.Join(words, " "))
+	}
+	queuetest.Eventually(t, 10*time.Second, "the run message to be acknowledged once", func() bool {
+		return len(queuetest.RunMessages(t, c.n.JS)) == 0
+	})
+}
