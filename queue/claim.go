@@ -67,3 +67,10 @@ type AttemptRef struct {
 	JobID   uuid.UUID
 	Attempt int
 }
+
+// PoolAttemptRef names an attempt a worker of Pool reports on; Pool ""
+// names none, for writes whose pool was checked already.
+type PoolAttemptRef struct {
+	AttemptRef
+	Pool string
+}

@@ -29,7 +29,7 @@ type WorkerStore interface {
 	RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int, a queue.ArchiveRecord) (int, error)
 	RecordNotice(ctx context.Context, id uuid.UUID, attempt int, message string, lease time.Duration) error
 	Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error
-	SucceedMany(ctx context.Context, refs []queue.AttemptRef) ([]bool, error)
+	SucceedInPools(ctx context.Context, refs []queue.PoolAttemptRef) ([]bool, error)
 	Fail(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
 	Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error
 	EndAttempt(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int) error
@@ -83,7 +83,7 @@ type WorkerService struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
-	successes *batcher[queue.AttemptRef, bool]
+	successes *batcher[queue.PoolAttemptRef, bool]
 	slots     chan struct{}
 }
 
@@ -112,7 +112,7 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 		s.Concurrency = 64
 	}
 	s.slots = make(chan struct{}, s.Concurrency)
-	s.successes = newBatcher(s.Store.SucceedMany)
+	s.successes = newBatcher(s.Store.SucceedInPools)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.WorkerServiceName, Version: "1.0.0", QueueGroup: queue.ControlQueueGroup,
 		Description: "gpuq workers' claims, leases, checkpoint records and completions",
@@ -359,19 +359,22 @@ func (s *WorkerService) handBack(ctx context.Context, c queue.ClaimRequest, reas
 // attempts it may write to. An attempt that does not exist is left to the
 // write's own fencing.
 func (s *WorkerService) checkAttempts(ctx context.Context, op, pool string, r *queue.WorkerRequest) error {
-	var refs []queue.AttemptRef
 	switch op {
 	case queue.WorkerOpClaim, queue.WorkerOpJob, queue.WorkerOpNode, queue.WorkerOpCanary:
 		return nil
 	case queue.WorkerOpComplete:
-		for _, c := range r.Completions {
-			refs = append(refs, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
-		}
-	default:
-		refs = []queue.AttemptRef{{JobID: r.JobID, Attempt: r.Attempt}}
+		// complete checks as it records: most completions need no
+		// statement of their own for it.
+		return nil
 	}
-	if len(refs) == 0 || len(refs) > queue.MaxWorkerBatch {
-		return nil // the operation refuses it, naming the field
+	return s.checkPools(ctx, pool, []queue.AttemptRef{{JobID: r.JobID, Attempt: r.Attempt}})
+}
+
+// checkPools refuses refs when an attempt among them was claimed by a
+// worker of another pool than pool.
+func (s *WorkerService) checkPools(ctx context.Context, pool string, refs []queue.AttemptRef) error {
+	if len(refs) == 0 {
+		return nil
 	}
 	pools, err := s.Store.AttemptPools(ctx, refs)
 	if err != nil {
@@ -518,12 +521,19 @@ func (s *WorkerService) complete(ctx context.Context, pool string, cs []queue.Co
 	if len(cs) == 0 || len(cs) > queue.MaxWorkerBatch {
 		return nil, badf("completions: must hold 1–%d completions, got %d", queue.MaxWorkerBatch, len(cs))
 	}
+	var withOutputs []queue.AttemptRef
 	for i, c := range cs {
 		if c.Outputs != nil {
 			if err := s.checkArchive(ctx, pool, c.JobID, fmt.Sprintf("completions[%d].outputs", i), c.Outputs); err != nil {
 				return nil, err
 			}
+			withOutputs = append(withOutputs, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
 		}
+	}
+	// A completion without outputs is recorded only for an attempt of
+	// pool (SucceedInPools); one with outputs is checked first.
+	if err := s.checkPools(ctx, pool, withOutputs); err != nil {
+		return nil, err
 	}
 	recorded := make([]bool, len(cs))
 	errs := make([]error, len(cs))
@@ -533,7 +543,8 @@ func (s *WorkerService) complete(ctx context.Context, pool string, cs []queue.Co
 		go func() {
 			defer wg.Done()
 			if c.Outputs == nil {
-				recorded[i], errs[i] = s.successes.call(ctx, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+				ref := queue.PoolAttemptRef{AttemptRef: queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt}, Pool: pool}
+				recorded[i], errs[i] = s.successes.call(ctx, ref)
 				return
 			}
 			err := s.Store.Succeed(ctx, c.JobID, c.Attempt, c.Outputs)
@@ -547,8 +558,19 @@ func (s *WorkerService) complete(ctx context.Context, pool string, cs []queue.Co
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	// A completion repeated after its reply was lost finds the job already
-	// succeeded under its own attempt: that is its answer, not a fence.
+	// What was not recorded is another pool's attempt (refused), a fenced
+	// attempt, or a completion repeated after its reply was lost, which
+	// finds the job already succeeded under its own attempt: that is its
+	// answer, not a fence.
+	var unrecorded []queue.AttemptRef
+	for i, c := range cs {
+		if !recorded[i] {
+			unrecorded = append(unrecorded, queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt})
+		}
+	}
+	if err := s.checkPools(ctx, pool, unrecorded); err != nil {
+		return nil, err
+	}
 	for i, c := range cs {
 		if recorded[i] {
 			continue

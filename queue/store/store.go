@@ -368,8 +368,9 @@ func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int,
 
 // Succeed records the job's outputs and its success under attempt.
 func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error {
+	ref := queue.PoolAttemptRef{AttemptRef: queue.AttemptRef{JobID: id, Attempt: attempt}}
 	if outputs == nil {
-		recorded, err := s.SucceedMany(ctx, []queue.AttemptRef{{JobID: id, Attempt: attempt}})
+		recorded, err := s.SucceedInPools(ctx, []queue.PoolAttemptRef{ref})
 		if err == nil && !recorded[0] {
 			err = queue.ErrFenced
 		}
@@ -383,7 +384,7 @@ func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs 
 		if n == 0 {
 			return nil, queue.ErrFenced
 		}
-		recorded, events, err := succeedMany(ctx, q, []queue.AttemptRef{{JobID: id, Attempt: attempt}})
+		recorded, events, err := succeedMany(ctx, q, []queue.PoolAttemptRef{ref})
 		if err == nil && !recorded[0] {
 			err = queue.ErrFenced
 		}
@@ -395,6 +396,16 @@ func (s *Store) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs 
 // outputs, in one statement. recorded[i] is false when refs[i] no longer
 // owns its job (fenced out); such an attempt must not acknowledge.
 func (s *Store) SucceedMany(ctx context.Context, refs []queue.AttemptRef) (recorded []bool, err error) {
+	inPools := make([]queue.PoolAttemptRef, len(refs))
+	for i, r := range refs {
+		inPools[i].AttemptRef = r
+	}
+	return s.SucceedInPools(ctx, inPools)
+}
+
+// SucceedInPools is SucceedMany for attempts reported by workers of their
+// refs' pools: an attempt another pool claimed is not recorded either.
+func (s *Store) SucceedInPools(ctx context.Context, refs []queue.PoolAttemptRef) (recorded []bool, err error) {
 	recorded, events, err := succeedMany(ctx, s.q, refs)
 	if err != nil {
 		return nil, err
@@ -403,10 +414,10 @@ func (s *Store) SucceedMany(ctx context.Context, refs []queue.AttemptRef) (recor
 	return recorded, nil
 }
 
-func succeedMany(ctx context.Context, q *db.Queries, refs []queue.AttemptRef) ([]bool, []queue.Event, error) {
-	params := db.JobSucceedManyParams{Ids: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs))}
+func succeedMany(ctx context.Context, q *db.Queries, refs []queue.PoolAttemptRef) ([]bool, []queue.Event, error) {
+	params := db.JobSucceedManyParams{Ids: make([]uuid.UUID, len(refs)), Attempts: make([]int32, len(refs)), Pools: make([]string, len(refs))}
 	for i, r := range refs {
-		params.Ids[i], params.Attempts[i] = r.JobID, int32(r.Attempt)
+		params.Ids[i], params.Attempts[i], params.Pools[i] = r.JobID, int32(r.Attempt), r.Pool
 	}
 	ids, err := q.JobSucceedMany(ctx, params)
 	if err != nil {

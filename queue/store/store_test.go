@@ -283,3 +283,25 @@ func TestClaimManyClaimsEachJobOnceAndSucceedManyFencesStaleAttempts(t *testing.
 		t.Fatalf("b: want attempt 1 lost and attempt 2 running, got %+v (%v)", attempts, err)
 	}
 }
+
+func TestSucceedInPoolsRecordsOnlyAttemptsOfTheReportingPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	if _, err := claim(t, s, id, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ref := queue.AttemptRef{JobID: id, Attempt: 1}
+	recorded, err := s.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: ref, Pool: "us"}})
+	if err != nil || recorded[0] {
+		t.Fatalf("another pool's report: want nothing recorded, got %v, %v", recorded, err)
+	}
+	if j, _ := s.Job(ctx, id); j.State != queue.StateRunning {
+		t.Fatalf("another pool's report changed the job: %+v", j)
+	}
+	recorded, err = s.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: ref, Pool: "p"}})
+	if err != nil || !recorded[0] {
+		t.Fatalf("the claiming pool's report: want recorded, got %v, %v", recorded, err)
+	}
+}

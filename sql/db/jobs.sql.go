@@ -1051,12 +1051,12 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 
 const jobSucceedMany = `-- name: JobSucceedMany :many
 WITH u AS (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt
+    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS pool
 ), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
     FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running' AND (u.pool = '' OR jobs.pool = u.pool)
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
@@ -1072,14 +1072,18 @@ RETURNING job_id
 type JobSucceedManyParams struct {
 	Ids      []uuid.UUID
 	Attempts []int32
+	Pools    []string
 }
 
 // JobSucceedMany records the success of a batch of jobs, their attempts and
 // their "succeeded" events in one statement, each under its attempt number,
 // and returns the jobs it recorded; a superseded attempt changes nothing and
-// is left out of the result.
+// is left out of the result. A completion naming a pool (not ”) records
+// only an attempt of that pool: a running job's current attempt was claimed
+// by a worker of the job's pool, which stays the same until the job is
+// placed again.
 func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) ([]uuid.UUID, error) {
-	rows, err := q.db.QueryContext(ctx, jobSucceedMany, pq.Array(arg.Ids), pq.Array(arg.Attempts))
+	rows, err := q.db.QueryContext(ctx, jobSucceedMany, pq.Array(arg.Ids), pq.Array(arg.Attempts), pq.Array(arg.Pools))
 	if err != nil {
 		return nil, err
 	}

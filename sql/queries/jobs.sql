@@ -204,14 +204,17 @@ SELECT j.id, j.attempt FROM j;
 -- JobSucceedMany records the success of a batch of jobs, their attempts and
 -- their "succeeded" events in one statement, each under its attempt number,
 -- and returns the jobs it recorded; a superseded attempt changes nothing and
--- is left out of the result.
+-- is left out of the result. A completion naming a pool (not '') records
+-- only an attempt of that pool: a running job's current attempt was claimed
+-- by a worker of the job's pool, which stays the same until the job is
+-- placed again.
 WITH u AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@pools::text[]) AS pool
 ), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
     FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running' AND (u.pool = '' OR jobs.pool = u.pool)
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
