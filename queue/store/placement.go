@@ -35,18 +35,8 @@ func (s *Store) RecordJobs(ctx context.Context, jobs []queue.NewJob) ([]*queue.J
 // the jobs as recorded before the decisions and the placements that took
 // effect.
 func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue.Decided) ([]*queue.Job, []queue.PlacedJob, error) {
-	params := db.JobInsertManyParams{
-		Ids: make([]uuid.UUID, len(jobs)), Projects: make([]string, len(jobs)), Names: make([]string, len(jobs)),
-		IdempotencyKeys: make([]string, len(jobs)), Specs: make([]string, len(jobs)),
-	}
 	var projects []string
-	for i, nj := range jobs {
-		spec, err := json.Marshal(nj.Spec)
-		if err != nil {
-			return nil, nil, err
-		}
-		params.Ids[i], params.Projects[i], params.Names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
-		params.IdempotencyKeys[i], params.Specs[i] = nj.Spec.IdempotencyKey, string(spec)
+	for _, nj := range jobs {
 		if !slices.Contains(projects, nj.Spec.Project) {
 			projects = append(projects, nj.Spec.Project)
 		}
@@ -62,13 +52,51 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 				return nil, fmt.Errorf("recording projects %v: %w", unknown, err)
 			}
 		}
-		inserted, err := q.JobInsertMany(ctx, params)
+		var err error
+		if snapshots, err = s.storeSnapshots(ctx, q, d.Placed); err != nil {
+			return nil, err
+		}
+		placed, failed, err := checkGuards(ctx, q, d.Placed)
 		if err != nil {
-			return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
+			return nil, err
+		}
+		// A new job's first placement is recorded with the job, which is
+		// inserted already placed; the other jobs are inserted waiting.
+		first := make(map[uuid.UUID]queue.PlacedJob, len(placed))
+		for _, p := range placed {
+			if p.Placement.Version == 1 {
+				first[p.JobID] = p
+			}
+		}
+		var placedNew, waiting []queue.NewJob
+		taken := make(map[uuid.UUID]bool, len(first))
+		for _, nj := range jobs {
+			if _, ok := first[nj.ID]; ok && !taken[nj.ID] {
+				placedNew, taken[nj.ID] = append(placedNew, nj), true
+			} else {
+				waiting = append(waiting, nj)
+			}
 		}
 		byID := make(map[uuid.UUID]db.JobRow, len(jobs))
+		inserted, events, err := insertPlaced(ctx, q, placedNew, first)
+		if err != nil {
+			return nil, err
+		}
+		placedNow := make(map[uuid.UUID]bool, len(inserted))
 		for _, r := range inserted {
-			byID[r.ID] = db.JobRow(r)
+			placedNow[r.ID] = true
+			// As recorded before the decision: waiting.
+			r.State, r.PlacementVersion, r.Pool = db.JobStatePending, 0, sql.NullString{}
+			byID[r.ID] = r
+			done = append(done, first[r.ID])
+		}
+		insertedWaiting, err := insertWaiting(ctx, q, waiting)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range insertedWaiting {
+			byID[r.ID] = r
+			events = append(events, eventOf(r.ID, queue.StatePending, 0, "submitted", nil))
 		}
 		// A redelivered submission inserted nothing: its job is read as
 		// recorded before.
@@ -100,15 +128,16 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 				return nil, err
 			}
 		}
-		events := make([]queue.Event, len(inserted))
-		for i, r := range inserted {
-			events[i] = eventOf(r.ID, queue.StatePending, 0, "submitted", nil)
+		// The decisions about jobs recorded before take effect only if
+		// the jobs still wait for them.
+		var rest []queue.PlacedJob
+		for _, p := range placed {
+			if !placedNow[p.JobID] {
+				rest = append(rest, p)
+			}
 		}
-		if snapshots, err = s.storeSnapshots(ctx, q, d.Placed); err != nil {
-			return nil, err
-		}
-		var committed []queue.Event
-		done, committed, err = commitPlacements(ctx, q, d)
+		moreDone, committed, err := applyDecisions(ctx, q, rest, d.Rejected, failed)
+		done = append(done, moreDone...)
 		return append(events, committed...), err
 	})
 	if err != nil {
@@ -119,6 +148,86 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 	}
 	s.rememberSnapshots(ctx, snapshots)
 	return out, done, nil
+}
+
+// newJobColumns are the columns of a batch of new jobs.
+type newJobColumns struct {
+	ids                                 []uuid.UUID
+	projects, names, idempotency, specs []string
+}
+
+func columnsOfNewJobs(jobs []queue.NewJob) (newJobColumns, error) {
+	n := len(jobs)
+	c := newJobColumns{ids: make([]uuid.UUID, n), projects: make([]string, n), names: make([]string, n), idempotency: make([]string, n), specs: make([]string, n)}
+	for i, nj := range jobs {
+		spec, err := json.Marshal(nj.Spec)
+		if err != nil {
+			return c, err
+		}
+		c.ids[i], c.projects[i], c.names[i] = nj.ID, nj.Spec.Project, nj.Spec.Name
+		c.idempotency[i], c.specs[i] = nj.Spec.IdempotencyKey, string(spec)
+	}
+	return c, nil
+}
+
+// insertWaiting records new jobs waiting for a placement and their
+// "submitted" events, and returns the rows it inserted.
+func insertWaiting(ctx context.Context, q *db.Queries, jobs []queue.NewJob) ([]db.JobRow, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	c, err := columnsOfNewJobs(jobs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.JobInsertMany(ctx, db.JobInsertManyParams{Ids: c.ids, Projects: c.projects, Names: c.names, IdempotencyKeys: c.idempotency, Specs: c.specs})
+	if err != nil {
+		return nil, fmt.Errorf("recording %d jobs: %w", len(jobs), err)
+	}
+	out := make([]db.JobRow, len(rows))
+	for i, r := range rows {
+		out[i] = db.JobRow(r)
+	}
+	return out, nil
+}
+
+// insertPlaced records new jobs already placed by first, with their
+// placements and their "submitted" and "placed" events, and returns the
+// rows it inserted and those events.
+func insertPlaced(ctx context.Context, q *db.Queries, jobs []queue.NewJob, first map[uuid.UUID]queue.PlacedJob) ([]db.JobRow, []queue.Event, error) {
+	if len(jobs) == 0 {
+		return nil, nil, nil
+	}
+	c, err := columnsOfNewJobs(jobs)
+	if err != nil {
+		return nil, nil, err
+	}
+	placed := make([]queue.PlacedJob, len(jobs))
+	for i, nj := range jobs {
+		placed[i] = first[nj.ID]
+	}
+	pc, err := columnsOfPlacements(placed)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := q.JobInsertPlacedMany(ctx, db.JobInsertPlacedManyParams{
+		Ids: c.ids, Projects: c.projects, Names: c.names, IdempotencyKeys: c.idempotency, Specs: c.specs,
+		Pools: pc.pools, Regions: pc.regions, Residencies: pc.residencies, Countries: pc.countries,
+		PriceMicros: pc.priceMicros, Currencies: pc.currencies, Decisions: pc.decisions,
+		EstimateMicros: pc.estimateMicros, EstimateCurrencies: pc.estimateCurrencies, Providers: pc.providers,
+		Snapshots: pc.snapshots, Recipes: pc.recipes,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording %d placed jobs: %w", len(jobs), err)
+	}
+	out := make([]db.JobRow, len(rows))
+	events := make([]queue.Event, 0, 2*len(rows))
+	for i, r := range rows {
+		out[i] = db.JobRow(r)
+		events = append(events, eventOf(r.ID, queue.StatePending, 0, "submitted", nil),
+			eventOf(r.ID, queue.StatePlaced, 0, "placed on pool "+first[r.ID].Placement.Pool, nil))
+	}
+	return out, events, nil
 }
 
 // CommitPlacements commits decided placements and rejections in one
@@ -153,13 +262,18 @@ func commitPlacements(ctx context.Context, q *db.Queries, d queue.Decided) ([]qu
 	if err != nil {
 		return nil, nil, err
 	}
-	rejected := make([]uuid.UUID, 0, len(d.Rejected)+len(failed))
-	reasons := make(map[uuid.UUID]string, len(d.Rejected)+len(failed))
-	for id, reason := range d.Rejected {
-		rejected, reasons[id] = append(rejected, id), reason
-	}
-	for id, reason := range failed {
-		rejected, reasons[id] = append(rejected, id), reason
+	return applyDecisions(ctx, q, placed, d.Rejected, failed)
+}
+
+// applyDecisions rejects the jobs of rejections (decided, or failed at
+// their budget guards) and moves the jobs of placed to their placements.
+func applyDecisions(ctx context.Context, q *db.Queries, placed []queue.PlacedJob, rejections ...map[uuid.UUID]string) ([]queue.PlacedJob, []queue.Event, error) {
+	var rejected []uuid.UUID
+	reasons := map[uuid.UUID]string{}
+	for _, m := range rejections {
+		for id, reason := range m {
+			rejected, reasons[id] = append(rejected, id), reason
+		}
 	}
 	// In id order, so that concurrent commits lock job rows in one order.
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].String() < rejected[j].String() })
@@ -269,6 +383,45 @@ func addSat(a, b int64) int64 {
 	return math.MaxInt64
 }
 
+// placementColumns are the columns of a batch of placements, as
+// JobPlaceMany and JobInsertPlacedMany record them.
+type placementColumns struct {
+	pools, regions, residencies, countries, currencies, decisions []string
+	estimateCurrencies, providers, snapshots, recipes             []string
+	priceMicros, estimateMicros                                   []int64
+}
+
+func columnsOfPlacements(placed []queue.PlacedJob) (placementColumns, error) {
+	n := len(placed)
+	c := placementColumns{
+		pools: make([]string, n), regions: make([]string, n), residencies: make([]string, n), countries: make([]string, n),
+		currencies: make([]string, n), decisions: make([]string, n), estimateCurrencies: make([]string, n),
+		providers: make([]string, n), snapshots: make([]string, n), recipes: make([]string, n),
+		priceMicros: make([]int64, n), estimateMicros: make([]int64, n),
+	}
+	for i, p := range placed {
+		decision := p.Placement.Decision
+		if len(decision) == 0 {
+			decision = []byte("{}")
+		}
+		for _, country := range p.Placement.Countries {
+			if strings.Contains(country, ",") {
+				return c, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, country)
+			}
+		}
+		c.pools[i], c.regions[i], c.residencies[i] = p.Placement.Pool, p.Placement.Region, p.Placement.Residency
+		c.countries[i], c.decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
+		c.priceMicros[i], c.currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
+		c.estimateMicros[i], c.estimateCurrencies[i] = max(p.Placement.EstimateMicros, 0), p.Placement.EstimateCurrency
+		c.providers[i] = p.Placement.Provider
+		c.recipes[i] = "{}"
+		if r := p.Placement.Replay; r != nil {
+			c.snapshots[i], c.recipes[i] = r.SnapshotID, string(r.Recipe)
+		}
+	}
+	return c, nil
+}
+
 // placeMany moves each job to its next placement and stores the placement
 // with its decision and price, in one statement.
 func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]queue.PlacedJob, []queue.Event, error) {
@@ -276,34 +429,20 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		return nil, nil, nil
 	}
 	n := len(placed)
+	pc, err := columnsOfPlacements(placed)
+	if err != nil {
+		return nil, nil, err
+	}
 	params := db.JobPlaceManyParams{
-		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: make([]string, n), Regions: make([]string, n),
-		Residencies: make([]string, n), Countries: make([]string, n), PriceMicros: make([]int64, n),
-		Currencies: make([]string, n), Decisions: make([]string, n),
-		EstimateMicros: make([]int64, n), EstimateCurrencies: make([]string, n), Providers: make([]string, n),
-		Snapshots: make([]string, n), Recipes: make([]string, n),
+		JobIds: make([]uuid.UUID, n), Versions: make([]int32, n), Pools: pc.pools, Regions: pc.regions,
+		Residencies: pc.residencies, Countries: pc.countries, PriceMicros: pc.priceMicros,
+		Currencies: pc.currencies, Decisions: pc.decisions,
+		EstimateMicros: pc.estimateMicros, EstimateCurrencies: pc.estimateCurrencies, Providers: pc.providers,
+		Snapshots: pc.snapshots, Recipes: pc.recipes,
 	}
 	byID := make(map[uuid.UUID]queue.PlacedJob, n)
 	for i, p := range placed {
-		decision := p.Placement.Decision
-		if len(decision) == 0 {
-			decision = []byte("{}")
-		}
-		for _, c := range p.Placement.Countries {
-			if strings.Contains(c, ",") {
-				return nil, nil, fmt.Errorf("placement of job %s: country %q must not contain a comma", p.JobID, c)
-			}
-		}
-		params.JobIds[i], params.Versions[i], params.Pools[i] = p.JobID, int32(p.Placement.Version), p.Placement.Pool
-		params.Regions[i], params.Residencies[i] = p.Placement.Region, p.Placement.Residency
-		params.Countries[i], params.Decisions[i] = strings.Join(p.Placement.Countries, ","), string(decision)
-		params.PriceMicros[i], params.Currencies[i] = p.Placement.PriceMicros, p.Placement.Currency
-		params.EstimateMicros[i], params.EstimateCurrencies[i] = max(p.Placement.EstimateMicros, 0), p.Placement.EstimateCurrency
-		params.Providers[i] = p.Placement.Provider
-		params.Recipes[i] = "{}"
-		if r := p.Placement.Replay; r != nil {
-			params.Snapshots[i], params.Recipes[i] = r.SnapshotID, string(r.Recipe)
-		}
+		params.JobIds[i], params.Versions[i] = p.JobID, int32(p.Placement.Version)
 		byID[p.JobID] = p
 	}
 	ids, err := q.JobPlaceMany(ctx, params)

@@ -497,6 +497,158 @@ func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([
 	return items, nil
 }
 
+const jobInsertPlacedMany = `-- name: JobInsertPlacedMany :many
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS project, unnest($3::text[]) AS name,
+           unnest($4::text[]) AS idempotency_key, unnest($5::text[]) AS spec,
+           unnest($6::text[]) AS pool, unnest($7::text[]) AS region,
+           unnest($8::text[]) AS residency, unnest($9::text[]) AS countries,
+           unnest($10::bigint[]) AS price_micros, unnest($11::text[]) AS currency,
+           unnest($12::text[]) AS decision, unnest($13::bigint[]) AS estimate_micros,
+           unnest($14::text[]) AS estimate_currency, unnest($15::text[]) AS provider,
+           unnest($16::text[]) AS snapshot, unnest($17::text[]) AS recipe
+), ins AS (
+    INSERT INTO jobs (id, project, name, idempotency_key, spec, state, placement_version, pool)
+    SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'placed', 1, u.pool
+    FROM u
+    ON CONFLICT DO NOTHING
+    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
+), p AS (
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
+                            estimate_micros, estimate_currency, provider)
+    SELECT u.id, 1, u.pool, u.region, u.residency,
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
+           u.estimate_micros, u.estimate_currency, u.provider
+    FROM u JOIN ins ON ins.id = u.id
+), r AS (
+    INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
+    SELECT u.id, 1, u.snapshot, u.recipe::jsonb
+    FROM u JOIN ins ON ins.id = u.id
+    WHERE u.snapshot <> ''
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT e.job_id, e.state, 0, e.message
+    FROM (
+        SELECT ins.id AS job_id, 'pending'::job_state AS state, 'submitted' AS message, 0 AS step FROM ins
+        UNION ALL
+        SELECT ins.id, 'placed'::job_state, 'placed on pool ' || ins.pool, 1 FROM ins
+    ) e
+    ORDER BY e.job_id, e.step
+)
+SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals FROM ins
+`
+
+type JobInsertPlacedManyParams struct {
+	Ids                []uuid.UUID
+	Projects           []string
+	Names              []string
+	IdempotencyKeys    []string
+	Specs              []string
+	Pools              []string
+	Regions            []string
+	Residencies        []string
+	Countries          []string
+	PriceMicros        []int64
+	Currencies         []string
+	Decisions          []string
+	EstimateMicros     []int64
+	EstimateCurrencies []string
+	Providers          []string
+	Snapshots          []string
+	Recipes            []string
+}
+
+type JobInsertPlacedManyRow struct {
+	ID               uuid.UUID
+	Project          string
+	Name             string
+	IdempotencyKey   sql.NullString
+	Spec             json.RawMessage
+	State            JobState
+	Attempt          int32
+	Errors           int32
+	Preemptions      int32
+	PlacementVersion int32
+	CheckpointSeq    int32
+	Pool             sql.NullString
+	ExitCode         sql.NullInt32
+	Reason           string
+	LeaseExpiresAt   sql.NullTime
+	SubmittedAt      time.Time
+	UpdatedAt        time.Time
+	FinalizedAt      sql.NullTime
+	ClaimRefusals    int32
+}
+
+// JobInsertPlacedMany records a batch of new jobs whose first placement is
+// decided (its budget guards re-checked in the same transaction): each job
+// is inserted already placed, with its placement (as JobPlaceMany records
+// one, at version 1), its replay recipe (snapshot ” means none) and its
+// "submitted" and "placed" events, in one statement that writes each job
+// row once; it returns the rows it inserted. A job whose id or project
+// idempotency key already exists inserts nothing, so a redelivered
+// submission is harmless. An empty idempotency key means none.
+func (q *Queries) JobInsertPlacedMany(ctx context.Context, arg JobInsertPlacedManyParams) ([]JobInsertPlacedManyRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobInsertPlacedMany,
+		pq.Array(arg.Ids),
+		pq.Array(arg.Projects),
+		pq.Array(arg.Names),
+		pq.Array(arg.IdempotencyKeys),
+		pq.Array(arg.Specs),
+		pq.Array(arg.Pools),
+		pq.Array(arg.Regions),
+		pq.Array(arg.Residencies),
+		pq.Array(arg.Countries),
+		pq.Array(arg.PriceMicros),
+		pq.Array(arg.Currencies),
+		pq.Array(arg.Decisions),
+		pq.Array(arg.EstimateMicros),
+		pq.Array(arg.EstimateCurrencies),
+		pq.Array(arg.Providers),
+		pq.Array(arg.Snapshots),
+		pq.Array(arg.Recipes),
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobInsertPlacedManyRow
+	for rows.Next() {
+		var i JobInsertPlacedManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+			&i.ClaimRefusals,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobLeaseRemaining = `-- name: JobLeaseRemaining :one
 SELECT jobs.state, jobs.placement_version,
        GREATEST(EXTRACT(EPOCH FROM (jobs.lease_expires_at - now())), 0)::float8 AS lease_seconds,

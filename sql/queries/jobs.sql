@@ -16,6 +16,54 @@ WITH ins AS (
 )
 SELECT ins.* FROM ins;
 
+-- name: JobInsertPlacedMany :many
+-- JobInsertPlacedMany records a batch of new jobs whose first placement is
+-- decided (its budget guards re-checked in the same transaction): each job
+-- is inserted already placed, with its placement (as JobPlaceMany records
+-- one, at version 1), its replay recipe (snapshot '' means none) and its
+-- "submitted" and "placed" events, in one statement that writes each job
+-- row once; it returns the rows it inserted. A job whose id or project
+-- idempotency key already exists inserts nothing, so a redelivered
+-- submission is harmless. An empty idempotency key means none.
+WITH u AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@projects::text[]) AS project, unnest(@names::text[]) AS name,
+           unnest(@idempotency_keys::text[]) AS idempotency_key, unnest(@specs::text[]) AS spec,
+           unnest(@pools::text[]) AS pool, unnest(@regions::text[]) AS region,
+           unnest(@residencies::text[]) AS residency, unnest(@countries::text[]) AS countries,
+           unnest(@price_micros::bigint[]) AS price_micros, unnest(@currencies::text[]) AS currency,
+           unnest(@decisions::text[]) AS decision, unnest(@estimate_micros::bigint[]) AS estimate_micros,
+           unnest(@estimate_currencies::text[]) AS estimate_currency, unnest(@providers::text[]) AS provider,
+           unnest(@snapshots::text[]) AS snapshot, unnest(@recipes::text[]) AS recipe
+), ins AS (
+    INSERT INTO jobs (id, project, name, idempotency_key, spec, state, placement_version, pool)
+    SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'placed', 1, u.pool
+    FROM u
+    ON CONFLICT DO NOTHING
+    RETURNING jobs.*
+), p AS (
+    INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
+                            estimate_micros, estimate_currency, provider)
+    SELECT u.id, 1, u.pool, u.region, u.residency,
+           COALESCE(string_to_array(NULLIF(u.countries, ''), ','), '{}'), u.price_micros, u.currency, u.decision::jsonb,
+           u.estimate_micros, u.estimate_currency, u.provider
+    FROM u JOIN ins ON ins.id = u.id
+), r AS (
+    INSERT INTO placement_recipes (job_id, version, snapshot, recipe)
+    SELECT u.id, 1, u.snapshot, u.recipe::jsonb
+    FROM u JOIN ins ON ins.id = u.id
+    WHERE u.snapshot <> ''
+), ev AS (
+    INSERT INTO job_events (job_id, state, attempt, message)
+    SELECT e.job_id, e.state, 0, e.message
+    FROM (
+        SELECT ins.id AS job_id, 'pending'::job_state AS state, 'submitted' AS message, 0 AS step FROM ins
+        UNION ALL
+        SELECT ins.id, 'placed'::job_state, 'placed on pool ' || ins.pool, 1 FROM ins
+    ) e
+    ORDER BY e.job_id, e.step
+)
+SELECT ins.* FROM ins;
+
 -- name: JobListByIDs :many
 SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
 
