@@ -145,8 +145,12 @@ autoscaler:
 	server := func() *proc {
 		return startProc(t, bin, []string{adapters.EnvNATSCredential + "=" + ns.Control().String()}, "server", "--nats-url", ns.URL(), "--database-url", dbURL, "--config", config)
 	}
-	leading := func(p *proc) bool { return strings.Contains(p.logs.String(), "msg=leading") }
-	standing := func(p *proc) bool { return strings.Contains(p.logs.String(), "another server leads") }
+	// The capacity lead (launches and releases) is the one at stake; the
+	// budget lead is another lease, which may change hands on its own.
+	leading := func(p *proc) bool { return strings.Contains(p.logs.String(), "msg=leading role=capacity") }
+	standing := func(p *proc) bool {
+		return strings.Contains(p.logs.String(), `msg="another server leads; standing by" role=capacity`)
+	}
 	a := server()
 	waitFor(t, 60*time.Second, "the first server took no lead", func() bool { return leading(a) })
 	b := server()
