@@ -95,7 +95,7 @@ type ArchiveCopier interface {
 }
 
 // successRunners is how many completion batches are written at once.
-const successRunners = 4
+const successRunners = 2
 
 // maxWorkerRequest bounds a request's body.
 const maxWorkerRequest = 1 << 20
