@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 
 	"github.com/gpuq/gpuq/queue"
@@ -60,10 +63,17 @@ type Store struct {
 
 // Open connects to PostgreSQL at url and checks the connection.
 func Open(ctx context.Context, url string) (*Store, error) {
-	conn, err := sql.Open("postgres", url)
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
 	}
+	// Each statement goes in one round trip, planned for its own
+	// arguments (an unnamed statement whose description pgx caches);
+	// lib/pq took two. Prepared statements are not kept: PostgreSQL's
+	// generic plans for the batch statements, first made on nearly empty
+	// tables, ran several times slower than planning each one.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	conn := stdlib.OpenDB(*cfg)
 	conn.SetMaxOpenConns(32)
 	conn.SetMaxIdleConns(32)
 	if err := conn.PingContext(ctx); err != nil {
@@ -694,6 +704,10 @@ func timePtr(t sql.NullTime) *time.Time {
 
 // isUniqueViolation reports whether err is PostgreSQL's unique_violation.
 func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505"
+	}
 	var pqErr *pq.Error
 	return errors.As(err, &pqErr) && pqErr.Code == "23505"
 }
