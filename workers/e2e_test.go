@@ -126,24 +126,34 @@ func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra 
 // startPoolWorker launches `gpuq worker` for pool.
 func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, grace time.Duration, extra ...string) *local.Instance {
 	t.Helper()
+	args := append([]string{"--nats-url", c.n.Server.URL(),
+		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", jobsDir(t)}, extra...)
+	inst, _ := c.launch(t, &local.Launcher{Executable: gpuqBin, Args: args}, pool)
+	return inst
+}
+
+// launch starts a worker for pool with l, as gpuq dev starts one: with a
+// worker credential scoped to the pool in its environment. Its output goes
+// to the returned log file and is shown if the test fails; it is killed
+// (resumed first, should the test have paused it) when the test ends.
+func (c *cluster) launch(t testing.TB, l *local.Launcher, pool local.PoolConfig) (*local.Instance, string) {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "worker.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--nats-url", c.n.Server.URL(),
-		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", jobsDir(t)}, extra...)
-	// As gpuq dev starts it: a worker credential scoped to the pool, in
-	// the environment.
-	l := &local.Launcher{Executable: gpuqBin, Args: args, Output: logFile, PoolEnv: func(p local.PoolConfig) ([]string, error) {
+	l.Output = logFile
+	l.PoolEnv = func(p local.PoolConfig) ([]string, error) {
 		cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
 		return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
-	}}
+	}
 	inst, err := l.Launch(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		inst.Signal(syscall.SIGCONT) //nolint:errcheck // it may have exited
 		inst.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited
 		inst.Wait()                  //nolint:errcheck // killed
 		logFile.Close()
@@ -152,7 +162,7 @@ func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, 
 			t.Logf("worker %s output:\n%s", inst.ID(), out)
 		}
 	})
-	return inst
+	return inst, logPath
 }
 
 // jobsDir is a test directory a worker may keep its attempts in (and

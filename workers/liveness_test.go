@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/queuetest"
@@ -26,31 +25,8 @@ import (
 // default) is the test's; its output is shown if the test fails.
 func (c *cluster) startDevWorker(t testing.TB) (*local.Instance, string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "worker.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.n.Server.URL()},
-		Output: logFile, Env: []string{"TMPDIR=" + jobsDir(t)}, PoolEnv: func(p local.PoolConfig) ([]string, error) {
-			cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
-			return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
-		}}
-	inst, err := l.Launch(context.Background(), testPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		inst.Signal(syscall.SIGCONT) //nolint:errcheck // it may have exited
-		inst.Signal(syscall.SIGKILL) //nolint:errcheck // it may have exited
-		inst.Wait()                  //nolint:errcheck // killed
-		logFile.Close()
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("worker %s output:\n%s", inst.ID(), out)
-		}
-	})
-	return inst, logPath
+	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.n.Server.URL()}, Env: []string{"TMPDIR=" + jobsDir(t)}}
+	return c.launch(t, l, testPool)
 }
 
 // stateTrail is a job's events as "state/attempt" words, oldest first, and
