@@ -442,7 +442,7 @@ func hoursList(ds []time.Duration) []float64 {
 // poolStrategies are the strategies a pool comparison plays by default:
 // on-demand only is its 100 % and spot-only may miss deadlines.
 func poolStrategies() []spot.Strategy {
-	return []spot.Strategy{spot.Greedy{}, spot.UniformProgress{}, spot.NewGpuq()}
+	return []spot.Strategy{spot.Greedy{}, spot.UniformProgress{}, spot.NewGpuq(), spot.NewLookAhead()}
 }
 
 // comparePools prints one job played on each pool alone and on all of them.

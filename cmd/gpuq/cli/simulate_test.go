@@ -147,8 +147,8 @@ func TestSimulatePoolsPlaysEachPoolAloneAndAllPoolsWithMoves(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
-	if len(got.Pools) != 2 || len(got.Single) != 2 || len(got.Single[0]) != 3 || len(got.Multi) != 3 {
-		t.Fatalf("want greedy, uniform-progress and gpuq on each pool and on both, got %s", out)
+	if len(got.Pools) != 2 || len(got.Single) != 2 || len(got.Single[0]) != 4 || len(got.Multi) != 4 {
+		t.Fatalf("want greedy, uniform-progress, gpuq and gpuq-lookahead on each pool and on both, got %s", out)
 	}
 	for _, o := range got.Multi {
 		if !o.DeadlineMet || o.Moves != 1 {
