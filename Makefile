@@ -140,3 +140,14 @@ sim-pools: build ## Each V100 zone of availability-aws-2022-10-26 alone and both
 .PHONY: sim-pools-heldout
 sim-pools-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-heldout.md
 	$(SIM_POOLS) --sweep-start-offset-hours 3 | tee sim-pools-heldout.md
+
+SIM_CARDS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
+	--pools-by-card $(TRACES)/availability-aws-2022-10-26
+
+.PHONY: sim-pools-cards
+sim-pools-cards: build ## The same comparison for every card of availability-aws-2022-10-26 found in two zones, into sim-pools-cards.md
+	$(SIM_CARDS) | tee sim-pools-cards.md
+
+.PHONY: sim-pools-cards-heldout
+sim-pools-cards-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-cards-heldout.md
+	$(SIM_CARDS) --sweep-start-offset-hours 3 | tee sim-pools-cards-heldout.md

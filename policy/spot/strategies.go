@@ -8,7 +8,7 @@ import (
 
 // Strategies returns every strategy by name, in report order.
 func Strategies() []Strategy {
-	return []Strategy{OnDemandOnly{}, SpotOnly{}, Greedy{}, UniformProgress{}, NewGpuq()}
+	return []Strategy{OnDemandOnly{}, SpotOnly{}, Greedy{}, UniformProgress{}, NewGpuq(), NewLookAhead()}
 }
 
 // ByName returns the strategy called name.

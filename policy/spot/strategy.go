@@ -59,12 +59,27 @@ type PoolHistory struct {
 	UpRuns int
 	// Run is the length of the current run of ticks in the same state.
 	Run int
-	up  bool
+	// UpSpells and DownSpells count the runs seen to end by their length:
+	// [n] those of n+1 ticks, the last those of SpellBuckets ticks or more.
+	// A history rebuilt from summaries leaves them empty; a strategy then
+	// assumes runs without memory of the mean length.
+	UpSpells, DownSpells [SpellBuckets]int32
+	up                   bool
 }
+
+// SpellBuckets is the number of run lengths PoolHistory tells apart.
+const SpellBuckets = 12
 
 // Observe records one more tick.
 func (h *PoolHistory) Observe(up bool) {
 	if h.Ticks == 0 || up != h.up {
+		if h.Ticks > 0 {
+			spells := &h.DownSpells
+			if h.up {
+				spells = &h.UpSpells
+			}
+			spells[min(h.Run, SpellBuckets)-1]++
+		}
 		h.Run = 0
 		if up {
 			h.UpRuns++

@@ -37,7 +37,9 @@ start outside the zone holding the checkpoint costs --move-cost (egress of
 the checkpoint) and --move-hours (transfer time, lost like the restart
 overhead): Uniform Progress falling back to the other pools, gpuq across
 pools, and the optimum over all pools, the lower bound every row is also
-measured against.`,
+measured against. --pools-by-card DIR (with --sweep) makes the same
+comparison for every card of a folder of traces named ZONE_CARD.json that has
+two zones or more, one table per card, then one over every card's jobs.`,
 		Args: cobra.NoArgs,
 		RunE: runSimulate,
 	}
@@ -46,6 +48,7 @@ measured against.`,
 	f.StringSlice("trace-dir", nil, "with --sweep: folders of traces, each one scenario whose pools are the files matching --pool-glob")
 	f.String("pool-glob", "*_v100_1.json", "with --trace-dir: glob selecting a folder's files that form the job's pools")
 	f.StringSlice("pools", nil, "trace files of the pools to compare, one zone each (FILE,FILE[,FILE…]); replaces --trace")
+	f.String("pools-by-card", "", "with --sweep: folder of traces named ZONE_CARD.json; compare the pools of every card found in two zones or more")
 	f.String("move-cost", "0", "with --pools: egress of the checkpoint per move between zones")
 	f.Float64("move-hours", 0, "with --pools: transfer time of the checkpoint per move between zones")
 	f.Float64("compute-hours", 0, "hours of compute the job needs (C)")
@@ -72,6 +75,7 @@ type simulateConfig struct {
 	TraceDirs  []string
 	PoolGlob   string
 	Pools      []string // pool comparison mode
+	PoolDir    string   // pool comparison mode, every card of the folder
 	Move       spot.Move
 	Compute    time.Duration
 	Deadline   time.Duration
@@ -85,6 +89,10 @@ type simulateConfig struct {
 	Output     string
 }
 
+// comparesPools reports whether simulate compares pools (each alone, then
+// all of them with moves) rather than playing every pool as one job's.
+func (c simulateConfig) comparesPools() bool { return len(c.Pools) > 0 || c.PoolDir != "" }
+
 func hours(h float64) time.Duration { return time.Duration(h * float64(time.Hour)) }
 
 func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
@@ -97,6 +105,7 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 	c.TraceDirs = v.GetStringSlice("trace-dir")
 	c.PoolGlob = v.GetString("pool-glob")
 	c.Pools = v.GetStringSlice("pools")
+	c.PoolDir = v.GetString("pools-by-card")
 	c.Compute = hours(v.GetFloat64("compute-hours"))
 	c.Deadline = hours(v.GetFloat64("deadline-hours"))
 	c.Overhead = hours(v.GetFloat64("restart-overhead-hours"))
@@ -126,12 +135,21 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 			return c, fmt.Errorf("--pools: use it instead of --trace and --trace-dir, not with them")
 		}
 		c.Traces = c.Pools
-	} else if c.Move != (spot.Move{}) {
-		return c, fmt.Errorf("--move-cost, --move-hours: only with --pools")
+	}
+	if c.PoolDir != "" {
+		switch {
+		case !c.Sweep:
+			return c, fmt.Errorf("--pools-by-card: only with --sweep; use --pools for one job")
+		case len(c.Traces) > 0 || len(c.TraceDirs) > 0:
+			return c, fmt.Errorf("--pools-by-card: use it instead of --pools, --trace and --trace-dir, not with them")
+		}
+	}
+	if !c.comparesPools() && c.Move != (spot.Move{}) {
+		return c, fmt.Errorf("--move-cost, --move-hours: only with --pools or --pools-by-card")
 	}
 	if name := v.GetString("strategy"); name == "all" {
 		c.Strategies = spot.Strategies()
-		if len(c.Pools) > 0 {
+		if c.comparesPools() {
 			c.Strategies = poolStrategies()
 		}
 	} else {
@@ -141,7 +159,7 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 		}
 		c.Strategies = []spot.Strategy{st}
 	}
-	if len(c.Traces) == 0 && (!c.Sweep || len(c.TraceDirs) == 0) {
+	if len(c.Traces) == 0 && (!c.Sweep || len(c.TraceDirs) == 0 && c.PoolDir == "") {
 		return c, fmt.Errorf("--trace: give at least one trace file (or --sweep with --trace-dir)")
 	}
 	if !c.Sweep {
@@ -286,6 +304,13 @@ func runSweep(cmd *cobra.Command, c simulateConfig) error {
 		}
 		scenarios = append(scenarios, spot.Scenario{Name: filepath.Base(filepath.Clean(dir)), Traces: traces})
 	}
+	if c.PoolDir != "" {
+		cards, err := cardScenarios(c.PoolDir)
+		if err != nil {
+			return err
+		}
+		scenarios = cards
+	}
 	stderr := cmd.ErrOrStderr()
 	progress := func(done, total int) {
 		if done%50 == 0 || done == total {
@@ -297,8 +322,10 @@ func runSweep(cmd *cobra.Command, c simulateConfig) error {
 	}
 	var rows []spot.Summary
 	var err error
-	if len(c.Pools) > 0 {
-		scenarios[0].Name = filepath.Base(filepath.Dir(c.Pools[0]))
+	if c.comparesPools() {
+		if len(c.Pools) > 0 {
+			scenarios[0].Name = filepath.Base(filepath.Dir(c.Pools[0]))
+		}
 		c.Grid.Move = c.Move
 		rows, err = spot.SweepPools(scenarios, c.Grid, c.Prices, c.Strategies, c.Strategies, c.Workers, progress)
 	} else {
@@ -312,6 +339,42 @@ func runSweep(cmd *cobra.Command, c simulateConfig) error {
 		return writeJSON(w, map[string]any{"scenarios": scenarioPools(scenarios), "rows": rows})
 	}
 	return writeSweepReport(w, c, scenarios, rows)
+}
+
+// cardScenarios reads a folder of traces named ZONE_CARD.json into one
+// scenario per card found in two zones or more, named after the card, its
+// pools the card's zones in name order.
+func cardScenarios(dir string) ([]spot.Scenario, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*_*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--pools-by-card: %w", err)
+	}
+	sort.Strings(paths)
+	byCard := map[string][]string{}
+	var cards []string
+	for _, p := range paths {
+		_, card, _ := strings.Cut(strings.TrimSuffix(filepath.Base(p), ".json"), "_")
+		if byCard[card] == nil {
+			cards = append(cards, card)
+		}
+		byCard[card] = append(byCard[card], p)
+	}
+	sort.Strings(cards)
+	var out []spot.Scenario
+	for _, card := range cards {
+		if len(byCard[card]) < 2 {
+			continue
+		}
+		traces, err := loadTraces(byCard[card])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, spot.Scenario{Name: card, Traces: traces})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--pools-by-card: no card in %s has traces of two zones (files named ZONE_CARD.json)", dir)
+	}
+	return out, nil
 }
 
 func scenarioPools(scenarios []spot.Scenario) map[string][]string {
@@ -331,7 +394,7 @@ func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, 
 	fmt.Fprintf(w, "Grid: compute %v h, slack %v of compute, restart overhead %v h, a start every %v h from %v h; on-demand %s %s/h, spot %s %s/h.\n\n",
 		hoursList(c.Grid.Computes), c.Grid.Slacks, hoursList(c.Grid.Overheads), c.Grid.StartStep.Hours(), c.Grid.StartOffset.Hours(),
 		formatMicros(c.Prices.OnDemand), c.Prices.Currency, formatMicros(c.Prices.Spot), c.Prices.Currency)
-	if len(c.Pools) > 0 {
+	if c.comparesPools() {
 		fmt.Fprintf(w, "A move between zones costs %s %s of egress and %v h of transfer on top of the restart overhead. "+
 			"Gap: to the optimum over the pools the row may use; last column: to the optimum over all pools with moves.\n\n",
 			formatMicros(c.Move.Micros), c.Prices.Currency, c.Move.Time.Hours())
@@ -348,7 +411,7 @@ func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, 
 		if r.Scenario != scenario {
 			scenario = r.Scenario
 			fmt.Fprintf(w, "\n## %s\n\n", scenario)
-			if len(c.Pools) > 0 {
+			if c.comparesPools() {
 				fmt.Fprintln(w, "| pools | strategy | jobs | deadlines met | mean cost % of on-demand | p90 cost % | mean gap to optimum | p90 gap | mean gap to all-pools optimum |")
 				fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 			} else {
@@ -356,7 +419,7 @@ func writeSweepReport(w io.Writer, c simulateConfig, scenarios []spot.Scenario, 
 				fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 			}
 		}
-		if len(c.Pools) > 0 {
+		if c.comparesPools() {
 			fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
 				r.Pools, r.Strategy, r.Jobs, r.DeadlineMet, r.MeanCostPct, r.P90CostPct, r.MeanGapPct, r.P90GapPct, r.MeanGapAllPct)
 			continue
@@ -379,7 +442,7 @@ func hoursList(ds []time.Duration) []float64 {
 // poolStrategies are the strategies a pool comparison plays by default:
 // on-demand only is its 100 % and spot-only may miss deadlines.
 func poolStrategies() []spot.Strategy {
-	return []spot.Strategy{spot.Greedy{}, spot.UniformProgress{}, spot.NewGpuq()}
+	return []spot.Strategy{spot.Greedy{}, spot.UniformProgress{}, spot.NewGpuq(), spot.NewLookAhead()}
 }
 
 // comparePools prints one job played on each pool alone and on all of them.

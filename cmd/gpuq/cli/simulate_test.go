@@ -99,6 +99,9 @@ func TestSimulateErrorsNameTheFlag(t *testing.T) {
 		{"one pool to compare", []string{"--pools", a, "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--pools"},
 		{"pools and traces", []string{"--pools", a + "," + a, "--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--pools"},
 		{"move without pools", []string{"--trace", a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--move-cost", "1"}, "--move-cost"},
+		{"cards without a sweep", []string{"--pools-by-card", filepath.Dir(a), "--compute-hours", "0.1", "--deadline-hours", "0.5"}, "--pools-by-card"},
+		{"cards and pools", []string{"--sweep", "--pools-by-card", filepath.Dir(a), "--pools", a + "," + a}, "--pools-by-card"},
+		{"no card in two zones", []string{"--sweep", "--pools-by-card", filepath.Dir(a)}, "--pools-by-card"},
 		{"negative transfer", []string{"--pools", a + "," + a, "--compute-hours", "0.1", "--deadline-hours", "0.5", "--move-hours", "-1"}, "--move-hours"},
 	}
 	for _, tt := range tests {
@@ -144,8 +147,8 @@ func TestSimulatePoolsPlaysEachPoolAloneAndAllPoolsWithMoves(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
-	if len(got.Pools) != 2 || len(got.Single) != 2 || len(got.Single[0]) != 3 || len(got.Multi) != 3 {
-		t.Fatalf("want greedy, uniform-progress and gpuq on each pool and on both, got %s", out)
+	if len(got.Pools) != 2 || len(got.Single) != 2 || len(got.Single[0]) != 4 || len(got.Multi) != 4 {
+		t.Fatalf("want greedy, uniform-progress, gpuq and gpuq-lookahead on each pool and on both, got %s", out)
 	}
 	for _, o := range got.Multi {
 		if !o.DeadlineMet || o.Moves != 1 {
@@ -175,6 +178,43 @@ func TestSimulatePoolsPlaysEachPoolAloneAndAllPoolsWithMoves(t *testing.T) {
 	for _, want := range []string{"| a | gpuq |", "| each pool alone | uniform-progress |", "| best pool alone | optimum |", "| all pools | gpuq |", "0.10 USD of egress"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+}
+
+func TestSimulatePoolsByCardComparesEveryCardFoundInTwoZones(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeTrace(t, dir, "za_v100_1.json", strings.Repeat("1,1,0,", 40)+"1")
+	writeTrace(t, dir, "zb_v100_1.json", strings.Repeat("0,1,1,", 40)+"1")
+	writeTrace(t, dir, "za_k80_1.json", strings.Repeat("1,0,", 60)+"1")
+	out, _, err := runCLI(t, "simulate", "--sweep", "--pools-by-card", dir, "--move-cost", "0.10", "--move-hours", "0.05",
+		"--sweep-compute-hours", "2", "--sweep-slack", "0.5", "--sweep-overhead-hours", "0.05", "--sweep-start-step-hours", "3", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Scenarios map[string][]string `json:"scenarios"`
+		Rows      []struct {
+			Scenario string `json:"scenario"`
+			Pools    string `json:"pools"`
+			Strategy string `json:"strategy"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	// k80_1 has one zone only: nothing to compare.
+	if len(got.Scenarios) != 1 || strings.Join(got.Scenarios["v100_1"], ",") != "za_v100_1,zb_v100_1" {
+		t.Fatalf("scenarios = %v, want v100_1 alone with both zones", got.Scenarios)
+	}
+	seen := map[string]bool{}
+	for _, r := range got.Rows {
+		seen[r.Scenario+"/"+r.Pools+"/"+r.Strategy] = true
+	}
+	for _, want := range []string{"v100_1/za_v100_1/gpuq", "v100_1/all pools/optimum", "all/all pools/gpuq", "all/best pool alone/optimum"} {
+		if !seen[want] {
+			t.Errorf("no row %s in %v", want, seen)
 		}
 	}
 }
