@@ -228,20 +228,9 @@ func (k lookaheadKey) build(W, S int) *lookahead {
 	t := &lookahead{w: W, s: S, v: make([]float32, (W+1)*(S+1)*situations*spellAges)}
 	idx := func(w, s, x, a int) int { return ((w*(S+1)+s)*situations+x)*spellAges + a - 1 }
 	next := func(a int) int { return min(a+1, spellAges) }
-	// restart values a restart from (w, s): -1 when it does not fit.
-	restart := func(w, s, x, a int) float64 {
-		r := float64(s) - k.d
-		if r < 0 {
-			return -1
-		}
-		lo := int(math.Floor(r))
-		f := r - float64(lo)
-		v := float64(t.v[idx(w, lo, x, a)])
-		if f > 0 && lo+1 <= S {
-			v = (1-f)*v + f*float64(t.v[idx(w, lo+1, x, a)])
-		}
-		return v
-	}
+	// restart values a restart from (w, s), d of slack later: -1 when it
+	// does not fit.
+	restart := func(w, s, x, a int) float64 { return t.atSlack(w, float64(s)-k.d, x, a) }
 	for w := 1; w <= W; w++ {
 		for s := 0; s <= S; s++ {
 			for a := 1; a <= spellAges; a++ {

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/sql/db"
@@ -705,11 +704,7 @@ func timePtr(t sql.NullTime) *time.Time {
 // isUniqueViolation reports whether err is PostgreSQL's unique_violation.
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "23505"
-	}
-	var pqErr *pq.Error
-	return errors.As(err, &pqErr) && pqErr.Code == "23505"
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 // AttemptPools returns the pool that claimed each of refs' attempts; an
