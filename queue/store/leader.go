@@ -31,7 +31,7 @@ func (s *Store) Lead(ctx context.Context, role string, check time.Duration, fn f
 	// The lock lives with this connection; it is never handed back to the
 	// pool holding it.
 	defer conn.Close()
-	q := db.New(conn)
+	q := db.New(pgxArgs{conn})
 	locked, err := q.LeaderTryLock(ctx, role)
 	if err != nil {
 		return false, fmt.Errorf("leading %s: taking the lock: %w", role, err)

@@ -82,9 +82,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return New(conn), nil
 }
 
-// New wraps an open database.
+// New wraps a database opened with pgx's database/sql driver
+// (github.com/jackc/pgx/v5/stdlib), as Open opens it.
 func New(conn *sql.DB) *Store {
-	return &Store{DB: conn, q: db.New(conn)}
+	return &Store{DB: conn, q: db.New(pgxArgs{conn})}
 }
 
 // Close closes the database.
@@ -104,7 +105,7 @@ func (s *Store) inTx(ctx context.Context, fn func(q *db.Queries) ([]queue.Event,
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after commit
-	events, err := fn(s.q.WithTx(tx))
+	events, err := fn(db.New(pgxArgs{tx}))
 	if err != nil {
 		return err
 	}
