@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -34,6 +35,26 @@ type ClaimRequest struct {
 type Claimed struct {
 	Job        *Job
 	Checkpoint *Checkpoint
+	// SpecJSON is the job's spec as the system of record holds it. The
+	// store leaves Job.Spec nil and fills SpecJSON: the control plane hands
+	// it to the worker unparsed, and the worker parses it once (ParseSpec).
+	SpecJSON json.RawMessage `json:",omitempty"`
+}
+
+// ParseSpec sets Job.Spec from SpecJSON, unless Job.Spec is set already.
+func (c *Claimed) ParseSpec() error {
+	if c.Job == nil || c.Job.Spec != nil {
+		return nil
+	}
+	if len(c.SpecJSON) == 0 {
+		return fmt.Errorf("claimed job %s: no spec", c.Job.ID)
+	}
+	var spec Spec
+	if err := json.Unmarshal(c.SpecJSON, &spec); err != nil {
+		return fmt.Errorf("decoding the spec of claimed job %s: %w", c.Job.ID, err)
+	}
+	c.Job.Spec = &spec
+	return nil
 }
 
 // NotClaimableError says why a job could not be claimed.

@@ -21,6 +21,11 @@ const pullExpiry = 400 * time.Millisecond
 // before it runs on beside its successor.
 const stallAfter = 2 * queue.BeatInterval
 
+// kickGap is the least time between two beats when claims ask for one: the
+// attempts of a burst of claims go in one beat, not one beat each, and an
+// attempt is announced at most kickGap after its claim.
+const kickGap = 20 * time.Millisecond
+
 // beats is the set of attempts a worker announces in its liveness beats.
 type beats struct {
 	mu   sync.Mutex
@@ -87,6 +92,13 @@ func (w *Worker) announce(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-w.beats.kick:
+			if wait := kickGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
 		}
 		if now := time.Now(); now.Sub(last) > stallAfter {
 			w.cfg.Logger.Warn("liveness beats stalled; checking every held attempt's lease", "gap", now.Sub(last).Round(time.Millisecond))

@@ -277,11 +277,7 @@ func (s *Store) RefuseClaim(ctx context.Context, id uuid.UUID, placementVersion 
 // from. Once claimed, only this attempt can record checkpoints, so the
 // latest one read now is the right one.
 func (s *Store) claimedFromRow(ctx context.Context, row db.JobRow) (*queue.Claimed, error) {
-	job, err := jobFromRow(row)
-	if err != nil {
-		return nil, err
-	}
-	out := &queue.Claimed{Job: job}
+	out := &queue.Claimed{Job: jobWithoutSpec(row), SpecJSON: row.Spec}
 	if row.CheckpointSeq > 0 {
 		cp, err := s.q.CheckpointLatest(ctx, row.ID)
 		if err != nil {
@@ -667,12 +663,19 @@ func jobFromRow(r db.JobRow) (*queue.Job, error) {
 	if err := json.Unmarshal(r.Spec, &spec); err != nil {
 		return nil, fmt.Errorf("decoding spec of job %s: %w", r.ID, err)
 	}
+	j := jobWithoutSpec(r)
+	j.Spec = &spec
+	return j, nil
+}
+
+// jobWithoutSpec converts every column of a job's row but its spec.
+func jobWithoutSpec(r db.JobRow) *queue.Job {
 	return &queue.Job{
-		ID: r.ID, Project: r.Project, Name: r.Name, IdempotencyKey: r.IdempotencyKey.String, Spec: &spec,
+		ID: r.ID, Project: r.Project, Name: r.Name, IdempotencyKey: r.IdempotencyKey.String,
 		State: queue.JobState(r.State), Attempt: int(r.Attempt), Errors: int(r.Errors), Preemptions: int(r.Preemptions),
 		PlacementVersion: int(r.PlacementVersion), Pool: r.Pool.String, ExitCode: intPtr(r.ExitCode), Reason: r.Reason,
 		LeaseExpiresAt: timePtr(r.LeaseExpiresAt), SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinalizedAt: timePtr(r.FinalizedAt),
-	}, nil
+	}
 }
 
 func checkpointFromRow(r db.Checkpoint) queue.Checkpoint {
