@@ -26,6 +26,9 @@ func TestControlLoopsRefuseBadConfigNamingTheField(t *testing.T) {
 		{"scheduler batch", func() error {
 			return (&control.Scheduler{JS: n.JS, Store: s, Placer: &recordingPlacer{}, BatchSize: -1}).Run(ctx)
 		}, "scheduler.batch_size: must be 1–10000, got -1"},
+		{"scheduler batches in flight", func() error {
+			return (&control.Scheduler{JS: n.JS, Store: s, Placer: &recordingPlacer{}, InFlight: 17}).Run(ctx)
+		}, "scheduler.in_flight: must be 1–16, got 17"},
 		{"reconciler interval", func() error {
 			return (&control.Reconciler{JS: n.JS, Store: s, Interval: -1}).Run(ctx)
 		}, "reconciler.interval: must not be negative"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,12 +43,20 @@ type Scheduler struct {
 	Logger *slog.Logger
 	// BatchSize is the most submissions handled in one transaction. Default 256.
 	BatchSize int
+	// InFlight is how many batches are handled at once. Default 2: a
+	// batch spends most of its time waiting for its commit to reach the
+	// disk, and the next one is decided and recorded meanwhile, as a second
+	// server's scheduler would.
+	InFlight int
 }
 
 // WithDefaults returns s with every unset default filled in.
 func (s Scheduler) WithDefaults() Scheduler {
 	if s.BatchSize == 0 {
 		s.BatchSize = 256
+	}
+	if s.InFlight == 0 {
+		s.InFlight = 2
 	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
@@ -65,6 +74,8 @@ func (s Scheduler) validate() error {
 		return errors.New("scheduler.placer: must be set")
 	case s.BatchSize < 1 || s.BatchSize > 10000:
 		return fmt.Errorf("scheduler.batch_size: must be 1–10000, got %d", s.BatchSize)
+	case s.InFlight < 1 || s.InFlight > 16:
+		return fmt.Errorf("scheduler.in_flight: must be 1–16, got %d", s.InFlight)
 	}
 	return nil
 }
@@ -97,18 +108,36 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return fmt.Errorf("scheduler: consuming submissions: %w", err)
 	}
 	defer cc.Stop()
+	loopCtx, stop := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	for range cfg.InFlight {
+		loops.Go(func() { cfg.batches(loopCtx, msgs) })
+	}
+	defer func() {
+		stop()
+		loops.Wait()
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-lost:
+		return fmt.Errorf("scheduler: consuming submissions: %w", err)
+	}
+}
+
+// batches handles batches of the submissions delivered on msgs until ctx
+// ends; each batch holds those waiting when it starts.
+func (s *Scheduler) batches(ctx context.Context, msgs <-chan jetstream.Msg) {
 	for {
 		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
-			return nil
-		case err := <-lost:
-			return fmt.Errorf("scheduler: consuming submissions: %w", err)
+			return
 		case m := <-msgs:
 			batch = append(batch, m)
 		}
 	drain:
-		for len(batch) < cfg.BatchSize {
+		for len(batch) < s.BatchSize {
 			select {
 			case m := <-msgs:
 				batch = append(batch, m)
@@ -116,11 +145,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				break drain
 			}
 		}
-		if err := cfg.handle(ctx, batch); err != nil {
+		if err := s.handle(ctx, batch); err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
-			cfg.Logger.Error("scheduling a batch of submissions; they will be redelivered", "count", len(batch), "err", err)
+			s.Logger.Error("scheduling a batch of submissions; they will be redelivered", "count", len(batch), "err", err)
 			for _, m := range batch {
 				m.NakWithDelay(queue.RedeliveryDelay(m, 500*time.Millisecond, 30*time.Second)) //nolint:errcheck // redelivered after AckWait anyway
 			}
