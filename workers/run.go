@@ -54,6 +54,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	if err == nil {
 		err = res.Err
 	}
+	if err == nil {
+		// The claim carries the spec as recorded; it is parsed here, once.
+		err = claimed.ParseSpec()
+	}
 	var nc *queue.NotClaimableError
 	var refused *queue.ClaimRefusedError
 	switch {

@@ -115,14 +115,8 @@ func (r *ServiceRecords) ClaimMany(ctx context.Context, reqs []queue.ClaimReques
 	out := make([]queue.ClaimResult, len(reqs))
 	for i, c := range reply.Claims {
 		out[i] = queue.ClaimResult{Claimed: c.Claimed, Err: c.Error.Err()}
-		switch {
-		case c.Error != nil:
-		case c.Claimed == nil || c.Claimed.Job == nil:
+		if c.Error == nil && (c.Claimed == nil || c.Claimed.Job == nil) {
 			out[i].Err = fmt.Errorf("worker service claim: result %d holds no job", i)
-		default:
-			if err := c.Claimed.ParseSpec(); err != nil {
-				out[i] = queue.ClaimResult{Err: fmt.Errorf("worker service claim: %w", err)}
-			}
 		}
 	}
 	return out, nil
