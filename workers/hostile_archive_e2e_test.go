@@ -73,6 +73,13 @@ func newServerCluster(t *testing.T, extra ...string) *cluster {
 	t.Helper()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
+	if raceEnabled {
+		// Under the race detector this test process's NATS server (shared by
+		// the parallel tests) can deliver beats 700 ms late, the default
+		// silence after which a worker is declared lost; the tests assert
+		// the order of events, not the time a hand-back takes.
+		extra = append(extra, "liveness: {lost_after: 3s}\n")
+	}
 	startServer(t, "gpuq server", n, dbURL, testPoolConfig(t, extra...))
 	queuetest.Eventually(t, 30*time.Second, "gpuq server to serve the worker and client services", func() bool {
 		for _, svc := range []string{queue.WorkerServiceName, queue.ClientServiceName} {

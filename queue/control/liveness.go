@@ -63,8 +63,22 @@ func (l Liveness) validate() error {
 		return errors.New("liveness.nats: must be set")
 	case l.Store == nil:
 		return errors.New("liveness.store: must be set")
-	case l.LostAfter < 3*queue.BeatInterval:
-		return fmt.Errorf("liveness.lost_after: must be at least %s (three beats), got %s", 3*queue.BeatInterval, l.LostAfter)
+	}
+	return CheckLostAfter(l.LostAfter)
+}
+
+// MaxLostAfter bounds Liveness.LostAfter: beyond it a lost worker's job
+// would wait about as long as for the lapse of its lease.
+const MaxLostAfter = 30 * time.Second
+
+// CheckLostAfter refuses a Liveness.LostAfter that leaves room for fewer
+// than three beats or exceeds MaxLostAfter; 0 stands for the default.
+func CheckLostAfter(d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	if d < 3*queue.BeatInterval || d > MaxLostAfter {
+		return fmt.Errorf("liveness.lost_after: must be %s (three beats) to %s, got %s", 3*queue.BeatInterval, MaxLostAfter, d)
 	}
 	return nil
 }

@@ -38,6 +38,9 @@ type Plane struct {
 	// monitor runs and a lost worker's job comes back only once its lease
 	// and AckWait lapse.
 	NATS LivenessConn
+	// LostAfter is the liveness monitor's Liveness.LostAfter (default
+	// 700ms).
+	LostAfter time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -67,7 +70,7 @@ func (p *Plane) Start(ctx context.Context) <-chan error {
 	if p.NATS == nil {
 		errc <- nil
 	} else {
-		live := &Liveness{NATS: p.NATS, Store: p.Store, Logger: logger}
+		live := &Liveness{NATS: p.NATS, Store: p.Store, LostAfter: p.LostAfter, Logger: logger}
 		go func() { errc <- live.Run(ctx) }()
 	}
 	return errc

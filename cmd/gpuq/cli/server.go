@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -160,6 +161,17 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	var liveness struct {
+		LostAfter time.Duration `mapstructure:"lost_after"`
+	}
+	if err := v.UnmarshalKey("liveness", &liveness, configDecodeHook()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("config key liveness: %w", control.UnknownKeys(err, reflect.TypeOf(liveness)))
+	}
+	if err := control.CheckLostAfter(liveness.LostAfter); err != nil {
+		c.Close()
+		return nil, err
+	}
 	// The policy an admin set (gpuq policy set, PUT /v1/policy) is in
 	// effect on every server; the config file's until one is set.
 	c.policy = &control.PolicyWatch{Store: c.store, Config: placer.Rules, Logger: logger}
@@ -172,7 +184,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
-	errc, err := controlPlane(ctx, c, placer, logger)
+	errc, err := controlPlane(ctx, c, placer, liveness.LostAfter, logger)
 	if err != nil {
 		c.Close()
 		return nil, err
