@@ -140,7 +140,9 @@ WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
            unnest(@claim_ids::uuid[]) AS claim_id
 ), c AS (
-    SELECT jobs.id, jobs.attempt + 1 AS attempt
+    -- Each attempt runs at the price of the placement it is claimed under.
+    SELECT jobs.id, jobs.attempt + 1 AS attempt, u.claim_id,
+           COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
     FROM jobs JOIN u ON jobs.id = u.id
     LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = u.placement_version
     WHERE jobs.placement_version = u.placement_version
@@ -165,13 +167,10 @@ WITH u AS (
     FROM lost
     RETURNING job_id
 ), a AS (
-    -- Each attempt runs at the price of the placement it was claimed under.
     INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
     SELECT c.id, c.attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
-           COALESCE(p.price_micros, 0), COALESCE(p.currency, ''), u.claim_id
+           c.price_micros, c.currency, c.claim_id
     FROM c
-    JOIN u ON u.id = c.id
-    LEFT JOIN placements p ON p.job_id = c.id AND p.version = u.placement_version
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
     SELECT c.id, 'running', c.attempt, @message FROM c, (SELECT count(*) FROM lostev) AS after_losses
