@@ -44,14 +44,10 @@ func PoolOfAliveSubject(subject string) (string, error) {
 	return pool, ValidatePool(pool)
 }
 
-// Beat is one liveness announcement of a worker.
+// Beat is one liveness announcement of a worker: who sends it and the
+// attempts it holds.
 type Beat struct {
-	// Worker is the worker id its attempts are recorded under.
-	Worker string `json:"worker"`
-	// Node is the machine the worker runs on.
-	Node string `json:"node,omitempty"`
-	// Pool is the pool the worker pulls from; it must equal the subject's.
-	Pool string `json:"pool"`
+	BeatSender
 	// Held are the attempts the worker has claimed and not yet settled.
 	Held []HeldAttempt `json:"held,omitempty"`
 }
@@ -68,9 +64,12 @@ type HeldAttempt struct {
 // BeatSender is who sent a beat: the beat without its held attempts, which
 // is all a listener that only needs to know who is alive decodes.
 type BeatSender struct {
+	// Worker is the worker id its attempts are recorded under.
 	Worker string `json:"worker"`
-	Node   string `json:"node,omitempty"`
-	Pool   string `json:"pool"`
+	// Node is the machine the worker runs on.
+	Node string `json:"node,omitempty"`
+	// Pool is the pool the worker pulls from; it must equal the subject's.
+	Pool string `json:"pool"`
 }
 
 // Validate checks a sender heard on pool's alive subject.
@@ -91,8 +90,7 @@ func (s *BeatSender) Validate(pool string) error {
 // subject of pool's consumer on the run stream, so that naking it can touch
 // nothing else.
 func (b *Beat) Validate(pool string) error {
-	sender := BeatSender{Worker: b.Worker, Node: b.Node, Pool: b.Pool}
-	if err := sender.Validate(pool); err != nil {
+	if err := b.BeatSender.Validate(pool); err != nil {
 		return err
 	}
 	if len(b.Held) > MaxBeatHeld {

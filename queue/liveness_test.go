@@ -12,7 +12,7 @@ import (
 func TestBeatValidateAcceptsOnlyItsPoolsRunAcknowledgements(t *testing.T) {
 	t.Parallel()
 	held := func(reply string) queue.Beat {
-		return queue.Beat{Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: reply}}}
+		return queue.Beat{BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: reply}}}
 	}
 	ok := []string{
 		"$JS.ACK.GPUQ_RUN.pool-gpu-a.1.42.17.1700000000000000000.3",
@@ -25,16 +25,16 @@ func TestBeatValidateAcceptsOnlyItsPoolsRunAcknowledgements(t *testing.T) {
 		}
 	}
 	bad := map[string]queue.Beat{
-		"beat.pool":              {Worker: "w", Pool: "gpu-b"},
-		"beat.worker":            {Worker: "", Pool: "gpu-a"},
+		"beat.pool":              {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-b"}},
+		"beat.worker":            {BeatSender: queue.BeatSender{Worker: "", Pool: "gpu-a"}},
 		"beat.held[0].reply":     held("$JS.ACK.GPUQ_RUN.pool-gpu-b.1.42.17.1.3"),
 		"beat.held[0].reply ":    held("$JS.ACK.GPUQ_SUBMIT.scheduler.1.42.17.1.3"),
 		"beat.held[0].reply  ":   held("$JS.ACK.GPUQ_RUN.pool-gpu-a.>"),
 		"beat.held[0].reply   ":  held("gpuq.submit.other"),
 		"beat.held[0].reply    ": held("$JS.ACK.GPUQ_RUN.pool-gpu-a..1"),
-		"beat.held[0].attempt":   {Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 0, Reply: ok[0]}}},
-		"beat.held[0].job_id":    {Worker: "w", Pool: "gpu-a", Held: []queue.HeldAttempt{{Attempt: 1, Reply: ok[0]}}},
-		"beat.held":              {Worker: "w", Pool: "gpu-a", Held: make([]queue.HeldAttempt, queue.MaxBeatHeld+1)},
+		"beat.held[0].attempt":   {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 0, Reply: ok[0]}}},
+		"beat.held[0].job_id":    {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: []queue.HeldAttempt{{Attempt: 1, Reply: ok[0]}}},
+		"beat.held":              {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: make([]queue.HeldAttempt, queue.MaxBeatHeld+1)},
 	}
 	for field, b := range bad {
 		err := b.Validate("gpu-a")

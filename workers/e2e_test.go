@@ -299,6 +299,28 @@ echo "finished at step $step" > "$GPUQ_OUTPUT_DIR/result.txt"`
 	return "name: counter\ncommand: [/bin/sh, -c, " + strconv.Quote(script) + "]\n"
 }
 
+// killHolderAfterCheckpoints starts a worker, submits a counter job that
+// checkpoints every 0.2 s, starts a second worker once the job runs (within
+// running), and
+// SIGKILLs the first worker, which holds attempt 1, after the job's third
+// checkpoint. It returns the killed worker, the job and when it was killed.
+func (c *cluster) killHolderAfterCheckpoints(t *testing.T, running time.Duration, start func() *local.Instance) (*local.Instance, uuid.UUID, time.Time) {
+	t.Helper()
+	a := start()
+	id := c.submit(t, counterJob(20, "0.2"))
+	c.waitState(t, id, queue.StateRunning, running)
+	start()
+	waitCheckpoint(t, c, id, 3)
+	if got := c.attempts(t, id)[0].PID; got != a.PID() {
+		t.Fatalf("attempt 1 should run on the first worker (pid %d), got pid %d", a.PID(), got)
+	}
+	killed := time.Now()
+	if err := a.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return a, id, killed
+}
+
 func waitCheckpoint(t *testing.T, c *cluster, id uuid.UUID, seq int) {
 	t.Helper()
 	queuetest.Eventually(t, 30*time.Second, fmt.Sprintf("checkpoint %d of job %s", seq, id), func() bool {
@@ -403,18 +425,7 @@ func TestKilledWorkerIsReplacedAndTheJobResumesFromItsLatestCheckpoint(t *testin
 	t.Parallel()
 	c := newCluster(t)
 	const ackWait = 2 * time.Second
-	a := c.startWorker(t, ackWait, 2*time.Second)
-	id := c.submit(t, counterJob(20, "0.2"))
-	c.waitState(t, id, queue.StateRunning, 30*time.Second)
-	c.startWorker(t, ackWait, 2*time.Second)
-	waitCheckpoint(t, c, id, 3)
-	if got := c.attempts(t, id)[0].PID; got != a.PID() {
-		t.Fatalf("attempt 1 should run on the first worker (pid %d), got pid %d", a.PID(), got)
-	}
-	killed := time.Now()
-	if err := a.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	a, id, killed := c.killHolderAfterCheckpoints(t, 30*time.Second, func() *local.Instance { return c.startWorker(t, ackWait, 2*time.Second) })
 	job := c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
 	attempts := c.attempts(t, id)
 	if job.Attempt != 2 || len(attempts) != 2 {

@@ -58,7 +58,7 @@ func (b *beats) hold(a *attempt) (release func()) {
 func (b *beats) beat(w *Worker) queue.Beat {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := queue.Beat{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool, Held: make([]queue.HeldAttempt, 0, len(b.held))}
+	out := queue.Beat{BeatSender: queue.BeatSender{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool}, Held: make([]queue.HeldAttempt, 0, len(b.held))}
 	for a := range b.held {
 		out.Held = append(out.Held, queue.HeldAttempt{JobID: a.job.ID, Attempt: a.job.Attempt, Reply: a.msg.Reply()})
 	}

@@ -56,18 +56,7 @@ func TestSIGKILLedWorkersJobIsHandedBackOnLivenessAndResumesFromItsCheckpoint(t 
 	t.Parallel()
 	// Every checkpoint is kept, to read back the one attempt 2 resumed.
 	c := newServerCluster(t, "storage: {keep_checkpoints: 1000}\n")
-	a, _ := c.startDevWorker(t)
-	id := c.submit(t, counterJob(20, "0.2"))
-	c.waitState(t, id, queue.StateRunning, 60*time.Second)
-	c.startDevWorker(t)
-	waitCheckpoint(t, c, id, 3)
-	if got := c.attempts(t, id)[0].PID; got != a.PID() {
-		t.Fatalf("attempt 1 should run on the first worker (pid %d), got pid %d", a.PID(), got)
-	}
-	killed := time.Now()
-	if err := a.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	_, id, killed := c.killHolderAfterCheckpoints(t, 60*time.Second, func() *local.Instance { w, _ := c.startDevWorker(t); return w })
 	job := c.waitState(t, id, queue.StateSucceeded, 2*time.Minute)
 	attempts := c.attempts(t, id)
 	if job.Attempt != 2 || len(attempts) != 2 || job.Preemptions != 1 {

@@ -76,17 +76,17 @@ func TestLivenessHandsBackTheJobsOfASilentWorkerAndNaksTheirMessages(t *testing.
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // closing
-	lost := queue.Beat{Worker: "w1", Pool: "p", Held: []queue.HeldAttempt{{JobID: lostJob, Attempt: 1, Reply: lostReply}}}
-	live := queue.Beat{Worker: "w2", Pool: "p", Held: []queue.HeldAttempt{{JobID: liveJob, Attempt: 3, Reply: "$JS.ACK.GPUQ_RUN.pool-p.1.8.8.1700000000000000000.0"}}}
+	lost := queue.Beat{BeatSender: queue.BeatSender{Worker: "w1", Pool: "p"}, Held: []queue.HeldAttempt{{JobID: lostJob, Attempt: 1, Reply: lostReply}}}
+	live := queue.Beat{BeatSender: queue.BeatSender{Worker: "w2", Pool: "p"}, Held: []queue.HeldAttempt{{JobID: liveJob, Attempt: 3, Reply: "$JS.ACK.GPUQ_RUN.pool-p.1.8.8.1700000000000000000.0"}}}
 	// Beats the monitor must not believe: another pool's name, and a reply
 	// subject outside the pool's consumer.
 	forged := []struct {
 		pool string
 		beat queue.Beat
 	}{
-		{"p", queue.Beat{Worker: "w3", Pool: "q", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_RUN.pool-q.1.9.9.1.0"}}}},
-		{"p", queue.Beat{Worker: "w4", Pool: "p", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_SUBMIT.scheduler.1.9.9.1.0"}}}},
-		{"p", queue.Beat{Worker: "w5", Pool: "p", Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "gpuq.submit.other"}}}},
+		{"p", queue.Beat{BeatSender: queue.BeatSender{Worker: "w3", Pool: "q"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_RUN.pool-q.1.9.9.1.0"}}}},
+		{"p", queue.Beat{BeatSender: queue.BeatSender{Worker: "w4", Pool: "p"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_SUBMIT.scheduler.1.9.9.1.0"}}}},
+		{"p", queue.Beat{BeatSender: queue.BeatSender{Worker: "w5", Pool: "p"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "gpuq.submit.other"}}}},
 	}
 	stopLive := make(chan struct{})
 	liveDone := make(chan struct{})

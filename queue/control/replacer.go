@@ -19,7 +19,8 @@ const ReplacerConsumer = "replacer"
 // Replacer moves preempted jobs to their plan B. It follows, on a durable
 // consumer, the events of jobs handed back by a preempted worker
 // (queue.ReplaceSubject, published besides each job's own event, so that it
-// reads none of the others); for each, it asks the Placer for a re-placement with the job's preemption history, which avoids
+// reads none of the others); for each, it asks the Placer for a
+// re-placement with the job's preemption history, which avoids
 // the pool that just preempted it and escalates spot-then-on-demand jobs to
 // on-demand after repeated preemptions, inside the same residency and budget.
 // A new pool gets a new placement version and a run message; the old pool's
