@@ -13,7 +13,7 @@ import (
 // worker keeps its connection, and with it the pulls it left waiting; a
 // message the control plane naks on its behalf must go to another worker, so
 // every pull expires well before the worker can be declared lost.
-const pullExpiry = 400 * time.Millisecond
+const pullExpiry = 360 * time.Millisecond
 
 // stallAfter is the gap between two beats after which a worker assumes it
 // may have been declared lost (it was paused, or starved of CPU) and checks

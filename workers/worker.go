@@ -318,10 +318,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		fetchCtx, cancel := context.WithTimeout(ctx, pullExpiry)
-		batch, err := cons.Fetch(n, jetstream.FetchContext(fetchCtx))
+		// The pull ends when the server says so (its expiry, or n
+		// messages), never on the worker's side first: a message the server
+		// sent to a pull the worker had stopped reading would be lost until
+		// AckWait redelivers it. Messages that arrive after a notice are
+		// handed back below.
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(pullExpiry))
 		if err != nil {
-			cancel()
 			<-pulls
 			for range n {
 				<-slots
@@ -346,7 +349,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() {
 			defer running.Done()
 			defer func() { <-pulls }()
-			defer cancel()
 			got := 0
 			for msg := range batch.Messages() {
 				got++
