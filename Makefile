@@ -17,8 +17,9 @@ build: ## Build bin/gpuq
 	$(GO) build -o $(BIN) ./cmd/gpuq
 
 .PHONY: test
-test: ## Run all tests (real PostgreSQL and embedded JetStream)
+test: ## Run all tests (real PostgreSQL and embedded JetStream), the benchmark program's included
 	$(GO) test -count=1 -timeout 20m ./...
+	cd bench && $(GO) test -count=1 ./...
 
 # The Python client is installed the way its README says, offline: Debian's
 # python3 (with setuptools and wheel) in a virtualenv that sees the system

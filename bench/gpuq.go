@@ -130,20 +130,27 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 }
 
 // session starts a measurement on clean streams and a fresh database: a
-// control plane with nWorkers in-process workers, and a client connection of
-// its own. stop ends it all.
-func (s *stack) session(ctx context.Context, nWorkers, slots int, ackWait time.Duration) (p *plane, nc *nats.Conn, js jetstream.JetStream, dbURL string, stop func(), err error) {
+// client connection of its own, then a control plane with nWorkers
+// in-process workers. before, when not nil, runs on the client's
+// connection before the control plane starts. stop ends it all.
+func (s *stack) session(ctx context.Context, nWorkers, slots int, ackWait time.Duration, before func(*nats.Conn, jetstream.JetStream) error) (p *plane, nc *nats.Conn, js jetstream.JetStream, dbURL string, stop func(), err error) {
 	if err := s.resetStreams(ctx); err != nil {
 		return nil, nil, nil, "", nil, err
 	}
 	if dbURL, err = s.freshDB(ctx, "gpuq", true); err != nil {
 		return nil, nil, nil, "", nil, err
 	}
-	if p, err = s.startPlane(ctx, dbURL, []local.PoolConfig{benchPool}, nWorkers, slots, ackWait); err != nil {
+	if nc, js, err = s.connect(); err != nil {
 		return nil, nil, nil, "", nil, err
 	}
-	if nc, js, err = s.connect(); err != nil {
-		p.Stop()
+	if before != nil {
+		if err := before(nc, js); err != nil {
+			nc.Close()
+			return nil, nil, nil, "", nil, err
+		}
+	}
+	if p, err = s.startPlane(ctx, dbURL, []local.PoolConfig{benchPool}, nWorkers, slots, ackWait); err != nil {
+		nc.Close()
 		return nil, nil, nil, "", nil, err
 	}
 	return p, nc, js, dbURL, func() { nc.Close(); p.Stop() }, nil
@@ -253,40 +260,54 @@ type e2eResult struct {
 	Seconds    float64 `json:"seconds"`
 }
 
-// measureE2E submits n jobs running command while the workers run, and
+// measureE2E submits n jobs running command while the workers run (with
+// preload: before the control plane and the workers start, timed from their
+// start, as River's own benchmark times a queue filled beforehand), and
 // times until every job's success is recorded in PostgreSQL and every run
 // message is acknowledged. It then checks that each job has exactly one
 // succeeded attempt.
-func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slots, concurrency int) (e2eResult, error) {
-	p, nc, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second)
-	if err != nil {
-		return e2eResult{}, err
-	}
-	defer stop()
+func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slots, concurrency int, preload bool) (e2eResult, error) {
 	// The end is heard as `gpuq wait` hears it, from the jobs' events, not
 	// by counting rows: a count over the jobs table every 50 ms (a parallel
 	// sequential scan) costs PostgreSQL more than some of what is measured.
 	// PostgreSQL is asked once a second as well, in case an event was
 	// missed, and decides the result.
 	var succeeded, unsuccessful atomic.Int64
-	sub, err := nc.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
-		switch state := eventState(m.Data); state {
-		case queue.StateSucceeded:
-			succeeded.Add(1)
-		case queue.StateFailed, queue.StateDead, queue.StateRejected, queue.StateCancelled:
-			unsuccessful.Add(1)
+	spec := specFor(command)
+	var start time.Time
+	listen := func(nc *nats.Conn, js jetstream.JetStream) error {
+		sub, err := nc.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
+			switch state := eventState(m.Data); state {
+			case queue.StateSucceeded:
+				succeeded.Add(1)
+			case queue.StateFailed, queue.StateDead, queue.StateRejected, queue.StateCancelled:
+				unsuccessful.Add(1)
+			}
+		})
+		if err != nil {
+			return err
 		}
-	})
+		if err := sub.SetPendingLimits(-1, -1); err != nil {
+			return err
+		}
+		if preload {
+			if err := submitAll(ctx, js, n, concurrency, spec); err != nil {
+				return err
+			}
+		}
+		start = time.Now()
+		return nil
+	}
+	p, _, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second, listen)
 	if err != nil {
 		return e2eResult{}, err
 	}
-	defer sub.Unsubscribe() //nolint:errcheck // closing
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return e2eResult{}, err
-	}
-	start := time.Now()
-	if err := submitAll(ctx, js, n, concurrency, specFor(command)); err != nil {
-		return e2eResult{}, err
+	defer stop()
+	if !preload {
+		start = time.Now()
+		if err := submitAll(ctx, js, n, concurrency, spec); err != nil {
+			return e2eResult{}, err
+		}
 	}
 	lastAsked := time.Now()
 	err = poll(ctx, 5*time.Millisecond, time.Duration(n)*20*time.Millisecond+time.Minute, "every job to succeed", func() (bool, error) {
@@ -341,6 +362,9 @@ func checkRecorded(ctx context.Context, db *sql.DB, n int) error {
 	if jobs != n || good != n {
 		return fmt.Errorf("want %d succeeded jobs and attempts recorded, got %d jobs, %d succeeded attempts of %d", n, jobs, good, attempts)
 	}
+	if attempts > n {
+		progress("%d attempts for %d jobs: %d ended otherwise than succeeded", attempts, n, attempts-n)
+	}
 	return nil
 }
 
@@ -359,7 +383,7 @@ type latencyResult struct {
 // the moment the bench receives the job's "running" event, which the worker
 // announces after its claim is committed: an upper bound of submit → start.
 func (s *stack) measureLatency(ctx context.Context, n, warmup int, rate float64, nWorkers, slots int) (latencyResult, error) {
-	_, nc, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second)
+	_, nc, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second, nil)
 	if err != nil {
 		return latencyResult{}, err
 	}

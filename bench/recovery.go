@@ -31,7 +31,7 @@ type recoveryResult struct {
 // that it runs the job under the next attempt. The control plane runs in
 // this process; the workers are real processes of the gpuq binary.
 func (s *stack) measureRecovery(ctx context.Context, gpuqBin string, sig syscall.Signal, trials int, ackWait, grace time.Duration) (res recoveryResult, err error) {
-	p, nc, js, _, stop, err := s.session(ctx, 0, 1, time.Minute)
+	p, nc, js, _, stop, err := s.session(ctx, 0, 1, time.Minute, nil)
 	if err != nil {
 		return recoveryResult{}, err
 	}
