@@ -176,3 +176,63 @@ func TestPausedWorkerIsFencedOutWhenItResumesAndNeverAcknowledges(t *testing.T) 
 		return len(queuetest.RunMessages(t, c.n.JS)) == 0
 	})
 }
+
+// Run orders the server delivered to a worker's pull while the worker was
+// paused (SIGSTOP) until past the pull's expiry are run when it resumes, not
+// dropped for AckWait (30 s by default) to bring back: the worker reads a
+// pull until the server ends it. The worker is started as `gpuq dev` starts
+// it and paused for less than the liveness monitor's detection time, so
+// that it is never declared lost; each job must succeed in its one attempt
+// well inside AckWait.
+func TestRunOrdersDeliveredToAPausedWorkersPullAreRunWhenItResumes(t *testing.T) {
+	t.Parallel()
+	c := newServerCluster(t)
+	w, _ := c.startDevWorker(t)
+	c.waitState(t, c.submit(t, "name: warm\ncommand: [/bin/true]\n"), queue.StateSucceeded, time.Minute)
+	cons, err := c.n.JS.Consumer(context.Background(), queue.StreamRun, queue.PoolConsumer(testPool.Pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's idle pulls last 360 ms on the server; a run order
+	// reaches one unless the pause began at the very end of them. Three
+	// rounds in which one did are played: a worker that stops reading its
+	// pull at a deadline of its own drops a delivered run order in about
+	// two rounds of three.
+	caught := 0
+	for round := 1; ; round++ {
+		if err := w.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		paused := time.Now()
+		ids := []uuid.UUID{c.submit(t, "name: held-1\ncommand: [/bin/true]\n"), c.submit(t, "name: held-2\ncommand: [/bin/true]\n")}
+		delivered := false
+		for !delivered && time.Since(paused) < 300*time.Millisecond {
+			info, err := cons.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			delivered = info.NumAckPending > 0
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Past the pull's expiry, and short of the detection time.
+		time.Sleep(time.Until(paused.Add(500 * time.Millisecond)))
+		if err := w.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			job := c.waitState(t, id, queue.StateSucceeded, 15*time.Second)
+			if attempts := c.attempts(t, id); job.Attempt != 1 || len(attempts) != 1 {
+				t.Fatalf("job %s: want one attempt, got %+v", id, attempts)
+			}
+		}
+		if delivered {
+			caught++
+		}
+		if caught == 3 {
+			return
+		}
+		if round == 10 {
+			t.Fatalf("in ten rounds a run order reached the paused worker's pull only %d times", caught)
+		}
+	}
+}
