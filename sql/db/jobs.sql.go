@@ -38,18 +38,19 @@ const jobClaimMany = `-- name: JobClaimMany :many
 WITH u AS (
     SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version,
            unnest($4::uuid[]) AS claim_id
+    ORDER BY 1
 ), c AS (
     -- Each attempt runs at the price of the placement it is claimed under.
-    SELECT jobs.id, jobs.attempt + 1 AS attempt, u.claim_id,
+    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id,
            COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
-    FROM jobs JOIN u ON jobs.id = u.id
-    LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = u.placement_version
-    WHERE jobs.placement_version = u.placement_version
-      AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+    FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.placement_version, jobs.lease_expires_at
+                        FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) j
+    LEFT JOIN placements pl ON pl.job_id = j.id AND pl.version = u.placement_version
+    WHERE j.placement_version = u.placement_version
+      AND (j.state = 'placed' OR (j.state = 'running' AND j.lease_expires_at < now()))
       AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR $5::text = ANY(pl.countries))
       AND (pl.pool IS NULL OR pl.pool = $6)
-    ORDER BY jobs.id
-    FOR UPDATE OF jobs
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -111,6 +112,15 @@ type JobClaimManyParams struct {
 // The row locks taken by the first CTE make a concurrent claim of the same
 // job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
 // started it.
+//
+// Each job is looked up by its id alone and its state checked after (here
+// and in every statement that writes a batch of jobs): a batch then costs
+// its own size whatever the table holds. Left to choose, the planner may
+// scan jobs_state_updated for every placed or running job instead, which
+// visits every queued job and every index entry the queue's churn has left
+// since the last vacuum, for each batch. (LIMIT 1 keeps the planner from
+// moving the state checks into the lookup.) The jobs are locked in id order,
+// so that concurrent batches lock job rows in one order.
 func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.LeaseSeconds,
@@ -197,14 +207,19 @@ func (q *Queries) JobFail(ctx context.Context, arg JobFailParams) (int64, error)
 const jobFenceLost = `-- name: JobFenceLost :many
 WITH u AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt
+    ORDER BY 1
+), l AS (
+    SELECT cur.id FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.attempt = u.attempt AND cur.state = 'running'
+      AND EXISTS (SELECT 1 FROM attempts a
+                  WHERE a.job_id = u.id AND a.attempt = u.attempt AND a.worker_id = $3
+                    AND a.pool = $4 AND a.ended_at IS NULL)
 ), j AS (
     UPDATE jobs
-    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = $3, lease_expires_at = NULL, updated_at = now()
-    FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
-      AND EXISTS (SELECT 1 FROM attempts a
-                  WHERE a.job_id = u.id AND a.attempt = u.attempt AND a.worker_id = $4
-                    AND a.pool = $5 AND a.ended_at IS NULL)
+    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = $5, lease_expires_at = NULL, updated_at = now()
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
@@ -213,7 +228,7 @@ WITH u AS (
     WHERE attempts.job_id = j.id AND attempts.attempt = j.attempt AND attempts.ended_at IS NULL
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
-    SELECT j.id, 'placed', j.attempt, $3 FROM j
+    SELECT j.id, 'placed', j.attempt, $5 FROM j
 )
 SELECT j.id, j.attempt FROM j
 `
@@ -221,9 +236,9 @@ SELECT j.id, j.attempt FROM j
 type JobFenceLostParams struct {
 	Ids      []uuid.UUID
 	Attempts []int32
-	Reason   string
 	WorkerID string
 	Pool     string
+	Reason   string
 }
 
 type JobFenceLostRow struct {
@@ -237,13 +252,14 @@ type JobFenceLostRow struct {
 // a "placed" event says why. Every later write of such an attempt finds the
 // job no longer running under it and fails, so the worker, should it come
 // back, is fenced out. It returns the jobs it handed back.
+// Each job is looked up by its id alone (see JobClaimMany).
 func (q *Queries) JobFenceLost(ctx context.Context, arg JobFenceLostParams) ([]JobFenceLostRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobFenceLost,
 		pq.Array(arg.Ids),
 		pq.Array(arg.Attempts),
-		arg.Reason,
 		arg.WorkerID,
 		arg.Pool,
+		arg.Reason,
 	)
 	if err != nil {
 		return nil, err
@@ -1030,11 +1046,17 @@ WITH u AS (
            unnest($10::bigint[]) AS estimate_micros, unnest($11::text[]) AS estimate_currency,
            unnest($12::text[]) AS provider, unnest($13::text[]) AS snapshot,
            unnest($14::text[]) AS recipe
+    ORDER BY 1
+), l AS (
+    -- Each job is looked up by its id alone (see JobClaimMany).
+    SELECT cur.id, u.version, u.pool FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.state, jobs.placement_version FROM jobs WHERE jobs.id = u.job_id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.state IN ('pending', 'placed') AND cur.placement_version = u.version - 1
 ), j AS (
     UPDATE jobs
-    SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
-    FROM u
-    WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
+    SET state = 'placed', placement_version = l.version, pool = l.pool, updated_at = now()
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.pool, jobs.placement_version
 ), p AS (
     INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
@@ -1203,11 +1225,16 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 const jobSucceedMany = `-- name: JobSucceedMany :many
 WITH u AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS pool
+    ORDER BY 1
+), l AS (
+    SELECT cur.id FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.pool FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.attempt = u.attempt AND cur.state = 'running' AND (u.pool = '' OR cur.pool = u.pool)
 ), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-    FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running' AND (u.pool = '' OR jobs.pool = u.pool)
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
@@ -1233,6 +1260,7 @@ type JobSucceedManyParams struct {
 // only an attempt of that pool: a running job's current attempt was claimed
 // by a worker of the job's pool, which stays the same until the job is
 // placed again.
+// Each job is looked up by its id alone (see JobClaimMany).
 func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) ([]uuid.UUID, error) {
 	rows, err := q.db.QueryContext(ctx, jobSucceedMany, pq.Array(arg.Ids), pq.Array(arg.Attempts), pq.Array(arg.Pools))
 	if err != nil {

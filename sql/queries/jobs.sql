@@ -91,11 +91,17 @@ WITH u AS (
            unnest(@estimate_micros::bigint[]) AS estimate_micros, unnest(@estimate_currencies::text[]) AS estimate_currency,
            unnest(@providers::text[]) AS provider, unnest(@snapshots::text[]) AS snapshot,
            unnest(@recipes::text[]) AS recipe
+    ORDER BY 1
+), l AS (
+    -- Each job is looked up by its id alone (see JobClaimMany).
+    SELECT cur.id, u.version, u.pool FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.state, jobs.placement_version FROM jobs WHERE jobs.id = u.job_id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.state IN ('pending', 'placed') AND cur.placement_version = u.version - 1
 ), j AS (
     UPDATE jobs
-    SET state = 'placed', placement_version = u.version, pool = u.pool, updated_at = now()
-    FROM u
-    WHERE jobs.id = u.job_id AND jobs.state IN ('pending', 'placed') AND jobs.placement_version = u.version - 1
+    SET state = 'placed', placement_version = l.version, pool = l.pool, updated_at = now()
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.pool, jobs.placement_version
 ), p AS (
     INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
@@ -136,21 +142,31 @@ WHERE id = @id AND state = 'pending';
 -- The row locks taken by the first CTE make a concurrent claim of the same
 -- job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
 -- started it.
+--
+-- Each job is looked up by its id alone and its state checked after (here
+-- and in every statement that writes a batch of jobs): a batch then costs
+-- its own size whatever the table holds. Left to choose, the planner may
+-- scan jobs_state_updated for every placed or running job instead, which
+-- visits every queued job and every index entry the queue's churn has left
+-- since the last vacuum, for each batch. (LIMIT 1 keeps the planner from
+-- moving the state checks into the lookup.) The jobs are locked in id order,
+-- so that concurrent batches lock job rows in one order.
 WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
            unnest(@claim_ids::uuid[]) AS claim_id
+    ORDER BY 1
 ), c AS (
     -- Each attempt runs at the price of the placement it is claimed under.
-    SELECT jobs.id, jobs.attempt + 1 AS attempt, u.claim_id,
+    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id,
            COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
-    FROM jobs JOIN u ON jobs.id = u.id
-    LEFT JOIN placements pl ON pl.job_id = jobs.id AND pl.version = u.placement_version
-    WHERE jobs.placement_version = u.placement_version
-      AND (jobs.state = 'placed' OR (jobs.state = 'running' AND jobs.lease_expires_at < now()))
+    FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.placement_version, jobs.lease_expires_at
+                        FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) j
+    LEFT JOIN placements pl ON pl.job_id = j.id AND pl.version = u.placement_version
+    WHERE j.placement_version = u.placement_version
+      AND (j.state = 'placed' OR (j.state = 'running' AND j.lease_expires_at < now()))
       AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR @country::text = ANY(pl.countries))
       AND (pl.pool IS NULL OR pl.pool = @pool)
-    ORDER BY jobs.id
-    FOR UPDATE OF jobs
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -225,16 +241,22 @@ WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
 -- a "placed" event says why. Every later write of such an attempt finds the
 -- job no longer running under it and fails, so the worker, should it come
 -- back, is fenced out. It returns the jobs it handed back.
+-- Each job is looked up by its id alone (see JobClaimMany).
 WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt
-), j AS (
-    UPDATE jobs
-    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = @reason, lease_expires_at = NULL, updated_at = now()
-    FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running'
+    ORDER BY 1
+), l AS (
+    SELECT cur.id FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.attempt = u.attempt AND cur.state = 'running'
       AND EXISTS (SELECT 1 FROM attempts a
                   WHERE a.job_id = u.id AND a.attempt = u.attempt AND a.worker_id = @worker_id
                     AND a.pool = @pool AND a.ended_at IS NULL)
+), j AS (
+    UPDATE jobs
+    SET state = 'placed', preemptions = jobs.preemptions + 1, reason = @reason, lease_expires_at = NULL, updated_at = now()
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts
@@ -255,13 +277,19 @@ SELECT j.id, j.attempt FROM j;
 -- only an attempt of that pool: a running job's current attempt was claimed
 -- by a worker of the job's pool, which stays the same until the job is
 -- placed again.
+-- Each job is looked up by its id alone (see JobClaimMany).
 WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@pools::text[]) AS pool
+    ORDER BY 1
+), l AS (
+    SELECT cur.id FROM u
+    CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.pool FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) cur
+    WHERE cur.attempt = u.attempt AND cur.state = 'running' AND (u.pool = '' OR cur.pool = u.pool)
 ), j AS (
     UPDATE jobs
     SET state = 'succeeded', exit_code = 0, reason = '', lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-    FROM u
-    WHERE jobs.id = u.id AND jobs.attempt = u.attempt AND jobs.state = 'running' AND (u.pool = '' OR jobs.pool = u.pool)
+    FROM l
+    WHERE jobs.id = l.id
     RETURNING jobs.id, jobs.attempt
 ), a AS (
     UPDATE attempts

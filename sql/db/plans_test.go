@@ -1,0 +1,194 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// explaining runs every query through EXPLAIN first and keeps its plan, then
+// runs it.
+type explaining struct {
+	DBTX
+	t     *testing.T
+	plans []string
+}
+
+func (e *explaining) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	var plan string
+	if err := e.DBTX.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+		e.t.Fatalf("explaining %s: %v", firstLine(query), err)
+	}
+	e.plans = append(e.plans, plan)
+	return e.DBTX.QueryContext(ctx, query, args...)
+}
+
+func firstLine(q string) string { return strings.SplitN(strings.TrimSpace(q), "\n", 2)[0] }
+
+// jobsScans returns how plan reads the jobs table other than by its primary
+// key: sequential scans and scans of its other indexes.
+func jobsScans(t *testing.T, plan string, otherIndexes map[string]bool) []string {
+	t.Helper()
+	var doc []struct {
+		Plan json.RawMessage `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("reading a plan: %v\n%s", err, plan)
+	}
+	var bad []string
+	var walk func(raw json.RawMessage)
+	walk = func(raw json.RawMessage) {
+		var node struct {
+			Type     string            `json:"Node Type"`
+			Relation string            `json:"Relation Name"`
+			Index    string            `json:"Index Name"`
+			Plans    []json.RawMessage `json:"Plans"`
+		}
+		if err := json.Unmarshal(raw, &node); err != nil {
+			t.Fatalf("reading a plan node: %v", err)
+		}
+		if node.Relation == "jobs" && node.Type == "Seq Scan" || otherIndexes[node.Index] {
+			on := node.Relation
+			if node.Index != "" {
+				on = node.Index
+			}
+			bad = append(bad, node.Type+" on "+on)
+		}
+		for _, p := range node.Plans {
+			walk(p)
+		}
+	}
+	walk(doc[0].Plan)
+	return bad
+}
+
+// TestBatchWritesLookJobsUpByID holds every statement that writes a batch of
+// jobs to finding them through the primary key. Its statistics are taken
+// while the table holds a few pending jobs, and then thousands of jobs are
+// queued: the planner believes almost no job is placed or running, and a
+// scan of jobs_state_updated looks cheapest, but it visits every queued job
+// (and every index entry the queue's churn left since the last vacuum) for
+// each batch, so that a claim's cost grows with the queue.
+func TestBatchWritesLookJobsUpByID(t *testing.T) {
+	ctx := context.Background()
+	conn := pgtest.DB(t)
+	must := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", firstLine(q), err)
+		}
+	}
+	must(`INSERT INTO projects (name) VALUES ('p')`)
+	must(`INSERT INTO jobs (id, project, name, spec) SELECT gen_random_uuid(), 'p', 'j', '{}' FROM generate_series(1, 60)`)
+	must(`ANALYZE jobs`)
+	const queued = 5000
+	must(`INSERT INTO jobs (id, project, name, spec, state, placement_version, pool)
+	      SELECT gen_random_uuid(), 'p', 'j', '{}', 'placed', 1, 'gpu' FROM generate_series(1, $1::int)`, queued)
+	must(`INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision, estimate_micros, estimate_currency, provider)
+	      SELECT id, 1, 'gpu', 'r', 'EU', '{DE}', 0, 'EUR', '{}', 0, 'EUR', 'local' FROM jobs WHERE state = 'placed'`)
+	otherIndexes := map[string]bool{}
+	rows, err := conn.QueryContext(ctx, `SELECT indexname FROM pg_indexes WHERE tablename = 'jobs' AND indexname <> 'jobs_pkey'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		otherIndexes[name] = true
+	}
+	if rows.Close(); !otherIndexes["jobs_state_updated"] {
+		t.Fatalf("jobs' other indexes are %v, without jobs_state_updated", otherIndexes)
+	}
+	placed := func(n int) []uuid.UUID {
+		t.Helper()
+		rows, err := conn.QueryContext(ctx, `SELECT id FROM jobs WHERE state = 'placed' AND placement_version = 1 ORDER BY id LIMIT $1`, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var ids []uuid.UUID
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	const batch = 50
+	claim := func(ids []uuid.UUID) JobClaimManyParams {
+		p := JobClaimManyParams{LeaseSeconds: 60, Ids: ids, Country: "DE", Pool: "gpu", WorkerID: "w", Host: "h", Pid: 1, Message: "running"}
+		for range ids {
+			p.PlacementVersions, p.ClaimIds = append(p.PlacementVersions, 1), append(p.ClaimIds, uuid.New())
+		}
+		return p
+	}
+	ones := func(n int, pool string) ([]int32, []string) {
+		a, p := make([]int32, n), make([]string, n)
+		for i := range a {
+			a[i], p[i] = 1, pool
+		}
+		return a, p
+	}
+	check := func(name string, run func(q *Queries) (int, error)) {
+		t.Helper()
+		e := &explaining{DBTX: conn, t: t}
+		n, err := run(New(e))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n != batch {
+			t.Fatalf("%s wrote %d jobs, want %d", name, n, batch)
+		}
+		for _, plan := range e.plans {
+			if bad := jobsScans(t, plan, otherIndexes); len(bad) > 0 {
+				t.Errorf("%s reads jobs through %s, not by id alone: its cost grows with the %d jobs queued\n%s", name, strings.Join(bad, ", "), queued, plan)
+			}
+		}
+	}
+
+	won := placed(batch)
+	check("JobClaimMany", func(q *Queries) (int, error) {
+		rows, err := q.JobClaimMany(ctx, claim(won))
+		return len(rows), err
+	})
+	check("JobSucceedMany", func(q *Queries) (int, error) {
+		attempts, pools := ones(batch, "gpu")
+		ids, err := q.JobSucceedMany(ctx, JobSucceedManyParams{Ids: won, Attempts: attempts, Pools: pools})
+		return len(ids), err
+	})
+	lost := placed(batch)
+	if rows, err := New(conn).JobClaimMany(ctx, claim(lost)); err != nil || len(rows) != batch {
+		t.Fatalf("claiming the jobs a worker then loses: %d, %v", len(rows), err)
+	}
+	check("JobFenceLost", func(q *Queries) (int, error) {
+		attempts, _ := ones(batch, "")
+		rows, err := q.JobFenceLost(ctx, JobFenceLostParams{Ids: lost, Attempts: attempts, WorkerID: "w", Pool: "gpu", Reason: "worker lost"})
+		return len(rows), err
+	})
+	check("JobPlaceMany", func(q *Queries) (int, error) {
+		ids := placed(batch)
+		p := JobPlaceManyParams{JobIds: ids}
+		for range ids {
+			p.Versions = append(p.Versions, 2)
+			p.Pools, p.Regions, p.Residencies, p.Countries = append(p.Pools, "gpu"), append(p.Regions, "r"), append(p.Residencies, "EU"), append(p.Countries, "DE")
+			p.PriceMicros, p.Currencies, p.Decisions = append(p.PriceMicros, 0), append(p.Currencies, "EUR"), append(p.Decisions, "{}")
+			p.EstimateMicros, p.EstimateCurrencies, p.Providers = append(p.EstimateMicros, 0), append(p.EstimateCurrencies, "EUR"), append(p.Providers, "local")
+			p.Snapshots, p.Recipes = append(p.Snapshots, ""), append(p.Recipes, "{}")
+		}
+		placed, err := q.JobPlaceMany(ctx, p)
+		return len(placed), err
+	})
+}
