@@ -87,7 +87,7 @@ const checkpointInsert = `-- name: CheckpointInsert :one
 WITH j AS (
     UPDATE jobs
     SET checkpoint_seq = checkpoint_seq + 1
-    WHERE jobs.id = $5 AND jobs.attempt = $6 AND jobs.state = 'running'
+    WHERE jobs.id = $5 AND jobs.attempt = $6 AND jobs.state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING jobs.id, jobs.attempt, jobs.checkpoint_seq
 )
 INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)

@@ -16,9 +16,10 @@ import (
 )
 
 const jobCancel = `-- name: JobCancel :one
+
 UPDATE jobs
 SET state = 'cancelled', reason = $1, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND state IN ('pending', 'placed', 'running')
+WHERE id = $2 AND state::text IN ('pending', 'placed', 'running') -- by id alone (see JobClaimMany)
 RETURNING attempt
 `
 
@@ -27,6 +28,7 @@ type JobCancelParams struct {
 	ID     uuid.UUID
 }
 
+// by id alone (see JobClaimMany)
 func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, error) {
 	row := q.db.QueryRowContext(ctx, jobCancel, arg.Reason, arg.ID)
 	var attempt int32
@@ -35,6 +37,7 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 }
 
 const jobClaimMany = `-- name: JobClaimMany :many
+
 WITH u AS (
     SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version,
            unnest($4::uuid[]) AS claim_id
@@ -101,6 +104,7 @@ type JobClaimManyParams struct {
 	Message           string
 }
 
+// by id alone (see JobClaimMany)
 // JobClaimMany starts a new attempt of each job of a batch for one worker, in
 // one statement: it closes the attempts each claim supersedes as lost,
 // records the new attempts and their "running" events, and returns the jobs
@@ -120,7 +124,9 @@ type JobClaimManyParams struct {
 // visits every queued job and every index entry the queue's churn has left
 // since the last vacuum, for each batch. (LIMIT 1 keeps the planner from
 // moving the state checks into the lookup.) The jobs are locked in id order,
-// so that concurrent batches lock job rows in one order.
+// so that concurrent batches lock job rows in one order. Statements that
+// write one job compare state::text, which no index serves, for the same
+// reason.
 func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.LeaseSeconds,
@@ -181,7 +187,7 @@ const jobFail = `-- name: JobFail :execrows
 UPDATE jobs
 SET state = 'failed', errors = errors + 1, exit_code = $1, reason = $2,
     lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $3 AND attempt = $4 AND state = 'running'
+WHERE id = $3 AND attempt = $4 AND state::text = 'running'
 `
 
 type JobFailParams struct {
@@ -285,7 +291,7 @@ func (q *Queries) JobFenceLost(ctx context.Context, arg JobFenceLostParams) ([]J
 const jobGetByClaim = `-- name: JobGetByClaim :one
 SELECT jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals FROM jobs
 JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt
-WHERE jobs.id = $1 AND a.claim_id = $2 AND jobs.state = 'running'
+WHERE jobs.id = $1 AND a.claim_id = $2 AND jobs.state::text = 'running'
 `
 
 type JobGetByClaimParams struct {
@@ -390,10 +396,11 @@ func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempo
 }
 
 const jobHeartbeat = `-- name: JobHeartbeat :execrows
+
 WITH j AS (
     UPDATE jobs
     SET lease_expires_at = now() + make_interval(secs => $2::float8)
-    WHERE id = $3 AND attempt = $1 AND state = 'running'
+    WHERE id = $3 AND attempt = $1 AND state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING id
 )
 UPDATE attempts SET heartbeat_at = now()
@@ -406,6 +413,7 @@ type JobHeartbeatParams struct {
 	ID           uuid.UUID
 }
 
+// by id alone (see JobClaimMany)
 func (q *Queries) JobHeartbeat(ctx context.Context, arg JobHeartbeatParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobHeartbeat, arg.Attempt, arg.LeaseSeconds, arg.ID)
 	if err != nil {
@@ -778,6 +786,7 @@ func (q *Queries) JobLedger(ctx context.Context, arg JobLedgerParams) ([]JobLedg
 }
 
 const jobList = `-- name: JobList :many
+
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
 WHERE ($1::job_state IS NULL OR state = $1::job_state)
   AND ($2::text IS NULL OR project = $2::text)
@@ -791,6 +800,7 @@ type JobListParams struct {
 	MaxRows int32
 }
 
+// by id alone (see JobClaimMany)
 func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobList, arg.State, arg.Project, arg.MaxRows)
 	if err != nil {
@@ -1018,7 +1028,7 @@ func (q *Queries) JobListUnsettled(ctx context.Context, arg JobListUnsettledPara
 const jobMarkDead = `-- name: JobMarkDead :execrows
 UPDATE jobs
 SET state = 'dead', reason = $1, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND attempt = $3 AND state = 'running'
+WHERE id = $2 AND attempt = $3 AND state::text = 'running'
 `
 
 type JobMarkDeadParams struct {
@@ -1146,8 +1156,9 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]u
 }
 
 const jobRefuseClaim = `-- name: JobRefuseClaim :execrows
+
 UPDATE jobs SET claim_refusals = claim_refusals + 1, updated_at = now()
-WHERE id = $1 AND placement_version = $2 AND state = 'placed'
+WHERE id = $1 AND placement_version = $2 AND state::text = 'placed'
 `
 
 type JobRefuseClaimParams struct {
@@ -1155,6 +1166,7 @@ type JobRefuseClaimParams struct {
 	PlacementVersion int32
 }
 
+// by id alone (see JobClaimMany)
 // JobRefuseClaim counts a claim refused for residency against a job still
 // waiting under that placement; the caller re-places it.
 func (q *Queries) JobRefuseClaim(ctx context.Context, arg JobRefuseClaimParams) (int64, error) {
@@ -1168,7 +1180,7 @@ func (q *Queries) JobRefuseClaim(ctx context.Context, arg JobRefuseClaimParams) 
 const jobReject = `-- name: JobReject :execrows
 UPDATE jobs
 SET state = 'rejected', reason = $1, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND state = 'pending'
+WHERE id = $2 AND state::text = 'pending'
 `
 
 type JobRejectParams struct {
@@ -1185,6 +1197,7 @@ func (q *Queries) JobReject(ctx context.Context, arg JobRejectParams) (int64, er
 }
 
 const jobRequeue = `-- name: JobRequeue :execrows
+
 UPDATE jobs
 SET state = 'placed',
     errors = errors + $1,
@@ -1193,7 +1206,7 @@ SET state = 'placed',
     reason = $4,
     lease_expires_at = NULL,
     updated_at = now()
-WHERE id = $5 AND attempt = $6 AND state = 'running'
+WHERE id = $5 AND attempt = $6 AND state::text = 'running'
 `
 
 type JobRequeueParams struct {
@@ -1205,6 +1218,7 @@ type JobRequeueParams struct {
 	Attempt        int32
 }
 
+// by id alone (see JobClaimMany)
 // JobRequeue hands a running job back to its pool after an error or a
 // preemption notice; the worker naks the message right after.
 func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, error) {

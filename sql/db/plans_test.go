@@ -24,12 +24,26 @@ type explaining struct {
 }
 
 func (e *explaining) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	e.explain(ctx, query, args)
+	return e.DBTX.QueryContext(ctx, query, args...)
+}
+
+func (e *explaining) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	e.explain(ctx, query, args)
+	return e.DBTX.ExecContext(ctx, query, args...)
+}
+
+func (e *explaining) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	e.explain(ctx, query, args)
+	return e.DBTX.QueryRowContext(ctx, query, args...)
+}
+
+func (e *explaining) explain(ctx context.Context, query string, args []any) {
 	var plan string
 	if err := e.DBTX.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
 		e.t.Fatalf("explaining %s: %v", firstLine(query), err)
 	}
 	e.plans = append(e.plans, plan)
-	return e.DBTX.QueryContext(ctx, query, args...)
 }
 
 func firstLine(q string) string { return strings.SplitN(strings.TrimSpace(q), "\n", 2)[0] }
@@ -71,14 +85,15 @@ func jobsScans(t *testing.T, plan string, otherIndexes map[string]bool) []string
 	return bad
 }
 
-// TestBatchWritesLookJobsUpByID holds every statement that writes a batch of
-// jobs to finding them through the primary key. Its statistics are taken
+// TestWritesLookJobsUpByID holds every statement that writes a batch of
+// jobs, or one job an attempt holds or that waits, to finding them through
+// the primary key. Its statistics are taken
 // while the table holds a few pending jobs, and then thousands of jobs are
 // queued: the planner believes almost no job is placed or running, and a
 // scan of jobs_state_updated looks cheapest, but it visits every queued job
 // (and every index entry the queue's churn left since the last vacuum) for
 // each batch, so that a claim's cost grows with the queue.
-func TestBatchWritesLookJobsUpByID(t *testing.T) {
+func TestWritesLookJobsUpByID(t *testing.T) {
 	ctx := context.Background()
 	conn := pgtest.DB(t)
 	must := func(q string, args ...any) {
@@ -190,5 +205,64 @@ func TestBatchWritesLookJobsUpByID(t *testing.T) {
 		}
 		placed, err := q.JobPlaceMany(ctx, p)
 		return len(placed), err
+	})
+
+	// One job at a time: the writes an attempt makes, and those that settle
+	// a waiting job.
+	held := placed(4)
+	heldClaim := claim(held)
+	if rows, err := New(conn).JobClaimMany(ctx, heldClaim); err != nil || len(rows) != len(held) {
+		t.Fatalf("claiming jobs: %d, %v", len(rows), err)
+	}
+	one := func(name string, run func(q *Queries) (int64, error)) {
+		t.Helper()
+		e := &explaining{DBTX: conn, t: t}
+		n, err := run(New(e))
+		if err != nil || n != 1 {
+			t.Fatalf("%s wrote %d jobs (%v), want 1", name, n, err)
+		}
+		for _, plan := range e.plans {
+			if bad := jobsScans(t, plan, otherIndexes); len(bad) > 0 {
+				t.Errorf("%s reads jobs through %s, not by id alone: its cost grows with the %d jobs queued\n%s", name, strings.Join(bad, ", "), queued, plan)
+			}
+		}
+	}
+	one("JobHeartbeat", func(q *Queries) (int64, error) {
+		return q.JobHeartbeat(ctx, JobHeartbeatParams{ID: held[0], Attempt: 1, LeaseSeconds: 60})
+	})
+	one("CheckpointInsert", func(q *Queries) (int64, error) {
+		seq, err := q.CheckpointInsert(ctx, CheckpointInsertParams{JobID: held[0], Attempt: 1, Bytes: 1, Sha256: "00", Region: "r", StoreUri: "mem://c/1"})
+		return int64(seq), err
+	})
+	one("ResultInsert", func(q *Queries) (int64, error) {
+		return q.ResultInsert(ctx, ResultInsertParams{JobID: held[0], Attempt: 1, Bytes: 1, Sha256: "00", Region: "r", StoreUri: "mem://r/1"})
+	})
+	one("JobGetByClaim", func(q *Queries) (int64, error) {
+		_, err := q.JobGetByClaim(ctx, JobGetByClaimParams{ID: held[0], ClaimID: uuid.NullUUID{UUID: heldClaim.ClaimIds[0], Valid: true}})
+		return 1, err
+	})
+	one("JobFail", func(q *Queries) (int64, error) {
+		return q.JobFail(ctx, JobFailParams{ID: held[0], Attempt: 1, Reason: "exit 1"})
+	})
+	one("JobRequeue", func(q *Queries) (int64, error) {
+		return q.JobRequeue(ctx, JobRequeueParams{ID: held[1], Attempt: 1, Reason: "notice"})
+	})
+	one("JobMarkDead", func(q *Queries) (int64, error) {
+		return q.JobMarkDead(ctx, JobMarkDeadParams{ID: held[2], Attempt: 1, Reason: "dead"})
+	})
+	one("JobCancel", func(q *Queries) (int64, error) {
+		_, err := q.JobCancel(ctx, JobCancelParams{ID: held[3], Reason: "cancelled"})
+		return 1, err
+	})
+	waiting := placed(1)[0]
+	one("JobRefuseClaim", func(q *Queries) (int64, error) {
+		return q.JobRefuseClaim(ctx, JobRefuseClaimParams{ID: waiting, PlacementVersion: 1})
+	})
+	var pending uuid.UUID
+	if err := conn.QueryRowContext(ctx, `SELECT id FROM jobs WHERE state = 'pending' LIMIT 1`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	one("JobReject", func(q *Queries) (int64, error) {
+		return q.JobReject(ctx, JobRejectParams{ID: pending, Reason: "over budget"})
 	})
 }

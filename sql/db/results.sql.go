@@ -33,7 +33,7 @@ func (q *Queries) ResultGet(ctx context.Context, jobID uuid.UUID) (Result, error
 const resultInsert = `-- name: ResultInsert :execrows
 INSERT INTO results (job_id, attempt, bytes, sha256, region, store_uri)
 SELECT jobs.id, jobs.attempt, $1, $2, $3, $4
-FROM jobs WHERE jobs.id = $5 AND jobs.attempt = $6 AND jobs.state = 'running'
+FROM jobs WHERE jobs.id = $5 AND jobs.attempt = $6 AND jobs.state::text = 'running' -- by id alone (see JobClaimMany)
 ON CONFLICT (job_id) DO UPDATE
 SET attempt = EXCLUDED.attempt, bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256,
     region = EXCLUDED.region, store_uri = EXCLUDED.store_uri, created_at = now()

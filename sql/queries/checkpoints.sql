@@ -6,7 +6,7 @@
 WITH j AS (
     UPDATE jobs
     SET checkpoint_seq = checkpoint_seq + 1
-    WHERE jobs.id = @job_id AND jobs.attempt = @attempt AND jobs.state = 'running'
+    WHERE jobs.id = @job_id AND jobs.attempt = @attempt AND jobs.state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING jobs.id, jobs.attempt, jobs.checkpoint_seq
 )
 INSERT INTO checkpoints (job_id, seq, attempt, bytes, sha256, region, store_uri)

@@ -128,7 +128,7 @@ RETURNING job_id;
 -- name: JobReject :execrows
 UPDATE jobs
 SET state = 'rejected', reason = @reason, updated_at = now(), finalized_at = now()
-WHERE id = @id AND state = 'pending';
+WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
 
 -- name: JobClaimMany :many
 -- JobClaimMany starts a new attempt of each job of a batch for one worker, in
@@ -150,7 +150,9 @@ WHERE id = @id AND state = 'pending';
 -- visits every queued job and every index entry the queue's churn has left
 -- since the last vacuum, for each batch. (LIMIT 1 keeps the planner from
 -- moving the state checks into the lookup.) The jobs are locked in id order,
--- so that concurrent batches lock job rows in one order.
+-- so that concurrent batches lock job rows in one order. Statements that
+-- write one job compare state::text, which no index serves, for the same
+-- reason.
 WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
            unnest(@claim_ids::uuid[]) AS claim_id
@@ -216,19 +218,19 @@ WHERE jobs.id = @id;
 -- request claim_id started: a repeated claim returns that attempt.
 SELECT jobs.* FROM jobs
 JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt
-WHERE jobs.id = @id AND a.claim_id = @claim_id AND jobs.state = 'running';
+WHERE jobs.id = @id AND a.claim_id = @claim_id AND jobs.state::text = 'running'; -- by id alone (see JobClaimMany)
 
 -- name: JobRefuseClaim :execrows
 -- JobRefuseClaim counts a claim refused for residency against a job still
 -- waiting under that placement; the caller re-places it.
 UPDATE jobs SET claim_refusals = claim_refusals + 1, updated_at = now()
-WHERE id = @id AND placement_version = @placement_version AND state = 'placed';
+WHERE id = @id AND placement_version = @placement_version AND state::text = 'placed'; -- by id alone (see JobClaimMany)
 
 -- name: JobHeartbeat :execrows
 WITH j AS (
     UPDATE jobs
     SET lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
-    WHERE id = @id AND attempt = @attempt AND state = 'running'
+    WHERE id = @id AND attempt = @attempt AND state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING id
 )
 UPDATE attempts SET heartbeat_at = now()
@@ -305,7 +307,7 @@ RETURNING job_id;
 UPDATE jobs
 SET state = 'failed', errors = errors + 1, exit_code = sqlc.narg('exit_code'), reason = @reason,
     lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND attempt = @attempt AND state = 'running';
+WHERE id = @id AND attempt = @attempt AND state::text = 'running'; -- by id alone (see JobClaimMany)
 
 -- name: JobRequeue :execrows
 -- JobRequeue hands a running job back to its pool after an error or a
@@ -318,12 +320,12 @@ SET state = 'placed',
     reason = @reason,
     lease_expires_at = NULL,
     updated_at = now()
-WHERE id = @id AND attempt = @attempt AND state = 'running';
+WHERE id = @id AND attempt = @attempt AND state::text = 'running'; -- by id alone (see JobClaimMany)
 
 -- name: JobCancel :one
 UPDATE jobs
 SET state = 'cancelled', reason = @reason, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND state IN ('pending', 'placed', 'running')
+WHERE id = @id AND state::text IN ('pending', 'placed', 'running') -- by id alone (see JobClaimMany)
 RETURNING attempt;
 
 -- name: JobMarkDead :execrows
@@ -331,7 +333,7 @@ RETURNING attempt;
 -- that found so: a superseded attempt changes nothing.
 UPDATE jobs
 SET state = 'dead', reason = @reason, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND attempt = @attempt AND state = 'running';
+WHERE id = @id AND attempt = @attempt AND state::text = 'running'; -- by id alone (see JobClaimMany)
 
 -- name: JobList :many
 SELECT * FROM jobs
