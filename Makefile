@@ -98,6 +98,10 @@ test-policy: ## Run the placement policy, adapter and plan tests
 bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and on a prepared OfferSet
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
 
+.PHONY: bench-store
+bench-store: ## Benchmark attempts (claim, heartbeat, success) in batches of 32 while 100,000 jobs are queued
+	$(GO) test -run '^$$' -bench BenchmarkAttemptsWith100000Queued -benchtime 100x ./queue/store/
+
 .PHONY: bench-http
 bench-http: ## Benchmark HTTP submission (8 clients) and state change → SSE event latency
 	$(GO) test -run '^$$' -bench . -benchtime 500x ./queue/control/httpapi/
