@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
@@ -303,5 +304,63 @@ func TestSucceedInPoolsRecordsOnlyAttemptsOfTheReportingPool(t *testing.T) {
 	recorded, err = s.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: ref, Pool: "p"}})
 	if err != nil || !recorded[0] {
 		t.Fatalf("the claiming pool's report: want recorded, got %v, %v", recorded, err)
+	}
+}
+
+// TestConcurrentClaimsOfOverlappingBatchesClaimEachJobOnce has workers claim
+// the same jobs at once, each in its own order: every job is claimed by
+// exactly one of them, and no batch fails (batches lock their jobs in one
+// order, so they cannot deadlock).
+func TestConcurrentClaimsOfOverlappingBatchesClaimEachJobOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	const jobs, workers, rounds = 40, 6, 3
+	for round := range rounds {
+		ids := make([]uuid.UUID, jobs)
+		for i := range ids {
+			ids[i] = placedJob(t, s)
+		}
+		claimedBy := make([][]string, jobs)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				worker := fmt.Sprintf("w%d", w)
+				order := rand.New(rand.NewPCG(uint64(round), uint64(w))).Perm(jobs)
+				reqs := make([]queue.ClaimRequest, jobs)
+				for i, j := range order {
+					reqs[i] = queue.ClaimRequest{JobID: ids[j], PlacementVersion: 1, ClaimID: uuid.New(), Lease: time.Hour, WorkerID: worker, Host: "h", PID: w, Pool: "p"}
+				}
+				res, err := s.ClaimMany(ctx, reqs)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", worker, err)
+					return
+				}
+				var nc *queue.NotClaimableError
+				mu.Lock()
+				defer mu.Unlock()
+				for i, r := range res {
+					switch {
+					case r.Err == nil:
+						claimedBy[order[i]] = append(claimedBy[order[i]], worker)
+					case !errors.As(r.Err, &nc):
+						errs <- fmt.Errorf("%s claiming job %d: %w", worker, order[i], r.Err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		for j, by := range claimedBy {
+			if len(by) != 1 {
+				t.Fatalf("round %d: job %d claimed by %v, want exactly one worker", round, j, by)
+			}
+		}
 	}
 }
