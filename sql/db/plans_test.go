@@ -87,12 +87,12 @@ func jobsScans(t *testing.T, plan string, otherIndexes map[string]bool) []string
 
 // TestWritesLookJobsUpByID holds every statement that writes a batch of
 // jobs, or one job an attempt holds or that waits, to finding them through
-// the primary key. Its statistics are taken
-// while the table holds a few pending jobs, and then thousands of jobs are
-// queued: the planner believes almost no job is placed or running, and a
-// scan of jobs_state_updated looks cheapest, but it visits every queued job
-// (and every index entry the queue's churn left since the last vacuum) for
-// each batch, so that a claim's cost grows with the queue.
+// the primary key. The table's statistics are taken while it holds a few
+// pending jobs, and then thousands of jobs are queued: the planner believes
+// almost no job is placed or running, and a scan of jobs_state_updated looks
+// cheapest, but it visits every queued job (and every index entry the
+// queue's churn left since the last vacuum) for each batch or lease renewal,
+// so that its cost grows with the queue.
 func TestWritesLookJobsUpByID(t *testing.T) {
 	ctx := context.Background()
 	conn := pgtest.DB(t)
