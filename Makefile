@@ -99,8 +99,8 @@ bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and o
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchmem ./policy/
 
 .PHONY: bench-store
-bench-store: ## Benchmark attempts (claim, heartbeat, success) in batches of 32 while 100,000 jobs are queued
-	$(GO) test -run '^$$' -bench BenchmarkAttemptsWith100000Queued -benchtime 100x ./queue/store/
+bench-store: ## Benchmark attempts (claim, heartbeat, success) in batches of 32 while 3,200 and 100,000 jobs are queued
+	$(GO) test -run '^$$' -bench '^BenchmarkAttemptsWithJobsQueued$$' -benchtime 100x ./queue/store/
 
 .PHONY: bench-http
 bench-http: ## Benchmark HTTP submission (8 clients) and state change → SSE event latency

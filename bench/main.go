@@ -66,7 +66,7 @@ func main() {
 	flag.StringVar(&o.gpuq, "gpuq", "../bin/gpuq", "the gpuq binary the recovery runs start as worker processes")
 	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy benchmark)")
 	flag.StringVar(&o.out, "out", "results", "directory for the JSON results")
-	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,scale,recovery,placement,river (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,scale,recovery,placement,attempts,river (default all)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (scheduler and workers run in this process)")
 	flag.IntVar(&o.riverConns, "river-conns", 32, "River's pgx pool size (each gpuq process's pool holds up to 32 connections)")
 	flag.StringVar(&o.riverCLI, "river-cli", "river", "River's CLI, for its own benchmark (river bench) beside the others; left out when not found")
@@ -342,6 +342,19 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.Runs["placement"] = vals
 		add(figure{Name: "placement decision, 10,000 offers", Value: median(vals), Unit: "ms", Note: "policy.BenchmarkPlace, 50 rules"})
+	}
+	if want("attempts") {
+		progress("attempts: go test -bench BenchmarkAttemptsWithJobsQueued ./queue/store/ (-count %d)", o.runs)
+		rates, err := measureAttempts(ctx, o.repo, o.runs)
+		if err != nil {
+			return err
+		}
+		few, many := median(rates[attemptsFew]), median(rates[attemptsMany])
+		rep.Runs["attempts"] = rates
+		add(figure{Name: "attempts with 100,000 jobs queued", Value: many, Unit: "jobs/s",
+			Note: "claim, heartbeat, success in batches of 32 through the store, one connection, stale statistics, fsync off"})
+		add(figure{Name: "attempts, 100,000 queued / 3,200 queued", Value: many / few, Unit: "×", Target: "≥ 0.8", Met: ptr(many/few >= 0.8),
+			Note: fmt.Sprintf("%.0f → %.0f jobs/s: no write grows with the queue", few, many)})
 	}
 	rep.Machine.LoadAfter = loadavg()
 	printTable(os.Stdout, rep)

@@ -33,3 +33,41 @@ func measurePlacement(ctx context.Context, repoRoot string, count int) ([]float6
 	}
 	return ms, nil
 }
+
+var attemptsPerSec = regexp.MustCompile(`(?m)^BenchmarkAttemptsWithJobsQueued/queued=(\d+)\S*\s+\d+\s+[0-9.]+ ns/op\s+([0-9.]+) jobs/s`)
+
+// measureAttempts runs the store's BenchmarkAttemptsWithJobsQueued (claims,
+// heartbeats and successes in batches of 32, with 3,200 and with 100,000
+// jobs queued under stale statistics) count times and returns each run's
+// jobs per second by the number of jobs queued.
+func measureAttempts(ctx context.Context, repoRoot string, count int) (map[int][]float64, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkAttemptsWithJobsQueued$", "-benchtime", "100x", "-count", strconv.Itoa(count), "./queue/store/")
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("running the store benchmark: %w\n%s", err, out)
+	}
+	return parseAttempts(out)
+}
+
+func parseAttempts(out []byte) (map[int][]float64, error) {
+	rates := map[int][]float64{}
+	for _, m := range attemptsPerSec.FindAllSubmatch(out, -1) {
+		queued, err := strconv.Atoi(string(m[1]))
+		if err != nil {
+			return nil, err
+		}
+		rate, err := strconv.ParseFloat(string(m[2]), 64)
+		if err != nil {
+			return nil, err
+		}
+		rates[queued] = append(rates[queued], rate)
+	}
+	if len(rates[attemptsFew]) == 0 || len(rates[attemptsMany]) == 0 {
+		return nil, fmt.Errorf("no BenchmarkAttemptsWithJobsQueued result for %d and %d jobs queued in the output:\n%s", attemptsFew, attemptsMany, out)
+	}
+	return rates, nil
+}
+
+// The store benchmark's two queue lengths.
+const attemptsFew, attemptsMany = 3_200, 100_000
