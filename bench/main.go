@@ -64,7 +64,7 @@ func main() {
 	flag.DurationVar(&o.ackWait, "ack-wait", 0, "AckWait (and lease) of the worker processes in the recovery runs; 0 is the worker's default (30s)")
 	flag.DurationVar(&o.grace, "grace", 5*time.Second, "grace after a notice in the recovery runs")
 	flag.StringVar(&o.gpuq, "gpuq", "../bin/gpuq", "the gpuq binary the recovery runs start as worker processes")
-	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy benchmark)")
+	flag.StringVar(&o.repo, "repo", "..", "the gpuq repository (for the policy and store benchmarks)")
 	flag.StringVar(&o.out, "out", "results", "directory for the JSON results")
 	flag.StringVar(&o.only, "only", "", "comma-separated subset of: submit,e2e,process,latency,scale,recovery,placement,attempts,river (default all)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (scheduler and workers run in this process)")
