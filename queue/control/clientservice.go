@@ -410,11 +410,16 @@ func (s *ClientService) wait(ctx context.Context, job *queue.Job, r queue.Client
 		})
 	}
 	for {
-		history, err := s.Store.EventsOf(ctx, job.ID)
-		if err != nil {
+		// The job first, then its trail: a state change commits with its
+		// event, so the trail read after holds every event up to the state
+		// read (read the other way round, a change committed in between
+		// would answer a finished job without its last event).
+		var err error
+		if job, err = s.Store.Job(ctx, job.ID); err != nil {
 			return nil, err
 		}
-		if job, err = s.Store.Job(ctx, job.ID); err != nil {
+		history, err := s.Store.EventsOf(ctx, job.ID)
+		if err != nil {
 			return nil, err
 		}
 		out := &queue.ClientWait{Job: job, Events: []queue.Event{}, Seen: len(history)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,5 +184,54 @@ func TestClientWaitReadsTheAuditTrailWhenTheJobsEventIsLost(t *testing.T) {
 	var announced queue.Event
 	if err := json.Unmarshal(last.Data, &announced); err != nil || announced.State == queue.StateCancelled {
 		t.Fatalf("the cancellation was announced after all (%v): the test proves nothing", err)
+	}
+}
+
+// cancelAfterTrail is a store that, once, has the job cancelled right after
+// a read of its audit trail returns: the moment a wait's two reads could
+// straddle.
+type cancelAfterTrail struct {
+	control.ClientServiceStore
+	once sync.Once
+	real *store.Store
+	errs chan error
+}
+
+func (s *cancelAfterTrail) EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, error) {
+	history, err := s.ClientServiceStore.EventsOf(ctx, id)
+	s.once.Do(func() { s.errs <- s.real.Cancel(ctx, id, "cancelled between the reads") })
+	return history, err
+}
+
+func TestClientWaitNeverAnswersAFinishedJobWithoutItsLastEvent(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st := &cancelAfterTrail{ClientServiceStore: s, real: s, errs: make(chan error, 1)}
+	svc := &control.ClientService{NATS: n.NC, Store: st, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Quiet: 300 * time.Millisecond}
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &clientHarness{n: n, store: s}
+	id := h.recordJob(t, "teama")
+	history, err := s.EventsOf(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _, _ := h.call(t, "teama", queue.ClientOpWait, queue.ClientRequest{JobID: id, Seen: len(history), Wait: 10 * time.Second})
+	if err := <-st.errs; err != nil {
+		t.Fatal(err)
+	}
+	var w queue.ClientWait
+	if err := json.Unmarshal(body, &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Job.State.Terminal() && (len(w.Events) == 0 || w.Events[len(w.Events)-1].State != w.Job.State) {
+		t.Fatalf("wait answered job %s %s with events %+v: a finished job's answer must hold the event that finished it", id, w.Job.State, w.Events)
+	}
+	if len(w.Events) == 0 || w.Events[len(w.Events)-1].State != queue.StateCancelled || w.Seen != len(history)+1 {
+		t.Fatalf("wait must answer the cancellation committed while it read: %s", body)
 	}
 }
