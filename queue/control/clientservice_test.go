@@ -28,11 +28,22 @@ type clientHarness struct {
 // database, with quiet as its Quiet.
 func startClientService(t *testing.T, quiet time.Duration) *clientHarness {
 	t.Helper()
+	return startClientServiceOn(t, quiet, nil)
+}
+
+// startClientServiceOn is startClientService with the service's store
+// wrapped by wrap (nil: none).
+func startClientServiceOn(t *testing.T, quiet time.Duration, wrap func(*store.Store) control.ClientServiceStore) *clientHarness {
+	t.Helper()
 	n := queuetest.StartNATS(t)
 	s, url := queuetest.Store(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	svc := &control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Quiet: quiet}
+	var st control.ClientServiceStore = s
+	if wrap != nil {
+		st = wrap(s)
+	}
+	svc := &control.ClientService{NATS: n.NC, Store: st, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Quiet: quiet}
 	if _, err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -205,18 +216,14 @@ func (s *cancelAfterTrail) EventsOf(ctx context.Context, id uuid.UUID) ([]queue.
 
 func TestClientWaitNeverAnswersAFinishedJobWithoutItsLastEvent(t *testing.T) {
 	t.Parallel()
-	n := queuetest.StartNATS(t)
-	s, _ := queuetest.Store(t, n)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st := &cancelAfterTrail{ClientServiceStore: s, real: s, errs: make(chan error, 1)}
-	svc := &control.ClientService{NATS: n.NC, Store: st, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Quiet: 300 * time.Millisecond}
-	if _, err := svc.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h := &clientHarness{n: n, store: s}
+	ctx := context.Background()
+	var st *cancelAfterTrail
+	h := startClientServiceOn(t, 300*time.Millisecond, func(s *store.Store) control.ClientServiceStore {
+		st = &cancelAfterTrail{ClientServiceStore: s, real: s, errs: make(chan error, 1)}
+		return st
+	})
 	id := h.recordJob(t, "teama")
-	history, err := s.EventsOf(ctx, id)
+	history, err := h.store.EventsOf(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
