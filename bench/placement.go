@@ -14,11 +14,9 @@ var nsPerOp = regexp.MustCompile(`(?m)^BenchmarkPlace\S*\s+\d+\s+([0-9.]+) ns/op
 // 10,000 offers and 50 rules) count times and returns each run's time per
 // decision in milliseconds.
 func measurePlacement(ctx context.Context, repoRoot string, count int) ([]float64, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkPlace$", "-benchmem", "-count", strconv.Itoa(count), "./policy/")
-	cmd.Dir = repoRoot
-	out, err := cmd.CombinedOutput()
+	out, err := goBench(ctx, repoRoot, "./policy/", "^BenchmarkPlace$", count, "-benchmem")
 	if err != nil {
-		return nil, fmt.Errorf("running the policy benchmark: %w\n%s", err, out)
+		return nil, err
 	}
 	var ms []float64
 	for _, m := range nsPerOp.FindAllSubmatch(out, -1) {
@@ -41,13 +39,24 @@ var attemptsPerSec = regexp.MustCompile(`(?m)^BenchmarkAttemptsWithJobsQueued/qu
 // jobs queued under stale statistics) count times and returns each run's
 // jobs per second by the number of jobs queued.
 func measureAttempts(ctx context.Context, repoRoot string, count int) (map[int][]float64, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkAttemptsWithJobsQueued$", "-benchtime", "100x", "-count", strconv.Itoa(count), "./queue/store/")
+	out, err := goBench(ctx, repoRoot, "./queue/store/", "^BenchmarkAttemptsWithJobsQueued$", count, "-benchtime", "100x")
+	if err != nil {
+		return nil, err
+	}
+	return parseAttempts(out)
+}
+
+// goBench runs the Go benchmarks of pkg matching pattern, count times, in
+// the gpuq repository, and returns their output.
+func goBench(ctx context.Context, repoRoot, pkg, pattern string, count int, flags ...string) ([]byte, error) {
+	args := append([]string{"test", "-run", "^$", "-bench", pattern, "-count", strconv.Itoa(count)}, flags...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = repoRoot
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("running the store benchmark: %w\n%s", err, out)
+		return nil, fmt.Errorf("running %s in %s: %w\n%s", pattern, pkg, err, out)
 	}
-	return parseAttempts(out)
+	return out, nil
 }
 
 func parseAttempts(out []byte) (map[int][]float64, error) {
