@@ -165,7 +165,53 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler serves the API.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return unmatched(s.mux) }
+
+// unmatched answers the requests no operation serves, an unknown path or a
+// method its path does not take, as problem details like every other error
+// (404, or 405 with the Allow header the mux sets), instead of the mux's
+// plain text.
+func unmatched(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusOnly{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		status, detail := http.StatusNotFound, "no operation serves this path; /v1/openapi.json lists them"
+		if rec.status == http.StatusMethodNotAllowed {
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			status, detail = rec.status, fmt.Sprintf("method %s is not allowed on this path; allowed: %s", r.Method, allow)
+		}
+		body, _ := json.Marshal(huma.ErrorModel{Title: http.StatusText(status), Status: status, Detail: detail}) // strings and an int: cannot fail
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		w.Write(body) //nolint:errcheck // the client may be gone
+	})
+}
+
+// statusOnly records the status and headers a handler answers with and
+// drops its body.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header { return s.header }
+
+func (s *statusOnly) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+}
+
+func (s *statusOnly) Write(b []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
 
 // Start follows job announcements for submissions and writes tokens' last
 // use every TouchEvery, until ctx ends; a policy New made is read and then

@@ -45,6 +45,42 @@ func TestServedOpenAPIDocumentIsTheCheckedInOne(t *testing.T) {
 	}
 }
 
+func TestUnknownPathsAndMethodsAnswerProblemDetails(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	admin := e.token(queue.RoleAdmin, nil, "*")
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"GET", "/v1/nope", http.StatusNotFound, ""},
+		{"GET", "/", http.StatusNotFound, ""},
+		{"DELETE", "/v1/jobs", http.StatusMethodNotAllowed, "GET, HEAD, POST"},
+		{"PUT", "/v1/openapi.json", http.StatusMethodNotAllowed, "GET, HEAD"},
+	} {
+		r := e.do(c.method, c.path, admin, "", nil)
+		if r.Status != c.status || r.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("%s %s: %d %q %s, want %d as application/problem+json", c.method, c.path, r.Status, r.Header.Get("Content-Type"), r.Body, c.status)
+		}
+		if got := r.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+		var p struct {
+			Status int    `json:"status"`
+			Detail string `json:"detail"`
+		}
+		r.json(t, &p)
+		if p.Status != c.status || p.Detail == "" {
+			t.Errorf("%s %s: problem %s, want status %d and a detail", c.method, c.path, r.Body, c.status)
+		}
+	}
+	// Operations still answer as before.
+	if r := e.do("GET", "/v1/healthz", "", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/healthz: %d %s", r.Status, r.Body)
+	}
+}
+
 func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
