@@ -22,8 +22,9 @@ type TierQuestion struct {
 	// observed availability of each spot pool.
 	Offers    []Offer
 	Histories map[string]spot.PoolHistory
-	// Checkpoint is the spot pool whose zone holds the job's latest
-	// checkpoint, Move what resuming elsewhere costs, and Prices what the
+	// Checkpoint is a spot pool of the region whose store holds the job's
+	// latest checkpoint, Move what resuming in another region costs (the
+	// pools of one region share its store), and Prices what the
 	// job pays: the strategy weighs a move against them. Zero when unknown.
 	Checkpoint string
 	Move       spot.Move
@@ -58,7 +59,7 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 			continue
 		}
 		seen[o.Pool] = true
-		st.Pools = append(st.Pools, spot.Pool{ID: o.Pool, Available: o.Availability != Unavailable, History: q.Histories[o.Pool]})
+		st.Pools = append(st.Pools, spot.Pool{ID: o.Pool, Region: o.Region, Available: o.Availability != Unavailable, History: q.Histories[o.Pool]})
 	}
 	if seen[q.Checkpoint] {
 		st.Checkpoint = q.Checkpoint

@@ -215,32 +215,54 @@ func TestGpuqMovesOnlyIntoAPoolThatHasHeldCapacityForTwoTicks(t *testing.T) {
 	// Pool a holds the checkpoint and has been down for an hour, with a few
 	// minutes of slack above the reserve: a move to b pays, once b has had
 	// capacity for MoveSettle (2) ticks; a pool back for one tick has not
-	// shown it will hold.
+	// shown it will hold. A pool of the checkpoint's own region is no move
+	// (its checkpoint is copied inside the region, with no egress): with the
+	// slack down to the reserve, gpuq takes its spot at once, where it runs
+	// on-demand rather than move to another region's pool that has not
+	// settled.
 	for _, tt := range []struct {
-		name string
-		bUp  int
-		move bool
+		name              string
+		deadline          time.Duration
+		aRegion, bRegion  string
+		bUp               int
+		want              Kind
+		moved, movesThere bool
 	}{
-		{"b back for one tick: no move", 1, false},
-		{"b up for two ticks: move", 2, true},
+		{"b back for one tick: no move", 12*time.Hour + 70*time.Minute, "", "", 1, Wait, false, true},
+		{"b up for two ticks: move", 12*time.Hour + 70*time.Minute, "", "", 2, Spot, true, true},
+		{"slack at the reserve, b in another region: on-demand", 12*time.Hour + 20*time.Minute, "us-west-2", "us-west-1", 1, OnDemand, false, true},
+		{"slack at the reserve, b in a's region: spot in b", 12*time.Hour + 20*time.Minute, "us-west-2", "us-west-2", 1, Spot, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := State{
-				Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: 12*time.Hour + 70*time.Minute,
-				Overhead: 12 * time.Minute, Tick: time.Minute,
-				Pools: []Pool{
-					{ID: "a", History: observed(600, 60, 600, 60)},
-					{ID: "b", Available: true, History: observed(append(repeat(3, 600, 60), tt.bUp)...)},
-				},
-				Checkpoint: "a",
-				Move:       Move{Micros: 500_000, Time: 6 * time.Minute},
-				Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
-			}
+			s := outageOfTheCheckpointsPool(tt.deadline, tt.aRegion, tt.bRegion, tt.bUp)
 			got := NewGpuq().Decide(s)
-			if moved := got.Kind == Spot && s.Pools[got.Pool].ID == "b"; moved != tt.move {
-				t.Errorf("Decide = %v in pool %d (%s), want a move: %v; slack %v, reserve %v", got.Kind, got.Pool, got.Reason, tt.move, s.Slack(), NewGpuq().reserve(s))
+			if moved := got.Kind == Spot && s.Pools[got.Pool].ID == "b"; got.Kind != tt.want || moved != tt.moved {
+				t.Errorf("Decide = %v in pool %d (%s), want %v (in b: %v); slack %v, reserve %v", got.Kind, got.Pool, got.Reason, tt.want, tt.moved, s.Slack(), NewGpuq().reserve(s))
+			}
+			if s.moves(1) != tt.movesThere {
+				t.Errorf("moves(b) = %v with b in %q and the checkpoint in %q, want %v", s.moves(1), tt.bRegion, tt.aRegion, tt.movesThere)
 			}
 		})
+	}
+}
+
+// outageOfTheCheckpointsPool is a job 4 hours in, 2 of its 10 hours done,
+// whose checkpoint's pool a (in aRegion) has been down for an hour after
+// two runs of 10 hours up, while pool b (in bRegion) had three such runs,
+// each followed by an hour down, and now has had capacity for bUp ticks of a
+// minute. A move costs 0.50 USD and 6 minutes on top of the 12-minute
+// restart.
+func outageOfTheCheckpointsPool(deadline time.Duration, aRegion, bRegion string, bUp int) State {
+	return State{
+		Elapsed: 4 * time.Hour, Done: 2 * time.Hour, Compute: 10 * time.Hour, Deadline: deadline,
+		Overhead: 12 * time.Minute, Tick: time.Minute,
+		Pools: []Pool{
+			{ID: "a", Region: aRegion, History: observed(600, 60, 600, 60)},
+			{ID: "b", Region: bRegion, Available: true, History: observed(append(repeat(3, 600, 60), bUp)...)},
+		},
+		Checkpoint: "a",
+		Move:       Move{Micros: 500_000, Time: 6 * time.Minute},
+		Prices:     Prices{OnDemand: 3_060_000, Spot: 920_000, Currency: "USD"},
 	}
 }

@@ -99,6 +99,12 @@ type Pool struct {
 	ID        string
 	Available bool
 	History   PoolHistory
+	// Region is where the pool's checkpoints are stored. Moving a
+	// checkpoint between pools of one region (the zones of a cloud region)
+	// is a copy inside the region, with no egress, so only a start in
+	// another region is a move (State.Move). Empty: the pool is a place of
+	// its own, as every pool of a simulation is.
+	Region string
 }
 
 // State is what a strategy sees at a decision point. Times are relative to
@@ -115,10 +121,12 @@ type State struct {
 	Pools    []Pool
 	// Checkpoint is the ID of the pool whose zone holds the latest
 	// checkpoint; empty before an instance has paid its whole overhead.
-	// With a Move, a spot start in another pool moves the checkpoint there.
+	// With a Move, a spot start in a pool of another place (another pool,
+	// or another region when the pools name theirs) moves the checkpoint
+	// there.
 	Checkpoint string
-	// Move is what a spot start outside the checkpoint's zone costs on top
-	// of Overhead; zero when every pool is one place.
+	// Move is what such a start costs on top of Overhead; zero when every
+	// pool is one place.
 	Move Move
 	// Prices are what the job pays, when the caller knows them; a strategy
 	// weighs a move's egress against them. Zero when unknown.
@@ -157,12 +165,15 @@ func (s State) checkpoint() int {
 	return -1
 }
 
-// moves reports whether a spot start in pool i moves the checkpoint.
+// moves reports whether a spot start in pool i moves the checkpoint: pool i
+// is neither the checkpoint's pool nor in its region.
 func (s State) moves(i int) bool {
-	if s.Move.zero() || s.Checkpoint == "" {
+	home := s.checkpoint()
+	if s.Move.zero() || home < 0 || i == home {
 		return false
 	}
-	return s.Pools[i].ID != s.Checkpoint
+	region := s.Pools[home].Region
+	return region == "" || s.Pools[i].Region != region
 }
 
 // startOverhead is the progress a fresh instance under p loses.

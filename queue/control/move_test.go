@@ -18,8 +18,10 @@ import (
 // re-placement moves the job to zone b's spot when the checkpoint's egress
 // is cheap, and to on-demand when moving the checkpoint costs more than b's
 // spot would save: the strategy sees the checkpoint's zone, the move's
-// egress and the prices. The job has 30 minutes of slack left, under the
-// strategy's reserve, and a's outage is expected to last 40 more minutes.
+// egress and the prices. A zone b of a's own region shares its checkpoint
+// store, so moving there costs no egress however dear it is. The job has 30
+// minutes of slack left, under the strategy's reserve, and a's outage is
+// expected to last 40 more minutes.
 func TestReplacementMovesToTheOtherZonesSpotOnlyWhenTheMovePays(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
@@ -34,14 +36,14 @@ func TestReplacementMovesToTheOtherZonesSpotOnlyWhenTheMovePays(t *testing.T) {
 			PricePerHour: policy.Money{Micros: price, Currency: "EUR"}, Availability: avail,
 			EgressPerGB: &policy.Money{Micros: egress, Currency: "EUR"}}
 	}
-	offers := func(aUp bool, egress int64) *control.Offers {
+	offers := func(aUp bool, egress int64, bRegion string) *control.Offers {
 		list := []policy.Offer{
 			offer("a-spot", "eu-a", policy.TierSpot, 300_000, policy.Available, egress),
 			offer("a-od", "eu-a", policy.TierOnDemand, 1_000_000, policy.Available, egress),
 		}
 		if !aUp { // a's spot is gone; b's is offered
 			list[0].Availability = policy.Unavailable
-			list = append(list, offer("b-spot", "eu-b", policy.TierSpot, 300_000, policy.Available, egress))
+			list = append(list, offer("b-spot", bRegion, policy.TierSpot, 300_000, policy.Available, egress))
 		}
 		o := control.NewOffers(list)
 		// a was up for hours, then has been down for the last 40 minutes;
@@ -52,7 +54,7 @@ func TestReplacementMovesToTheOtherZonesSpotOnlyWhenTheMovePays(t *testing.T) {
 		}
 		return o
 	}
-	first, err := control.Decide(control.Question{Job: job, SubmittedAt: t0, Offers: offers(true, 10_000), Now: t0})
+	first, err := control.Decide(control.Question{Job: job, SubmittedAt: t0, Offers: offers(true, 10_000, "eu-b"), Now: t0})
 	if err != nil || first.Chosen.Offer.Pool != "a-spot" {
 		t.Fatalf("first placement %v, %v; want a-spot", first.Chosen, err)
 	}
@@ -71,12 +73,14 @@ func TestReplacementMovesToTheOtherZonesSpotOnlyWhenTheMovePays(t *testing.T) {
 	for _, c := range []struct {
 		name          string
 		egressPerGB   int64 // micros of EUR
+		bRegion       string
 		pool, advises string
 	}{
-		{"cheap egress", 10_000, "b-spot", "advises spot"},    // 0.20 EUR to move 20 GB
-		{"dear egress", 100_000, "a-od", "advises on-demand"}, // 2.00 EUR: more than b's spot saves
+		{"cheap egress", 10_000, "eu-b", "b-spot", "advises spot"},    // 0.20 EUR to move 20 GB
+		{"dear egress", 100_000, "eu-b", "a-od", "advises on-demand"}, // 2.00 EUR: more than b's spot saves
+		{"dear egress, b in a's region", 100_000, "eu-a", "b-spot", "advises spot"},
 	} {
-		d, err := control.Decide(control.Question{Job: job, SubmittedAt: t0, Prior: prior, Offers: offers(false, c.egressPerGB), Now: now})
+		d, err := control.Decide(control.Question{Job: job, SubmittedAt: t0, Prior: prior, Offers: offers(false, c.egressPerGB, c.bRegion), Now: now})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
