@@ -146,6 +146,20 @@ sim-pools: build ## Each V100 zone of availability-aws-2022-10-26 alone and both
 sim-pools-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-heldout.md
 	$(SIM_POOLS) --sweep-start-offset-hours 3 | tee sim-pools-heldout.md
 
+# The same two zones as the zones of one region: a move copies the
+# checkpoint into the next pool's bucket inside the region, with no egress,
+# and the copy is taken to fit in the restart overhead.
+SIM_POOLS_REGION = ./$(BIN) simulate --sweep \
+	--pools $(TRACES)/availability-aws-2022-10-26/us-west-2a_v100_1.json,$(TRACES)/availability-aws-2022-10-26/us-west-2b_v100_1.json
+
+.PHONY: sim-pools-region
+sim-pools-region: build ## The two V100 zones with moves that cost only the restart (one region's storage), into sim-pools-region.md
+	$(SIM_POOLS_REGION) | tee sim-pools-region.md
+
+.PHONY: sim-pools-region-heldout
+sim-pools-region-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-region-heldout.md
+	$(SIM_POOLS_REGION) --sweep-start-offset-hours 3 | tee sim-pools-region-heldout.md
+
 SIM_CARDS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
 	--pools-by-card $(TRACES)/availability-aws-2022-10-26
 
