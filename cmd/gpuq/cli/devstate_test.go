@@ -30,7 +30,19 @@ type devRun struct {
 
 func startDev(t *testing.T, bin, dir string) *devRun {
 	t.Helper()
-	d := &devRun{cmd: exec.Command(bin, "dev", "-o", "json", "--slots", "1"), logs: &syncBuffer{}, exited: make(chan struct{})}
+	d, stdout := launchDev(t, bin, dir, "-o", "json", "--slots", "1")
+	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&d.conn); err != nil {
+		t.Fatalf("gpuq dev did not report its connection settings: %v\n%s", err, d.logs.String())
+	}
+	go io.Copy(io.Discard, stdout) //nolint:errcheck // drained
+	return d
+}
+
+// launchDev starts `gpuq dev` with args in dir, stopped with SIGTERM at the
+// end of the test, and returns its standard output.
+func launchDev(t *testing.T, bin, dir string, args ...string) (*devRun, io.Reader) {
+	t.Helper()
+	d := &devRun{cmd: exec.Command(bin, append([]string{"dev"}, args...)...), logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd.Dir = dir
 	d.cmd.Stderr = d.logs
 	stdout, err := d.cmd.StdoutPipe()
@@ -53,11 +65,7 @@ func startDev(t *testing.T, bin, dir string) *devRun {
 			t.Logf("gpuq dev (pid %d) output:\n%s", d.cmd.Process.Pid, d.logs.String())
 		}
 	})
-	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&d.conn); err != nil {
-		t.Fatalf("gpuq dev did not report its connection settings: %v\n%s", err, d.logs.String())
-	}
-	go io.Copy(io.Discard, stdout) //nolint:errcheck // drained
-	return d
+	return d, stdout
 }
 
 // children are the processes whose parent is pid.
@@ -224,5 +232,73 @@ func TestDevOwnsItsDirectoryAndKeepsItsSecretsOff(t *testing.T) {
 			t.Fatalf("the job submitted after the restart did not succeed: %v\n%s", err, out)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// gpuq dev started as the quick start starts it prints how to reach it, but
+// no secret: the token, the database password and the NATS credential stay
+// in their files, and the printed export reads the token from its file.
+func TestDevsBannerShowsWhereTheSecretsAreNotWhatTheyAre(t *testing.T) {
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	dev, stdout := launchDev(t, bin, dir)
+	logs := dev.logs
+	banner := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+			if strings.HasPrefix(lines.Text(), "(settings and credentials") {
+				break
+			}
+		}
+		banner <- b.String()
+		io.Copy(io.Discard, stdout) //nolint:errcheck // drained
+	}()
+	var out string
+	select {
+	case out = <-banner:
+	case <-time.After(120 * time.Second):
+		t.Fatalf("gpuq dev printed no banner in 2 minutes:\n%s", logs.String())
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	token, password := read(devTokenFile), read(".gpuq/postgres/password")
+	var cred string
+	for _, line := range strings.Split(read(devConfigFile), "\n") {
+		if v, ok := strings.CutPrefix(line, "nats-credential: "); ok {
+			cred = v
+		}
+	}
+	control, err := queue.ParseNATSCredential(cred)
+	if err != nil || token == "" || password == "" {
+		t.Fatalf("dev's files: token %d bytes, password %d bytes, NATS credential %v", len(token), len(password), err)
+	}
+	for name, secret := range map[string]string{"the API token": token, "the database password": password, "the NATS password": control.Password} {
+		if strings.Contains(out, secret) {
+			t.Errorf("dev's banner shows %s:\n%s", name, out)
+		}
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("dev's log shows %s", name)
+		}
+	}
+	var export string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "export GPUQ_TOKEN=") {
+			export = strings.TrimSpace(line)
+		}
+	}
+	sh := exec.Command("sh", "-c", export+` && printf %s "$GPUQ_TOKEN"`)
+	sh.Dir = t.TempDir() // elsewhere, as the banner's exports are for
+	got, err := sh.Output()
+	if err != nil || string(got) != token {
+		t.Fatalf("the banner's %q gives GPUQ_TOKEN %d bytes (%v), want the token of %s", export, len(got), err, devTokenFile)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
@@ -406,7 +407,8 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				// shows where to find them.
 				fmt.Fprintf(cmd.OutOrStdout(), "gpuq dev is running\n  NATS       %s\n  PostgreSQL %s\n", stack.natsURL, redactURL(stack.dbURL))
 				if apiURL != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=%s\n", apiURL, token)
+					tokenFile, _ := filepath.Abs(devTokenFile)
+					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=\"$(cat %s)\"\n", apiURL, shellQuote(tokenFile))
 				}
 				abs, _ := filepath.Abs(devConfigFile)
 				fmt.Fprintf(cmd.OutOrStdout(), "(settings and credentials in %s; elsewhere: export GPUQ_CONFIG=%s)\n", devConfigFile, abs)
@@ -439,4 +441,13 @@ func writeDevConfig(s *devStack, apiURL, token string) error {
 		return err
 	}
 	return writePrivate(devConfigFile, []byte(body))
+}
+
+// shellQuote quotes s for a POSIX shell: as it is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
