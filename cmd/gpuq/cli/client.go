@@ -45,7 +45,7 @@ func newSubmitCmd() *cobra.Command {
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
 	f.String("name", "", "spec.name")
 	f.String("project", "", "spec.project")
-	f.Int("gpu-count", 0, "spec.resources.gpu.count (0: CPU-only)")
+	f.Int("gpu-count", 0, "spec.resources.gpu.count (0: CPU-only; 1 when only --card is given)")
 	f.StringSlice("card", nil, "spec.resources.gpu.cards, in order of preference")
 	f.Int("cpu", 0, "spec.resources.cpu")
 	f.Float64("memory-gb", 0, "spec.resources.memory_gb")
@@ -114,6 +114,12 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 	}
 	if fl.Changed("card") {
 		set("resources.gpu.cards", v.GetStringSlice("card"))
+		// A card asks for a GPU: one, unless --gpu-count or the file says
+		// how many. set has just made resources.gpu a map.
+		gpu := doc["resources"].(map[string]any)["gpu"].(map[string]any)
+		if _, counted := gpu["count"]; !counted && !fl.Changed("gpu-count") {
+			gpu["count"] = 1
+		}
 	}
 	if fl.Changed("cpu") {
 		set("resources.cpu", v.GetInt("cpu"))

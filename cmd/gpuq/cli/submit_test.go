@@ -40,3 +40,38 @@ func TestSubmitRefusesABadSpecBeforeConnecting(t *testing.T) {
 		t.Errorf("a 10 MB spec: want the size limit named, got %v", err)
 	}
 }
+
+func TestSubmitsCardFlagAsksForOneGPUUnlessTheCountIsGiven(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	twoGPUs := filepath.Join(dir, "two.yaml")
+	if err := os.WriteFile(twoGPUs, []byte("command: [train]\nresources: {gpu: {count: 2, cards: [A100]}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args  []string
+		count int
+		cards string
+	}{
+		{[]string{"--card", "V100", "--", "train"}, 1, "V100"},
+		{[]string{"--card", "H100,A100", "--gpu-count", "4", "--", "train"}, 4, "H100,A100"},
+		{[]string{"-f", twoGPUs, "--card", "H100"}, 2, "H100"},
+	} {
+		cmd := newSubmitCmd()
+		if err := cmd.ParseFlags(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		v, err := loadConfig(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := specFromFlags(cmd, v, cmd.Flags().Args())
+		if err != nil {
+			t.Errorf("%v: %v", tt.args, err)
+			continue
+		}
+		if g := spec.Resources.GPU; g == nil || g.Count != tt.count || strings.Join(g.Cards, ",") != tt.cards {
+			t.Errorf("%v: resources.gpu = %+v, want %d of %s", tt.args, g, tt.count, tt.cards)
+		}
+	}
+}
