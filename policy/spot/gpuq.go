@@ -101,15 +101,16 @@ func (g Gpuq) pick(s State) int {
 	if s.Move.zero() {
 		return longestUp(s)
 	}
-	if i := s.checkpoint(); i >= 0 && s.Pools[i].Available {
-		return i
+	home := s.checkpoint()
+	if home >= 0 && s.Pools[home].Available {
+		return home
 	}
 	best := -1
 	for i, p := range s.Pools {
 		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
 			continue
 		}
-		if s.moves(i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, i)) {
+		if s.movesFrom(home, i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, i)) {
 			continue
 		}
 		best = i

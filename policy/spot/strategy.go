@@ -167,8 +167,10 @@ func (s State) checkpoint() int {
 
 // moves reports whether a spot start in pool i moves the checkpoint: pool i
 // is neither the checkpoint's pool nor in its region.
-func (s State) moves(i int) bool {
-	home := s.checkpoint()
+func (s State) moves(i int) bool { return s.movesFrom(s.checkpoint(), i) }
+
+// movesFrom is moves with the checkpoint's pool home (s.checkpoint()) known.
+func (s State) movesFrom(home, i int) bool {
 	if s.Move.zero() || home < 0 || i == home {
 		return false
 	}
