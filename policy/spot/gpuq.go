@@ -110,7 +110,7 @@ func (g Gpuq) pick(s State) int {
 		if !p.Available || (best >= 0 && p.History.Run <= s.Pools[best].History.Run) {
 			continue
 		}
-		if s.movesFrom(home, i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, i)) {
+		if s.movesFrom(home, i) && (p.History.Run < g.MoveSettle || !g.worthMoving(s, home, i)) {
 			continue
 		}
 		best = i
@@ -118,14 +118,15 @@ func (g Gpuq) pick(s State) int {
 	return best
 }
 
-// worthMoving reports whether a move to pool i pays. The restart and the
-// transfer must leave slack. With prices known, the move's egress and its
-// restart on spot must cost less than waiting for the checkpoint's pool to
-// come back: nothing while the outage it can expect fits in the slack above
-// the reserve (or while on-demand, nothing more than staying there), else
-// on-demand for the rest of it; and less than what a mean run of capacity
-// in pool i (at most the work left) saves over on-demand.
-func (g Gpuq) worthMoving(s State, i int) bool {
+// worthMoving reports whether a move to pool i pays, the checkpoint being
+// in pool home (-1: none yet). The restart and the transfer must leave
+// slack. With prices known, the move's egress and its restart on spot must
+// cost less than waiting for the checkpoint's pool to come back: nothing
+// while the outage it can expect fits in the slack above the reserve (or
+// while on-demand, nothing more than staying there), else on-demand for the
+// rest of it; and less than what a mean run of capacity in pool i (at most
+// the work left) saves over on-demand.
+func (g Gpuq) worthMoving(s State, home, i int) bool {
 	margin := scale(g.Margin, s.Overhead) + s.Tick
 	if s.Slack()-s.Overhead-s.Move.Time < margin {
 		return false
@@ -140,7 +141,6 @@ func (g Gpuq) worthMoving(s State, i int) bool {
 	if saveHour*run.Hours() <= cost {
 		return false
 	}
-	home := s.checkpoint()
 	if home < 0 {
 		return true
 	}
