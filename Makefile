@@ -160,6 +160,10 @@ sim-pools-region: build ## The two V100 zones with moves that cost only the rest
 sim-pools-region-heldout: build ## The same with every start shifted by 3 h (held-out jobs), into sim-pools-region-heldout.md
 	$(SIM_POOLS_REGION) --sweep-start-offset-hours 3 | tee sim-pools-region-heldout.md
 
+.PHONY: sim-pools-region-cards
+sim-pools-region-cards: build ## Every card of availability-aws-2022-10-26 found in two zones, moves costing only the restart, into sim-pools-region-cards.md
+	./$(BIN) simulate --sweep --pools-by-card $(TRACES)/availability-aws-2022-10-26 | tee sim-pools-region-cards.md
+
 SIM_CARDS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
 	--pools-by-card $(TRACES)/availability-aws-2022-10-26
 
