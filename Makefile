@@ -135,8 +135,8 @@ sim-slack: build ## The same sweep with slack 20% and 40% of compute (held-out j
 
 # Moving a checkpoint between zones: 25 GB at 0.02 USD/GB of inter-zone
 # transfer (0.01 out, 0.01 in) and about 3 minutes at 140 MB/s.
-SIM_POOLS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
-	--pools $(TRACES)/availability-aws-2022-10-26/us-west-2a_v100_1.json,$(TRACES)/availability-aws-2022-10-26/us-west-2b_v100_1.json
+V100_ZONES = $(TRACES)/availability-aws-2022-10-26/us-west-2a_v100_1.json,$(TRACES)/availability-aws-2022-10-26/us-west-2b_v100_1.json
+SIM_POOLS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 --pools $(V100_ZONES)
 
 .PHONY: sim-pools
 sim-pools: build ## Each V100 zone of availability-aws-2022-10-26 alone and both with moves, into sim-pools.md
@@ -149,8 +149,8 @@ sim-pools-heldout: build ## The same with every start shifted by 3 h (held-out j
 # The same two zones as the zones of one region: a move copies the
 # checkpoint into the next pool's bucket inside the region, with no egress,
 # and the copy is taken to fit in the restart overhead.
-SIM_POOLS_REGION = ./$(BIN) simulate --sweep \
-	--pools $(TRACES)/availability-aws-2022-10-26/us-west-2a_v100_1.json,$(TRACES)/availability-aws-2022-10-26/us-west-2b_v100_1.json
+SIM_POOLS_REGION = ./$(BIN) simulate --sweep --pools $(V100_ZONES)
+SIM_CARDS_REGION = ./$(BIN) simulate --sweep --pools-by-card $(TRACES)/availability-aws-2022-10-26
 
 .PHONY: sim-pools-region
 sim-pools-region: build ## The two V100 zones with moves that cost only the restart (one region's storage), into sim-pools-region.md
@@ -162,10 +162,9 @@ sim-pools-region-heldout: build ## The same with every start shifted by 3 h (hel
 
 .PHONY: sim-pools-region-cards
 sim-pools-region-cards: build ## Every card of availability-aws-2022-10-26 found in two zones, moves costing only the restart, into sim-pools-region-cards.md
-	./$(BIN) simulate --sweep --pools-by-card $(TRACES)/availability-aws-2022-10-26 | tee sim-pools-region-cards.md
+	$(SIM_CARDS_REGION) | tee sim-pools-region-cards.md
 
-SIM_CARDS = ./$(BIN) simulate --sweep --move-cost 0.50 --move-hours 0.05 \
-	--pools-by-card $(TRACES)/availability-aws-2022-10-26
+SIM_CARDS = $(SIM_CARDS_REGION) --move-cost 0.50 --move-hours 0.05
 
 .PHONY: sim-pools-cards
 sim-pools-cards: build ## The same comparison for every card of availability-aws-2022-10-26 found in two zones, into sim-pools-cards.md

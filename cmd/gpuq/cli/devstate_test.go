@@ -125,12 +125,7 @@ func TestDevOwnsItsDirectoryAndKeepsItsSecretsOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred := ""
-	for _, line := range strings.Split(string(config), "\n") {
-		if v, ok := strings.CutPrefix(line, "nats-credential: "); ok {
-			cred = v
-		}
-	}
+	cred := devNATSCredential(string(config))
 	control, err := queue.ParseNATSCredential(cred)
 	if err != nil || control.User != queue.RoleControl {
 		t.Fatalf("the dev config must hold the control plane's NATS credential, got %q (%v)", cred, err)
@@ -271,13 +266,7 @@ func TestDevsBannerShowsWhereTheSecretsAreNotWhatTheyAre(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	token, password := read(devTokenFile), read(".gpuq/postgres/password")
-	var cred string
-	for _, line := range strings.Split(read(devConfigFile), "\n") {
-		if v, ok := strings.CutPrefix(line, "nats-credential: "); ok {
-			cred = v
-		}
-	}
-	control, err := queue.ParseNATSCredential(cred)
+	control, err := queue.ParseNATSCredential(devNATSCredential(read(devConfigFile)))
 	if err != nil || token == "" || password == "" {
 		t.Fatalf("dev's files: token %d bytes, password %d bytes, NATS credential %v", len(token), len(password), err)
 	}
@@ -301,4 +290,15 @@ func TestDevsBannerShowsWhereTheSecretsAreNotWhatTheyAre(t *testing.T) {
 	if err != nil || string(got) != token {
 		t.Fatalf("the banner's %q gives GPUQ_TOKEN %d bytes (%v), want the token of %s", export, len(got), err, devTokenFile)
 	}
+}
+
+// devNATSCredential is the NATS credential in the config gpuq dev writes
+// (config), or "" when it holds none.
+func devNATSCredential(config string) string {
+	for _, line := range strings.Split(config, "\n") {
+		if cred, ok := strings.CutPrefix(line, "nats-credential: "); ok {
+			return cred
+		}
+	}
+	return ""
 }

@@ -68,13 +68,11 @@ func startDevNATS(t *testing.T, bin string) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(config), "\n") {
-		if cred, ok := strings.CutPrefix(line, "nats-credential: "); ok {
-			return conn.NATSURL, cred
-		}
+	cred := devNATSCredential(string(config))
+	if cred == "" {
+		t.Fatalf("gpuq dev wrote no nats-credential to %s", devConfigFile)
 	}
-	t.Fatalf("gpuq dev wrote no nats-credential to %s", devConfigFile)
-	return "", ""
+	return conn.NATSURL, cred
 }
 
 // clientEnv is the environment of a user's shell that knows only gpuq dev's
