@@ -140,7 +140,7 @@ func ProjectLedger(ctx context.Context, s LedgerStore, project string, since tim
 // estimate goes on the line of its currency, accrual on the line of the
 // currency it was priced in.
 func ledgerJobs(entries []queue.LedgerEntry) []LedgerJob {
-	var out []LedgerJob
+	out := []LedgerJob{}
 	for i := 0; i < len(entries); {
 		e := entries[i]
 		lines := map[string]*LedgerJob{}

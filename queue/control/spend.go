@@ -101,7 +101,7 @@ func InstanceCost(in *queue.Instance, now time.Time) int64 {
 // it ran on it, divided by the instance's slots. What no attempt used is
 // idle, so per instance jobs + idle = cost.
 func SpendOf(instances []*queue.Instance, attempts []queue.InstanceAttempt, now time.Time) SpendReport {
-	r := SpendReport{At: now}
+	r := SpendReport{At: now, Instances: []InstanceSpend{}, Totals: []SpendLine{}}
 	on := map[string][]queue.InstanceAttempt{}
 	for _, a := range attempts {
 		on[a.InstanceID] = append(on[a.InstanceID], a)
