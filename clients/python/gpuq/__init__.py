@@ -13,7 +13,7 @@ from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, WaitTimeout)
 from .types import (TERMINAL_STATES, Attempt, Checkpoint, Event, Job, JobStatus, LogChunk, Plan, ResultFile,
-                    Results)
+                    Results, Spend, SpendAmount, SpendJob)
 
 __version__ = "0.1.0"
 
@@ -22,5 +22,5 @@ __all__ = [
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
     "RateLimited", "Unauthorized", "WaitTimeout",
     "TERMINAL_STATES", "Attempt", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Plan", "ResultFile",
-    "Results",
+    "Results", "Spend", "SpendAmount", "SpendJob",
 ]

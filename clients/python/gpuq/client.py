@@ -10,11 +10,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import GpuqError, WaitTimeout, api_error
 from .progress import Progress
-from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Plan, Results, TERMINAL_STATES
+from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Plan, Results, Spend, TERMINAL_STATES
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
 DEV_CONFIG = os.path.join(".gpuq", "config.yaml")
@@ -174,6 +175,17 @@ class Client:
         """Places a spec without submitting it: the decision the scheduler
         would make, with every rejected offer and its reason."""
         return Plan.from_doc(self._call("POST", "/v1/plan", body=_spec(spec, fields)))
+
+    def spend(self, project: str = "default", since: Union[str, datetime, None] = None) -> Spend:
+        """The project's budget ledger (``gpuq spend --project``): what its
+        attempts accrued since ``since`` (an RFC 3339 time or a datetime;
+        default the start of this month) and what its unfinished jobs still
+        reserve, per currency and per job, in micros. Any token of the
+        project may read it."""
+        if isinstance(since, datetime):
+            since = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).isoformat()
+        path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
+        return Spend.from_doc(self._call("GET", path, {"since": since}))
 
     def events(self, job_id: str, last_event_id: Optional[str] = None) -> Iterator[Event]:
         """The job's state changes, oldest first, then each new one until

@@ -209,3 +209,55 @@ class Plan:
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "Plan":
         return cls(feasible=bool(d.get("feasible")), reason=d.get("reason", ""), decision=d.get("decision") or {})
+
+
+@dataclass
+class SpendAmount:
+    """A project's spend in one currency, in micros (millionths) of it:
+    what its attempts accrued since the ledger's start, and what its
+    unfinished jobs still reserve against its budgets."""
+
+    currency: str
+    micros: int
+    reserved_micros: int
+
+
+@dataclass
+class SpendJob:
+    """One job of the ledger in one currency: its placement's estimate,
+    what its attempts accrued and what it still reserves, in micros."""
+
+    job_id: str
+    name: str
+    state: str
+    provider: str
+    region: str
+    pool: str
+    currency: str
+    estimated_micros: int
+    accrued_micros: int
+    reserved_micros: int
+
+
+@dataclass
+class Spend:
+    """A project's budget ledger since a time (``gpuq spend --project``)."""
+
+    project: str
+    since: Optional[datetime]
+    amounts: List[SpendAmount]
+    jobs: List[SpendJob]
+    truncated: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Spend":
+        return cls(project=d.get("project", ""), since=parse_time(d.get("since")),
+                   amounts=[SpendAmount(a.get("currency", ""), int(a.get("micros", 0)), int(a.get("reserved_micros", 0)))
+                            for a in d.get("amounts") or []],
+                   jobs=[SpendJob(j.get("job_id", ""), j.get("name", ""), j.get("state", ""), j.get("provider", ""),
+                                  j.get("region", ""), j.get("pool", ""), j.get("currency", ""),
+                                  int(j.get("estimated_micros", 0)), int(j.get("accrued_micros", 0)),
+                                  int(j.get("reserved_micros", 0)))
+                         for j in d.get("jobs") or []],
+                   truncated=bool(d.get("truncated")), raw=d)

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import unittest
+from datetime import datetime, timedelta, timezone
 
 import gpuq
 
@@ -192,6 +193,25 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.InvalidRequest) as caught:
             client.plan(command=["true"], placement={"residency": "EUU"})
         self.assertIn("EUU", str(caught.exception))
+
+    def test_spend_shows_a_finished_jobs_estimate_released(self):
+        job = client.submit(name="charged", command=["true"], expected_duration="30m")
+        job = client.wait(job.id, timeout=120, progress=False)
+        self.assertEqual(job.state, "succeeded")
+        spend = client.spend("default", since=datetime.now(timezone.utc) - timedelta(hours=1))
+        self.assertEqual(spend.project, "default")
+        lines = [j for j in spend.jobs if j.job_id == job.id]
+        # gpuq dev's spot pool costs 0.03 EUR/h: half an hour is at least
+        # 15,000 micros estimated (more for the restarts spot may cost), all
+        # of it released once the job finished.
+        self.assertEqual([(j.currency, j.reserved_micros) for j in lines], [("EUR", 0)], lines)
+        self.assertTrue(15000 <= lines[0].estimated_micros < 30000, lines)
+        self.assertIn("EUR", [a.currency for a in spend.amounts])
+        empty = client.spend("nothing-here")
+        self.assertEqual((empty.amounts, empty.jobs), ([], []))
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.spend("default", since="last week")
+        self.assertIn("query.since", caught.exception.fields)
 
 
 if __name__ == "__main__":
