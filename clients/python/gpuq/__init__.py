@@ -12,7 +12,7 @@ from . import checkpoint
 from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, WaitTimeout)
-from .types import (TERMINAL_STATES, Attempt, Checkpoint, Event, Job, JobStatus, LogChunk, Plan, ResultFile,
+from .types import (TERMINAL_STATES, Attempt, Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, ResultFile,
                     Results, Spend, SpendAmount, SpendJob)
 
 __version__ = "0.1.0"
@@ -21,6 +21,6 @@ __all__ = [
     "Client", "checkpoint",
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
     "RateLimited", "Unauthorized", "WaitTimeout",
-    "TERMINAL_STATES", "Attempt", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Plan", "ResultFile",
+    "TERMINAL_STATES", "Attempt", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Offer", "Plan", "ResultFile",
     "Results", "Spend", "SpendAmount", "SpendJob",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import GpuqError, WaitTimeout, api_error
 from .progress import Progress
-from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Plan, Results, Spend, TERMINAL_STATES
+from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
 DEV_CONFIG = os.path.join(".gpuq", "config.yaml")
@@ -175,6 +175,12 @@ class Client:
         """Places a spec without submitting it: the decision the scheduler
         would make, with every rejected offer and its reason."""
         return Plan.from_doc(self._call("POST", "/v1/plan", body=_spec(spec, fields)))
+
+    def offers(self) -> List[Offer]:
+        """What the configured providers offer now (``gpuq offers``), each
+        priced per hour in the policy's currency: the pools a spec can be
+        placed on."""
+        return [Offer.from_doc(o) for o in self._call("GET", "/v1/offers").get("offers") or []]
 
     def spend(self, project: str = "default", since: Union[str, datetime, None] = None) -> Spend:
         """The project's budget ledger (``gpuq spend --project``): what its

@@ -261,3 +261,34 @@ class Spend:
                                   int(j.get("reserved_micros", 0)))
                          for j in d.get("jobs") or []],
                    truncated=bool(d.get("truncated")), raw=d)
+
+
+@dataclass
+class Offer:
+    """Capacity a provider offers now (``gpuq offers``): one pool's machine
+    shape, tier and hourly price in micros of its currency."""
+
+    provider: str
+    pool: str
+    region: str
+    country: str
+    card: str
+    gpu_count: int
+    gpu_memory_gb: int
+    vcpu: int
+    memory_gb: int
+    tier: str
+    price_micros: int
+    currency: str
+    availability: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Offer":
+        price = d.get("price_per_hour") or {}
+        return cls(provider=d.get("provider", ""), pool=d.get("pool", ""), region=d.get("region", ""),
+                   country=d.get("country", ""), card=d.get("card", ""), gpu_count=int(d.get("gpu_count", 0)),
+                   gpu_memory_gb=int(d.get("gpu_memory_gb", 0)), vcpu=int(d.get("vcpu", 0)),
+                   memory_gb=int(d.get("memory_gb", 0)), tier=d.get("tier", ""),
+                   price_micros=int(price.get("micros", 0)), currency=price.get("currency", ""),
+                   availability=d.get("availability", ""), raw=d)

@@ -194,6 +194,13 @@ class ClientTest(unittest.TestCase):
             client.plan(command=["true"], placement={"residency": "EUU"})
         self.assertIn("EUU", str(caught.exception))
 
+    def test_offers_are_gpuq_devs_two_german_cpu_pools(self):
+        offers = {o.pool: o for o in client.offers()}
+        self.assertEqual(sorted(offers), ["local-cpu", "local-cpu-spot"])
+        spot, od = offers["local-cpu-spot"], offers["local-cpu"]
+        self.assertEqual((spot.tier, spot.price_micros, spot.currency, spot.country), ("spot", 30000, "EUR", "DE"))
+        self.assertEqual((od.tier, od.price_micros, od.card, od.gpu_count), ("on-demand", 100000, "cpu", 0))
+
     def test_spend_shows_a_finished_jobs_estimate_released(self):
         job = client.submit(name="charged", command=["true"], expected_duration="30m")
         job = client.wait(job.id, timeout=120, progress=False)
