@@ -650,23 +650,40 @@ func (p crashingLauncher) Launch(ctx context.Context, req adapters.LaunchRequest
 	return adapters.Instance{}, context.Cause(ctx)
 }
 
-func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(t *testing.T) {
-	t.Parallel()
+// startWithAPlacedJob starts a sim pool whose machines never boot a worker,
+// with no autoscaler or reaper running, and places one job there; limits and
+// boot are what the test's own autoscalers run with.
+func startWithAPlacedJob(t *testing.T) (c *scaled, limits control.AutoscalerConfig, boot control.BootTemplate) {
+	t.Helper()
 	slowBoot := simPool("od", "DE", "on-demand", "0.10")
 	slowBoot.BootDelay = 24 * time.Hour // no worker: the test is about the machine
-	c := startScaled(t, []sim.PoolConfig{slowBoot}, control.AutoscalerConfig{}, true)
-	ctx := context.Background()
+	c = startScaled(t, []sim.PoolConfig{slowBoot}, control.AutoscalerConfig{}, true)
 	id := c.submit(t, "command: [/bin/true]\n")
 	queuetest.Eventually(t, 20*time.Second, "the job to be placed", func() bool {
 		j := c.job(t, id)
 		return j != nil && j.State == queue.StatePlaced
 	})
-	limits := control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
-	boot := control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
+	limits = control.AutoscalerConfig{Interval: time.Second, Defaults: control.PoolLimits{BootTimeout: time.Hour}}
+	boot = control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}}
+	return c, limits, boot
+}
+
+// cutOffLaunch runs one autoscaler pass that is cut off right after its
+// launch: the instance is recorded as requested and its machine rented, as
+// when the server stops before recording the launch.
+func cutOffLaunch(ctx context.Context, c *scaled, limits control.AutoscalerConfig, boot control.BootTemplate) {
 	crashCtx, crash := context.WithCancel(ctx)
+	defer crash()
 	first := &control.Autoscaler{Providers: []control.InstanceProvider{crashingLauncher{c.provider, crash}}, Store: c.s,
 		Workers: c.s, JS: c.n.JS, Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
 	first.Pass(crashCtx) //nolint:errcheck // cut off on purpose
+}
+
+func TestLaunchCutOffBeforeItsRecordIsFinishedByTokenAndNothingLeaksOrRunsTwice(t *testing.T) {
+	t.Parallel()
+	c, limits, boot := startWithAPlacedJob(t)
+	ctx := context.Background()
+	cutOffLaunch(ctx, c, limits, boot)
 	if n := c.cloud.Created(); n != 1 {
 		t.Fatalf("the cloud rented %d machines, want 1", n)
 	}
@@ -794,5 +811,44 @@ func TestProjectBoundsHoldBackLaunchesForThatProjectOnly(t *testing.T) {
 	}
 	if perProject["capped"] != 1 || perProject["free"] != 1 || len(perProject) != 2 {
 		t.Fatalf("live instances per project %v, want capped 1 (its bound), free 1", perProject)
+	}
+}
+
+// launchAfterSnapshot is the instance table with an autoscaler's launch
+// landing right after the reaper has read its live instances: the record
+// and the machine both appear between the reaper's two reads.
+type launchAfterSnapshot struct {
+	control.ReaperStore
+	launch func()
+}
+
+func (s launchAfterSnapshot) LiveInstances(ctx context.Context) ([]*queue.Instance, error) {
+	live, err := s.ReaperStore.LiveInstances(ctx)
+	s.launch()
+	return live, err
+}
+
+func TestReaperLeavesALaunchRecordedAfterItReadTheTable(t *testing.T) {
+	t.Parallel()
+	c, limits, boot := startWithAPlacedJob(t)
+	ctx := context.Background()
+	// The launch records the instance as requested and rents the machine;
+	// the reaper runs before the autoscaler records it as pending.
+	reaper := *c.reaper
+	reaper.Store = launchAfterSnapshot{ReaperStore: c.s, launch: func() { cutOffLaunch(ctx, c, limits, boot) }}
+	reaped, err := reaper.Pass(ctx)
+	if n := c.cloud.Created(); n != 1 {
+		t.Fatalf("the cloud rented %d machines, want 1", n)
+	}
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaper on a launch recorded after it read the table: %+v %v; want it left to the autoscaler", reaped, err)
+	}
+	recorded, err := c.s.Instances(ctx, "od", "")
+	if err != nil || len(recorded) != 1 || recorded[0].State != queue.InstanceRequested {
+		t.Fatalf("the table holds %+v (%v); want one requested instance", recorded, err)
+	}
+	listed, err := c.provider.Instances(ctx, adapters.InstanceFilter{})
+	if err != nil || len(listed) != 1 || listed[0].State.Gone() || listed[0].State == adapters.StateStopping {
+		t.Fatalf("the machine after the reaper: %+v %v; want it running", listed, err)
 	}
 }

@@ -144,6 +144,10 @@ func (r *Reaper) Pass(ctx context.Context) ([]Reaped, error) {
 				case err != nil:
 					errs = append(errs, err)
 					continue
+				case rec.State.Live() && rec.Provider == p.Name():
+					// Recorded after the table was read: a launch under
+					// way, the autoscaler's to finish.
+					continue
 				default:
 					reason = fmt.Sprintf("billed by %s but recorded as %s", p.Name(), rec.State)
 				}
