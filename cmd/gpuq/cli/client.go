@@ -89,7 +89,9 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		b, _ := json.Marshal(spec)
 		json.Unmarshal(b, &doc) //nolint:errcheck // it was just marshalled
 	}
-	set := func(path string, val any) {
+	// set puts val at path, making the maps above it, and returns the map
+	// it put val in.
+	set := func(path string, val any) map[string]any {
 		m := doc
 		parts := strings.Split(path, ".")
 		for _, p := range parts[:len(parts)-1] {
@@ -101,6 +103,7 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 			m = next
 		}
 		m[parts[len(parts)-1]] = val
+		return m
 	}
 	fl := cmd.Flags()
 	for flag, path := range map[string]string{"name": "name", "project": "project", "tier": "placement.tier",
@@ -113,11 +116,10 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		set("resources.gpu.count", v.GetInt("gpu-count"))
 	}
 	if fl.Changed("card") {
-		set("resources.gpu.cards", v.GetStringSlice("card"))
+		gpu := set("resources.gpu.cards", v.GetStringSlice("card"))
 		// A card asks for a GPU: one, unless --gpu-count or the file says
-		// how many. set has just made resources.gpu a map.
-		gpu := doc["resources"].(map[string]any)["gpu"].(map[string]any)
-		if _, counted := gpu["count"]; !counted && !fl.Changed("gpu-count") {
+		// how many.
+		if _, counted := gpu["count"]; !counted {
 			gpu["count"] = 1
 		}
 	}

@@ -172,3 +172,28 @@ func TestSpendOfEveryPoolAndProjectIsAnAdminDocument(t *testing.T) {
 	}
 	doc.check(t, "GET", "/v1/spend", r)
 }
+
+// On a deployment that has rented nothing and run no job, the spend
+// documents list nothing as empty lists, never null: a client iterating or
+// counting them needs no special case.
+func TestSpendDocumentsWithNothingToListHoldEmptyLists(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	admin := e.token(queue.RoleAdmin, nil, "default")
+	for path, keys := range map[string][]string{
+		"/v1/spend":                  {"instances", "pools", "projects", "totals"},
+		"/v1/projects/default/spend": {"amounts", "places", "jobs"},
+	} {
+		r := e.do("GET", path, admin, "", nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, r.Status, r.Body)
+		}
+		var doc map[string]any
+		r.json(t, &doc)
+		for _, key := range keys {
+			if list, ok := doc[key].([]any); !ok || len(list) != 0 {
+				t.Errorf("%s: %s is %v, want []", path, key, doc[key])
+			}
+		}
+	}
+}
