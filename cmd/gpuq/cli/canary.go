@@ -66,8 +66,9 @@ func newCanaryCmd() *cobra.Command {
 		Short: "Check this node's GPUs against a pool's expectations; exit 1 on any failure",
 		Long: `Runs the NVML canary a worker runs before it takes work: driver and CUDA
 versions, card, device count, memory, ECC errors, retired and remapped pages,
-temperature, and an optional probe command. Expectations come from a pool's
-canary section in the config file (--pool) and/or from the flags, which win.
+temperature, and an optional probe command. Expectations come from a pool
+in the config file (--pool: its card and gpu_count, then its canary section)
+and/or from the flags, which win.
 Exit status: 0 all checks passed, 1 a check failed, 2 invalid expectations.`,
 		Args: cobra.NoArgs,
 		RunE: runCanary,
@@ -133,11 +134,19 @@ func canaryExpectationsFor(v *viper.Viper, poolRequired bool) (canary.Expectatio
 	fields := map[string]any{}
 	source := map[string]string{}
 	if pool := v.GetString("pool"); pool != "" && (poolRequired || poolConfigured(v, pool)) {
-		section, err := poolCanarySection(v, pool)
+		entry, err := poolEntryOf(v, pool)
 		if err != nil {
 			return canary.Expectations{}, err
 		}
-		for k, val := range section {
+		// The card the pool is offered as is the card its workers must
+		// have, unless its canary section says otherwise.
+		if entry.Card != "" {
+			fields["card"], source["card"] = entry.Card, fmt.Sprintf("pools[%s].card", pool)
+		}
+		if entry.GPUCount > 0 {
+			fields["count"], source["count"] = entry.GPUCount, fmt.Sprintf("pools[%s].gpu_count", pool)
+		}
+		for k, val := range entry.Canary {
 			fields[k], source[k] = val, fmt.Sprintf("pools[%s].canary.%s", pool, k)
 		}
 	}
@@ -174,33 +183,38 @@ func canaryExpectationsFor(v *viper.Viper, poolRequired bool) (canary.Expectatio
 	return exp, nil
 }
 
-// poolCanarySection returns the `canary` map of the pool named name from the
-// config key pools; a pool's other keys are not the canary's business.
-func poolCanarySection(v *viper.Viper, name string) (map[string]any, error) {
-	var pools []struct {
-		Name   string         `mapstructure:"pool"`
-		Canary map[string]any `mapstructure:"canary"`
-	}
+// poolEntry is what the canary reads of a pool under the config key pools:
+// the card and GPU count it is offered with, and its canary section.
+type poolEntry struct {
+	Name     string         `mapstructure:"pool"`
+	Card     string         `mapstructure:"card"`
+	GPUCount int            `mapstructure:"gpu_count"`
+	Canary   map[string]any `mapstructure:"canary"`
+}
+
+// poolEntryOf returns the pool named name from the config key pools.
+func poolEntryOf(v *viper.Viper, name string) (poolEntry, error) {
+	var pools []poolEntry
 	if err := v.UnmarshalKey("pools", &pools); err != nil {
-		return nil, fmt.Errorf("pools: %w", err)
+		return poolEntry{}, fmt.Errorf("pools: %w", err)
 	}
 	var names []string
 	for _, p := range pools {
 		if p.Name == name {
-			return p.Canary, nil
+			return p, nil
 		}
 		names = append(names, p.Name)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("--pool: no pool %q: the config has no pools (set the config key pools, a list of {pool, canary, …})", name)
+		return poolEntry{}, fmt.Errorf("--pool: no pool %q: the config has no pools (set the config key pools, a list of {pool, canary, …})", name)
 	}
 	slices.Sort(names)
-	return nil, fmt.Errorf("--pool: no pool %q in the config key pools; have %s", name, strings.Join(names, ", "))
+	return poolEntry{}, fmt.Errorf("--pool: no pool %q in the config key pools; have %s", name, strings.Join(names, ", "))
 }
 
 // poolConfigured reports whether the config key pools names pool.
 func poolConfigured(v *viper.Viper, pool string) bool {
-	_, err := poolCanarySection(v, pool)
+	_, err := poolEntryOf(v, pool)
 	return err == nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 
@@ -194,5 +195,36 @@ func TestCanaryCommandOnThisHost(t *testing.T) {
 	t.Setenv("GPUQ_ALLOW_NO_GPU", "true")
 	if code, _, errOut := runGpuq(t, "canary"); code != 0 {
 		t.Errorf("GPUQ_ALLOW_NO_GPU=true: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A pool's card and GPU count, as placement offers it, are what its canary
+// expects unless the pool's canary section or a flag says otherwise: a CPU
+// pool's worker passes on a node without NVML, and a GPU pool's checks the
+// card and count it is sold as.
+func TestCanaryExpectsThePoolsOwnCardAndCount(t *testing.T) {
+	cfg := writeConfig(t, `
+pools:
+  - {pool: cpu-de, region: eu-central-1, country: DE, card: cpu, vcpu: 4}
+  - {pool: h100-x8, region: eu-central-1, country: DE, card: H100, gpu_count: 8}
+  - {pool: h100-x16, card: H100, gpu_count: 16}
+  - {pool: says-a100, card: H100, canary: {card: A100}}
+`)
+	withNVML(t, &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }})
+	if code, out, errOut := runGpuq(t, "canary", "--config", cfg, "--pool", "cpu-de"); code != 0 {
+		t.Errorf("a CPU pool's canary on a node without NVML: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	withNVML(t, dgxH100Mock())
+	if code, out, errOut := runGpuq(t, "canary", "--config", cfg, "--pool", "h100-x8"); code != 0 || !strings.Contains(out, "card[7]") {
+		t.Errorf("8 H100s for the pool sold as 8 H100s: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if code, _, errOut := runGpuq(t, "canary", "--config", cfg, "--pool", "h100-x16"); code != exitCanaryFailed || !strings.Contains(errOut, "expected ≥ 16") {
+		t.Errorf("8 H100s for a pool sold as 16: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runGpuq(t, "canary", "--config", cfg, "--pool", "says-a100"); code != exitCanaryFailed || !strings.Contains(errOut, "expected A100") {
+		t.Errorf("the canary section names the card over the pool's: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runGpuq(t, "canary", "--config", cfg, "--pool", "h100-x16", "--expect-count", "8"); code != 0 {
+		t.Errorf("a flag over the pool's count: exit %d, stderr %q", code, errOut)
 	}
 }
