@@ -70,10 +70,11 @@ $(SQLC):
 	$(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 
 .PHONY: generate
-generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations, api/openapi.json from the HTTP API and deploy/nats/auth.conf from gpuq's NATS roles
+generate: $(SQLC) ## Regenerate sql/db from sql/queries and the migrations, api/openapi.json from the HTTP API and deploy/{nats,compose}/auth.conf from gpuq's NATS roles
 	$(SQLC) generate
 	$(GO) run ./cmd/gpuq openapi > api/openapi.json
 	$(GO) run ./cmd/gpuq nats-auth deploy/nats/roles.yaml > deploy/nats/auth.conf
+	$(GO) run ./cmd/gpuq nats-auth deploy/compose/roles.yaml > deploy/compose/auth.conf
 
 .PHONY: verify
 verify: $(SQLC) ## Fail when generated code is stale, go.mod is untidy, a package imports against DESIGN.md's table, code is unformatted or vet complains (bench/ included)

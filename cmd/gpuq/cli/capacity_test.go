@@ -29,8 +29,14 @@ type proc struct {
 // the process is stopped (SIGTERM, then SIGKILL) when the test ends.
 func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, bin, append(os.Environ(), env...), args...)
+}
+
+// startProcEnv is startProc with env as the process's whole environment.
+func startProcEnv(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), logs: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -17,16 +17,18 @@ import (
 
 func TestDeployNATSAuthIsGeneratedFromTheRoles(t *testing.T) {
 	t.Parallel()
-	want, err := natsAuthConfig(filepath.Join("..", "..", "..", "deploy", "nats", "roles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "nats", "auth.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != want {
-		t.Fatal("deploy/nats/auth.conf is stale: run `make generate`")
+	for _, dir := range []string{"nats", "compose"} {
+		want, err := natsAuthConfig(filepath.Join(deployDir, dir, "roles.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(deployDir, dir, "auth.conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("deploy/%s/auth.conf is stale: run `make generate`", dir)
+		}
 	}
 }
 
@@ -49,31 +51,16 @@ func TestNATSAuthRefusesBadRoles(t *testing.T) {
 // The deployment's own configuration, loaded by a NATS server as a cluster
 // node loads it, grants each role what permissions.go says and no more.
 func TestDeployNATSConfigEnforcesTheRoles(t *testing.T) {
-	for _, user := range []string{"control", "worker.aws-fra-l4-spot.eu-central-1", "submitter.default"} {
-		t.Setenv(queue.PasswordVariable(user), "pw-"+user)
-	}
-	for _, user := range []string{"worker.aws-dub-l4.eu-west-1", "worker.verda-hel-h100.FIN-01", "submitter.research.vision"} {
-		t.Setenv(queue.PasswordVariable(user), "pw-"+user)
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join("..", "..", "..", "deploy", "nats", "cluster.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(opts.Users) != 6 {
-		t.Fatalf("cluster.conf grants %d users, want the control plane, 3 pools and 2 submitters", len(opts.Users))
+	env := map[string]string{}
+	for _, user := range clusterConfUsers {
+		env[queue.PasswordVariable(user)] = "pw-" + user
 	}
 	// One node on its own, on this machine.
-	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, 0, t.TempDir()
-	opts.Cluster, opts.Routes, opts.NoSigs, opts.NoLog = server.ClusterOpts{}, nil, true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := startDeployNATS(t, filepath.Join(deployDir, "nats", "cluster.conf"), env, func(opts *server.Options) {
+		if len(opts.Users) != len(clusterConfUsers) {
+			t.Fatalf("cluster.conf grants %d users, want %v", len(opts.Users), clusterConfUsers)
+		}
+	})
 	connect := func(user string) (*nats.Conn, chan error) {
 		errs := make(chan error, 4)
 		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user),

@@ -1,0 +1,595 @@
+package cli
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/sql/pgtest"
+)
+
+// deployDir is the repository's deploy/ folder, seen from this package.
+var deployDir = filepath.Join("..", "..", "..", "deploy")
+
+// clusterConfUsers are the NATS users of deploy/nats/cluster.conf: the
+// control plane and those of deploy/nats/roles.yaml.
+var clusterConfUsers = []string{"control", "worker.aws-fra-l4-spot.eu-central-1", "worker.aws-dub-l4.eu-west-1",
+	"worker.verda-hel-h100.FIN-01", "worker.k8s-cpu.eu-central-1", "worker.k8s-l4.eu-central-1",
+	"submitter.default", "submitter.research.vision"}
+
+// container is one process of a deployment as its manifest starts it: the
+// arguments after the image's entrypoint (gpuq), the environment the
+// manifest gives it, and the files it mounts (container path → file here).
+type container struct {
+	name  string
+	args  []string
+	env   map[string]string
+	files map[string]string
+}
+
+// hostArgs returns the container's arguments with every mounted path
+// replaced by the file it mounts, and each argument named in swap (a
+// container's listen address, say) replaced by its value here.
+func (c container) hostArgs(swap map[string]string) []string {
+	out := slices.Clone(c.args)
+	for i, a := range out {
+		if f, ok := c.files[a]; ok {
+			out[i] = f
+		}
+		if v, ok := swap[a]; ok {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// environ is the container's environment as a process gets it: the
+// manifest's variables and a PATH and HOME, nothing of the test's own.
+func (c container) environ(t *testing.T, swap func(string) string) []string {
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	for k, v := range c.env {
+		env = append(env, k+"="+swap(v))
+	}
+	sort.Strings(env)
+	return env
+}
+
+// interpolation is compose's ${VAR}, ${VAR:?message} and ${VAR:-default}.
+var interpolation = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([?-])([^}]*))?\}`)
+
+// interpolate fills a compose file's variables from vars as `docker
+// compose` does, failing on a required one that is missing.
+func interpolate(t *testing.T, text string, vars map[string]string) string {
+	t.Helper()
+	return interpolation.ReplaceAllStringFunc(text, func(m string) string {
+		g := interpolation.FindStringSubmatch(m)
+		if v, ok := vars[g[1]]; ok && v != "" {
+			return v
+		}
+		switch g[2] {
+		case "?":
+			t.Fatalf("compose would refuse to start: %s: %s", g[1], g[3])
+		case "-":
+			return g[3]
+		}
+		return ""
+	})
+}
+
+// composeServices reads a compose file with vars as its .env, and returns
+// its services as containers; a relative volume is a file beside it.
+func composeServices(t *testing.T, path string, vars map[string]string) map[string]container {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+			Ports       []string          `yaml:"ports"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(interpolate(t, string(raw), vars)), &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]container{}
+	for name, s := range doc.Services {
+		c := container{name: name, args: s.Command, env: s.Environment, files: map[string]string{}}
+		for _, v := range s.Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) >= 2 && strings.HasPrefix(parts[0], ".") {
+				c.files[parts[1]] = filepath.Join(filepath.Dir(path), parts[0])
+			}
+		}
+		out[name] = c
+	}
+	return out
+}
+
+// startDeployNATS loads a deployment's NATS configuration into a NATS
+// server on this machine, as a node of it loads it (the passwords from the
+// environment the manifest gives it), on a free port and a temporary store.
+func startDeployNATS(t *testing.T, config string, env map[string]string, check ...func(*server.Options)) *server.Server {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	opts, err := server.ProcessConfigFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range check {
+		c(opts)
+	}
+	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, 0, t.TempDir()
+	opts.Cluster, opts.Routes, opts.NoSigs, opts.NoLog = server.ClusterOpts{}, nil, true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// deployDatabase makes what a deployment's PostgreSQL holds at first start:
+// an empty database owned by the role its URL names, with that password.
+// It returns the URL with the host and database of this machine's.
+func deployDatabase(t *testing.T, manifestURL string) string {
+	t.Helper()
+	u, err := url.Parse(manifestURL)
+	if err != nil {
+		t.Fatalf("database URL: %v", err)
+	}
+	user := u.User.Username()
+	password, _ := u.User.Password()
+	admin, err := sql.Open("postgres", pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	name := "gpuq_deploy_" + randomHex(6)
+	stmts := []string{
+		fmt.Sprintf(`DO $$ BEGIN CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s';
+			EXCEPTION WHEN duplicate_object THEN ALTER ROLE %[1]s LOGIN PASSWORD '%[2]s'; END $$`, user, password),
+		fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, user),
+	}
+	for _, s := range stmts {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("postgres", pgtest.URL(t)); err == nil {
+			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") //nolint:errcheck // best effort
+			db.Close()
+		}
+	})
+	here, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host, u.Path = here.Host, "/"+name
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // never fails
+	return hex.EncodeToString(b)
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runDeployed runs gpuq in c's environment (as `docker compose exec` or
+// `kubectl exec` would) and returns its standard output.
+func runDeployed(t *testing.T, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gpuq %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut.String())
+	}
+	return string(out)
+}
+
+// startDeployed starts a deployment's container as a process here.
+func startDeployed(t *testing.T, bin string, c container, swap func(string) string) *proc {
+	t.Helper()
+	return startProcEnv(t, bin, c.environ(t, swap), c.hostArgs(nil)...)
+}
+
+// startDeployedServer starts a deployment's server container with its API
+// on a free port instead of 0.0.0.0:8080 (the port compose publishes and
+// the Service targets), and waits for the API's health check. It returns
+// the server's environment and the API's URL.
+func startDeployedServer(t *testing.T, bin string, srv container, swap func(string) string) ([]string, string) {
+	t.Helper()
+	if !slices.Contains(srv.args, "0.0.0.0:8080") {
+		t.Fatalf("the server must listen on 0.0.0.0:8080: %v", srv.args)
+	}
+	api := freeAddr(t)
+	env := srv.environ(t, swap)
+	server := startProcEnv(t, bin, env, srv.hostArgs(map[string]string{"0.0.0.0:8080": api})...)
+	base := "http://" + api
+	waitHealthy(t, base, server)
+	return env, base
+}
+
+// waitHealthy waits for the HTTP API at base to answer its health check.
+func waitHealthy(t *testing.T, base string, server *proc) {
+	t.Helper()
+	waitFor(t, 90*time.Second, "the HTTP API never answered its health check", func() bool {
+		select {
+		case <-server.done:
+			t.Fatalf("gpuq server exited:\n%s", server.logs.String())
+		default:
+		}
+		resp, err := http.Get(base + "/v1/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// submitThroughTheAPI creates a submit token in the server's environment,
+// as the deployment's README says, then submits a job through the HTTP API
+// with it and waits for it, as a user's shell would.
+func submitThroughTheAPI(t *testing.T, bin string, serverEnv []string, base, marker string) {
+	t.Helper()
+	var tok struct {
+		Token string `json:"token"`
+	}
+	out := runDeployed(t, bin, serverEnv, "token", "create", "--project", "default", "--role", "submit", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.Token == "" {
+		t.Fatalf("token create -o json: %v\n%s", err, out)
+	}
+	user := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_URL=" + base, "GPUQ_TOKEN=" + tok.Token}
+	id := strings.TrimSpace(runDeployed(t, bin, user, "submit", "--name", "deployed", "--", "sh", "-c", "echo "+marker))
+	runDeployed(t, bin, user, "wait", "--timeout", "90s", id)
+	if logs := runDeployed(t, bin, user, "logs", id); !strings.Contains(logs, marker) {
+		t.Fatalf("the job's log lacks %q:\n%s", marker, logs)
+	}
+}
+
+// TestComposeDeploymentRunsAJobAsComposeStartsIt runs deploy/compose as
+// `docker compose up` would, without Docker: its NATS configuration loaded
+// into a NATS server here with the passwords of a generated .env, a fresh
+// database owned by the role the server's URL names, and the server and
+// worker processes with the compose file's own command lines, environment
+// and mounted files. Only addresses change: the services' host names
+// become this machine's ports, and the API listens on a free port instead
+// of 8080. Then it creates a token in the server's environment (`docker
+// compose exec server gpuq token create`) and runs a job through the HTTP
+// API with it.
+func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a deployment's server and worker processes")
+	}
+	bin := buildGpuq(t)
+	vars := map[string]string{}
+	for _, v := range []string{"GPUQ_POSTGRES_PASSWORD", "GPUQ_NATS_PASSWORD_CONTROL",
+		"GPUQ_NATS_PASSWORD_WORKER_CPU_EU_CENTRAL_1", "GPUQ_NATS_PASSWORD_SUBMITTER_DEFAULT"} {
+		vars[v] = randomHex(24)
+	}
+	compose := filepath.Join(deployDir, "compose", "compose.yaml")
+	services := composeServices(t, compose, vars)
+	for _, name := range []string{"nats", "postgres", "server", "worker"} {
+		if _, ok := services[name]; !ok {
+			t.Fatalf("compose.yaml has no service %q", name)
+		}
+	}
+
+	// Only the server holds the database URL and the control plane's
+	// credential; the worker holds its pool's NATS user.
+	for name, c := range services {
+		for k, v := range c.env {
+			if name != "server" && name != "postgres" && strings.Contains(v, vars["GPUQ_POSTGRES_PASSWORD"]) {
+				t.Errorf("service %s holds the database password in %s", name, k)
+			}
+			if name != "server" && name != "nats" && strings.Contains(v, vars["GPUQ_NATS_PASSWORD_CONTROL"]) {
+				t.Errorf("service %s holds the control plane's NATS password in %s", name, k)
+			}
+		}
+	}
+
+	nats := services["nats"]
+	if len(nats.args) != 2 || nats.args[0] != "-c" || nats.files[nats.args[1]] == "" {
+		t.Fatalf("the nats service must load a mounted config file with -c, got %v", nats.args)
+	}
+	ns := startDeployNATS(t, nats.files[nats.args[1]], nats.env)
+	pg := services["postgres"]
+	dbURL := deployDatabase(t, services["server"].env["GPUQ_DATABASE_URL"])
+	if u, _ := url.Parse(services["server"].env["GPUQ_DATABASE_URL"]); u.Host != "postgres:5432" ||
+		u.User.Username() != pg.env["POSTGRES_USER"] || u.Path != "/"+pg.env["POSTGRES_DB"] {
+		t.Fatalf("the server's database URL does not name the postgres service's user and database: %s", u.Redacted())
+	}
+	natsHere := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	swap := func(v string) string {
+		if strings.HasPrefix(v, "postgres://") {
+			return dbURL
+		}
+		return strings.ReplaceAll(v, "nats:4222", natsHere)
+	}
+
+	serverEnv, base := startDeployedServer(t, bin, services["server"], swap)
+	worker := startDeployed(t, bin, services["worker"], swap)
+	waitFor(t, 60*time.Second, "the worker never passed its canary", func() bool {
+		return strings.Contains(worker.logs.String(), "canary passed")
+	})
+	submitThroughTheAPI(t, bin, serverEnv, base, "ran-in-compose")
+}
+
+// kubeDeployments reads every manifest of dir and returns each Deployment's
+// first container as a container: its args, its environment with each
+// secretKeyRef read from secrets ("name/key") and each fieldRef from fields,
+// and each mounted ConfigMap's keys written to files here.
+func kubeDeployments(t *testing.T, dir string, secrets, fields map[string]string) map[string]container {
+	t.Helper()
+	type envVar struct {
+		Name      string `yaml:"name"`
+		Value     string `yaml:"value"`
+		ValueFrom *struct {
+			SecretKeyRef *struct{ Name, Key string } `yaml:"secretKeyRef"`
+			FieldRef     *struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
+	}
+	type manifest struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct{ Name string }
+		Data     map[string]string `yaml:"data"`
+		Spec     struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Args         []string `yaml:"args"`
+						Env          []envVar `yaml:"env"`
+						VolumeMounts []struct {
+							Name      string `yaml:"name"`
+							MountPath string `yaml:"mountPath"`
+						} `yaml:"volumeMounts"`
+					} `yaml:"containers"`
+					Volumes []struct {
+						Name      string                 `yaml:"name"`
+						ConfigMap *struct{ Name string } `yaml:"configMap"`
+					} `yaml:"volumes"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", dir, err)
+	}
+	var all []manifest
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		for {
+			var m manifest
+			if err := dec.Decode(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			all = append(all, m)
+		}
+	}
+	configMaps := map[string]map[string]string{}
+	for _, m := range all {
+		if m.Kind == "ConfigMap" {
+			configMaps[m.Metadata.Name] = m.Data
+		}
+	}
+	out := map[string]container{}
+	for _, m := range all {
+		if m.Kind != "Deployment" {
+			continue
+		}
+		pod := m.Spec.Template.Spec
+		if len(pod.Containers) != 1 {
+			t.Fatalf("deployment %s: want one container, got %d", m.Metadata.Name, len(pod.Containers))
+		}
+		k := pod.Containers[0]
+		c := container{name: m.Metadata.Name, args: k.Args, env: map[string]string{}, files: map[string]string{}}
+		for _, e := range k.Env {
+			switch {
+			case e.ValueFrom == nil:
+				c.env[e.Name] = e.Value
+			case e.ValueFrom.SecretKeyRef != nil:
+				ref := e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+				v, ok := secrets[ref]
+				if !ok {
+					t.Fatalf("deployment %s: %s comes from secret %s, which the README does not create", m.Metadata.Name, e.Name, ref)
+				}
+				c.env[e.Name] = v
+			case e.ValueFrom.FieldRef != nil:
+				c.env[e.Name] = fields[e.ValueFrom.FieldRef.FieldPath]
+			}
+		}
+		for _, mount := range k.VolumeMounts {
+			for _, vol := range pod.Volumes {
+				if vol.Name != mount.Name || vol.ConfigMap == nil {
+					continue
+				}
+				data, ok := configMaps[vol.ConfigMap.Name]
+				if !ok {
+					t.Fatalf("deployment %s mounts ConfigMap %s, which no manifest defines", m.Metadata.Name, vol.ConfigMap.Name)
+				}
+				here := t.TempDir()
+				for key, body := range data {
+					if err := os.WriteFile(filepath.Join(here, key), []byte(body), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					c.files[filepath.Join(mount.MountPath, key)] = filepath.Join(here, key)
+				}
+			}
+		}
+		out[m.Metadata.Name] = c
+	}
+	return out
+}
+
+// startDeployNATSCluster runs a deployment's NATS configuration as the
+// three-node JetStream cluster it is written for, on this machine: the
+// same file loaded by each node, with its own name, ports and store, and
+// routes to the other two. It returns the nodes' client URLs.
+func startDeployNATSCluster(t *testing.T, config string, env map[string]string) []string {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	const nodes = 3
+	routes := make([]*url.URL, nodes)
+	for i := range routes {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(t)}
+	}
+	servers := make([]*server.Server, nodes)
+	for i := range servers {
+		opts, err := server.ProcessConfigFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, port, _ := net.SplitHostPort(routes[i].Host)
+		opts.ServerName = fmt.Sprintf("nats-%d", i+1)
+		opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, 0, t.TempDir()
+		opts.Cluster.Host = host
+		fmt.Sscan(port, &opts.Cluster.Port) //nolint:errcheck // freeAddr gives a port
+		opts.Routes, opts.NoSigs, opts.NoLog = routes, true, true
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Start()
+		t.Cleanup(srv.Shutdown)
+		servers[i] = srv
+	}
+	var urls []string
+	for _, srv := range servers {
+		if !srv.ReadyForConnections(20 * time.Second) {
+			t.Fatal("NATS node not ready")
+		}
+		urls = append(urls, srv.ClientURL())
+	}
+	waitFor(t, 30*time.Second, "the JetStream cluster elected no meta leader", func() bool {
+		for _, srv := range servers {
+			if srv.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	return urls
+}
+
+// TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt runs deploy/kubernetes
+// as a cluster would, without Kubernetes: the NATS configuration the README
+// points it at (deploy/nats/cluster.conf) as a three-node JetStream
+// cluster here, the database its Secret names, each Deployment's container
+// with its own args, its environment read from the Secrets the README
+// creates and its ConfigMap mounted as files. The server and the CPU pool's
+// worker run a job submitted through the HTTP API; the L4 pool's worker,
+// on this machine without a GPU, fails its canary and takes no work. Only
+// addresses change: the Service names become this machine's ports, and the
+// API listens on a free port.
+func TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-node NATS cluster and a deployment's server and worker processes")
+	}
+	bin := buildGpuq(t)
+	passwords := map[string]string{}
+	for _, user := range clusterConfUsers {
+		passwords[user] = randomHex(24)
+	}
+	natsEnv := map[string]string{}
+	for user, pw := range passwords {
+		natsEnv[queue.PasswordVariable(user)] = pw
+	}
+	urls := startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), natsEnv)
+	dbURL := deployDatabase(t, "postgres://gpuq:"+randomHex(24)+"@postgres:5432/gpuq?sslmode=disable")
+	secrets := map[string]string{
+		"gpuq-server/nats-credential":         "control:" + passwords["control"],
+		"gpuq-server/database-url":            dbURL,
+		"gpuq-worker-k8s-cpu/nats-credential": "worker.k8s-cpu.eu-central-1:" + passwords["worker.k8s-cpu.eu-central-1"],
+		"gpuq-worker-k8s-l4/nats-credential":  "worker.k8s-l4.eu-central-1:" + passwords["worker.k8s-l4.eu-central-1"],
+	}
+	deployments := kubeDeployments(t, filepath.Join(deployDir, "kubernetes"), secrets, map[string]string{"spec.nodeName": "node-a"})
+	for _, name := range []string{"gpuq-server", "gpuq-worker-k8s-cpu", "gpuq-worker-k8s-l4"} {
+		if _, ok := deployments[name]; !ok {
+			t.Fatalf("deploy/kubernetes has no Deployment %q", name)
+		}
+	}
+	for name, c := range deployments {
+		if name != "gpuq-server" {
+			if _, ok := c.env["GPUQ_DATABASE_URL"]; ok {
+				t.Errorf("deployment %s holds the database URL", name)
+			}
+		}
+	}
+	// The NATS Service balances clients over the nodes: each process here
+	// connects to another node.
+	node := 0
+	swap := func(v string) string {
+		if v != "nats://nats:4222" {
+			return v
+		}
+		node++
+		return urls[node%len(urls)]
+	}
+	serverEnv, base := startDeployedServer(t, bin, deployments["gpuq-server"], swap)
+	l4 := startDeployed(t, bin, deployments["gpuq-worker-k8s-l4"], swap)
+	worker := startDeployed(t, bin, deployments["gpuq-worker-k8s-cpu"], swap)
+	waitFor(t, 60*time.Second, "the k8s-cpu worker never passed its canary", func() bool {
+		return strings.Contains(worker.logs.String(), "canary passed")
+	})
+	waitFor(t, 60*time.Second, "the k8s-l4 worker did not refuse work on a node without its GPU", func() bool {
+		return strings.Contains(l4.logs.String(), "canary failed: taking no work")
+	})
+	submitThroughTheAPI(t, bin, serverEnv, base, "ran-in-kubernetes")
+}
