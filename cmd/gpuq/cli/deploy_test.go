@@ -274,7 +274,7 @@ func waitHealthy(t *testing.T, base string, server *proc) {
 
 // submitThroughTheAPI creates a submit token in the server's environment,
 // as the deployment's README says, then submits a job through the HTTP API
-// with it and waits for it, as a user's shell would.
+// with it, waits for it and downloads its outputs, as a user's shell would.
 func submitThroughTheAPI(t *testing.T, bin string, serverEnv []string, base, marker string) {
 	t.Helper()
 	var tok struct {
@@ -285,10 +285,17 @@ func submitThroughTheAPI(t *testing.T, bin string, serverEnv []string, base, mar
 		t.Fatalf("token create -o json: %v\n%s", err, out)
 	}
 	user := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_URL=" + base, "GPUQ_TOKEN=" + tok.Token}
-	id := strings.TrimSpace(runDeployed(t, bin, user, "submit", "--name", "deployed", "--", "sh", "-c", "echo "+marker))
+	id := strings.TrimSpace(runDeployed(t, bin, user, "submit", "--name", "deployed", "--",
+		"sh", "-c", "echo "+marker+"; echo "+marker+" > $GPUQ_OUTPUT_DIR/answer.txt"))
 	runDeployed(t, bin, user, "wait", "--timeout", "90s", id)
 	if logs := runDeployed(t, bin, user, "logs", id); !strings.Contains(logs, marker) {
 		t.Fatalf("the job's log lacks %q:\n%s", marker, logs)
+	}
+	// The outputs went to the pool's store and come back through the API.
+	dir := t.TempDir()
+	runDeployed(t, bin, user, "results", id, "--dir", dir)
+	if got, err := os.ReadFile(filepath.Join(dir, "answer.txt")); err != nil || strings.TrimSpace(string(got)) != marker {
+		t.Fatalf("results: answer.txt = %q, %v; want %q", got, err, marker)
 	}
 }
 
