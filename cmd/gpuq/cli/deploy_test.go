@@ -600,3 +600,136 @@ func TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt(t *testing.T) {
 	})
 	submitThroughTheAPI(t, bin, serverEnv, base, "ran-in-kubernetes")
 }
+
+// systemdCommand returns the gpuq arguments of a unit's ExecStart, with
+// its instance name for %i.
+func systemdCommand(t *testing.T, unit, instance string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exec string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			exec = v
+		}
+	}
+	fields := strings.Fields(strings.ReplaceAll(exec, "%i", instance))
+	if len(fields) == 0 || fields[0] != "/usr/local/bin/gpuq" {
+		t.Fatalf("%s: ExecStart %q does not run /usr/local/bin/gpuq", unit, exec)
+	}
+	return fields[1:]
+}
+
+// cloudInitFiles returns the files a cloud-config writes, by path, with
+// each placeholder of fill replaced.
+func cloudInitFiles(t *testing.T, path string, fill map[string]string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		WriteFiles []struct{ Path, Content string } `yaml:"write_files"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]string{}
+	for _, f := range doc.WriteFiles {
+		body := f.Content
+		for k, v := range fill {
+			body = strings.ReplaceAll(body, k, v)
+		}
+		if strings.Contains(body, "__") {
+			t.Fatalf("%s: %s keeps a placeholder this test does not fill:\n%s", path, f.Path, body)
+		}
+		out[f.Path] = body
+	}
+	return out
+}
+
+// TestCloudInitWorkerReachesTheControlPlaneAsItsSystemdUnitRunsIt boots a
+// worker as deploy/cloud-init/worker.yaml and deploy/systemd describe a
+// hand-built machine: the files the cloud-config writes, the worker unit's
+// command line for the pool, its EnvironmentFile, against
+// deploy/nats/cluster.conf run as three nodes and a server started as its
+// own unit starts it. The template's pool expects an H100, so on this
+// machine its canary fails; the control plane records the failure under
+// the machine's instance id, which only a worker that connected with the
+// template's credential can have reported.
+func TestCloudInitWorkerReachesTheControlPlaneAsItsSystemdUnitRunsIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-node NATS cluster, a server and a worker process")
+	}
+	bin := buildGpuq(t)
+	natsEnv := map[string]string{}
+	passwords := map[string]string{}
+	for _, user := range clusterConfUsers {
+		passwords[user] = randomHex(24)
+		natsEnv[queue.PasswordVariable(user)] = passwords[user]
+	}
+	urls := startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), natsEnv)
+	const pool, instance = "aws-fra-l4-spot", "i-0cloudinit"
+	files := cloudInitFiles(t, filepath.Join(deployDir, "cloud-init", "worker.yaml"), map[string]string{
+		"__POOL__": pool, "__INSTANCE_ID__": instance, "__NATS_PASSWORD__": passwords["worker."+pool+".eu-central-1"]})
+	workerConfig := filepath.Join(t.TempDir(), "gpuq.yaml")
+	if err := os.WriteFile(workerConfig, []byte(files["/etc/gpuq/gpuq.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	workerEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	for _, line := range strings.Split(files["/etc/gpuq/worker.env"], "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if k == "GPUQ_NATS_URL" {
+			v = urls[1]
+		}
+		workerEnv = append(workerEnv, k+"="+v)
+	}
+
+	dbURL := deployDatabase(t, "postgres://gpuq:"+randomHex(24)+"@db.example.internal:5432/gpuq?sslmode=disable")
+	serverEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_NATS_URL=" + urls[0],
+		"GPUQ_NATS_CREDENTIAL=control:" + passwords["control"], "GPUQ_DATABASE_URL=" + dbURL}
+	serverConfig := writeFile(t, "server.yaml", "pools:\n  - {pool: "+pool+", region: eu-central-1, country: DE, card: L4, gpu_count: 1}\n")
+	api := freeAddr(t)
+	args := systemdCommand(t, filepath.Join(deployDir, "systemd", "gpuq-server.service"), "")
+	for i, a := range args {
+		switch a {
+		case "/etc/gpuq/gpuq.yaml":
+			args[i] = serverConfig
+		case "127.0.0.1:8080":
+			args[i] = api
+		}
+	}
+	server := startProcEnv(t, bin, serverEnv, args...)
+	waitHealthy(t, "http://"+api, server)
+
+	args = systemdCommand(t, filepath.Join(deployDir, "systemd", "gpuq-worker@.service"), pool)
+	for i, a := range args {
+		if a == "/etc/gpuq/gpuq.yaml" {
+			args[i] = workerConfig
+		}
+	}
+	worker := startProcEnv(t, bin, workerEnv, args...)
+	waitFor(t, 60*time.Second, "the worker did not refuse work on a machine without the H100 its pool expects", func() bool {
+		select {
+		case <-worker.done:
+			t.Fatalf("the worker exited:\n%s", worker.logs.String())
+		default:
+		}
+		return strings.Contains(worker.logs.String(), "canary failed: taking no work")
+	})
+	waitFor(t, 30*time.Second, "the control plane recorded no failed canary of the machine", func() bool {
+		var nodes []queue.Node
+		out := runDeployed(t, bin, serverEnv, "nodes", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+			t.Fatalf("nodes -o json: %v\n%s", err, out)
+		}
+		return slices.ContainsFunc(nodes, func(n queue.Node) bool {
+			return n.ID == instance && n.Pool == pool && n.LastCanaryOK != nil && !*n.LastCanaryOK
+		})
+	})
+}
