@@ -45,6 +45,7 @@ type container struct {
 	args  []string
 	env   map[string]string
 	files map[string]string
+	ports []string // what compose publishes
 }
 
 // hostArgs returns the container's arguments with every mounted path
@@ -117,7 +118,7 @@ func composeServices(t *testing.T, path string, vars map[string]string) map[stri
 	}
 	out := map[string]container{}
 	for name, s := range doc.Services {
-		c := container{name: name, args: s.Command, env: s.Environment, files: map[string]string{}}
+		c := container{name: name, args: s.Command, env: s.Environment, files: map[string]string{}, ports: s.Ports}
 		for _, v := range s.Volumes {
 			parts := strings.Split(v, ":")
 			if len(parts) >= 2 && strings.HasPrefix(parts[0], ".") {
@@ -365,6 +366,17 @@ func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
 		return strings.Contains(worker.logs.String(), "canary passed")
 	})
 	submitThroughTheAPI(t, bin, serverEnv, base, "ran-in-compose")
+
+	// A script on the host submits over NATS with the submitter credential,
+	// as the README shows, through the port compose publishes.
+	if !slices.Contains(services["nats"].ports, "127.0.0.1:4222:4222") {
+		t.Fatal("compose does not publish NATS on 127.0.0.1:4222 for submitters")
+	}
+	script := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_NATS_URL=" + ns.ClientURL(),
+		"GPUQ_NATS_CREDENTIAL=submitter.default:" + vars["GPUQ_NATS_PASSWORD_SUBMITTER_DEFAULT"]}
+	if out := runDeployed(t, bin, script, "submit", "--wait", "--name", "over-nats", "--", "echo", "hello"); !strings.Contains(out, "succeeded") {
+		t.Fatalf("submit --wait over NATS:\n%s", out)
+	}
 }
 
 // kubeDeployments reads every manifest of dir and returns each Deployment's
