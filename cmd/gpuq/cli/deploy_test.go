@@ -41,7 +41,6 @@ var clusterConfUsers = []string{"control", "worker.aws-fra-l4-spot.eu-central-1"
 // arguments after the image's entrypoint (gpuq), the environment the
 // manifest gives it, and the files it mounts (container path → file here).
 type container struct {
-	name  string
 	args  []string
 	env   map[string]string
 	files map[string]string
@@ -118,7 +117,7 @@ func composeServices(t *testing.T, path string, vars map[string]string) map[stri
 	}
 	out := map[string]container{}
 	for name, s := range doc.Services {
-		c := container{name: name, args: s.Command, env: s.Environment, files: map[string]string{}, ports: s.Ports}
+		c := container{args: s.Command, env: s.Environment, files: map[string]string{}, ports: s.Ports}
 		for _, v := range s.Volumes {
 			parts := strings.Split(v, ":")
 			if len(parts) >= 2 && strings.HasPrefix(parts[0], ".") {
@@ -456,7 +455,7 @@ func kubeDeployments(t *testing.T, dir string, secrets, fields map[string]string
 			t.Fatalf("deployment %s: want one container, got %d", m.Metadata.Name, len(pod.Containers))
 		}
 		k := pod.Containers[0]
-		c := container{name: m.Metadata.Name, args: k.Args, env: map[string]string{}, files: map[string]string{}}
+		c := container{args: k.Args, env: map[string]string{}, files: map[string]string{}}
 		for _, e := range k.Env {
 			switch {
 			case e.ValueFrom == nil:
