@@ -314,9 +314,13 @@ func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
 		t.Skip("runs a deployment's server and worker processes")
 	}
 	bin := buildGpuq(t)
+	// The .env the README's loop writes: a random password per variable.
+	loop := readmeEnvLoop.FindStringSubmatch(readme(t))
+	if loop == nil {
+		t.Fatal("README.md has no loop writing deploy/compose/.env")
+	}
 	vars := map[string]string{}
-	for _, v := range []string{"GPUQ_POSTGRES_PASSWORD", "GPUQ_NATS_PASSWORD_CONTROL",
-		"GPUQ_NATS_PASSWORD_WORKER_CPU_EU_CENTRAL_1", "GPUQ_NATS_PASSWORD_SUBMITTER_DEFAULT"} {
+	for _, v := range strings.Fields(strings.ReplaceAll(loop[1], "\\", " ")) {
 		vars[v] = randomHex(24)
 	}
 	compose := filepath.Join(deployDir, "compose", "compose.yaml")
@@ -571,12 +575,21 @@ func TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt(t *testing.T) {
 	}
 	urls := startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), natsEnv)
 	dbURL := deployDatabase(t, "postgres://gpuq:"+randomHex(24)+"@postgres:5432/gpuq?sslmode=disable")
-	secrets := map[string]string{
-		"gpuq-server/nats-credential":         "control:" + passwords["control"],
-		"gpuq-server/database-url":            dbURL,
-		"gpuq-worker-k8s-cpu/nats-credential": "worker.k8s-cpu.eu-central-1:" + passwords["worker.k8s-cpu.eu-central-1"],
-		"gpuq-worker-k8s-l4/nats-credential":  "worker.k8s-l4.eu-central-1:" + passwords["worker.k8s-l4.eu-central-1"],
+	// The Secrets the README creates, with this deployment's values: its
+	// variables are the passwords, and the database is this machine's.
+	secrets := readmeSecrets(t, func(name string) string {
+		for user, pw := range passwords {
+			if queue.PasswordVariable(user) == name {
+				return pw
+			}
+		}
+		t.Fatalf("the README's Secrets use $%s, which is no password of cluster.conf", name)
+		return ""
+	})
+	if !strings.HasPrefix(secrets["gpuq-server/database-url"], "postgres://") {
+		t.Fatalf("the README's gpuq-server Secret has no database-url: %v", secrets)
 	}
+	secrets["gpuq-server/database-url"] = dbURL
 	deployments := kubeDeployments(t, filepath.Join(deployDir, "kubernetes"), secrets, map[string]string{"spec.nodeName": "node-a"})
 	for _, name := range []string{"gpuq-server", "gpuq-worker-k8s-cpu", "gpuq-worker-k8s-l4"} {
 		if _, ok := deployments[name]; !ok {
@@ -743,4 +756,40 @@ func TestCloudInitWorkerReachesTheControlPlaneAsItsSystemdUnitRunsIt(t *testing.
 			return n.ID == instance && n.Pool == pool && n.LastCanaryOK != nil && !*n.LastCanaryOK
 		})
 	})
+}
+
+// readme is the repository's README.
+func readme(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// readmeEnvLoop is the README's loop that writes deploy/compose/.env.
+var readmeEnvLoop = regexp.MustCompile(`(?s)for v in (.*?); do\s*\n\s*echo "\$v=\$\(openssl rand -hex 24\)"; done > \.env`)
+
+// readmeSecret is one --from-literal of the README's `kubectl create
+// secret generic` commands.
+var readmeSecret = regexp.MustCompile(`kubectl create secret generic ([a-z0-9-]+)|--from-literal=([a-z-]+)="([^"]*)"`)
+
+// readmeSecrets returns the Secrets the README's kubectl commands create,
+// by "name/key", each value with its $VARIABLES read from vars.
+func readmeSecrets(t *testing.T, vars func(string) string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	name := ""
+	for _, m := range readmeSecret.FindAllStringSubmatch(readme(t), -1) {
+		if m[1] != "" {
+			name = m[1]
+			continue
+		}
+		out[name+"/"+m[2]] = os.Expand(m[3], vars)
+	}
+	if len(out) == 0 {
+		t.Fatal("README.md creates no Kubernetes Secret")
+	}
+	return out
 }
