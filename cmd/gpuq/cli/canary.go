@@ -46,8 +46,8 @@ func typeName(zero any) string {
 // canaryFlags are the flags that set Expectations fields; field is the key
 // under a pool's `canary` map, and the flag's zero value gives its type.
 var canaryFlags = []canaryFlag{
-	{"expect-card", "card", "required card, e.g. H100 or A100-80GB; cpu for a CPU-only pool", ""},
-	{"expect-count", "count", "minimum number of GPUs (default 1 when a card is named)", 0},
+	{"expect-card", "card", "required card, e.g. H100 or A100-80GB; cpu for a CPU-only pool (default: the pool's card under pools in the config file)", ""},
+	{"expect-count", "count", "minimum number of GPUs (default: the pool's gpu_count under pools in the config file, else 1 when a card is named)", 0},
 	{"expect-driver", "driver", "pinned driver version: 550 pins the branch, 550.54.15 one build", ""},
 	{"expect-driver-min", "driver_min", "lowest acceptable driver version, e.g. 535.104", ""},
 	{"expect-cuda", "cuda", "lowest CUDA version the driver must support, e.g. 12.4", ""},
