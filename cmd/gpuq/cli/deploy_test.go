@@ -550,6 +550,20 @@ func startDeployNATSCluster(t *testing.T, config string, env map[string]string) 
 	return urls
 }
 
+// startClusterConf runs deploy/nats/cluster.conf as three nodes with a
+// random password for each of its users, and returns the nodes' client
+// URLs and the passwords by user.
+func startClusterConf(t *testing.T) ([]string, map[string]string) {
+	t.Helper()
+	passwords := map[string]string{}
+	env := map[string]string{}
+	for _, user := range clusterConfUsers {
+		passwords[user] = randomHex(24)
+		env[queue.PasswordVariable(user)] = passwords[user]
+	}
+	return startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), env), passwords
+}
+
 // TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt runs deploy/kubernetes
 // as a cluster would, without Kubernetes: the NATS configuration the README
 // points it at (deploy/nats/cluster.conf) as a three-node JetStream
@@ -565,15 +579,7 @@ func TestKubernetesDeploymentRunsAJobAsTheManifestsStartIt(t *testing.T) {
 		t.Skip("runs a three-node NATS cluster and a deployment's server and worker processes")
 	}
 	bin := buildGpuq(t)
-	passwords := map[string]string{}
-	for _, user := range clusterConfUsers {
-		passwords[user] = randomHex(24)
-	}
-	natsEnv := map[string]string{}
-	for user, pw := range passwords {
-		natsEnv[queue.PasswordVariable(user)] = pw
-	}
-	urls := startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), natsEnv)
+	urls, passwords := startClusterConf(t)
 	dbURL := deployDatabase(t, "postgres://gpuq:"+randomHex(24)+"@postgres:5432/gpuq?sslmode=disable")
 	// The Secrets the README creates, with this deployment's values: its
 	// variables are the passwords, and the database is this machine's.
@@ -688,13 +694,7 @@ func TestCloudInitWorkerReachesTheControlPlaneAsItsSystemdUnitRunsIt(t *testing.
 		t.Skip("runs a three-node NATS cluster, a server and a worker process")
 	}
 	bin := buildGpuq(t)
-	natsEnv := map[string]string{}
-	passwords := map[string]string{}
-	for _, user := range clusterConfUsers {
-		passwords[user] = randomHex(24)
-		natsEnv[queue.PasswordVariable(user)] = passwords[user]
-	}
-	urls := startDeployNATSCluster(t, filepath.Join(deployDir, "nats", "cluster.conf"), natsEnv)
+	urls, passwords := startClusterConf(t)
 	const pool, instance = "aws-fra-l4-spot", "i-0cloudinit"
 	files := cloudInitFiles(t, filepath.Join(deployDir, "cloud-init", "worker.yaml"), map[string]string{
 		"__POOL__": pool, "__INSTANCE_ID__": instance, "__NATS_PASSWORD__": passwords["worker."+pool+".eu-central-1"]})
