@@ -159,42 +159,41 @@ func startDeployNATS(t *testing.T, config string, env map[string]string, check .
 }
 
 // deployDatabase makes what a deployment's PostgreSQL holds at first start:
-// an empty database owned by the role its URL names, with that password.
-// It returns the URL with the host and database of this machine's.
+// an empty database owned by a role of its own with the password the
+// manifest's URL gives. It returns that URL with this machine's host, and
+// the database and role (named uniquely, so that a shared test server's
+// roles are never touched), which are dropped when the test ends.
 func deployDatabase(t *testing.T, manifestURL string) string {
 	t.Helper()
 	u, err := url.Parse(manifestURL)
 	if err != nil {
 		t.Fatalf("database URL: %v", err)
 	}
-	user := u.User.Username()
 	password, _ := u.User.Password()
-	admin, err := sql.Open("postgres", pgtest.URL(t))
+	adminURL := pgtest.URL(t)
+	admin, err := sql.Open("postgres", adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(func() { admin.Close() })
 	name := "gpuq_deploy_" + randomHex(6)
-	stmts := []string{
-		fmt.Sprintf(`DO $$ BEGIN CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s';
-			EXCEPTION WHEN duplicate_object THEN ALTER ROLE %[1]s LOGIN PASSWORD '%[2]s'; END $$`, user, password),
-		fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, user),
-	}
-	for _, s := range stmts {
+	for _, s := range []string{
+		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", name, password),
+		fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, name),
+	} {
 		if _, err := admin.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
 	t.Cleanup(func() {
-		if db, err := sql.Open("postgres", pgtest.URL(t)); err == nil {
-			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") //nolint:errcheck // best effort
-			db.Close()
-		}
+		admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") //nolint:errcheck // best effort
+		admin.Exec("DROP ROLE IF EXISTS " + name)                       //nolint:errcheck // best effort
 	})
-	here, err := url.Parse(pgtest.URL(t))
+	here, err := url.Parse(adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	u.User = url.UserPassword(name, password)
 	u.Host, u.Path = here.Host, "/"+name
 	return u.String()
 }
@@ -302,7 +301,7 @@ func submitThroughTheAPI(t *testing.T, bin string, serverEnv []string, base, mar
 // TestComposeDeploymentRunsAJobAsComposeStartsIt runs deploy/compose as
 // `docker compose up` would, without Docker: its NATS configuration loaded
 // into a NATS server here with the passwords of a generated .env, a fresh
-// database owned by the role the server's URL names, and the server and
+// database and role with the password the server's URL gives, and the server and
 // worker processes with the compose file's own command lines, environment
 // and mounted files. Only addresses change: the services' host names
 // become this machine's ports, and the API listens on a free port instead
