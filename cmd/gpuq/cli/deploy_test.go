@@ -301,13 +301,14 @@ func submitThroughTheAPI(t *testing.T, bin string, serverEnv []string, base, mar
 // TestComposeDeploymentRunsAJobAsComposeStartsIt runs deploy/compose as
 // `docker compose up` would, without Docker: its NATS configuration loaded
 // into a NATS server here with the passwords of a generated .env, a fresh
-// database and role with the password the server's URL gives, and the server and
-// worker processes with the compose file's own command lines, environment
-// and mounted files. Only addresses change: the services' host names
-// become this machine's ports, and the API listens on a free port instead
-// of 8080. Then it creates a token in the server's environment (`docker
-// compose exec server gpuq token create`) and runs a job through the HTTP
-// API with it.
+// database and role with the password the server's URL gives, and the
+// server and worker processes with the compose file's own command lines,
+// environment and mounted files. Only addresses and names change: the
+// services' host names become this machine's ports, the database and its
+// role get unique names, and the API listens on a free port instead of
+// 8080. Then it creates a token in the server's environment (`docker
+// compose exec server gpuq token create`), runs a job through the HTTP API
+// with it, and one over NATS with the submitter credential.
 func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a deployment's server and worker processes")
