@@ -344,11 +344,11 @@ func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
 		}
 	}
 
-	nats := services["nats"]
-	if len(nats.args) != 2 || nats.args[0] != "-c" || nats.files[nats.args[1]] == "" {
-		t.Fatalf("the nats service must load a mounted config file with -c, got %v", nats.args)
+	natsSvc := services["nats"]
+	if len(natsSvc.args) != 2 || natsSvc.args[0] != "-c" || natsSvc.files[natsSvc.args[1]] == "" {
+		t.Fatalf("the nats service must load a mounted config file with -c, got %v", natsSvc.args)
 	}
-	ns := startDeployNATS(t, nats.files[nats.args[1]], nats.env)
+	ns := startDeployNATS(t, natsSvc.files[natsSvc.args[1]], natsSvc.env)
 	pg := services["postgres"]
 	dbURL := deployDatabase(t, services["server"].env["GPUQ_DATABASE_URL"])
 	if u, _ := url.Parse(services["server"].env["GPUQ_DATABASE_URL"]); u.Host != "postgres:5432" ||
@@ -372,7 +372,7 @@ func TestComposeDeploymentRunsAJobAsComposeStartsIt(t *testing.T) {
 
 	// A script on the host submits over NATS with the submitter credential,
 	// as the README shows, through the port compose publishes.
-	if !slices.Contains(services["nats"].ports, "127.0.0.1:4222:4222") {
+	if !slices.Contains(natsSvc.ports, "127.0.0.1:4222:4222") {
 		t.Fatal("compose does not publish NATS on 127.0.0.1:4222 for submitters")
 	}
 	script := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_NATS_URL=" + ns.ClientURL(),
@@ -472,7 +472,11 @@ func kubeDeployments(t *testing.T, dir string, secrets, fields map[string]string
 				}
 				c.env[e.Name] = v
 			case e.ValueFrom.FieldRef != nil:
-				c.env[e.Name] = fields[e.ValueFrom.FieldRef.FieldPath]
+				v, ok := fields[e.ValueFrom.FieldRef.FieldPath]
+				if !ok {
+					t.Fatalf("deployment %s: %s comes from field %s, which this test does not give", m.Metadata.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+				}
+				c.env[e.Name] = v
 			}
 		}
 		for _, mount := range k.VolumeMounts {
