@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/store"
 )
 
@@ -195,5 +199,63 @@ func TestSpendDocumentsWithNothingToListHoldEmptyLists(t *testing.T) {
 				t.Errorf("%s: %s is %v, want []", path, key, doc[key])
 			}
 		}
+	}
+}
+
+// lateStreams runs before(), once per consumer, just before the consumer's
+// first fetch: what happens between a stream's response beginning and the
+// API's first read of JetStream.
+type lateStreams struct {
+	httpapi.Streams
+	before *func()
+}
+
+func (l lateStreams) OrderedConsumer(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	c, err := l.Streams.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &lateConsumer{Consumer: c, before: *l.before}, nil
+}
+
+type lateConsumer struct {
+	jetstream.Consumer
+	once   sync.Once
+	before func()
+}
+
+func (c *lateConsumer) Fetch(batch int, opts ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	if c.before != nil {
+		c.once.Do(c.before)
+	}
+	return c.Consumer.Fetch(batch, opts...)
+}
+
+// A client following instance events from now on gets an event recorded
+// right after its response began, before the API first read the stream:
+// "now" is when the request was answered, not when JetStream was first
+// asked (an ordered consumer is created again at its first fetch).
+func TestInstanceEventsFromNowOnIncludeOnesAnnouncedBeforeTheFirstRead(t *testing.T) {
+	t.Parallel()
+	var before func()
+	e := startEnv(t, func(c *httpapi.Config) { c.JS = lateStreams{Streams: c.JS, before: &before} })
+	ctx := context.Background()
+	announcer := &control.InstanceAnnouncer{Store: e.Store, JS: e.NATS.JS}
+	instanceLife(t, e.Store, "gq-a", "od", queue.InstancePending, queue.InstanceReady)
+	if _, err := announcer.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before = func() {
+		if _, err := e.Store.ChangeInstance(ctx, queue.InstanceChange{ID: "gq-a", From: []queue.InstanceState{queue.InstanceReady},
+			To: queue.InstanceDraining, Reason: "idle for 1s"}); err != nil {
+			t.Error(err)
+		}
+		if _, err := announcer.Pass(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	evs := e.eventsN("/v1/instances/events", e.token(queue.RoleAdmin, nil, "default"), nil, 1)
+	if len(evs) != 1 || !strings.Contains(evs[0].Data, `"draining"`) {
+		t.Fatalf("following from now on: %+v, want gq-a's draining announced before the first read", evs)
 	}
 }

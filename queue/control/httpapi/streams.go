@@ -201,14 +201,23 @@ func (e *eventWriter) comment(text string) error {
 }
 
 // consumerFrom is an ordered consumer of subject starting after seq (at the
-// stream's start when seq is 0), or with only new messages when newOnly.
+// stream's start when seq is 0), or with only new messages when newOnly:
+// those published after this call, whenever the first fetch comes.
 func (s *Server) consumerFrom(ctx context.Context, stream, subject string, after uint64, newOnly bool) (jetstream.Consumer, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
-	switch {
-	case after > 0:
+	if newOnly && after == 0 {
+		// An ordered consumer is created again at its first fetch, after
+		// the response has begun; DeliverNew would start there and miss
+		// what was published in between. Start after the stream's last
+		// message as it is now instead.
+		st, err := s.cfg.JS.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		after = st.CachedInfo().State.LastSeq
+	}
+	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
-	case newOnly:
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
 	return s.cfg.JS.OrderedConsumer(ctx, stream, cfg)
 }
