@@ -511,12 +511,44 @@ func startDeployNATSCluster(t *testing.T, config string, env map[string]string) 
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	const nodes = 3
-	routes := make([]*url.URL, nodes)
+	// The nodes' route ports are picked before the nodes start, so that
+	// each can name the others; another process may take one in between.
+	// Such a cluster is shut down and another started on other ports.
+	for try := 1; ; try++ {
+		servers, logs := startNATSNodes(t, config, 3)
+		var urls []string
+		for _, srv := range servers {
+			if srv.ReadyForConnections(30 * time.Second) {
+				urls = append(urls, srv.ClientURL())
+			}
+		}
+		if len(urls) < len(servers) {
+			for _, srv := range servers {
+				srv.Shutdown()
+			}
+			if try == 3 {
+				t.Fatalf("a NATS node was not ready, %d times:\n%s", try, logs.String())
+			}
+			t.Logf("a NATS node was not ready; starting the cluster again:\n%s", logs.String())
+			continue
+		}
+		waitFor(t, 30*time.Second, "the JetStream cluster elected no meta leader", func() bool {
+			return slices.ContainsFunc(servers, (*server.Server).JetStreamIsLeader)
+		})
+		return urls
+	}
+}
+
+// startNATSNodes starts n nodes of config routed to each other, and
+// returns them with their warnings and errors.
+func startNATSNodes(t *testing.T, config string, n int) ([]*server.Server, *syncBuffer) {
+	t.Helper()
+	routes := make([]*url.URL, n)
 	for i := range routes {
 		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(t)}
 	}
-	servers := make([]*server.Server, nodes)
+	logs := &syncBuffer{}
+	servers := make([]*server.Server, n)
 	for i := range servers {
 		opts, err := server.ProcessConfigFile(config)
 		if err != nil {
@@ -527,32 +559,35 @@ func startDeployNATSCluster(t *testing.T, config string, env map[string]string) 
 		opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, 0, t.TempDir()
 		opts.Cluster.Host = host
 		fmt.Sscan(port, &opts.Cluster.Port) //nolint:errcheck // freeAddr gives a port
-		opts.Routes, opts.NoSigs, opts.NoLog = routes, true, true
+		opts.Routes, opts.NoSigs = routes, true
 		srv, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
+		srv.SetLogger(natsProblems{name: opts.ServerName, w: logs}, false, false)
 		go srv.Start()
 		t.Cleanup(srv.Shutdown)
 		servers[i] = srv
 	}
-	var urls []string
-	for _, srv := range servers {
-		if !srv.ReadyForConnections(20 * time.Second) {
-			t.Fatal("NATS node not ready")
-		}
-		urls = append(urls, srv.ClientURL())
-	}
-	waitFor(t, 30*time.Second, "the JetStream cluster elected no meta leader", func() bool {
-		for _, srv := range servers {
-			if srv.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	})
-	return urls
+	return servers, logs
 }
+
+// natsProblems keeps a NATS server's warnings and errors, and drops the rest.
+type natsProblems struct {
+	name string
+	w    *syncBuffer
+}
+
+func (l natsProblems) log(level, format string, v ...any) {
+	fmt.Fprintf(l.w, "%s %s: %s\n", l.name, level, fmt.Sprintf(format, v...))
+}
+
+func (natsProblems) Noticef(string, ...any)           {}
+func (natsProblems) Debugf(string, ...any)            {}
+func (natsProblems) Tracef(string, ...any)            {}
+func (l natsProblems) Warnf(format string, v ...any)  { l.log("warning", format, v...) }
+func (l natsProblems) Errorf(format string, v ...any) { l.log("error", format, v...) }
+func (l natsProblems) Fatalf(format string, v ...any) { l.log("fatal", format, v...) }
 
 // startClusterConf runs deploy/nats/cluster.conf as three nodes with a
 // random password for each of its users, and returns the nodes' client
