@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -22,6 +23,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuq/gpuq/queue"
@@ -532,11 +535,37 @@ func startDeployNATSCluster(t *testing.T, config string, env map[string]string) 
 			t.Logf("a NATS node was not ready; starting the cluster again:\n%s", logs.String())
 			continue
 		}
-		waitFor(t, 30*time.Second, "the JetStream cluster elected no meta leader", func() bool {
-			return slices.ContainsFunc(servers, (*server.Server).JetStreamIsLeader)
+		// Ready as a deployment's would be before gpuq starts: the
+		// control plane can place a replicated stream on all three nodes
+		// (a meta leader alone is not enough: placement needs every
+		// peer's report).
+		waitFor(t, 60*time.Second, "the cluster never placed a stream on its three nodes", func() bool {
+			return placesOnThree(urls[0], env[queue.PasswordVariable("control")])
 		})
 		return urls
 	}
+}
+
+// placesOnThree reports whether the control plane's user can create a
+// three-replica file stream at url; the stream is deleted again.
+func placesOnThree(url, password string) bool {
+	nc, err := nats.Connect(url, nats.UserInfo("control", password))
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const probe = "DEPLOY_TEST_READY"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: probe, Subjects: []string{"deploy.test.ready"},
+		Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
+		return false
+	}
+	return js.DeleteStream(ctx, probe) == nil
 }
 
 // startNATSNodes starts n nodes of config routed to each other, and
