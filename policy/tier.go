@@ -10,7 +10,7 @@ import (
 // TierQuestion is what the deadline-aware spot strategy is asked about one
 // job before it is placed.
 type TierQuestion struct {
-	// Strategy answers; nil means gpuq's own (spot.NewGpuq).
+	// Strategy answers; nil means gpuq's look-ahead (spot.NewLookAhead).
 	Strategy spot.Strategy
 	// SubmittedAt and Now bound the time the job has waited.
 	SubmittedAt, Now time.Time
@@ -40,7 +40,7 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 	}
 	strategy := q.Strategy
 	if strategy == nil {
-		strategy = spot.NewGpuq()
+		strategy = spot.NewLookAhead()
 	}
 	st := spot.State{
 		Elapsed:  q.Now.Sub(q.SubmittedAt),

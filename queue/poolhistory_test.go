@@ -10,29 +10,41 @@ import (
 )
 
 // Buckets merged in any split must summarise the ticks exactly as the spot
-// strategy's PoolHistory does when it observes every tick in one process.
+// strategy's PoolHistory does when it observes every tick in one process,
+// the lengths of the runs seen to end included; counted in spells of
+// several ticks, those lengths are the runs' lengths in spells.
 func TestPoolBucketMergeOfAnySplitEqualsObservingEveryTick(t *testing.T) {
 	t.Parallel()
-	for seed := range uint64(200) {
+	for seed := range uint64(400) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		n := 1 + rng.IntN(60)
+		n := 1 + rng.IntN(120)
+		unit := 1 + rng.IntN(4)*rng.IntN(2) // one tick half the time
 		var want spot.PoolHistory
-		var whole queue.PoolBucket
+		var wantUp, wantDown [queue.PoolSpellBuckets]int32
+		run := 0
+		whole := queue.PoolBucket{SpellTicks: unit}
 		var parts []queue.PoolBucket
-		part := queue.PoolBucket{}
+		part := queue.PoolBucket{SpellTicks: unit}
 		up := rng.IntN(2) == 0
 		for i := range n {
-			if rng.IntN(4) == 0 {
+			if rng.IntN(4) == 0 && i > 0 {
+				spells := &wantDown
+				if up {
+					spells = &wantUp
+				}
+				spells[queue.SpellOf(run, unit)]++
+				run = 0
 				up = !up
 			}
+			run++
 			want.Observe(up)
 			whole = whole.Observe(up)
 			part = part.Observe(up)
 			if rng.IntN(5) == 0 || i == n-1 {
 				parts = append(parts, part)
-				part = queue.PoolBucket{}
+				part = queue.PoolBucket{SpellTicks: unit}
 				if rng.IntN(3) == 0 {
-					parts = append(parts, queue.PoolBucket{Preemptions: 1}) // a bucket with counts only
+					parts = append(parts, queue.PoolBucket{Preemptions: 1, SpellTicks: unit}) // a bucket with counts only
 				}
 			}
 		}
@@ -43,6 +55,13 @@ func TestPoolBucketMergeOfAnySplitEqualsObservingEveryTick(t *testing.T) {
 		for _, got := range []queue.PoolBucket{whole, merged} {
 			if got.Ticks != want.Ticks || got.UpTicks != want.UpTicks || got.UpRuns != want.UpRuns || got.TailRun != want.Run {
 				t.Fatalf("seed %d: got ticks %d up %d runs %d tail %d, want %+v", seed, got.Ticks, got.UpTicks, got.UpRuns, got.TailRun, want)
+			}
+			gotUp, gotDown := got.Spells()
+			if gotUp != wantUp || gotDown != wantDown {
+				t.Fatalf("seed %d, spells of %d ticks: got up %v down %v, want up %v down %v", seed, unit, gotUp, gotDown, wantUp, wantDown)
+			}
+			if unit == 1 && (gotUp != want.UpSpells || gotDown != want.DownSpells) {
+				t.Fatalf("seed %d: got up %v down %v, PoolHistory counts up %v down %v", seed, gotUp, gotDown, want.UpSpells, want.DownSpells)
 			}
 		}
 	}

@@ -25,6 +25,13 @@ import (
 // A table is built once for each model (hazards rounded to 0.02) and kept;
 // jobs with more than maxLookahead ticks of work left, or prices unknown,
 // get Gpuq's rule.
+//
+// The model's tick is the one the pools' run lengths were recorded in
+// (PoolHistory.Spell) when that is longer than the state's: the live
+// scheduler decides at every offer refresh, seconds apart, and models the
+// pools in spells of 10 minutes, so that a day's work is 144 ticks of the
+// table rather than thousands. Each decision is the table's for the state
+// counted in spells (atModelTick); the safety net keeps the state's tick.
 type LookAhead struct{ Gpuq }
 
 // NewLookAhead returns LookAhead on the settings of NewGpuq.
@@ -33,20 +40,21 @@ func NewLookAhead() LookAhead { return LookAhead{NewGpuq()} }
 func (LookAhead) Name() string { return "gpuq-lookahead" }
 
 func (g LookAhead) Decide(s State) Action {
-	w := workTicks(s)
+	c := s.atModelTick()
+	w := workTicks(c)
 	if s.Prices.OnDemand == 0 || w > maxLookahead || (s.Current.Kind == Spot && s.Pools[s.Current.Pool].Available) {
 		return g.Gpuq.Decide(s)
 	}
-	sl := slackTicks(s)
+	sl := slackTicks(c)
 	pool := g.pick(s)
 	if s.Current.Kind == OnDemand && pool >= 0 {
-		k := poolModel(s, pool, g.PriorRun)
+		k := poolModel(c, pool, g.PriorRun)
 		t := k.table(w, sl)
-		a := s.Pools[pool].History.Run
+		a := c.Pools[pool].History.Run
 		hu := k.up[min(a, spellAges)-1]
 		stay := k.odTick + (1-hu)*t.at(w-1, sl, onDemandUp, a+1) + hu*t.at(w-1, sl, onDemandDn, 1)
 		so := s.startOverhead(Placement{Kind: Spot, Pool: pool})
-		leave := t.atSlack(w, float64(sl)-float64(so)/float64(s.Tick), onSpot, a)
+		leave := t.atSlack(w, float64(sl)-float64(so)/float64(c.Tick), onSpot, a)
 		if leave >= 0 && float64(s.Prices.Spot)*so.Hours()+leave < stay-tie(stay) {
 			return guard(s, spotIn(pool, "spot is back and the look-ahead expects it to pay for the restart"))
 		}
@@ -57,9 +65,9 @@ func (g LookAhead) Decide(s State) Action {
 		if home < 0 {
 			home = mostUp(s)
 		}
-		k := poolModel(s, home, g.PriorRun)
+		k := poolModel(c, home, g.PriorRun)
 		t := k.table(w, sl)
-		a := s.Pools[home].History.Run
+		a := c.Pools[home].History.Run
 		od := k.odStart + orAt(t.atSlack(w, float64(sl)-k.d, onDemandDn, a), t.at(w, 0, onDemandDn, a))
 		hd := k.down[min(a, spellAges)-1]
 		if sl >= 1 && hd*t.at(w, sl-1, idleUp, 1)+(1-hd)*t.at(w, sl-1, idleDown, a+1) < od-tie(od) {
@@ -72,6 +80,39 @@ func (g LookAhead) Decide(s State) Action {
 		return guard(s, act)
 	}
 	return g.Gpuq.Decide(s)
+}
+
+// atModelTick is s counted in the tick the pools' run lengths were
+// recorded in, when that is longer than s.Tick: the longest
+// PoolHistory.Spell. Each pool's ticks, ticks up and current run are
+// scaled to it (a run going on is at least one tick); run lengths recorded
+// in another unit are left out, so that the model has its prior alone.
+func (s State) atModelTick() State {
+	m := s.Tick
+	for _, p := range s.Pools {
+		m = max(m, p.History.Spell)
+	}
+	if m == s.Tick {
+		return s
+	}
+	f := float64(s.Tick) / float64(m)
+	scale := func(n int) int { return int(math.Round(float64(n) * f)) }
+	c := s
+	c.Tick = m
+	c.Pools = make([]Pool, len(s.Pools))
+	for i, p := range s.Pools {
+		h := p.History
+		scaled := PoolHistory{Ticks: scale(h.Ticks), UpTicks: scale(h.UpTicks), UpRuns: h.UpRuns, Run: scale(h.Run), Spell: m, up: h.up}
+		if h.Run > 0 {
+			scaled.Run = max(scaled.Run, 1)
+		}
+		if h.Spell == m {
+			scaled.UpSpells, scaled.DownSpells = h.UpSpells, h.DownSpells
+		}
+		p.History = scaled
+		c.Pools[i] = p
+	}
+	return c
 }
 
 // spellAges is the number of ages the look-ahead tells apart; a run older

@@ -138,3 +138,39 @@ func TestLookAheadFallsBackToGpuqsRuleWithoutPrices(t *testing.T) {
 		t.Fatalf("Decide = %+v, want gpuq's %+v", got, want)
 	}
 }
+
+// The live scheduler decides every 10 s on pools whose runs it recorded in
+// 10-minute spells: the look-ahead decides as on the same history observed
+// at a 10-minute tick, not by gpuq's rule (8 hours of work are 2,880 ticks
+// of 10 s, beyond any table).
+func TestLookAheadDecidesAtTheTickTheRunsWereRecordedIn(t *testing.T) {
+	t.Parallel()
+	live := func(h PoolHistory) PoolHistory {
+		const n = 60 // 10-second ticks in 10 minutes
+		return PoolHistory{Ticks: h.Ticks * n, UpTicks: h.UpTicks * n, UpRuns: h.UpRuns, Run: h.Run * n,
+			UpSpells: h.UpSpells, DownSpells: h.DownSpells, Spell: 10 * time.Minute, up: h.up}
+	}
+	for _, tt := range []struct {
+		name    string
+		history PoolHistory
+		want    Kind
+	}{
+		{"outages of one tick", observed(append(repeat(30, 20, 1), 20, 1)...), Wait},
+		{"outages of eight hours", observed(append(repeat(4, 20, 48), 20, 1)...), OnDemand},
+	} {
+		model := lookaheadState(40*time.Minute, Wait, Pool{ID: "a", History: tt.history})
+		s := model
+		s.Tick = 10 * time.Second
+		s.Pools = []Pool{{ID: "a", History: live(tt.history)}}
+		got, want := NewLookAhead().Decide(s), NewLookAhead().Decide(model)
+		if got != want || got.Kind != tt.want {
+			t.Errorf("%s: Decide at 10 s = %v (%s), at 10 min %v (%s); want %v", tt.name, got.Kind, got.Reason, want.Kind, want.Reason, tt.want)
+		}
+		// Without the spells' tick, the 10-second state is beyond the
+		// table and gets gpuq's rule.
+		s.Pools[0].History.Spell = 0
+		if got, rule := NewLookAhead().Decide(s), NewGpuq().Decide(s); got != rule {
+			t.Errorf("%s: without Spell, Decide = %+v, want gpuq's %+v", tt.name, got, rule)
+		}
+	}
+}

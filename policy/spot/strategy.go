@@ -64,7 +64,12 @@ type PoolHistory struct {
 	// A history rebuilt from summaries leaves them empty; a strategy then
 	// assumes runs without memory of the mean length.
 	UpSpells, DownSpells [SpellBuckets]int32
-	up                   bool
+	// Spell is the tick UpSpells and DownSpells count runs in; zero is the
+	// tick the history is observed at (State.Tick). The live scheduler
+	// observes pools at every offer refresh and records their runs in
+	// spells of its look-ahead's model tick (10 minutes by default).
+	Spell time.Duration
+	up    bool
 }
 
 // SpellBuckets is the number of run lengths PoolHistory tells apart.
@@ -292,6 +297,9 @@ func (s State) validate() error {
 	for i, p := range s.Pools {
 		if p.ID == "" {
 			return fmt.Errorf("state.pools[%d].id: must not be empty", i)
+		}
+		if p.History.Spell < 0 {
+			return fmt.Errorf("state.pools[%d].history.spell: must not be negative, got %v", i, p.History.Spell)
 		}
 		if seen[p.ID] {
 			return fmt.Errorf("state.pools[%d].id: %q appears twice", i, p.ID)

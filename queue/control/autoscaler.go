@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -483,6 +484,7 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	}
 	a.readExhaustions(ctx, logger, now())
 	pools, errOffers := a.pools(ctx)
+	a.observePools(ctx, logger, now(), pools)
 	live, err := a.Store.LiveInstances(ctx)
 	if err != nil {
 		return err
@@ -916,6 +918,25 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 		return in, nil
 	}
 	return out, err
+}
+
+// observePools records one observation of every pool offered in the pools'
+// availability history, as an offer refresh of the placer does (the store
+// counts one per slot however many observe it); a failure to record is
+// logged and does not stop the pass.
+func (a *Autoscaler) observePools(ctx context.Context, logger *slog.Logger, now time.Time, pools map[string]poolOffer) {
+	if a.Pools == nil || len(pools) == 0 {
+		return
+	}
+	obs := make([]queue.PoolObservation, 0, len(pools))
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		o := pools[name].offer
+		obs = append(obs, queue.PoolObservation{Pool: name, Up: o.Availability != policy.Unavailable,
+			PriceMicros: o.PricePerHour.Micros, Currency: o.PricePerHour.Currency})
+	}
+	if err := a.Pools.ObservePools(ctx, now, obs); err != nil && ctx.Err() == nil {
+		logger.Warn("recording the pools' availability", "err", err)
+	}
 }
 
 // recordPool adds what a launch said of a pool to its availability history;

@@ -175,3 +175,28 @@ func TestProjectSpendBoundHoldsBackThatProjectsLaunches(t *testing.T) {
 		t.Fatalf("live instances per project %v, want capped 2 (0.25 EUR/h at 0.10 each), free 2", perProject)
 	}
 }
+
+// With no job to place, each autoscaler pass still observes every pool
+// offered, so that the pools' history (and the runs the spot strategy
+// models their outages from) goes on while the queue is idle.
+func TestAutoscalerPassesObserveEveryPoolWhileNoJobIsPlaced(t *testing.T) {
+	t.Parallel()
+	c := startScaled(t, []sim.PoolConfig{simPool("od", "DE", "on-demand", "0.10"), simPool("sp", "DE", "spot", "0.03")},
+		control.AutoscalerConfig{}, true)
+	auto := passer(c, control.AutoscalerConfig{})
+	auto.Pools = c.s
+	t0 := time.Now().Add(time.Hour) // no placer has observed these slots
+	for i := range 3 {
+		auto.Now = func() time.Time { return t0.Add(time.Duration(i) * 10 * time.Second) }
+		passes(t, auto, 1)
+	}
+	sums, err := c.s.PoolSummaries(context.Background(), t0.Add(-10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pool := range []string{"od", "sp"} {
+		if b := sums[pool]; b.Ticks != 3 || b.UpTicks != 3 || b.Currency != "EUR" {
+			t.Errorf("pool %s after three passes 10 s apart: %+v, want 3 ticks up, priced in EUR", pool, b)
+		}
+	}
+}

@@ -74,7 +74,7 @@ type Question struct {
 	// spend of the budget's period.
 	Spend  policy.SpendSince
 	Offers *Offers
-	// Strategy is the spot strategy for deadline jobs; nil: gpuq's own.
+	// Strategy is the spot strategy for deadline jobs; nil: gpuq's look-ahead.
 	Strategy spot.Strategy
 	// Tick is how often offers are refreshed (the strategy's step).
 	// Default DefaultOfferTTL.

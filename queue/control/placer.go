@@ -55,7 +55,7 @@ type PolicyPlacer struct {
 	// observation of every spot pool's availability. Default 10s.
 	OfferTTL time.Duration
 	// Strategy is the spot strategy consulted for jobs with a deadline.
-	// Default: gpuq's own.
+	// Default: gpuq's look-ahead (spot.NewLookAhead).
 	Strategy spot.Strategy
 	// Spend reports what a project's attempts started since a time have
 	// cost, in micros per currency (store.Store.Spend). When set, every
@@ -90,9 +90,12 @@ type PoolHistory interface {
 }
 
 // PoolEventRecorder records what launches and preemptions say of a pool's
-// capacity (store.Store): what launches capacity feeds it.
+// capacity (store.Store): what launches capacity feeds it. The autoscaler
+// also observes every pool offered at each pass, so that a pool's history
+// goes on while no job is being placed.
 type PoolEventRecorder interface {
 	RecordPoolEvent(ctx context.Context, e queue.PoolEvent) error
+	ObservePools(ctx context.Context, at time.Time, obs []queue.PoolObservation) error
 }
 
 // WithDefaults returns the placer's settings with every unset default filled
@@ -104,7 +107,7 @@ func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
 		out.OfferTTL = DefaultOfferTTL
 	}
 	if out.Strategy == nil {
-		out.Strategy = spot.NewGpuq()
+		out.Strategy = spot.NewLookAhead()
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -323,16 +326,19 @@ func (p *PolicyPlacer) recordedHistories(ctx context.Context, offers []policy.Of
 }
 
 // StrategyHistory turns a pool's recorded history, counted in ticks of
-// recorded, into the spot strategy's, counted in ticks of tick.
+// recorded, into the spot strategy's, counted in ticks of tick, with the
+// lengths of the runs seen to end in the spells they were recorded in.
 func StrategyHistory(b queue.PoolBucket, recorded, tick time.Duration) spot.PoolHistory {
 	if tick <= 0 {
 		tick = recorded
 	}
 	scale := func(n int) int { return int(math.Round(float64(n) * float64(recorded) / float64(tick))) }
-	h := spot.PoolHistory{Ticks: scale(b.Ticks), UpTicks: scale(b.UpTicks), UpRuns: b.UpRuns, Run: scale(b.TailRun)}
+	h := spot.PoolHistory{Ticks: scale(b.Ticks), UpTicks: scale(b.UpTicks), UpRuns: b.UpRuns, Run: scale(b.TailRun),
+		Spell: time.Duration(max(b.SpellTicks, 1)) * recorded}
 	if b.TailRun > 0 {
 		h.Run = max(h.Run, 1)
 	}
+	h.UpSpells, h.DownSpells = b.Spells()
 	return h
 }
 

@@ -146,7 +146,7 @@ func TestDeadlineJobsFollowTheSpotStrategy(t *testing.T) {
 		json.Unmarshal(p.Decision, &d) //nolint:errcheck // checked through the notes
 		return p, strings.Join(d.Notes, "; ")
 	}
-	if p, notes := place(48 * time.Hour); p.Pool != "spot-a" || !strings.Contains(notes, "spot strategy gpuq advises") {
+	if p, notes := place(48 * time.Hour); p.Pool != "spot-a" || !strings.Contains(notes, "spot strategy gpuq-lookahead advises") {
 		t.Fatalf("with two days of slack the job should wait for spot on the cheapest pool, got %s (%s)", p.Pool, notes)
 	}
 	if p, notes := place(time.Minute); p.Pool != "od" || !strings.Contains(notes, "advises on-demand") {

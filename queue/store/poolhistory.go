@@ -35,6 +35,12 @@ type PoolHistoryRetention struct {
 	MaxRowsPerPool int
 	// CompactEvery is how often a store compacts, at most. Default 1m.
 	CompactEvery time.Duration
+	// Spell is the unit the lengths of runs of capacity and of none are
+	// counted in: the tick of the spot strategy's look-ahead model, which
+	// reads them (spot.PoolHistory.Spell). A whole number of ticks.
+	// Default 10m. Changing it makes the runs already counted read in the
+	// new unit.
+	Spell time.Duration
 }
 
 // WithDefaults returns r with every unset field at its default.
@@ -50,6 +56,7 @@ func (r PoolHistoryRetention) WithDefaults() PoolHistoryRetention {
 	def(&r.Coarse, time.Hour)
 	def(&r.KeepFor, 14*24*time.Hour)
 	def(&r.CompactEvery, time.Minute)
+	def(&r.Spell, 10*time.Minute)
 	if r.MaxRowsPerPool == 0 {
 		r.MaxRowsPerPool = 1000
 	}
@@ -72,12 +79,17 @@ func (r PoolHistoryRetention) validate() error {
 		return fmt.Errorf("pool_history.max_rows_per_pool: must be ≥ 2, got %d", r.MaxRowsPerPool)
 	case r.CompactEvery < 0:
 		return fmt.Errorf("pool_history.compact_every: must not be negative, got %v", r.CompactEvery)
+	case r.Spell < r.Tick || r.Spell%r.Tick != 0:
+		return fmt.Errorf("pool_history.spell: must be a whole number of ticks (%v), got %v", r.Tick, r.Spell)
 	}
 	return nil
 }
 
 // HistoryTick is the slot one observation of a pool counts for.
 func (s *Store) HistoryTick() time.Duration { return s.HistoryRetention.WithDefaults().Tick }
+
+// spellTicks is the ticks in one spell.
+func (r PoolHistoryRetention) spellTicks() int32 { return int32(r.Spell / r.Tick) }
 
 // bucketOf returns the fine bucket and slot an observation at t falls in.
 // The bucket is taken from the slot's start, so that one slot never
@@ -103,7 +115,7 @@ func (s *Store) ObservePools(ctx context.Context, at time.Time, obs []queue.Pool
 		for _, o := range obs {
 			if err := q.PoolHistoryObserve(ctx, db.PoolHistoryObserveParams{
 				Pool: o.Pool, BucketStart: bucket, WidthSeconds: int32(r.Fine / time.Second), Up: o.Up, Slot: slot,
-				PriceMicros: o.PriceMicros, Currency: o.Currency,
+				PriceMicros: o.PriceMicros, Currency: o.Currency, SpellTicks: r.spellTicks(),
 			}); err != nil {
 				return nil, fmt.Errorf("recording availability of pool %s: %w", o.Pool, err)
 			}
@@ -148,7 +160,7 @@ func (s *Store) RecordPoolEvent(ctx context.Context, e queue.PoolEvent) error {
 			return nil, fmt.Errorf("counting %s in pool %s: %w", e.Kind, e.Pool, err)
 		}
 		err := q.PoolHistoryObserve(ctx, db.PoolHistoryObserveParams{Pool: e.Pool, BucketStart: bucket,
-			WidthSeconds: p.WidthSeconds, Up: e.Up(), Slot: slot})
+			WidthSeconds: p.WidthSeconds, Up: e.Up(), Slot: slot, SpellTicks: r.spellTicks()})
 		if err != nil {
 			return nil, fmt.Errorf("recording availability of pool %s: %w", e.Pool, err)
 		}
@@ -176,9 +188,10 @@ func (s *Store) PoolBuckets(ctx context.Context, pool string, since time.Time) (
 	if err != nil {
 		return nil, fmt.Errorf("reading pool history: %w", err)
 	}
+	spell := s.HistoryRetention.WithDefaults().spellTicks()
 	out := make([]queue.PoolBucket, len(rows))
 	for i, r := range rows {
-		out[i] = poolBucketOf(r)
+		out[i] = poolBucketOf(r, spell)
 	}
 	return out, nil
 }
@@ -197,11 +210,15 @@ func (s *Store) PoolSummaries(ctx context.Context, since time.Time) (map[string]
 	return out, nil
 }
 
-func poolBucketOf(r db.PoolHistory) queue.PoolBucket {
-	return queue.PoolBucket{Pool: r.Pool, Start: r.BucketStart.UTC(), Width: time.Duration(r.WidthSeconds) * time.Second,
+func poolBucketOf(r db.PoolHistory, spellTicks int32) queue.PoolBucket {
+	b := queue.PoolBucket{Pool: r.Pool, Start: r.BucketStart.UTC(), Width: time.Duration(r.WidthSeconds) * time.Second,
 		Ticks: int(r.Ticks), UpTicks: int(r.UpTicks), UpRuns: int(r.UpRuns), FirstUp: r.FirstUp, LastUp: r.LastUp,
-		TailRun: int(r.TailRun), Launches: int(r.Launches), NoCapacity: int(r.NoCapacity), Preemptions: int(r.Preemptions),
+		TailRun: int(r.TailRun), HeadRun: int(r.HeadRun), SpellTicks: int(spellTicks),
+		Launches: int(r.Launches), NoCapacity: int(r.NoCapacity), Preemptions: int(r.Preemptions),
 		PriceMicros: r.PriceMicros, Currency: r.Currency}
+	copy(b.UpSpells[:], r.UpSpells)
+	copy(b.DownSpells[:], r.DownSpells)
+	return b
 }
 
 // compactIfDue compacts at most once per CompactEvery per store.
@@ -264,7 +281,7 @@ func (s *Store) CompactPoolHistory(ctx context.Context, now time.Time) error {
 				var acc queue.PoolBucket
 				var slot int64
 				for _, row := range g {
-					acc = acc.Merge(poolBucketOf(row))
+					acc = acc.Merge(poolBucketOf(row, r.spellTicks()))
 					slot = max(slot, row.LastSlot)
 				}
 				acc.Start, acc.Width = start, r.Coarse
@@ -274,7 +291,8 @@ func (s *Store) CompactPoolHistory(ctx context.Context, now time.Time) error {
 				m := rowOf(acc, slot)
 				if err := q.PoolHistoryInsert(ctx, db.PoolHistoryInsertParams{Pool: m.Pool, BucketStart: m.BucketStart,
 					WidthSeconds: m.WidthSeconds, Ticks: m.Ticks, UpTicks: m.UpTicks, UpRuns: m.UpRuns, FirstUp: m.FirstUp,
-					LastUp: m.LastUp, TailRun: m.TailRun, LastSlot: m.LastSlot, Launches: m.Launches, NoCapacity: m.NoCapacity,
+					LastUp: m.LastUp, TailRun: m.TailRun, HeadRun: m.HeadRun, UpSpells: m.UpSpells, DownSpells: m.DownSpells,
+					LastSlot: m.LastSlot, Launches: m.Launches, NoCapacity: m.NoCapacity,
 					Preemptions: m.Preemptions, PriceMicros: m.PriceMicros, Currency: m.Currency}); err != nil {
 					return nil, err
 				}
@@ -291,6 +309,7 @@ func (s *Store) CompactPoolHistory(ctx context.Context, now time.Time) error {
 func rowOf(b queue.PoolBucket, lastSlot int64) db.PoolHistory {
 	return db.PoolHistory{Pool: b.Pool, BucketStart: b.Start, WidthSeconds: int32(b.Width / time.Second),
 		Ticks: int32(b.Ticks), UpTicks: int32(b.UpTicks), UpRuns: int32(b.UpRuns), FirstUp: b.FirstUp, LastUp: b.LastUp,
-		TailRun: int32(b.TailRun), LastSlot: lastSlot, Launches: int32(b.Launches), NoCapacity: int32(b.NoCapacity),
+		TailRun: int32(b.TailRun), HeadRun: int32(b.HeadRun), UpSpells: b.UpSpells[:], DownSpells: b.DownSpells[:],
+		LastSlot: lastSlot, Launches: int32(b.Launches), NoCapacity: int32(b.NoCapacity),
 		Preemptions: int32(b.Preemptions), PriceMicros: b.PriceMicros, Currency: b.Currency}
 }

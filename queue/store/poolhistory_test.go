@@ -111,9 +111,9 @@ func TestPoolHistoryCompactionKeepsTheHistoryAndBoundsRows(t *testing.T) {
 	ctx := context.Background()
 	s, _ := queuetest.Store(t, nil)
 	s.HistoryRetention = store.PoolHistoryRetention{Tick: time.Second, Fine: 10 * time.Second, Coarse: time.Minute,
-		FineFor: 2 * time.Minute, KeepFor: time.Hour, MaxRowsPerPool: 100, CompactEvery: time.Hour}
+		FineFor: 2 * time.Minute, KeepFor: time.Hour, MaxRowsPerPool: 100, CompactEvery: time.Hour, Spell: 3 * time.Second}
 	rng := rand.New(rand.NewPCG(3, 4))
-	var want queue.PoolBucket
+	want := queue.PoolBucket{SpellTicks: 3}
 	up := true
 	const span = 20 * time.Minute
 	for at := time.Duration(0); at < span; at += 2 * time.Second {
@@ -125,6 +125,16 @@ func TestPoolHistoryCompactionKeepsTheHistoryAndBoundsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	same := func(when string, got queue.PoolBucket) {
+		t.Helper()
+		gotUp, gotDown := got.Spells()
+		wantUp, wantDown := want.Spells()
+		if got.Ticks != want.Ticks || got.UpTicks != want.UpTicks || got.UpRuns != want.UpRuns || got.TailRun != want.TailRun ||
+			gotUp != wantUp || gotDown != wantDown {
+			t.Fatalf("%s %+v, want %+v", when, got, want)
+		}
+	}
+	same("before compaction", must(s.PoolSummaries(ctx, time.Time{}))(t)["p"])
 	now := historyStart.Add(span)
 	if err := s.CompactPoolHistory(ctx, now); err != nil {
 		t.Fatal(err)
@@ -146,10 +156,7 @@ func TestPoolHistoryCompactionKeepsTheHistoryAndBoundsRows(t *testing.T) {
 	if coarse < 17 {
 		t.Fatalf("%d coarse buckets, want ≥ 17", coarse)
 	}
-	got := must(s.PoolSummaries(ctx, time.Time{}))(t)["p"]
-	if got.Ticks != want.Ticks || got.UpTicks != want.UpTicks || got.UpRuns != want.UpRuns || got.TailRun != want.TailRun {
-		t.Fatalf("after compaction %+v, want %+v", got, want)
-	}
+	same("after compaction", must(s.PoolSummaries(ctx, time.Time{}))(t)["p"])
 	// Compacting again changes nothing.
 	if err := s.CompactPoolHistory(ctx, now); err != nil {
 		t.Fatal(err)
@@ -169,6 +176,44 @@ func TestPoolHistoryCompactionKeepsTheHistoryAndBoundsRows(t *testing.T) {
 	}
 	if last := left[len(left)-1]; !last.Start.Equal(buckets[len(buckets)-1].Start) {
 		t.Fatalf("the newest bucket %v was dropped (left %v)", buckets[len(buckets)-1].Start, last.Start)
+	}
+}
+
+// With the default retention, observations every 10 s count each run that
+// ended by its length in 10-minute spells, however the 5-minute buckets cut
+// it, and a server restarted later reads the same.
+func TestPoolHistoryCountsRunLengthsInTenMinuteSpells(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, url := queuetest.Store(t, nil)
+	at := historyStart.Add(7 * time.Second) // runs straddle the buckets
+	for _, run := range []struct {
+		up   bool
+		last time.Duration
+	}{
+		{true, 25 * time.Minute}, {false, 40 * time.Minute}, {true, 2*time.Hour + 30*time.Minute},
+		{false, 4 * time.Minute}, {true, 13 * time.Minute}, {false, 20 * time.Second}, {true, 9 * time.Minute},
+	} {
+		for end := at.Add(run.last); at.Before(end); at = at.Add(10 * time.Second) {
+			if err := s.ObservePools(ctx, at, []queue.PoolObservation{{Pool: "p", Up: run.up}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	restarted, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	sum := must(restarted.PoolSummaries(ctx, time.Time{}))(t)["p"]
+	up, down := sum.Spells()
+	// Up: 25 min is 3 spells, 2.5 h 12 or more (the last), 13 min 1; the
+	// 9 minutes going on are no run yet. Down: 40 min 4, 4 min and 20 s 1.
+	wantUp := [queue.PoolSpellBuckets]int32{0: 1, 2: 1, 11: 1}
+	wantDown := [queue.PoolSpellBuckets]int32{0: 2, 3: 1}
+	if up != wantUp || down != wantDown || sum.TailRun != 54 || !sum.LastUp {
+		t.Fatalf("spells up %v down %v, tail run %d (up %v); want up %v down %v and a 54-tick up run going on",
+			up, down, sum.TailRun, sum.LastUp, wantUp, wantDown)
 	}
 }
 

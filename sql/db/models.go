@@ -407,6 +407,9 @@ type PoolHistory struct {
 	PriceMicros  int64
 	Currency     string
 	UpdatedAt    time.Time
+	HeadRun      int32
+	UpSpells     []int32
+	DownSpells   []int32
 }
 
 type Project struct {

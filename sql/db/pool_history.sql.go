@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 )
 
 const poolHistoryCount = `-- name: PoolHistoryCount :exec
@@ -104,9 +105,11 @@ func (q *Queries) PoolHistoryDeleteRange(ctx context.Context, arg PoolHistoryDel
 
 const poolHistoryInsert = `-- name: PoolHistoryInsert :exec
 INSERT INTO pool_history (pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up,
-                          tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency)
+                          tail_run, head_run, up_spells, down_spells, last_slot, launches, no_capacity, preemptions,
+                          price_micros, currency)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        $9, $10, $11, $12, $13, $14, $15)
+        $9, $10, $11, $12, $13, $14, $15, $16,
+        $17, $18)
 `
 
 type PoolHistoryInsertParams struct {
@@ -119,6 +122,9 @@ type PoolHistoryInsertParams struct {
 	FirstUp      bool
 	LastUp       bool
 	TailRun      int32
+	HeadRun      int32
+	UpSpells     []int32
+	DownSpells   []int32
 	LastSlot     int64
 	Launches     int32
 	NoCapacity   int32
@@ -139,6 +145,9 @@ func (q *Queries) PoolHistoryInsert(ctx context.Context, arg PoolHistoryInsertPa
 		arg.FirstUp,
 		arg.LastUp,
 		arg.TailRun,
+		arg.HeadRun,
+		pq.Array(arg.UpSpells),
+		pq.Array(arg.DownSpells),
 		arg.LastSlot,
 		arg.Launches,
 		arg.NoCapacity,
@@ -150,7 +159,7 @@ func (q *Queries) PoolHistoryInsert(ctx context.Context, arg PoolHistoryInsertPa
 }
 
 const poolHistoryList = `-- name: PoolHistoryList :many
-SELECT pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up, tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency, updated_at FROM pool_history
+SELECT pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up, tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency, updated_at, head_run, up_spells, down_spells FROM pool_history
 WHERE bucket_start >= $1
   AND ($2::text IS NULL OR pool = $2::text)
 ORDER BY pool, bucket_start
@@ -189,6 +198,9 @@ func (q *Queries) PoolHistoryList(ctx context.Context, arg PoolHistoryListParams
 			&i.PriceMicros,
 			&i.Currency,
 			&i.UpdatedAt,
+			&i.HeadRun,
+			pq.Array(&i.UpSpells),
+			pq.Array(&i.DownSpells),
 		); err != nil {
 			return nil, err
 		}
@@ -218,13 +230,22 @@ func (q *Queries) PoolHistoryLockPool(ctx context.Context, pool string) (bool, e
 
 const poolHistoryObserve = `-- name: PoolHistoryObserve :exec
 INSERT INTO pool_history AS ph (pool, bucket_start, width_seconds, ticks, up_ticks, up_runs,
-                                first_up, last_up, tail_run, last_slot, price_micros, currency)
+                                first_up, last_up, tail_run, head_run, last_slot, price_micros, currency)
 VALUES ($1, $2, $3, 1,
         CASE WHEN $4::boolean THEN 1 ELSE 0 END,
         CASE WHEN $4::boolean THEN 1 ELSE 0 END,
-        $4::boolean, $4::boolean, 1, $5, $6, $7)
+        $4::boolean, $4::boolean, 1, 1, $5, $6, $7)
 ON CONFLICT (pool, bucket_start) DO UPDATE
 SET ticks = ph.ticks + 1,
+    head_run = CASE WHEN ph.ticks = 0 THEN 1
+                    WHEN ph.tail_run = ph.ticks AND ph.last_up = EXCLUDED.last_up THEN ph.head_run + 1
+                    ELSE ph.head_run END,
+    up_spells = CASE WHEN ph.ticks > 0 AND ph.last_up AND NOT EXCLUDED.last_up AND ph.tail_run < ph.ticks
+                     THEN pool_history_spell(ph.up_spells, ph.tail_run, $8::integer)
+                     ELSE ph.up_spells END,
+    down_spells = CASE WHEN ph.ticks > 0 AND NOT ph.last_up AND EXCLUDED.last_up AND ph.tail_run < ph.ticks
+                       THEN pool_history_spell(ph.down_spells, ph.tail_run, $8::integer)
+                       ELSE ph.down_spells END,
     up_ticks = ph.up_ticks + EXCLUDED.up_ticks,
     up_runs = ph.up_runs + CASE WHEN EXCLUDED.last_up AND (ph.ticks = 0 OR NOT ph.last_up) THEN 1 ELSE 0 END,
     first_up = CASE WHEN ph.ticks = 0 THEN EXCLUDED.first_up ELSE ph.first_up END,
@@ -245,11 +266,15 @@ type PoolHistoryObserveParams struct {
 	Slot         int64
 	PriceMicros  int64
 	Currency     string
+	SpellTicks   int32
 }
 
 // PoolHistoryObserve counts one tick of a pool being up or down in its
 // bucket, unless a tick of the same slot (or a later one) was counted
-// already, by this server or another; the price is the latest seen.
+// already, by this server or another; the price is the latest seen. A run
+// that the tick ends and that began inside the bucket is counted in the
+// bucket's spells, in spells of spell_ticks ticks (queue.PoolBucket.Merge
+// is the same rule).
 func (q *Queries) PoolHistoryObserve(ctx context.Context, arg PoolHistoryObserveParams) error {
 	_, err := q.db.ExecContext(ctx, poolHistoryObserve,
 		arg.Pool,
@@ -259,12 +284,13 @@ func (q *Queries) PoolHistoryObserve(ctx context.Context, arg PoolHistoryObserve
 		arg.Slot,
 		arg.PriceMicros,
 		arg.Currency,
+		arg.SpellTicks,
 	)
 	return err
 }
 
 const poolHistoryOlder = `-- name: PoolHistoryOlder :many
-SELECT pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up, tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency, updated_at FROM pool_history
+SELECT pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up, tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency, updated_at, head_run, up_spells, down_spells FROM pool_history
 WHERE pool = $1 AND bucket_start < $2
 ORDER BY bucket_start, width_seconds DESC
 `
@@ -301,6 +327,9 @@ func (q *Queries) PoolHistoryOlder(ctx context.Context, arg PoolHistoryOlderPara
 			&i.PriceMicros,
 			&i.Currency,
 			&i.UpdatedAt,
+			&i.HeadRun,
+			pq.Array(&i.UpSpells),
+			pq.Array(&i.DownSpells),
 		); err != nil {
 			return nil, err
 		}

@@ -1,15 +1,27 @@
 -- name: PoolHistoryObserve :exec
 -- PoolHistoryObserve counts one tick of a pool being up or down in its
 -- bucket, unless a tick of the same slot (or a later one) was counted
--- already, by this server or another; the price is the latest seen.
+-- already, by this server or another; the price is the latest seen. A run
+-- that the tick ends and that began inside the bucket is counted in the
+-- bucket's spells, in spells of spell_ticks ticks (queue.PoolBucket.Merge
+-- is the same rule).
 INSERT INTO pool_history AS ph (pool, bucket_start, width_seconds, ticks, up_ticks, up_runs,
-                                first_up, last_up, tail_run, last_slot, price_micros, currency)
+                                first_up, last_up, tail_run, head_run, last_slot, price_micros, currency)
 VALUES (@pool, @bucket_start, @width_seconds, 1,
         CASE WHEN @up::boolean THEN 1 ELSE 0 END,
         CASE WHEN @up::boolean THEN 1 ELSE 0 END,
-        @up::boolean, @up::boolean, 1, @slot, @price_micros, @currency)
+        @up::boolean, @up::boolean, 1, 1, @slot, @price_micros, @currency)
 ON CONFLICT (pool, bucket_start) DO UPDATE
 SET ticks = ph.ticks + 1,
+    head_run = CASE WHEN ph.ticks = 0 THEN 1
+                    WHEN ph.tail_run = ph.ticks AND ph.last_up = EXCLUDED.last_up THEN ph.head_run + 1
+                    ELSE ph.head_run END,
+    up_spells = CASE WHEN ph.ticks > 0 AND ph.last_up AND NOT EXCLUDED.last_up AND ph.tail_run < ph.ticks
+                     THEN pool_history_spell(ph.up_spells, ph.tail_run, @spell_ticks::integer)
+                     ELSE ph.up_spells END,
+    down_spells = CASE WHEN ph.ticks > 0 AND NOT ph.last_up AND EXCLUDED.last_up AND ph.tail_run < ph.ticks
+                       THEN pool_history_spell(ph.down_spells, ph.tail_run, @spell_ticks::integer)
+                       ELSE ph.down_spells END,
     up_ticks = ph.up_ticks + EXCLUDED.up_ticks,
     up_runs = ph.up_runs + CASE WHEN EXCLUDED.last_up AND (ph.ticks = 0 OR NOT ph.last_up) THEN 1 ELSE 0 END,
     first_up = CASE WHEN ph.ticks = 0 THEN EXCLUDED.first_up ELSE ph.first_up END,
@@ -61,9 +73,11 @@ DELETE FROM pool_history WHERE pool = @pool AND bucket_start < @before;
 -- name: PoolHistoryInsert :exec
 -- PoolHistoryInsert writes a merged bucket.
 INSERT INTO pool_history (pool, bucket_start, width_seconds, ticks, up_ticks, up_runs, first_up, last_up,
-                          tail_run, last_slot, launches, no_capacity, preemptions, price_micros, currency)
+                          tail_run, head_run, up_spells, down_spells, last_slot, launches, no_capacity, preemptions,
+                          price_micros, currency)
 VALUES (@pool, @bucket_start, @width_seconds, @ticks, @up_ticks, @up_runs, @first_up, @last_up,
-        @tail_run, @last_slot, @launches, @no_capacity, @preemptions, @price_micros, @currency);
+        @tail_run, @head_run, @up_spells, @down_spells, @last_slot, @launches, @no_capacity, @preemptions,
+        @price_micros, @currency);
 
 -- name: PoolHistoryTrim :exec
 -- PoolHistoryTrim keeps a pool's newest skip+1 rows only.

@@ -101,7 +101,7 @@ policy:
 		st.Attempts[1].Pool != "v100-spot-f" || st.Attempts[1].Outcome != queue.OutcomeSucceeded {
 		t.Errorf("attempts = %+v, want one preempted on v100-spot-c, then one succeeded on v100-spot-f (not on-demand v100)", st.Attempts)
 	}
-	if !strings.Contains(string(st.Placement), "spot strategy gpuq advises spot") {
+	if !strings.Contains(string(st.Placement), "spot strategy gpuq-lookahead advises spot") {
 		t.Errorf("the re-placement's decision lacks the strategy's advice to stay on spot: %s", st.Placement)
 	}
 	later := simPool(t, connArgs, "v100-spot-c")
