@@ -43,3 +43,32 @@ func BenchmarkSimulate48hOn20000Ticks(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLiveLookAheadDecision is one decision of the live scheduler's
+// strategy for a 48-hour job with 12 hours of slack and spot down: states
+// at the scheduler's 10-second tick, pools modelled in 10-minute spells.
+// "warm" finds its table built; "cold" builds it each time (the first
+// decision on a model).
+func BenchmarkLiveLookAheadDecision(b *testing.B) {
+	h := observed(append(repeat(30, 20, 3, 20, 1, 20, 5), 20, 2)...)
+	const n = 60 // 10-second ticks in a spell
+	live := PoolHistory{Ticks: h.Ticks * n, UpTicks: h.UpTicks * n, UpRuns: h.UpRuns, Run: h.Run * n,
+		UpSpells: h.UpSpells, DownSpells: h.DownSpells, Spell: 10 * time.Minute, up: h.up}
+	s := State{Compute: 48 * time.Hour, Deadline: 60 * time.Hour, Overhead: 10 * time.Minute, Tick: 10 * time.Second,
+		Current: Placement{Kind: Wait}, Prices: handPrices, Pools: []Pool{{ID: "a", History: live}, {ID: "b", History: live}}}
+	st := NewLookAhead()
+	b.Run("warm", func(b *testing.B) {
+		st.Decide(s)
+		for b.Loop() {
+			st.Decide(s)
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			lookaheads.Lock()
+			lookaheads.tables = nil
+			lookaheads.Unlock()
+			st.Decide(s)
+		}
+	})
+}

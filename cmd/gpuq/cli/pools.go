@@ -31,6 +31,13 @@ type PoolRow struct {
 	Preemptions        int           `json:"preemptions"`
 	PreemptionsPerHour float64       `json:"preemptions_per_hour"`
 	Price              *policy.Money `json:"price_per_hour,omitempty"`
+	// UpSpells and DownSpells count the runs of capacity and the outages
+	// seen to end by their length in spells of Spell, rounded: [n] those of
+	// n+1 spells (the first also those shorter than one), the last those of
+	// 12 or more. The spot strategy's look-ahead models the pool from them.
+	UpSpells   [queue.PoolSpellBuckets]int32 `json:"up_spells"`
+	DownSpells [queue.PoolSpellBuckets]int32 `json:"down_spells"`
+	Spell      time.Duration                 `json:"spell"`
 	// History is every bucket, with --history.
 	History []queue.PoolBucket `json:"history,omitempty"`
 }
@@ -41,8 +48,9 @@ func newPoolsCmd() *cobra.Command {
 		Short: "Each pool's recorded availability, preemption rate and price (from PostgreSQL)",
 		Long: `pools reads the availability every server has recorded for each pool: offer refreshes,
 launches that succeeded or found no capacity, and preempted attempts. It shows the share of
-observations with capacity, the pool's state now and for how long, its preemptions per hour and
-its latest price; --history lists the recorded buckets, recent ones fine and older ones merged.`,
+observations with capacity, the pool's state now and for how long, the outages seen to end and
+their median length (in the spot strategy's 10-minute spells), its preemptions per hour and its
+latest price; --history lists the recorded buckets, recent ones fine and older ones merged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -88,7 +96,7 @@ its latest price; --history lists the recorded buckets, recent ones fine and old
 				}
 				return t.flush()
 			}
-			t := newTable(cmd.OutOrStdout(), "POOL", "SINCE", "AVAILABLE", "NOW", "UP RUNS", "LAUNCHES", "NO CAPACITY", "PREEMPTIONS", "PER HOUR", "PRICE/H")
+			t := newTable(cmd.OutOrStdout(), "POOL", "SINCE", "AVAILABLE", "NOW", "UP RUNS", "OUTAGES", "LAUNCHES", "NO CAPACITY", "PREEMPTIONS", "PER HOUR", "PRICE/H")
 			for _, r := range rows {
 				now := "down"
 				if r.Up {
@@ -103,7 +111,7 @@ its latest price; --history lists the recorded buckets, recent ones fine and old
 				if r.Price != nil {
 					price = r.Price.String()
 				}
-				t.row(r.Pool, r.From.Format(time.DateTime), percent(r.Availability, r.Ticks), now, r.UpRuns, r.Launches,
+				t.row(r.Pool, r.From.Format(time.DateTime), percent(r.Availability, r.Ticks), now, r.UpRuns, outages(r), r.Launches,
 					r.NoCapacity, r.Preemptions, fmt.Sprintf("%.2f", r.PreemptionsPerHour), price)
 			}
 			return t.flush()
@@ -131,6 +139,8 @@ func poolRows(buckets []queue.PoolBucket, tick time.Duration, history bool) []Po
 		r.Up, r.For = sum.LastUp, time.Duration(sum.TailRun)*tick
 		r.Launches, r.NoCapacity, r.Preemptions = sum.Launches, sum.NoCapacity, sum.Preemptions
 		r.PreemptionsPerHour = sum.PreemptionsPerHour()
+		r.UpSpells, r.DownSpells = sum.Spells()
+		r.Spell = time.Duration(max(sum.SpellTicks, 1)) * tick
 		if sum.Currency != "" {
 			r.Price = &policy.Money{Micros: sum.PriceMicros, Currency: sum.Currency}
 		}
@@ -148,6 +158,38 @@ func poolRows(buckets []queue.PoolBucket, tick time.Duration, history bool) []Po
 	}
 	flush()
 	return rows
+}
+
+// outages is the number of outages seen to end and their median length,
+// read from the spells they were counted in: "-" when none has ended.
+func outages(r PoolRow) string {
+	n := int32(0)
+	for _, c := range r.DownSpells {
+		n += c
+	}
+	if n == 0 {
+		return "-"
+	}
+	median, seen := 0, int32(0)
+	for i, c := range r.DownSpells {
+		if seen += c; 2*seen >= n {
+			median = i
+			break
+		}
+	}
+	// Lengths are rounded to whole spells: [i] holds those within half a
+	// spell of i+1 spells, the first also the shorter ones, the last the
+	// longer ones.
+	var length string
+	switch last := len(r.DownSpells) - 1; median {
+	case 0:
+		length = "<" + (r.Spell * 3 / 2).String()
+	case last:
+		length = "≥" + (r.Spell*time.Duration(last) + r.Spell/2).String()
+	default:
+		length = "≈" + (r.Spell * time.Duration(median+1)).String()
+	}
+	return fmt.Sprintf("%d, median %s", n, length)
 }
 
 func percent(share float64, ticks int) string {

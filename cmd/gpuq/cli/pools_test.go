@@ -58,6 +58,20 @@ func TestPoolsShowsEachPoolsRecordedAvailabilityPreemptionsAndPrice(t *testing.T
 		b.PreemptionsPerHour != 12 || b.Price.String() != "0.28 EUR" {
 		t.Errorf("sim-b-spot = %+v, want 25%% up, up for 30s, 1 preemption (12 an hour over its 5-minute bucket), 1 refused launch, 0.28 EUR", b)
 	}
+	// b's outage of 90 s has ended: one outage, under one and a half
+	// 10-minute spells; a's run goes on.
+	if b.DownSpells != [queue.PoolSpellBuckets]int32{0: 1} || b.UpSpells != [queue.PoolSpellBuckets]int32{} ||
+		b.Spell != 10*time.Minute || a.DownSpells != [queue.PoolSpellBuckets]int32{} {
+		t.Errorf("runs seen to end: sim-a-spot %v/%v, sim-b-spot %v/%v in %v; want sim-b-spot's one outage of less than a spell",
+			a.UpSpells, a.DownSpells, b.UpSpells, b.DownSpells, b.Spell)
+	}
+	out, _, err = runCLI(t, "pools", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "OUTAGES") || !strings.Contains(out, "1, median <15m0s") {
+		t.Errorf("pools printed no outage of sim-b-spot:\n%s", out)
+	}
 
 	out, _, err = runCLI(t, "pools", "--database-url", url, "--history", "--pool", "sim-b-spot")
 	if err != nil {
@@ -69,5 +83,21 @@ func TestPoolsShowsEachPoolsRecordedAvailabilityPreemptionsAndPrice(t *testing.T
 
 	if _, _, err := runCLI(t, "pools", "--database-url", url, "--since", "-1h"); err == nil || !strings.Contains(err.Error(), "--since") {
 		t.Errorf("a negative --since: err %v, want one naming --since", err)
+	}
+}
+
+func TestPoolsOutagesShowTheMedianLengthInSpells(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		down [queue.PoolSpellBuckets]int32
+		want string
+	}{
+		{[queue.PoolSpellBuckets]int32{}, "-"},
+		{[queue.PoolSpellBuckets]int32{0: 1, 2: 1, 5: 1}, "3, median ≈30m0s"},
+		{[queue.PoolSpellBuckets]int32{0: 1, 11: 3}, "4, median ≥1h55m0s"},
+	} {
+		if got := outages(PoolRow{DownSpells: c.down, Spell: 10 * time.Minute}); got != c.want {
+			t.Errorf("outages %v = %q, want %q", c.down, got, c.want)
+		}
 	}
 }
