@@ -27,9 +27,9 @@ import "time"
 // Outage, the slack above the reserve cannot absorb.
 //
 // The history is what the pools did before the decision, from before the
-// job's start on: the live scheduler keeps one PoolHistory per pool for as
-// long as it runs, and the simulator replays the traces before the job's
-// start into it. Nothing after the decision point is ever seen.
+// job's start on: the live scheduler reads it from what every server has
+// recorded, and the simulator replays the traces before the job's start
+// into it. Nothing after the decision point is ever seen.
 type Gpuq struct {
 	// Share is the share of the initial slack kept back, scaled by the share
 	// of work left: slack for the outages late in the job, when waiting for

@@ -154,7 +154,7 @@ func spellHazards(spells [SpellBuckets]int32, ticks, current int, mean float64) 
 	// Runs of the last bucket's length or more end at the rate their mean
 	// length gives: the ticks in no shorter run over their number, the
 	// prior's share of a run, and the run going on if it is one of them.
-	// A history rebuilt from summaries has counted no run: the prior alone.
+	// A history that has seen no run end gives the prior alone.
 	tailTicks := left * (b - 1 + mean)
 	tailRuns := left + float64(spells[b-1])
 	switch long := ticks - short; {

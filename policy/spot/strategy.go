@@ -50,8 +50,10 @@ type Action struct {
 }
 
 // PoolHistory summarises what has been seen of one spot pool so far. The
-// simulator keeps one per pool; the live scheduler keeps one per pool id and
-// calls Observe at each decision point.
+// simulator keeps one per pool and calls Observe at each tick; the live
+// scheduler reads one per pool from the history every server records in
+// PostgreSQL (queue/control StrategyHistory), or without it keeps one per
+// pool id and calls Observe at each offer refresh.
 type PoolHistory struct {
 	// Ticks is the number of ticks observed, UpTicks those with capacity.
 	Ticks, UpTicks int
@@ -60,9 +62,9 @@ type PoolHistory struct {
 	// Run is the length of the current run of ticks in the same state.
 	Run int
 	// UpSpells and DownSpells count the runs seen to end by their length:
-	// [n] those of n+1 ticks, the last those of SpellBuckets ticks or more.
-	// A history rebuilt from summaries leaves them empty; a strategy then
-	// assumes runs without memory of the mean length.
+	// [n] those of n+1 ticks (of Spell), the last those of SpellBuckets or
+	// more. Left empty (no run seen to end, or counted in another unit), a
+	// strategy assumes runs without memory of the mean length.
 	UpSpells, DownSpells [SpellBuckets]int32
 	// Spell is the tick UpSpells and DownSpells count runs in; zero is the
 	// tick the history is observed at (State.Tick). The live scheduler
