@@ -29,6 +29,11 @@ type TierQuestion struct {
 	Checkpoint string
 	Move       spot.Move
 	Prices     spot.Prices
+	// OnDemand is set when the job is running on on-demand now and the
+	// question is whether to leave it for spot; Warmup is what its
+	// instance has still to pay of the restart overhead.
+	OnDemand bool
+	Warmup   time.Duration
 }
 
 // AdviseTier narrows a spot-then-on-demand job with a deadline and an
@@ -49,6 +54,7 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 		Overhead: rules.WithDefaults().Spot.RestartOverhead,
 		Tick:     q.Tick,
 		Current:  spot.Placement{Kind: spot.Wait},
+		Warmup:   q.Warmup,
 		Done:     min(q.Banked, job.ExpectedDuration),
 		Move:     q.Move,
 		Prices:   q.Prices,
@@ -64,12 +70,15 @@ func AdviseTier(job *Requirements, rules Rules, q TierQuestion) string {
 	if seen[q.Checkpoint] {
 		st.Checkpoint = q.Checkpoint
 	}
+	if q.OnDemand {
+		st.Current.Kind = spot.OnDemand
+	}
 	advice, err := spot.Advise(strategy, st)
 	if err != nil {
 		return fmt.Sprintf("spot strategy %s not consulted: %v", strategy.Name(), err)
 	}
-	switch advice.Kind {
-	case spot.OnDemand:
+	switch {
+	case advice.Kind == spot.OnDemand || (q.OnDemand && advice.Kind != spot.Spot):
 		job.Tier = TierOnDemand
 	default:
 		// Spot now, or wait for spot: either way the job queues on spot.

@@ -119,6 +119,12 @@ type CoreNATS interface {
 // header carries.
 const HeaderStop = "Gpuq-Stop"
 
+// HeaderMove on a message to CancelSubject asks the worker to hand the job
+// back as on a preemption notice (SIGTERM, the grace to save a final
+// checkpoint), with outcome moved, so that the control plane places it
+// elsewhere; the header carries the reason.
+const HeaderMove = "Gpuq-Move"
+
 // StopPublisher is the plain NATS publishing that stop requests use.
 type StopPublisher interface {
 	PublishMsg(m *nats.Msg) error
@@ -130,6 +136,17 @@ type StopPublisher interface {
 func NotifyStop(nc StopPublisher, job uuid.UUID, reason string) error {
 	m := nats.NewMsg(CancelSubject(job.String()))
 	m.Header.Set(HeaderStop, reason)
+	if err := nc.PublishMsg(m); err != nil {
+		return err
+	}
+	return nc.Flush()
+}
+
+// NotifyMove asks any worker running job to hand it back with a final
+// checkpoint, for reason, so that it moves to another pool.
+func NotifyMove(nc StopPublisher, job uuid.UUID, reason string) error {
+	m := nats.NewMsg(CancelSubject(job.String()))
+	m.Header.Set(HeaderMove, reason)
 	if err := nc.PublishMsg(m); err != nil {
 		return err
 	}

@@ -87,6 +87,11 @@ const (
 	// OutcomeOverBudget: the job was stopped when its spend reached its
 	// own budget.total or a budget of its project.
 	OutcomeOverBudget = "over_budget"
+	// OutcomeMoved: the control plane asked the worker to hand the job back
+	// with a final checkpoint so that it moves to another pool (from
+	// on-demand back to spot, as the spot strategy advised). It counts as
+	// neither an error nor a preemption.
+	OutcomeMoved = "moved"
 )
 
 // Checkpoint is one committed checkpoint archive.
@@ -115,10 +120,10 @@ type Event struct {
 }
 
 // HandedBackPreempted reports whether ev is a job going back to placed after
-// a preempted attempt: the event after which the replacer looks for the
-// job's plan B.
+// a preempted attempt, or one handed back to move: the event after which the
+// replacer looks for the job's plan B.
 func (ev Event) HandedBackPreempted() bool {
-	return ev.State == StatePlaced && ev.Outcome == OutcomePreempted
+	return ev.State == StatePlaced && (ev.Outcome == OutcomePreempted || ev.Outcome == OutcomeMoved)
 }
 
 // Placement is where the scheduler put a job and why.

@@ -228,6 +228,10 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 				cancel(&StopError{Reason: reason})
 				return
 			}
+			if reason := m.Header.Get(queue.HeaderMove); reason != "" {
+				cancel(&MoveError{Reason: reason})
+				return
+			}
 			cancel(ErrCancelled)
 		})
 		if err == nil {
@@ -278,6 +282,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 
 	var waitErr error
 	var stop *StopError // the control plane's stop request, when one ended the job
+	var move *MoveError // the control plane's move request, when one ended the job
 	exitedInGrace := true
 	noticed := make(chan struct{})
 	close(noticed)
@@ -286,10 +291,10 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	case <-jobCtx.Done():
 		pgid := -cmd.Process.Pid
 		cause := context.Cause(jobCtx)
-		if errors.Is(cause, ErrPreempted) || errors.As(cause, &stop) {
+		if errors.Is(cause, ErrPreempted) || errors.As(cause, &stop) || errors.As(cause, &move) {
 			syscall.Kill(pgid, syscall.SIGTERM) //nolint:errcheck // it may have exited already
 			grace := w.cfg.Grace
-			if stop == nil {
+			if stop == nil && move == nil {
 				p := preemptionOf(cause)
 				grace = w.graceFor(p)
 				noticed = make(chan struct{})
@@ -335,6 +340,8 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		a.preempted(exitedInGrace, preemptionOf(cause).Reason)
 	case errors.As(cause, &stop):
 		a.stopped(exitedInGrace, code, stop.Reason)
+	case errors.As(cause, &move):
+		a.moved(exitedInGrace, move.Reason)
 	case cause == ErrTimeout:
 		a.finishError(code, fmt.Sprintf("timed out after %s", time.Duration(job.Spec.Timeout)), queue.OutcomeTimeout)
 	default:
@@ -636,6 +643,19 @@ func (a *attempt) failAs(outcome string, code *int, reason string) {
 func (a *attempt) preempted(exitedInGrace bool, reason string) {
 	a.finalCheckpoint(exitedInGrace)
 	a.release(queue.OutcomePreempted, nil, "preempted: "+reason, 0)
+}
+
+// movedRedelivery is how long a job handed back to move waits before its
+// pool may run it again: the control plane re-places it meanwhile, which
+// turns this pool's message stale; if it cannot, the job resumes here.
+const movedRedelivery = 30 * time.Second
+
+// moved hands the job back after the control plane asked it to move: the
+// final checkpoint is recorded as on a notice, and the job goes back to
+// placed with outcome moved (neither an error nor a preemption).
+func (a *attempt) moved(exitedInGrace bool, reason string) {
+	a.finalCheckpoint(exitedInGrace)
+	a.release(queue.OutcomeMoved, nil, "moved: "+reason, movedRedelivery)
 }
 
 // stopped ends a job the control plane stopped for its budget, after its

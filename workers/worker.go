@@ -38,6 +38,15 @@ type StopError struct {
 
 func (e *StopError) Error() string { return "job stopped: " + e.Reason }
 
+// MoveError is the control plane's request to hand a job back so that it
+// moves to another pool: the job is stopped as on a preemption notice and
+// handed back with outcome moved.
+type MoveError struct {
+	Reason string
+}
+
+func (e *MoveError) Error() string { return "job moved: " + e.Reason }
+
 // Config is a worker's configuration.
 type Config struct {
 	// Pool whose consumer the worker pulls from. Required.

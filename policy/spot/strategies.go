@@ -11,6 +11,19 @@ func Strategies() []Strategy {
 	return []Strategy{OnDemandOnly{}, SpotOnly{}, Greedy{}, UniformProgress{}, NewGpuq(), NewLookAhead()}
 }
 
+// KeepOnDemand is a strategy with on-demand kept to the end once it takes
+// it: what a scheduler that never moves a running job back to spot would
+// pay for its advice. gpuq's rebalancer is what spares the live scheduler
+// that (gpuq simulate --keep-on-demand measures the difference).
+type KeepOnDemand struct{ Strategy }
+
+func (k KeepOnDemand) Decide(s State) Action {
+	if s.Current.Kind == OnDemand {
+		return onDemand("on-demand kept to the end")
+	}
+	return k.Strategy.Decide(s)
+}
+
 // ByName returns the strategy called name.
 func ByName(name string) (Strategy, error) {
 	var names []string

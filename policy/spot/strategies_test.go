@@ -88,3 +88,20 @@ func TestUniformProgressNeverNeedsTheSharedSafetyNet(t *testing.T) {
 		}
 	})
 }
+
+func TestKeepOnDemandKeepsOnDemandWhereTheStrategyWouldLeaveIt(t *testing.T) {
+	t.Parallel()
+	s := lookaheadState(2*time.Hour, OnDemand, Pool{ID: "a", Available: true, History: observed(append(repeat(3, 144, 5), 30)...)})
+	g := NewGpuq()
+	if a := g.Decide(s); a.Kind != Spot {
+		t.Fatalf("gpuq on on-demand with spot up for 5 hours: %v (%s), want spot", a.Kind, a.Reason)
+	}
+	k := KeepOnDemand{g}
+	if a := k.Decide(s); a.Kind != OnDemand || k.Name() != "gpuq" {
+		t.Fatalf("%s kept: %v (%s), want on-demand under gpuq's name", k.Name(), a.Kind, a.Reason)
+	}
+	s.Current = Placement{Kind: Wait}
+	if got, want := k.Decide(s), g.Decide(s); got != want {
+		t.Fatalf("idle, kept %+v, want gpuq's %+v", got, want)
+	}
+}

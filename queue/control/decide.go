@@ -68,6 +68,10 @@ type Question struct {
 	SubmittedAt time.Time
 	// Prior is nil on a first placement.
 	Prior *Prior
+	// Running, when set, is the attempt running the job on on-demand now:
+	// the question is then whether to leave it for spot (Rebalancer). Its
+	// time so far, less the restart overhead, counts as done.
+	Running *queue.Attempt
 	// Rules are the placement rules before any spend is charged.
 	Rules policy.Rules
 	// Spend, when not nil, charges each matching budget with the project's
@@ -116,6 +120,13 @@ func decideOnce(q Question) (policy.Decision, Recipe, error) {
 	if q.Prior != nil {
 		tq.Banked = progress(q.Prior.Attempts)
 		tq.Checkpoint, tq.Move = checkpointMove(q.Offers.List, q.Rules, q.Prior.Checkpoint)
+	}
+	if q.Running != nil {
+		over := q.Rules.WithDefaults().Spot.RestartOverhead
+		ran := max(q.Now.Sub(q.Running.StartedAt), 0)
+		tq.OnDemand = true
+		tq.Banked += max(ran-over, 0)
+		tq.Warmup = max(over-ran, 0)
 	}
 	tq.Prices = strategyPrices(q.Offers.List, q.Rules)
 	note := policy.AdviseTier(&job, q.Rules, tq)

@@ -17,9 +17,10 @@ import (
 const ReplacerConsumer = "replacer"
 
 // Replacer moves preempted jobs to their plan B. It follows, on a durable
-// consumer, the events of jobs handed back by a preempted worker
-// (queue.ReplaceSubject, published besides each job's own event, so that it
-// reads none of the others); for each, it asks the Placer for a
+// consumer, the events of jobs handed back by a preempted worker, or handed
+// back to move at the Rebalancer's request (queue.ReplaceSubject, published
+// besides each job's own event, so that it reads none of the others); for
+// each, it asks the Placer for a
 // re-placement with the job's preemption history, which avoids
 // the pool that just preempted it and escalates spot-then-on-demand jobs to
 // on-demand after repeated preemptions, inside the same residency and budget.
@@ -143,6 +144,6 @@ func (r *Replacer) Replace(ctx context.Context, ev queue.Event) error {
 	if err != nil || len(done) == 0 {
 		return err
 	}
-	r.Logger.Info("re-placed a preempted job", "job", job.ID, "from", current.Pool, "to", next.Pool, "placement", next.Version)
+	r.Logger.Info("re-placed a job handed back", "job", job.ID, "outcome", ev.Outcome, "from", current.Pool, "to", next.Pool, "placement", next.Version)
 	return publishOrders(ctx, r.JS, []queue.RunOrder{orderFor(job.ID, next)}, "")
 }

@@ -467,13 +467,16 @@ func (s *Store) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome str
 	})
 }
 
-// Requeue hands a running job back to its pool after an error (errors+1) or a
-// preemption (preemptions+1), under attempt.
+// Requeue hands a running job back to its pool after an error (errors+1), a
+// preemption (preemptions+1) or a move the control plane asked for (neither),
+// under attempt.
 func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
 	addErr, addPre := 0, 0
-	if outcome == queue.OutcomePreempted {
+	switch outcome {
+	case queue.OutcomePreempted:
 		addPre = 1
-	} else {
+	case queue.OutcomeMoved:
+	default:
 		addErr = 1
 	}
 	return s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
@@ -727,4 +730,14 @@ func (s *Store) AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[
 		out[queue.AttemptRef{JobID: r.JobID, Attempt: int(r.Attempt)}] = r.Pool
 	}
 	return out, nil
+}
+
+// RunningWithDeadline lists the running jobs whose tier the spot strategy
+// advises: spot-then-on-demand, with a deadline and an expected duration.
+func (s *Store) RunningWithDeadline(ctx context.Context) ([]uuid.UUID, error) {
+	ids, err := s.q.JobsRunningWithDeadline(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing running jobs with a deadline: %w", err)
+	}
+	return ids, nil
 }

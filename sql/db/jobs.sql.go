@@ -1297,3 +1297,37 @@ func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) 
 	}
 	return items, nil
 }
+
+const jobsRunningWithDeadline = `-- name: JobsRunningWithDeadline :many
+SELECT id FROM jobs
+WHERE state = 'running'
+  AND COALESCE(spec->'placement'->>'tier', 'spot-then-on-demand') = 'spot-then-on-demand'
+  AND spec ? 'deadline' AND spec ? 'expected_duration'
+ORDER BY id
+`
+
+// JobsRunningWithDeadline lists the running jobs the spot strategy places
+// (spot-then-on-demand, with a deadline and an expected duration), for the
+// rebalancer to ask whether each should leave on-demand for spot.
+func (q *Queries) JobsRunningWithDeadline(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobsRunningWithDeadline)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

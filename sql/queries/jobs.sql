@@ -390,3 +390,13 @@ WHERE j.project = ANY(@projects::text[])
        OR EXISTS (SELECT 1 FROM attempts x WHERE x.job_id = j.id AND x.started_at >= @since))
 ORDER BY j.project, j.submitted_at DESC, j.id, a.currency
 LIMIT @max_rows::int;
+
+-- name: JobsRunningWithDeadline :many
+-- JobsRunningWithDeadline lists the running jobs the spot strategy places
+-- (spot-then-on-demand, with a deadline and an expected duration), for the
+-- rebalancer to ask whether each should leave on-demand for spot.
+SELECT id FROM jobs
+WHERE state = 'running'
+  AND COALESCE(spec->'placement'->>'tier', 'spot-then-on-demand') = 'spot-then-on-demand'
+  AND spec ? 'deadline' AND spec ? 'expected_duration'
+ORDER BY id;

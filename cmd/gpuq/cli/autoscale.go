@@ -29,7 +29,7 @@ const (
 // capacityRole is the leadership the autoscaler and the reaper run under.
 const capacityRole = "capacity"
 
-// budgetRole is the leadership the budget stop runs under.
+// budgetRole is the leadership the budget stop and the rebalancer run under.
 const budgetRole = "budget"
 
 // autoscalerConfig reads the config key `autoscaler` and refuses a bad one,

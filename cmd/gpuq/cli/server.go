@@ -237,9 +237,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		}
 	}()
 	// One server stops the running jobs that reached a budget, so that each
-	// stop is alerted once.
+	// stop is alerted once, and asks the deadline jobs running on on-demand
+	// to move back to spot when the spot strategy advises it.
 	stopper := &control.BudgetStop{Store: c.store, NATS: c.nc, Policy: c.policy, BudgetStopConfig: budgetStop, Logger: logger}
-	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run}, Logger: logger}
+	rebalancer := &control.Rebalancer{Store: c.store, Placer: placer, NATS: c.nc, Logger: logger}
+	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run, rebalancer.Run}, Logger: logger}
 	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))
 	return c, nil

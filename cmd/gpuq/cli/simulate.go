@@ -59,6 +59,7 @@ two zones or more, one table per card, then one over every card's jobs.`,
 	f.String("spot-price", "0.92", "spot price per hour")
 	f.String("currency", "USD", "currency of the prices")
 	f.String("strategy", "all", "strategy to run, or all")
+	f.Bool("keep-on-demand", false, "keep on-demand to the end once a strategy takes it, as a scheduler that never moves a running job back to spot would")
 	f.Bool("sweep", false, "run the grid below instead of one job")
 	f.Float64Slice("sweep-compute-hours", []float64{24, 48}, "with --sweep: compute hours")
 	f.Float64Slice("sweep-slack", []float64{0.1, 0.3, 0.5}, "with --sweep: slack as a share of compute")
@@ -158,6 +159,11 @@ func readSimulateConfig(v *viper.Viper) (simulateConfig, error) {
 			return c, fmt.Errorf("--strategy: %w", err)
 		}
 		c.Strategies = []spot.Strategy{st}
+	}
+	if v.GetBool("keep-on-demand") {
+		for i, st := range c.Strategies {
+			c.Strategies[i] = spot.KeepOnDemand{Strategy: st}
+		}
 	}
 	if len(c.Traces) == 0 && (!c.Sweep || len(c.TraceDirs) == 0 && c.PoolDir == "") {
 		return c, fmt.Errorf("--trace: give at least one trace file (or --sweep with --trace-dir)")
