@@ -119,10 +119,15 @@ type CoreNATS interface {
 // header carries.
 const HeaderStop = "Gpuq-Stop"
 
-// HeaderMove on a message to CancelSubject asks the worker to hand the job
-// back as on a preemption notice (SIGTERM, the grace to save a final
-// checkpoint), with outcome moved, so that the control plane places it
-// elsewhere; the header carries the reason.
+// MoveSubject is where the control plane asks a running job's worker to
+// hand the job back as on a preemption notice (SIGTERM, the grace to save a
+// final checkpoint), with outcome moved, so that it places the job
+// elsewhere; HeaderMove carries the reason. A subject of its own, not
+// CancelSubject: a worker that predates moves does not hear the request,
+// where on CancelSubject it would take it for a cancel.
+func MoveSubject(jobID string) string { return "gpuq.move." + jobID }
+
+// HeaderMove carries a move request's reason.
 const HeaderMove = "Gpuq-Move"
 
 // StopPublisher is the plain NATS publishing that stop requests use.
@@ -145,7 +150,7 @@ func NotifyStop(nc StopPublisher, job uuid.UUID, reason string) error {
 // NotifyMove asks any worker running job to hand it back with a final
 // checkpoint, for reason, so that it moves to another pool.
 func NotifyMove(nc StopPublisher, job uuid.UUID, reason string) error {
-	m := nats.NewMsg(CancelSubject(job.String()))
+	m := nats.NewMsg(MoveSubject(job.String()))
 	m.Header.Set(HeaderMove, reason)
 	if err := nc.PublishMsg(m); err != nil {
 		return err

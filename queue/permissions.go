@@ -114,9 +114,10 @@ func WorkerRole(pool, region string) NATSRole {
 		},
 		Subscribe: []string{
 			WorkerInboxPrefix(pool) + ".>",
-			// A cancelled job's worker hears it here; publishing one is
-			// the control plane's alone.
+			// A cancelled job's worker hears it here, and a job asked
+			// to move; publishing either is the control plane's alone.
 			CancelSubject("*"),
+			MoveSubject("*"),
 		},
 	}
 	return r

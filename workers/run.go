@@ -228,14 +228,20 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 				cancel(&StopError{Reason: reason})
 				return
 			}
-			if reason := m.Header.Get(queue.HeaderMove); reason != "" {
-				cancel(&MoveError{Reason: reason})
-				return
-			}
 			cancel(ErrCancelled)
 		})
 		if err == nil {
 			defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
+		}
+		moveSub, err := w.nc.Subscribe(queue.MoveSubject(job.ID.String()), func(m *nats.Msg) {
+			reason := m.Header.Get(queue.HeaderMove)
+			if reason == "" {
+				reason = "the control plane asked"
+			}
+			cancel(&MoveError{Reason: reason})
+		})
+		if err == nil {
+			defer moveSub.Unsubscribe() //nolint:errcheck // the connection may be closing
 		}
 	}
 	ctl, err := listenControl(a.base, a.save)

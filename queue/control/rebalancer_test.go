@@ -62,7 +62,7 @@ func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) 
 	}
 
 	moves := make(chan *nats.Msg, 10)
-	sub, err := n.NC.ChanSubscribe(queue.CancelSubject("*"), moves)
+	sub, err := n.NC.ChanSubscribe(queue.MoveSubject("*"), moves)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) 
 	select {
 	case m := <-moves:
 		reason := m.Header.Get(queue.HeaderMove)
-		if m.Subject != queue.CancelSubject(id.String()) || !strings.Contains(reason, "advises spot") || !strings.Contains(reason, "moving to sim-a-spot") {
+		if m.Subject != queue.MoveSubject(id.String()) || !strings.Contains(reason, "advises spot") || !strings.Contains(reason, "moving to sim-a-spot") {
 			t.Fatalf("want a move request on the job's subject naming the advice and the pool, got %s %v", m.Subject, m.Header)
 		}
 	case <-time.After(5 * time.Second):
