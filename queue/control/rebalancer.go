@@ -30,9 +30,10 @@ type RebalancerStore interface {
 // on-demand pool; when it advises spot, the job's worker is asked to hand
 // the job back as on a preemption notice (SIGTERM, the grace to save a
 // final checkpoint) with outcome moved, and the Replacer places it on spot,
-// where it resumes from the checkpoint. Each attempt is asked once; if spot
-// is gone again by the time the job is re-placed, it resumes on its
-// on-demand pool.
+// where it resumes from the checkpoint. Only a job whose attempt has
+// recorded a checkpoint is moved: one that never saves could lose its work
+// on-demand. Each attempt is asked once; if spot is gone again by the time
+// the job is re-placed, it resumes on its on-demand pool.
 type Rebalancer struct {
 	Store  RebalancerStore
 	Placer *PolicyPlacer
@@ -148,7 +149,8 @@ func (r *Rebalancer) consider(ctx context.Context, id uuid.UUID) error {
 // AdviseMove asks the spot strategy whether job, running under attempt run
 // on the on-demand pool of placement, should leave it for spot now. It
 // returns the strategy's reason when it should, and "" when the job is not
-// on an on-demand pool offered now, or should stay.
+// on an on-demand pool offered now, has recorded no checkpoint under run
+// (when the placer reads checkpoints), or should stay.
 func (p *PolicyPlacer) AdviseMove(ctx context.Context, job *queue.Job, placement queue.Placement, ended []queue.Attempt, run *queue.Attempt) (string, error) {
 	cfg := p.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -177,9 +179,10 @@ func (p *PolicyPlacer) AdviseMove(ctx context.Context, job *queue.Job, placement
 		if err != nil {
 			return "", fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
 		}
-		if len(cps) > 0 {
-			prior.Checkpoint = &cps[len(cps)-1]
+		if len(cps) == 0 || cps[len(cps)-1].Attempt != run.Attempt {
+			return "", nil
 		}
+		prior.Checkpoint = &cps[len(cps)-1]
 	}
 	q := Question{Job: pj, SubmittedAt: job.SubmittedAt, Prior: prior, Running: run, Rules: cfg.Rules, Offers: offers,
 		Strategy: cfg.Strategy, Tick: cfg.OfferTTL, Now: cfg.Now()}

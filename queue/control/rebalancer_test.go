@@ -19,8 +19,8 @@ import (
 // A deadline job running on on-demand while spot was down is asked to move
 // to spot once spot is back and the strategy expects it to last (its runs
 // of capacity have lasted hours, its outages minutes), once per attempt,
-// on the subject its worker listens to; while spot is down it is left
-// where it is.
+// on the subject its worker listens to; while spot is down, or before its
+// attempt has recorded a checkpoint, it is left where it is.
 func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -70,7 +70,8 @@ func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) 
 	offers := &switchable{}
 	pass := func(clock time.Time) {
 		t.Helper()
-		p := &control.PolicyPlacer{Sources: []adapters.OfferSource{offers}, History: s, Now: func() time.Time { return clock }}
+		p := &control.PolicyPlacer{Sources: []adapters.OfferSource{offers}, History: s, Checkpoints: s.Checkpoints,
+			Now: func() time.Time { return clock }}
 		r := &control.Rebalancer{Store: s, Placer: p, NATS: n.NC}
 		for range 2 { // the second pass asks nothing more
 			if err := r.Pass(ctx); err != nil {
@@ -78,15 +79,30 @@ func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) 
 			}
 		}
 	}
-	pass(t0.Add(time.Second))
-	select {
-	case m := <-moves:
-		t.Fatalf("with spot down the job was asked to move: %s %v", m.Subject, m.Header)
-	case <-time.After(300 * time.Millisecond):
+	none := func(when string) {
+		t.Helper()
+		select {
+		case m := <-moves:
+			t.Fatalf("%s the job was asked to move: %s %v", when, m.Subject, m.Header)
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
+	if _, err := s.RecordCheckpoint(ctx, id, 1, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "eu-1", StoreURI: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	pass(t0.Add(time.Second))
+	none("with spot down")
 
 	observe(true, 3) // spot back for 30 minutes
 	offers.set(true)
+	if _, err := s.DB.Exec(`UPDATE checkpoints SET attempt = 0 WHERE job_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	pass(at.Add(time.Second))
+	none("before its attempt recorded a checkpoint")
+	if _, err := s.DB.Exec(`UPDATE checkpoints SET attempt = 1 WHERE job_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
 	pass(at.Add(time.Second))
 	select {
 	case m := <-moves:
@@ -97,9 +113,5 @@ func TestRebalancerAsksADeadlineJobOnOnDemandToMoveOnceSpotIsBack(t *testing.T) 
 	case <-time.After(5 * time.Second):
 		t.Fatal("no move request reached the job's worker with spot back")
 	}
-	select {
-	case m := <-moves:
-		t.Fatalf("the attempt was asked to move twice: %s %v", m.Subject, m.Header)
-	case <-time.After(300 * time.Millisecond):
-	}
+	none("a second time in the same attempt")
 }
