@@ -109,3 +109,62 @@ func TestAQuotaRefusalCrossesTheWorkerServiceWithItsMessage(t *testing.T) {
 		t.Fatalf("got %v, want %v matching ErrQuotaExceeded", got, err)
 	}
 }
+
+// updates counts the stream updates EnsureStreams asks for.
+type updates struct {
+	jetstream.JetStream
+	n int
+}
+
+func (u *updates) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	u.n++
+	return u.JetStream.CreateOrUpdateStream(ctx, cfg)
+}
+
+// A second process starting leaves gpuq's streams as they are when their
+// configuration is the one it asks for, and updates them when it is not.
+func TestEnsureStreamsUpdatesOnlyStreamsConfiguredOtherwise(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := StartEmbeddedNATS(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.ControlURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &updates{JetStream: js}
+	if err := EnsureStreams(ctx, u, StreamOptions{}); err != nil || u.n != 5 {
+		t.Fatalf("creating the streams: %d calls, %v; want 5", u.n, err)
+	}
+	u.n = 0
+	if err := EnsureStreams(ctx, u, StreamOptions{}); err != nil || u.n != 0 {
+		t.Fatalf("again with the same options: %d updates, %v; want none", u.n, err)
+	}
+	// Each stream the limits cap was uncapped: each one is updated.
+	limits := Storage{StreamMaxBytes: map[string]int64{"logs": 1 << 20}}.StreamLimits()
+	capped := 0
+	for _, b := range limits {
+		if b > 0 {
+			capped++
+		}
+	}
+	if err := EnsureStreams(ctx, u, StreamOptions{MaxBytes: limits}); err != nil || capped == 0 || u.n != capped {
+		t.Fatalf("with the streams capped: %d updates, %v; want %d", u.n, err, capped)
+	}
+	u.n = 0
+	if err := EnsureStreams(ctx, u, StreamOptions{MaxBytes: limits}); err != nil || u.n != 0 {
+		t.Fatalf("again with the same caps: %d updates, %v; want none", u.n, err)
+	}
+	st, err := js.Stream(ctx, StreamLogs)
+	if err != nil || st.CachedInfo().Config.MaxBytes != 1<<20 {
+		t.Fatalf("the log stream after the update: %+v, %v; want MaxBytes 1 MiB", st, err)
+	}
+}

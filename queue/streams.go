@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -137,11 +138,15 @@ type ConsumerManager interface {
 // scheduler's consumer.
 type StreamManager interface {
 	ConsumerManager
+	Stream(ctx context.Context, name string) (jetstream.Stream, error)
 	CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error)
 }
 
 // EnsureStreams creates or updates gpuq's streams and the scheduler's
-// consumer; it is safe to call from every process at start-up.
+// consumer; it is safe to call from every process at start-up. A stream
+// whose configuration is already the one asked for is left as it is: an
+// update is not free (the server rewrites the stream's configuration while
+// other processes create consumers on it).
 func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error {
 	o = o.withDefaults()
 	configs := []jetstream.StreamConfig{
@@ -161,6 +166,9 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 		if b := o.MaxBytes[c.Name]; b > 0 {
 			c.MaxBytes = b
 		}
+		if s, err := js.Stream(ctx, c.Name); err == nil && sameStreamConfig(s.CachedInfo().Config, c) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
 			return fmt.Errorf("creating stream %s: %w", c.Name, err)
 		}
@@ -176,6 +184,26 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 		return fmt.Errorf("creating the scheduler's consumer: %w", err)
 	}
 	return nil
+}
+
+// sameStreamConfig reports whether a stream configured as have has every
+// setting EnsureStreams asks for in want; a setting want leaves unset has
+// the server's default.
+func sameStreamConfig(have, want jetstream.StreamConfig) bool {
+	unset := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	dup := want.Duplicates
+	if dup == 0 {
+		dup = 2 * time.Minute
+	}
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Discard == want.Discard &&
+		have.Storage == want.Storage && have.Replicas == want.Replicas && have.Duplicates == dup &&
+		int64(have.MaxMsgSize) == unset(int64(want.MaxMsgSize)) && have.MaxAge == want.MaxAge &&
+		have.MaxMsgsPerSubject == unset(want.MaxMsgsPerSubject) && have.MaxBytes == unset(want.MaxBytes)
 }
 
 // EnsurePoolConsumer creates or updates the durable consumer of a pool.

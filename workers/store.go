@@ -55,7 +55,13 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 			replicas = 1
 		}
 		cfg := jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes}
-		b, err = s.JS.CreateOrUpdateObjectStore(ctx, cfg)
+		// A bucket already configured so is used as it is: an update
+		// rewrites the bucket's stream configuration while other
+		// processes read it.
+		b, err = s.JS.ObjectStore(ctx, name)
+		if err != nil || !sameBucket(ctx, b, cfg) {
+			b, err = s.JS.CreateOrUpdateObjectStore(ctx, cfg)
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Another process (a worker of the region uploading its first
 			// archive) created the bucket between this one's look and its
@@ -73,6 +79,24 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 	}
 	s.buckets[name] = b
 	return b, nil
+}
+
+// sameBucket reports whether bucket b has cfg's replicas, storage and size
+// cap (no cap: the server's -1).
+func sameBucket(ctx context.Context, b jetstream.ObjectStore, cfg jetstream.ObjectStoreConfig) bool {
+	st, err := b.Status(ctx)
+	if err != nil {
+		return false
+	}
+	obs, ok := st.(*jetstream.ObjectBucketStatus)
+	if !ok || obs.StreamInfo() == nil {
+		return false
+	}
+	have, max := obs.StreamInfo().Config, cfg.MaxBytes
+	if max == 0 {
+		max = -1
+	}
+	return have.Replicas == cfg.Replicas && have.Storage == cfg.Storage && have.MaxBytes == max
 }
 
 // Put stores r under name in bucket, creating it when missing.

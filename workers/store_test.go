@@ -47,3 +47,51 @@ func TestFirstUploadsOfAPoolFromManyWorkersAtOnceAllSucceed(t *testing.T) {
 		}
 	}
 }
+
+// bucketUpdates counts the bucket creations and updates an ObjectStore asks
+// for.
+type bucketUpdates struct {
+	jetstream.JetStream
+	mu sync.Mutex
+	n  int
+}
+
+func (b *bucketUpdates) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+	return b.JetStream.CreateOrUpdateObjectStore(ctx, cfg)
+}
+
+// A worker whose pool's bucket is already configured as it would configure
+// it uses the bucket as it is; one with other storage limits updates it.
+func TestABucketConfiguredAlreadyIsUsedWithoutAnUpdate(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	const pool = "pool-update"
+	put := func(maxBytes int64) int {
+		t.Helper()
+		js, err := jetstream.New(queuetest.Connect(t, n.WorkerURL(t, pool, "eu-update"), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &bucketUpdates{JetStream: js}
+		store := &workers.ObjectStore{JS: u, MaxBytes: maxBytes}
+		if _, err := store.Put(context.Background(), queue.ArchiveBucket(pool), "jobs/a/ckpt.tar.zst", strings.NewReader("data")); err != nil {
+			t.Fatal(err)
+		}
+		return u.n
+	}
+	if got := put(0); got != 1 {
+		t.Fatalf("the first worker created the bucket with %d calls, want 1", got)
+	}
+	if got := put(0); got != 0 {
+		t.Fatalf("a second worker with the same limits updated the bucket %d times, want none", got)
+	}
+	if got := put(1 << 30); got != 1 {
+		t.Fatalf("a worker with another size cap updated the bucket %d times, want once", got)
+	}
+	if got := put(1 << 30); got != 0 {
+		t.Fatalf("the next worker with that cap updated the bucket %d times, want none", got)
+	}
+}

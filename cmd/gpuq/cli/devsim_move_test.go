@@ -151,7 +151,7 @@ func startSimDev(t *testing.T, bin, data, config, traces string, start time.Dura
 	}
 	if err := json.NewDecoder(stdout).Decode(&conn); err != nil {
 		stop()
-		t.Fatalf("gpuq dev did not report its connection settings: %v", err)
+		t.Fatalf("gpuq dev did not report its connection settings: %v; its output:\n%s", err, logs.String())
 	}
 	// Client commands find dev's connection, its NATS credential included,
 	// in the config file it writes where it runs.
