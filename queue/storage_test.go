@@ -43,20 +43,7 @@ func TestStorageSettingsAreCheckedNamingTheKey(t *testing.T) {
 func TestStreamsAreCappedInBytesAndAFullSubmissionStreamRefusesMore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := StartEmbeddedNATS(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.ControlURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := controlJetStream(t)
 	limits := Storage{StreamMaxBytes: map[string]int64{"submit": 4096}}.StreamLimits()
 	if err := EnsureStreams(ctx, js, StreamOptions{MaxBytes: limits}); err != nil {
 		t.Fatal(err)
@@ -126,20 +113,7 @@ func (u *updates) CreateOrUpdateStream(ctx context.Context, cfg jetstream.Stream
 func TestEnsureStreamsUpdatesOnlyStreamsConfiguredOtherwise(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := StartEmbeddedNATS(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.ControlURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := controlJetStream(t)
 	u := &updates{JetStream: js}
 	if err := EnsureStreams(ctx, u, StreamOptions{}); err != nil || u.n != 5 {
 		t.Fatalf("creating the streams: %d calls, %v; want 5", u.n, err)
@@ -167,4 +141,25 @@ func TestEnsureStreamsUpdatesOnlyStreamsConfiguredOtherwise(t *testing.T) {
 	if err != nil || st.CachedInfo().Config.MaxBytes != 1<<20 {
 		t.Fatalf("the log stream after the update: %+v, %v; want MaxBytes 1 MiB", st, err)
 	}
+}
+
+// controlJetStream is JetStream on a fresh embedded server, as the control
+// plane sees it.
+func controlJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv, err := StartEmbeddedNATS(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.ControlURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
