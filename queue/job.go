@@ -94,6 +94,12 @@ const (
 	OutcomeMoved = "moved"
 )
 
+// JobInPool is a job and the pool it is placed in.
+type JobInPool struct {
+	ID   uuid.UUID
+	Pool string
+}
+
 // Checkpoint is one committed checkpoint archive.
 type Checkpoint struct {
 	JobID     uuid.UUID `json:"job_id"`

@@ -92,11 +92,11 @@ func sameBucket(ctx context.Context, b jetstream.ObjectStore, cfg jetstream.Obje
 	if !ok || obs.StreamInfo() == nil {
 		return false
 	}
-	have, max := obs.StreamInfo().Config, cfg.MaxBytes
-	if max == 0 {
-		max = -1
+	have, capBytes := obs.StreamInfo().Config, cfg.MaxBytes
+	if capBytes == 0 {
+		capBytes = -1
 	}
-	return have.Replicas == cfg.Replicas && have.Storage == cfg.Storage && have.MaxBytes == max
+	return have.Replicas == cfg.Replicas && have.Storage == cfg.Storage && have.MaxBytes == capBytes
 }
 
 // Put stores r under name in bucket, creating it when missing.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -929,10 +928,9 @@ func (a *Autoscaler) observePools(ctx context.Context, logger *slog.Logger, now 
 		return
 	}
 	obs := make([]queue.PoolObservation, 0, len(pools))
-	for _, name := range slices.Sorted(maps.Keys(pools)) {
-		o := pools[name].offer
-		obs = append(obs, queue.PoolObservation{Pool: name, Up: o.Availability != policy.Unavailable,
-			PriceMicros: o.PricePerHour.Micros, Currency: o.PricePerHour.Currency})
+	for name, p := range pools {
+		obs = append(obs, queue.PoolObservation{Pool: name, Up: p.offer.Availability != policy.Unavailable,
+			PriceMicros: p.offer.PricePerHour.Micros, Currency: p.offer.PricePerHour.Currency})
 	}
 	if err := a.Pools.ObservePools(ctx, now, obs); err != nil && ctx.Err() == nil {
 		logger.Warn("recording the pools' availability", "err", err)

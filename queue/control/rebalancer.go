@@ -15,7 +15,7 @@ import (
 
 // RebalancerStore is what the rebalancer reads.
 type RebalancerStore interface {
-	RunningWithDeadline(ctx context.Context) ([]uuid.UUID, error)
+	RunningWithDeadline(ctx context.Context) ([]queue.JobInPool, error)
 	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	Attempts(ctx context.Context, id uuid.UUID) ([]queue.Attempt, error)
@@ -82,22 +82,35 @@ func (r *Rebalancer) logger() *slog.Logger {
 	return r.Logger
 }
 
-// Pass asks once about every running deadline job and asks the worker of
-// each one the strategy advises to leave on-demand to hand it back.
+// Pass asks once about every running deadline job on an on-demand pool and
+// asks the worker of each one the strategy advises to leave it to hand it
+// back.
 func (r *Rebalancer) Pass(ctx context.Context) error {
-	ids, err := r.Store.RunningWithDeadline(ctx)
+	jobs, err := r.Store.RunningWithDeadline(ctx)
 	if err != nil {
 		return err
 	}
 	if r.asked == nil {
 		r.asked = map[uuid.UUID]int{}
 	}
-	running := make(map[uuid.UUID]bool, len(ids))
+	var onDemand map[string]bool
+	if len(jobs) > 0 {
+		cfg := r.Placer.WithDefaults()
+		offers, err := r.Placer.currentOffers(ctx, cfg.OfferTTL, cfg.Now)
+		if err != nil {
+			return err
+		}
+		onDemand = onDemandPools(offers.List)
+	}
+	running := make(map[uuid.UUID]bool, len(jobs))
 	var errs []error
-	for _, id := range ids {
-		running[id] = true
-		if err := r.consider(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("job %s: %w", id, err))
+	for _, j := range jobs {
+		running[j.ID] = true
+		if !onDemand[j.Pool] {
+			continue
+		}
+		if err := r.consider(ctx, j.ID); err != nil {
+			errs = append(errs, fmt.Errorf("job %s: %w", j.ID, err))
 		}
 	}
 	for id := range r.asked {
@@ -146,6 +159,17 @@ func (r *Rebalancer) consider(ctx context.Context, id uuid.UUID) error {
 	return nil
 }
 
+// onDemandPools is the set of the on-demand pools offered.
+func onDemandPools(offers []policy.Offer) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range offers {
+		if o.Tier == policy.TierOnDemand {
+			out[o.Pool] = true
+		}
+	}
+	return out
+}
+
 // AdviseMove asks the spot strategy whether job, running under attempt run
 // on the on-demand pool of placement, should leave it for spot now. It
 // returns the strategy's reason when it should, and "" when the job is not
@@ -164,13 +188,7 @@ func (p *PolicyPlacer) AdviseMove(ctx context.Context, job *queue.Job, placement
 	if err != nil {
 		return "", err
 	}
-	onDemand := false
-	for _, o := range offers.List {
-		if o.Pool == placement.Pool {
-			onDemand = o.Tier == policy.TierOnDemand
-		}
-	}
-	if !onDemand {
+	if !onDemandPools(offers.List)[placement.Pool] {
 		return "", nil
 	}
 	prior := &Prior{Placement: placement, Attempts: ended}

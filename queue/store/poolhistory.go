@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,6 +113,10 @@ func (s *Store) ObservePools(ctx context.Context, at time.Time, obs []queue.Pool
 		return err
 	}
 	bucket, slot := r.bucketOf(at)
+	// Every observer (each server's placer and autoscaler) writes its rows
+	// in the order of the pools' names, so that two transactions never wait
+	// for each other's rows.
+	obs = slices.SortedFunc(slices.Values(obs), func(a, b queue.PoolObservation) int { return strings.Compare(a.Pool, b.Pool) })
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
 		for _, o := range obs {
 			if err := q.PoolHistoryObserve(ctx, db.PoolHistoryObserveParams{

@@ -733,11 +733,16 @@ func (s *Store) AttemptPools(ctx context.Context, refs []queue.AttemptRef) (map[
 }
 
 // RunningWithDeadline lists the running jobs whose tier the spot strategy
-// advises: spot-then-on-demand, with a deadline and an expected duration.
-func (s *Store) RunningWithDeadline(ctx context.Context) ([]uuid.UUID, error) {
-	ids, err := s.q.JobsRunningWithDeadline(ctx)
+// advises (spot-then-on-demand, with a deadline and an expected duration),
+// with the pool each runs in.
+func (s *Store) RunningWithDeadline(ctx context.Context) ([]queue.JobInPool, error) {
+	rows, err := s.q.JobsRunningWithDeadline(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing running jobs with a deadline: %w", err)
 	}
-	return ids, nil
+	out := make([]queue.JobInPool, len(rows))
+	for i, r := range rows {
+		out[i] = queue.JobInPool{ID: r.ID, Pool: r.Pool}
+	}
+	return out, nil
 }

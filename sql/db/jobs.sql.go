@@ -1299,29 +1299,35 @@ func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) 
 }
 
 const jobsRunningWithDeadline = `-- name: JobsRunningWithDeadline :many
-SELECT id FROM jobs
+SELECT id, COALESCE(pool, '')::text AS pool FROM jobs
 WHERE state = 'running'
   AND COALESCE(spec->'placement'->>'tier', 'spot-then-on-demand') = 'spot-then-on-demand'
   AND spec ? 'deadline' AND spec ? 'expected_duration'
 ORDER BY id
 `
 
+type JobsRunningWithDeadlineRow struct {
+	ID   uuid.UUID
+	Pool string
+}
+
 // JobsRunningWithDeadline lists the running jobs the spot strategy places
-// (spot-then-on-demand, with a deadline and an expected duration), for the
-// rebalancer to ask whether each should leave on-demand for spot.
-func (q *Queries) JobsRunningWithDeadline(ctx context.Context) ([]uuid.UUID, error) {
+// (spot-then-on-demand, with a deadline and an expected duration) with the
+// pool each runs in, for the rebalancer to ask whether those on on-demand
+// should leave it for spot.
+func (q *Queries) JobsRunningWithDeadline(ctx context.Context) ([]JobsRunningWithDeadlineRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobsRunningWithDeadline)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []JobsRunningWithDeadlineRow
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i JobsRunningWithDeadlineRow
+		if err := rows.Scan(&i.ID, &i.Pool); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

@@ -393,9 +393,10 @@ LIMIT @max_rows::int;
 
 -- name: JobsRunningWithDeadline :many
 -- JobsRunningWithDeadline lists the running jobs the spot strategy places
--- (spot-then-on-demand, with a deadline and an expected duration), for the
--- rebalancer to ask whether each should leave on-demand for spot.
-SELECT id FROM jobs
+-- (spot-then-on-demand, with a deadline and an expected duration) with the
+-- pool each runs in, for the rebalancer to ask whether those on on-demand
+-- should leave it for spot.
+SELECT id, COALESCE(pool, '')::text AS pool FROM jobs
 WHERE state = 'running'
   AND COALESCE(spec->'placement'->>'tier', 'spot-then-on-demand') = 'spot-then-on-demand'
   AND spec ? 'deadline' AND spec ? 'expected_duration'
