@@ -56,7 +56,7 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 			nc.Close()
 			return nil, nil, nil, err
 		}
-		st.Events = &queue.EventPublisher{JS: js, Logger: quiet}
+		st.Events = &queue.EventPublisher{NATS: nc, Logger: quiet}
 		p.closers = append(p.closers, func() { st.Close(); nc.Close() })
 		return nc, js, st, nil
 	}
@@ -256,8 +256,12 @@ func (s *stack) measureSubmit(ctx context.Context, n, concurrency int, direct bo
 
 // e2eResult is one end-to-end run.
 type e2eResult struct {
-	JobsPerSec float64 `json:"jobs_per_sec"`
-	Seconds    float64 `json:"seconds"`
+	JobsPerSec float64   `json:"jobs_per_sec"`
+	Seconds    float64   `json:"seconds"`
+	CPU        cpuPerJob `json:"cpu_per_job"`
+	// Statements is what each PostgreSQL statement cost, with
+	// -pg-statements.
+	Statements []stmtCost `json:"statements,omitempty"`
 }
 
 // measureE2E submits n jobs running command while the workers run (with
@@ -275,6 +279,7 @@ func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slo
 	var succeeded, unsuccessful atomic.Int64
 	spec := specFor(command)
 	var start time.Time
+	var cpuStart cpuSample
 	listen := func(nc *nats.Conn, js jetstream.JetStream) error {
 		sub, err := nc.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
 			switch state := eventState(m.Data); state {
@@ -295,16 +300,26 @@ func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slo
 				return err
 			}
 		}
-		start = time.Now()
+		if s.pgStatements {
+			if err := s.resetStatements(ctx); err != nil {
+				return err
+			}
+		}
+		start, cpuStart = time.Now(), sampleCPU(s.pgData)
 		return nil
 	}
-	p, _, js, _, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second, listen)
+	p, _, js, dbURL, stop, err := s.session(ctx, nWorkers, slots, 30*time.Second, listen)
 	if err != nil {
 		return e2eResult{}, err
 	}
 	defer stop()
 	if !preload {
-		start = time.Now()
+		if s.pgStatements {
+			if err := s.resetStatements(ctx); err != nil {
+				return e2eResult{}, err
+			}
+		}
+		start, cpuStart = time.Now(), sampleCPU(s.pgData)
 		if err := submitAll(ctx, js, n, concurrency, spec); err != nil {
 			return e2eResult{}, err
 		}
@@ -329,14 +344,20 @@ func (s *stack) measureE2E(ctx context.Context, command string, n, nWorkers, slo
 		left, err := s.streamMsgs(ctx, queue.StreamRun)
 		return left == 0, err
 	})
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuStart.perJob(sampleCPU(s.pgData), n)
 	if err != nil {
 		return e2eResult{}, err
 	}
 	if err := checkRecorded(ctx, p.store.DB, n); err != nil {
 		return e2eResult{}, err
 	}
-	return e2eResult{JobsPerSec: float64(n) / elapsed.Seconds(), Seconds: elapsed.Seconds()}, nil
+	r := e2eResult{JobsPerSec: float64(n) / elapsed.Seconds(), Seconds: elapsed.Seconds(), CPU: cpu}
+	if s.pgStatements {
+		if r.Statements, err = s.statementCosts(ctx, dbURL, n); err != nil {
+			return e2eResult{}, err
+		}
+	}
+	return r, nil
 }
 
 // eventState reads the state of a job event.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,7 @@ type options struct {
 	cpuProfile  string
 	riverConns  int
 	riverCLI    string
+	pgStmts     bool
 }
 
 // maxWorkerSlots is the most slots a gpuq worker takes (worker.slots).
@@ -70,6 +72,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (scheduler and workers run in this process)")
 	flag.IntVar(&o.riverConns, "river-conns", 32, "River's pgx pool size (each gpuq process's pool holds up to 32 connections)")
 	flag.StringVar(&o.riverCLI, "river-cli", "river", "River's CLI, for its own benchmark (river bench) beside the others; left out when not found")
+	flag.BoolVar(&o.pgStmts, "pg-statements", false, "show what each PostgreSQL statement of gpuq's end-to-end runs cost per job (pg_stat_statements, which itself costs a little on every statement)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -134,7 +137,7 @@ func run(ctx context.Context, o options) error {
 	}}
 	rep.Machine = machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadavg()}
 	progress("starting PostgreSQL (fsync on) and NATS in %s", dir)
-	s, err := startStack(ctx, dir)
+	s, err := startStack(ctx, dir, o.pgStmts)
 	if err != nil {
 		return err
 	}
@@ -176,7 +179,21 @@ func run(ctx context.Context, o options) error {
 		}
 		best[i][side] = max(best[i][side], v)
 	}
+	// cpuFigure shows the CPU a job cost in the runs of a throughput
+	// figure (their median), split between the benchmark's process and
+	// PostgreSQL: on a machine whose cores are all busy, throughput is
+	// what that cost allows.
+	cpuFigure := func(name, process string, cpus []cpuPerJob) {
+		if len(cpus) == 0 || cpus[0].Total() == 0 {
+			return
+		}
+		slices.SortFunc(cpus, func(a, b cpuPerJob) int { return cmp.Compare(a.Total(), b.Total()) })
+		m := cpus[len(cpus)/2]
+		add(figure{Name: "  CPU per job", Value: m.Total(), Unit: "µs", Note: fmt.Sprintf("%s: process %.0f µs (%s), PostgreSQL %.0f µs", name, m.Process, process, m.Postgres)})
+	}
 	e2e := func(name, command string, n int, preload bool, slots int) error {
+		var cpus []cpuPerJob
+		var stmts []stmtCost // the last run's
 		vals, err := repeat(o.runs, name, func(i int) (float64, error) {
 			if i == 0 {
 				if _, err := s.measureE2E(ctx, command, min(warm, n), o.workers, slots, o.submitters, preload); err != nil {
@@ -184,6 +201,8 @@ func run(ctx context.Context, o options) error {
 				}
 			}
 			r, err := s.measureE2E(ctx, command, n, o.workers, slots, o.submitters, preload)
+			cpus = append(cpus, r.CPU)
+			stmts = r.Statements
 			return r.JobsPerSec, err
 		})
 		if err != nil {
@@ -198,14 +217,20 @@ func run(ctx context.Context, o options) error {
 			how = "submitted before the control plane and the workers start, timed from their start"
 		}
 		add(figure{Name: name, Value: median(vals), Unit: "jobs/s", Note: fmt.Sprintf("%d jobs, %d workers × %d slots, %s", n, o.workers, slots, how)})
+		cpuFigure(name, "control plane, workers, NATS server", cpus)
+		for _, c := range stmts[:min(len(stmts), 8)] {
+			add(figure{Name: "  PostgreSQL time per job: " + c.Name, Value: c.ExecUS + c.PlanUS, Unit: "µs", Note: c.String()})
+		}
 		return nil
 	}
 	// River's own benchmark runs 2,000 jobs at once on a queue filled
 	// beforehand; gpuq gets as many slots, and its queue filled the same way.
 	wide := min(riverBenchMaxWorkers/max(o.workers, 1), maxWorkerSlots)
 	if want("e2e") {
-		if err := e2e("end-to-end gpuq, in-process no-op", `["gpuq:noop"]`, o.jobs, false, o.slots); err != nil {
-			return err
+		if os.Getenv("SKIPSMALL") == "" {
+			if err := e2e("end-to-end gpuq, in-process no-op", `["gpuq:noop"]`, o.jobs, false, o.slots); err != nil {
+				return err
+			}
 		}
 		name := fmt.Sprintf("end-to-end gpuq, in-process no-op, %d × %d slots, queue filled first", o.workers, wide)
 		if err := e2e(name, `["gpuq:noop"]`, o.jobs, true, wide); err != nil {
@@ -214,6 +239,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if want("river") {
 		for _, setup := range riverSetups(o.workers * o.slots) {
+			var cpus []cpuPerJob
 			vals, err := repeat(o.runs, setup.name, func(i int) (float64, error) {
 				if i == 0 {
 					if _, err := s.measureRiver(ctx, warm, o.riverConns, setup); err != nil {
@@ -221,6 +247,7 @@ func run(ctx context.Context, o options) error {
 					}
 				}
 				r, err := s.measureRiver(ctx, o.jobs, o.riverConns, setup)
+				cpus = append(cpus, r.CPU)
 				return r.JobsPerSec, err
 			})
 			if err != nil {
@@ -229,6 +256,7 @@ func run(ctx context.Context, o options) error {
 			rep.Runs[setup.name] = vals
 			record(setup.preload, riverSide, median(vals))
 			add(figure{Name: setup.name, Value: median(vals), Unit: "jobs/s", Note: fmt.Sprintf("%d jobs, %s", o.jobs, setup.note)})
+			cpuFigure(setup.name, "River's client and its inserts", cpus)
 		}
 		// River's own benchmark, when its CLI is installed: the figure its
 		// authors would quote for this machine.

@@ -123,7 +123,7 @@ func (s *stack) measureRiver(ctx context.Context, n, maxConns int, setup riverSe
 			return e2eResult{}, err
 		}
 	}
-	start := time.Now()
+	start, cpuStart := time.Now(), sampleCPU(s.pgData)
 	if err := client.Start(ctx); err != nil {
 		return e2eResult{}, err
 	}
@@ -133,7 +133,7 @@ func (s *stack) measureRiver(ctx context.Context, n, maxConns int, setup riverSe
 		client.Stop(stopCtx) //nolint:errcheck // measured already
 	}()
 	if !setup.preload {
-		start = time.Now()
+		start, cpuStart = time.Now(), sampleCPU(s.pgData)
 		if err := insert(); err != nil {
 			return e2eResult{}, err
 		}
@@ -159,7 +159,7 @@ func (s *stack) measureRiver(ctx context.Context, n, maxConns int, setup riverSe
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done)
 		return done == n, err
 	})
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuStart.perJob(sampleCPU(s.pgData), n)
 	if err != nil {
 		return e2eResult{}, err
 	}
@@ -170,7 +170,7 @@ func (s *stack) measureRiver(ctx context.Context, n, maxConns int, setup riverSe
 	if done != n {
 		return e2eResult{}, fmt.Errorf("want %d completed River jobs, got %d", n, done)
 	}
-	return e2eResult{JobsPerSec: float64(n) / elapsed.Seconds(), Seconds: elapsed.Seconds()}, nil
+	return e2eResult{JobsPerSec: float64(n) / elapsed.Seconds(), Seconds: elapsed.Seconds(), CPU: cpu}, nil
 }
 
 // riverBenchLine is the summary line `river bench` prints at its end, e.g.

@@ -19,19 +19,40 @@ import (
 // server and one private PostgreSQL cluster with fsync and synchronous
 // commit on, shared by gpuq and River.
 type stack struct {
-	dir  string
-	pg   *pgtemp.Cluster
-	nats *queue.EmbeddedNATS
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	dbs  int
+	dir    string
+	pgData string // the cluster's data directory, for its CPU time
+	// pgStatements: the cluster preloads pg_stat_statements (its view is
+	// in the postgres database).
+	pgStatements bool
+	pg           *pgtemp.Cluster
+	nats         *queue.EmbeddedNATS
+	nc           *nats.Conn
+	js           jetstream.JetStream
+	dbs          int
 }
 
-func startStack(ctx context.Context, dir string) (*stack, error) {
-	s := &stack{dir: dir}
+func startStack(ctx context.Context, dir string, pgStatements bool) (*stack, error) {
+	s := &stack{dir: dir, pgData: filepath.Join(dir, "postgres", "data"), pgStatements: pgStatements}
+	opts := pgtemp.Options{Durable: true}
+	if pgStatements {
+		opts.Settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on"}
+	}
 	var err error
-	if s.pg, err = pgtemp.Start(ctx, filepath.Join(dir, "postgres"), pgtemp.Options{Durable: true}); err != nil {
+	if s.pg, err = pgtemp.Start(ctx, filepath.Join(dir, "postgres"), opts); err != nil {
 		return nil, err
+	}
+	if pgStatements {
+		admin, err := sql.Open("postgres", s.pg.URL())
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		_, err = admin.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+		admin.Close()
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		}
 	}
 	if s.nats, err = queue.StartEmbeddedNATS(filepath.Join(dir, "nats"), 0); err != nil {
 		s.Close()
@@ -85,6 +106,7 @@ func (s *stack) freshDB(ctx context.Context, prefix string, gpuqSchema bool) (st
 		if _, err := migrations.Migrate(ctx, db); err != nil {
 			return "", err
 		}
+
 	}
 	return url, nil
 }

@@ -35,6 +35,10 @@ type Options struct {
 	// of its postgres user (scram-sha-256), generated at initdb and kept in
 	// dir/password, mode 0600. A cluster made without one stays as it was.
 	Password bool
+	// Settings are more server settings, each name=value (passed as
+	// -c name=value), for example to preload pg_stat_statements. A value
+	// must not hold spaces.
+	Settings []string
 	// TakeOver stops a server still running in dir before starting: the
 	// caller owns dir (gpuq dev holds its lock), so such a server was left
 	// by a predecessor that crashed.
@@ -100,6 +104,11 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		}
 		c.runAs = u
 	}
+	for _, kv := range opts.Settings {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsAny(kv, " \t\n'\"\\") {
+			return nil, fmt.Errorf("pgtemp: setting %q: must be name=value without spaces or quotes", kv)
+		}
+	}
 	if c.port == 0 {
 		if c.port, err = freePort(); err != nil {
 			return nil, err
@@ -149,6 +158,9 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, dir)
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	for _, kv := range opts.Settings {
+		settings += " -c " + kv
 	}
 	logFile := filepath.Join(dir, "postgres.log")
 	if err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", settings, "-w", "-t", "60", "start"); err != nil {
