@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,6 +72,51 @@ type BeatSender struct {
 	Node string `json:"node,omitempty"`
 	// Pool is the pool the worker pulls from; it must equal the subject's.
 	Pool string `json:"pool"`
+}
+
+// DecodeBeatSender decodes who sent a beat without decoding, or even
+// scanning, the attempts it holds when they come after the sender's fields,
+// as a worker sends them: a listener that only needs to know who is alive
+// reads a few dozen bytes of a beat that may hold a thousand attempts. It
+// reads fields until "held" comes after the worker and the pool, and checks
+// only what it reads; Beat's full decoding checks the rest where the
+// attempts are needed.
+func DecodeBeatSender(data []byte) (BeatSender, error) {
+	var s BeatSender
+	d := json.NewDecoder(bytes.NewReader(data))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return s, errors.New("not a JSON object")
+	}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return s, err
+		}
+		key, _ := t.(string)
+		var dst any
+		switch key {
+		case "worker":
+			dst = &s.Worker
+		case "node":
+			dst = &s.Node
+		case "pool":
+			dst = &s.Pool
+		case "held":
+			if s.Worker != "" && s.Pool != "" {
+				return s, nil
+			}
+			dst = &json.RawMessage{}
+		default:
+			dst = &json.RawMessage{}
+		}
+		if err := d.Decode(dst); err != nil {
+			return s, fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	if _, err := d.Token(); err != nil {
+		return s, err
+	}
+	return s, nil
 }
 
 // Validate checks a sender heard on pool's alive subject.

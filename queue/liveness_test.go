@@ -55,3 +55,33 @@ func TestPoolOfAliveSubject(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeBeatSenderReadsTheSenderWhereverItsFieldsAre(t *testing.T) {
+	t.Parallel()
+	want := queue.BeatSender{Worker: "w-1", Node: "node-a", Pool: "gpu-a"}
+	held := strings.Repeat(`{"job_id":"`+uuid.NewString()+`","attempt":1,"reply":"$JS.ACK.GPUQ_RUN.pool-gpu-a.1.2.3.4.5"},`, 3)
+	held = "[" + strings.TrimSuffix(held, ",") + "]"
+	for name, body := range map[string]string{
+		"sender first, as workers send it": `{"worker":"w-1","node":"node-a","pool":"gpu-a","held":` + held + `}`,
+		"held first":                       `{"held":` + held + `,"pool":"gpu-a","worker":"w-1","node":"node-a"}`,
+		"unknown fields":                   `{"version":{"a":[1,2]},"worker":"w-1","pool":"gpu-a","node":"node-a"}`,
+		// What follows the sender's fields is not read: the full
+		// decoding, where the attempts are needed, refuses it.
+		"held left unread": `{"worker":"w-1","node":"node-a","pool":"gpu-a","held":[{"job_id":`,
+	} {
+		got, err := queue.DecodeBeatSender([]byte(body))
+		if err != nil || got != want {
+			t.Errorf("%s: got %+v, %v; want %+v", name, got, err, want)
+		}
+	}
+	for name, body := range map[string]string{
+		"not an object":             `["w-1"]`,
+		"a field of the wrong type": `{"worker":7,"pool":"gpu-a"}`,
+		"cut short":                 `{"worker":"w-1","pool":"gpu`,
+		"empty":                     ``,
+	} {
+		if got, err := queue.DecodeBeatSender([]byte(body)); err == nil {
+			t.Errorf("%s: decoded %+v, want an error", name, got)
+		}
+	}
+}

@@ -28,20 +28,30 @@ const kickGap = 20 * time.Millisecond
 
 // beats is the set of attempts a worker announces in its liveness beats.
 type beats struct {
-	mu   sync.Mutex
-	held map[*attempt]struct{}
+	mu sync.Mutex
+	// held maps each attempt announced to its entry in a beat's "held"
+	// list, encoded once when it is claimed: a worker of many slots
+	// beats often with hundreds of attempts, and encoding each one again
+	// every beat would cost more than the rest of the beat.
+	held map[*attempt][]byte
 	// kick asks for a beat now: a claimed attempt is announced at once.
 	kick chan struct{}
 }
 
 func newBeats() *beats {
-	return &beats{held: map[*attempt]struct{}{}, kick: make(chan struct{}, 1)}
+	return &beats{held: map[*attempt][]byte{}, kick: make(chan struct{}, 1)}
 }
 
 // hold announces a from now on; the returned function stops announcing it.
 func (b *beats) hold(a *attempt) (release func()) {
+	entry, err := json.Marshal(queue.HeldAttempt{JobID: a.job.ID, Attempt: a.job.Attempt, Reply: a.msg.Reply()})
+	if err != nil {
+		// A HeldAttempt always encodes; were it not to, the attempt
+		// would go unannounced and be recovered by its lease instead.
+		return func() {}
+	}
 	b.mu.Lock()
-	b.held[a] = struct{}{}
+	b.held[a] = entry
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
@@ -54,15 +64,35 @@ func (b *beats) hold(a *attempt) (release func()) {
 	}
 }
 
-// beat is the announcement of the attempts held now.
-func (b *beats) beat(w *Worker) queue.Beat {
+// beat encodes the announcement of the attempts held now: a queue.Beat,
+// its sender first, so that a listener that needs only the sender stops
+// reading before the attempts (queue.DecodeBeatSender).
+func (b *beats) beat(w *Worker) ([]byte, error) {
+	sender, err := json.Marshal(queue.BeatSender{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool})
+	if err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := queue.Beat{BeatSender: queue.BeatSender{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool}, Held: make([]queue.HeldAttempt, 0, len(b.held))}
-	for a := range b.held {
-		out.Held = append(out.Held, queue.HeldAttempt{JobID: a.job.ID, Attempt: a.job.Attempt, Reply: a.msg.Reply()})
+	if len(b.held) == 0 {
+		return sender, nil
 	}
-	return out
+	size := len(sender) + len(`,"held":[]`)
+	for _, entry := range b.held {
+		size += len(entry) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, sender[:len(sender)-1]...)
+	out = append(out, `,"held":[`...)
+	first := true
+	for _, entry := range b.held {
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, entry...)
+	}
+	return append(out, "]}"...), nil
 }
 
 // recheckAll asks every held attempt to check its lease now.
@@ -105,7 +135,7 @@ func (w *Worker) announce(ctx context.Context) {
 			w.beats.recheckAll()
 		}
 		last = time.Now()
-		body, err := json.Marshal(w.beats.beat(w))
+		body, err := w.beats.beat(w)
 		if err != nil {
 			continue
 		}

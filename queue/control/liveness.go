@@ -191,20 +191,26 @@ func (l *Liveness) handBack(ctx context.Context, w *seenWorker, silent time.Dura
 // readBeatSender decodes and checks who sent a beat, against its subject's
 // pool, leaving the attempts it holds undecoded.
 func readBeatSender(m *nats.Msg) (queue.BeatSender, error) {
-	var s queue.BeatSender
-	pool, err := poolOfBeat(m.Subject, m.Data, &s)
+	pool, err := beatPool(m.Subject, m.Data)
 	if err != nil {
-		return s, err
+		return queue.BeatSender{}, err
+	}
+	s, err := queue.DecodeBeatSender(m.Data)
+	if err != nil {
+		return s, fmt.Errorf("beat: %w", err)
 	}
 	return s, s.Validate(pool)
 }
 
 // readBeat decodes and checks a whole beat against its subject's pool.
 func readBeat(subject string, data []byte) (*queue.Beat, error) {
-	var b queue.Beat
-	pool, err := poolOfBeat(subject, data, &b)
+	pool, err := beatPool(subject, data)
 	if err != nil {
 		return nil, err
+	}
+	var b queue.Beat
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, fmt.Errorf("beat: %w", err)
 	}
 	if err := b.Validate(pool); err != nil {
 		return nil, err
@@ -212,18 +218,14 @@ func readBeat(subject string, data []byte) (*queue.Beat, error) {
 	return &b, nil
 }
 
-// poolOfBeat decodes a beat's data, bounded, into v and returns its
-// subject's pool.
-func poolOfBeat(subject string, data []byte, v any) (string, error) {
+// beatPool checks a beat's size and returns its subject's pool.
+func beatPool(subject string, data []byte) (string, error) {
 	pool, err := queue.PoolOfAliveSubject(subject)
 	if err != nil {
 		return "", err
 	}
 	if len(data) > queue.MaxBeatBytes {
 		return "", fmt.Errorf("beat: %d bytes, over the limit of %d", len(data), queue.MaxBeatBytes)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return "", fmt.Errorf("beat: %w", err)
 	}
 	return pool, nil
 }
