@@ -16,12 +16,16 @@ import (
 // and `gpuq logs -f` follow jobs without polling PostgreSQL. PostgreSQL stays
 // the truth: a lost announcement delays a watcher, it loses no state.
 type EventPublisher struct {
-	JS     AsyncPublisher
+	// NATS publishes each event as a plain NATS message on its subject,
+	// which the events stream stores: no acknowledgement comes back, as
+	// nothing waits on one (an announcement the stream could not store
+	// costs a watcher a delay, never state), and the stream's ingest
+	// queue and the connection bound what is in flight.
+	NATS   EventConn
 	Logger *slog.Logger
 }
 
-// Announce publishes events asynchronously, bounded by the JetStream
-// context's async publish window. An event of a job a preempted worker
+// Announce publishes events in order. An event of a job a preempted worker
 // handed back is published on its ReplaceSubject too.
 func (p *EventPublisher) Announce(ctx context.Context, events []Event) {
 	for _, ev := range events {
@@ -38,14 +42,14 @@ func (p *EventPublisher) Announce(ctx context.Context, events []Event) {
 }
 
 func (p *EventPublisher) publish(subject string, body []byte, ev Event) {
-	if _, err := p.JS.PublishAsync(subject, body); err != nil && p.Logger != nil {
+	if err := p.NATS.Publish(subject, body); err != nil && p.Logger != nil {
 		p.Logger.Warn("announcing job event", "subject", subject, "job", ev.JobID, "state", ev.State, "err", err)
 	}
 }
 
-// AsyncPublisher is the part of JetStream that announces events.
-type AsyncPublisher interface {
-	PublishAsync(subject string, payload []byte, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+// EventConn is the part of a NATS connection that announces events.
+type EventConn interface {
+	Publish(subject string, data []byte) error
 }
 
 // OrderedConsumers is the part of JetStream that reads a stream in order:

@@ -8,19 +8,18 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// subjectRecorder records what is published asynchronously, by subject.
+// subjectRecorder records what is published, by subject.
 type subjectRecorder struct{ published map[string][]Event }
 
-func (r *subjectRecorder) PublishAsync(subject string, payload []byte, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+func (r *subjectRecorder) Publish(subject string, payload []byte) error {
 	var ev Event
 	if err := json.Unmarshal(payload, &ev); err != nil {
-		return nil, err
+		return err
 	}
 	r.published[subject] = append(r.published[subject], ev)
-	return nil, nil
+	return nil
 }
 
 // The replacer follows ReplaceSubject alone, so an event of a job a
@@ -37,7 +36,7 @@ func TestOnlyAPreemptedHandBackIsAnnouncedToTheReplacer(t *testing.T) {
 		{JobID: job, State: StateSucceeded, Attempt: 2, Outcome: OutcomePreempted},
 	}
 	rec := &subjectRecorder{published: map[string][]Event{}}
-	(&EventPublisher{JS: rec}).Announce(context.Background(), events)
+	(&EventPublisher{NATS: rec}).Announce(context.Background(), events)
 
 	if got := rec.published[EventSubject(job.String())]; len(got) != len(events) {
 		t.Fatalf("job's own subject: %d events, want all %d", len(got), len(events))

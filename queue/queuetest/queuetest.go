@@ -112,7 +112,7 @@ func Store(t testing.TB, n *NATS) (*store.Store, string) {
 	}
 	t.Cleanup(func() { s.Close() })
 	if n != nil {
-		s.Events = &queue.EventPublisher{JS: n.JS}
+		s.Events = &queue.EventPublisher{NATS: n.NC}
 	}
 	return s, url
 }

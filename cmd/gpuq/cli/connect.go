@@ -237,7 +237,7 @@ func dial(ctx context.Context, v *viper.Viper, withDB bool, opts ...nats.Option)
 			c.Close()
 			return nil, redactErr(err, dbURL)
 		}
-		c.store.Events = &queue.EventPublisher{JS: c.js, Logger: slog.Default()}
+		c.store.Events = &queue.EventPublisher{NATS: c.nc, Logger: slog.Default()}
 	}
 	return c, nil
 }

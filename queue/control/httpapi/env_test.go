@@ -62,7 +62,7 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	st.Events = &queue.EventPublisher{JS: n.JS}
+	st.Events = &queue.EventPublisher{NATS: n.NC}
 	provider, err := local.New(pools)
 	if err != nil {
 		t.Fatal(err)
