@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -442,22 +443,12 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 		if !ok {
 			return wrong("a mapping")
 		}
-		fields := map[string]reflect.Type{}
-		var names []string
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "" || name == "-" {
-				continue
-			}
-			fields[name] = f.Type
-			names = append(names, name)
-		}
+		fields := jsonFieldsOf(t)
 		var out []FieldError
 		for _, k := range sortedKeys(m) {
-			ft, ok := fields[k]
+			ft, ok := fields.types[k]
 			if !ok {
-				out = append(out, FieldError{Field: path + "." + keyName(k), Message: "unknown field; allowed: " + strings.Join(names, ", ")})
+				out = append(out, FieldError{Field: path + "." + keyName(k), Message: "unknown field; allowed: " + fields.names})
 				continue
 			}
 			out = append(out, checkShape(path+"."+keyName(k), m[k], ft)...)
@@ -465,6 +456,37 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 		return out
 	}
 	return nil
+}
+
+// jsonFields are the fields a struct type reads from JSON: each one's type
+// by its JSON name, and the names in declaration order.
+type jsonFields struct {
+	types map[string]reflect.Type
+	names string
+}
+
+// jsonFieldsByType caches jsonFieldsOf: every submission's spec is checked
+// against the same few struct types.
+var jsonFieldsByType sync.Map // reflect.Type → *jsonFields
+
+func jsonFieldsOf(t reflect.Type) *jsonFields {
+	if f, ok := jsonFieldsByType.Load(t); ok {
+		return f.(*jsonFields)
+	}
+	f := &jsonFields{types: map[string]reflect.Type{}}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		f.types[name] = sf.Type
+		names = append(names, name)
+	}
+	f.names = strings.Join(names, ", ")
+	jsonFieldsByType.Store(t, f)
+	return f
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"errors"
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +139,48 @@ func TestJobIDForIdempotencyKeyIsStablePerProject(t *testing.T) {
 	first, second := JobIDFor(&Spec{Project: "p"}), JobIDFor(&Spec{Project: "p"})
 	if first == second {
 		t.Fatal("submissions without a key must get fresh ids")
+	}
+}
+
+// BenchmarkParseSpecJSON parses what queue.Submit publishes: the
+// scheduler parses every submission this way.
+func BenchmarkParseSpecJSON(b *testing.B) {
+	for name, spec := range map[string]string{
+		"noop": `{"name":"bench","project":"bench","command":["gpuq:noop"]}`,
+		"training": `{"name":"resnet-sweep-17","project":"vision","command":["python","train.py","--lr","0.01"],` +
+			`"env":{"EPOCHS":"90","SEED":"17"},"resources":{"gpu":{"count":1,"cards":["A100"]},"cpu":8,"memory_gb":64},` +
+			`"placement":{"tier":"spot-then-on-demand","residency":"eu"},"checkpoint":{"paths":["model.pt"],"interval":"10m"},` +
+			`"retries":{"max_errors":3},"deadline":"2026-12-24T18:00:00Z","expected_duration":"6h"}`,
+	} {
+		if _, err := ParseSpec([]byte(spec)); err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseSpec([]byte(spec)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestIsPlainKeyAcceptsWhatThePlainKeyPatternDoes(t *testing.T) {
+	t.Parallel()
+	plainKey := regexp.MustCompile(`^[A-Za-z0-9_&*./: -]*$`)
+	alphabet := []rune("aZ09_&*./: -\"'\\\t\n\x00\x7fé→{}[]#")
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		k := make([]rune, r.IntN(6))
+		for i := range k {
+			k[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if got, want := isPlainKey(string(k)), plainKey.MatchString(string(k)); got != want {
+			t.Fatalf("isPlainKey(%q) = %v, want %v", string(k), got, want)
+		}
+	}
+	if keyName("a\nb") != `"a\nb"` || keyName("resources.gpu") != "resources.gpu" {
+		t.Fatalf("keyName: %q, %q", keyName("a\nb"), keyName("resources.gpu"))
 	}
 }

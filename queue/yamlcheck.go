@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -108,13 +108,27 @@ func checkNode(n *yaml.Node, path string) error {
 	return nil
 }
 
-var plainKey = regexp.MustCompile(`^[A-Za-z0-9_&*./: -]*$`)
-
 // keyName writes a key as it is when it is plain, else quoted, so that an
 // error never carries control characters from its input.
 func keyName(k string) string {
-	if plainKey.MatchString(k) {
+	if isPlainKey(k) {
 		return k
 	}
 	return strconv.Quote(k)
+}
+
+// isPlainKey reports whether k holds only ASCII letters, digits and
+// "_&*./: -" (no control character, quote or other byte): every key of
+// every submitted spec is named this way, so it is a loop, not a regular
+// expression.
+func isPlainKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("_&*./: -", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -94,8 +95,10 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 		if err != nil {
 			return nil, err
 		}
+		insertedNow := maps.Clone(placedNow)
 		for _, r := range insertedWaiting {
 			byID[r.ID] = r
+			insertedNow[r.ID] = true
 			events = append(events, eventOf(r.ID, queue.StatePending, 0, "submitted", nil))
 		}
 		// A redelivered submission inserted nothing: its job is read as
@@ -123,6 +126,14 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 			}
 			if !ok {
 				return nil, fmt.Errorf("finding the job recorded for submission %s: %w", nj.ID, errors.Join(err, queue.ErrNotFound))
+			}
+			if insertedNow[row.ID] && row.ID == nj.ID {
+				// Inserted by this batch: its spec is the one just
+				// encoded into the row, not decoded back from it.
+				spec := *nj.Spec
+				out[i] = jobWithoutSpec(row)
+				out[i].Spec = &spec
+				continue
 			}
 			if out[i], err = jobFromRow(row); err != nil {
 				return nil, err
