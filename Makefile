@@ -103,6 +103,10 @@ bench-policy: ## Benchmark Place over 10,000 offers and 50 rules, one-shot and o
 bench-store: ## Benchmark attempts (claim, heartbeat, success) in batches of 32 while 3,200 and 100,000 jobs are queued
 	$(GO) test -run '^$$' -bench '^BenchmarkAttemptsWithJobsQueued$$' -benchtime 100x ./queue/store/
 
+.PHONY: bench-events
+bench-events: ## Benchmark announcing job events to the events stream: acknowledged, plain, and plain with the stream's async persist mode
+	$(GO) test -run '^$$' -bench '^BenchmarkAnnounceEvents$$' -benchtime 100000x ./queue/
+
 .PHONY: bench-http
 bench-http: ## Benchmark HTTP submission (8 clients) and state change → SSE event latency
 	$(GO) test -run '^$$' -bench . -benchtime 500x ./queue/control/httpapi/

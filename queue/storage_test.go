@@ -163,3 +163,52 @@ func controlJetStream(t *testing.T) jetstream.JetStream {
 	}
 	return js
 }
+
+// The events stream only announces what PostgreSQL holds, so a new one is
+// written asynchronously; the submission and run streams, which hold what
+// was acknowledged, are written as each message arrives. An events stream
+// made before, in the default mode, is kept as it is: the server refuses to
+// change a stream's persist mode, and refusing to start would be worse.
+func TestOnlyTheEventsStreamIsWrittenAsynchronouslyAndAnOlderOneIsKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js := controlJetStream(t)
+	if err := EnsureStreams(ctx, js, StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mode := func(name string) jetstream.PersistModeType {
+		t.Helper()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.PersistMode
+	}
+	for _, name := range []string{StreamSubmit, StreamRun, StreamLogs, StreamInstances} {
+		if m := mode(name); m != jetstream.DefaultPersistMode {
+			t.Errorf("stream %s: persist mode %s, want default", name, m)
+		}
+	}
+	if m := mode(StreamEvents); m != jetstream.AsyncPersistMode {
+		t.Errorf("events stream: persist mode %s, want async", m)
+	}
+	if got := announcementPersistMode(3); got != jetstream.DefaultPersistMode {
+		t.Errorf("three replicas: persist mode %s, want default (the server refuses async there)", got)
+	}
+
+	old := controlJetStream(t)
+	if _, err := old.CreateStream(ctx, jetstream.StreamConfig{Name: StreamEvents, Subjects: []string{EventSubject("*"), ReplaceSubject("*")},
+		Storage: jetstream.FileStorage, MaxMsgsPerSubject: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureStreams(ctx, old, StreamOptions{}); err != nil {
+		t.Fatalf("with an events stream made before in the default mode: %v", err)
+	}
+	st, err := old.Stream(ctx, StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.PersistMode != jetstream.DefaultPersistMode || c.MaxMsgsPerSubject != 1000 {
+		t.Fatalf("older events stream after EnsureStreams: persist mode %s, %d messages per subject; want it kept in the default mode and updated otherwise", c.PersistMode, c.MaxMsgsPerSubject)
+	}
+}

@@ -155,7 +155,8 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 		{Name: StreamRun, Subjects: []string{"gpuq.run.*.*"}, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, Duplicates: o.DuplicateWindow},
 		{Name: StreamEvents, Subjects: []string{EventSubject("*"), ReplaceSubject("*")}, Retention: jetstream.LimitsPolicy,
-			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000},
+			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: 1000,
+			PersistMode: announcementPersistMode(o.Replicas)},
 		{Name: StreamLogs, Subjects: []string{"gpuq.logs.*.*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: o.Replicas, MaxAge: o.Retention, MaxMsgsPerSubject: o.LogMessagesPerJob, MaxMsgSize: 256 << 10},
 		{Name: StreamInstances, Subjects: []string{PoolInstancesSubject("")}, Retention: jetstream.LimitsPolicy,
@@ -166,8 +167,14 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 		if b := o.MaxBytes[c.Name]; b > 0 {
 			c.MaxBytes = b
 		}
-		if s, err := js.Stream(ctx, c.Name); err == nil && sameStreamConfig(s.CachedInfo().Config, c) {
-			continue
+		if s, err := js.Stream(ctx, c.Name); err == nil {
+			have := s.CachedInfo().Config
+			// The server cannot change a stream's persist mode: a
+			// stream made before keeps its own.
+			c.PersistMode = have.PersistMode
+			if sameStreamConfig(have, c) {
+				continue
+			}
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
 			return fmt.Errorf("creating stream %s: %w", c.Name, err)
@@ -184,6 +191,21 @@ func EnsureStreams(ctx context.Context, js StreamManager, o StreamOptions) error
 		return fmt.Errorf("creating the scheduler's consumer: %w", err)
 	}
 	return nil
+}
+
+// announcementPersistMode is how the events stream writes: asynchronously
+// on a single server, so that the server batches the writes of many events
+// instead of writing each one to its file as it arrives. Events announce
+// what PostgreSQL has recorded already, so the few that a killed server had
+// not written yet cost a watcher a delay (`gpuq wait` re-reads the job's
+// trail when its events go quiet), never state. A replicated stream is
+// written asynchronously anyway, behind its replication log, and the server
+// refuses the setting there.
+func announcementPersistMode(replicas int) jetstream.PersistModeType {
+	if replicas > 1 {
+		return jetstream.DefaultPersistMode
+	}
+	return jetstream.AsyncPersistMode
 }
 
 // sameStreamConfig reports whether a stream configured as have has every
