@@ -62,6 +62,16 @@ func (s *Spec) IsNoop() bool { return len(s.Command) == 1 && s.Command[0] == Noo
 
 // UnmarshalJSON accepts a list of strings or one shell string.
 func (c *Command) UnmarshalJSON(b []byte) error {
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		// A list, as the client library and the HTTP API send it: not
+		// tried as a string first (a failed decoding is not free).
+		var list []string
+		if err := json.Unmarshal(b, &list); err != nil {
+			return errors.New("must be a string or a list of strings")
+		}
+		*c = list
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		if s == "" {
