@@ -79,8 +79,11 @@ func TestLeadEndsWhenItsSessionDiesAndAnotherTakesOver(t *testing.T) {
 	started, ended, result := lead(ctx, a, "capacity")
 	<-started
 	// The holder's session dies the way a SIGKILLed server's does: the
-	// server ends it, and nothing of the holder's says goodbye.
-	res, err := b.DB.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+	// server ends it, and nothing of the holder's says goodbye. The call
+	// waits (up to 10 s) for the backend to have exited, so its locks are
+	// released when it returns: the holder may hear its connection close
+	// before the backend has let go of the lock.
+	res, err := b.DB.ExecContext(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
 		WHERE locktype = 'advisory' AND classid = 1735423345 AND granted AND pid <> pg_backend_pid()
 		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 	if err != nil {
