@@ -227,10 +227,8 @@ func run(ctx context.Context, o options) error {
 	// beforehand; gpuq gets as many slots, and its queue filled the same way.
 	wide := min(riverBenchMaxWorkers/max(o.workers, 1), maxWorkerSlots)
 	if want("e2e") {
-		if os.Getenv("SKIPSMALL") == "" {
-			if err := e2e("end-to-end gpuq, in-process no-op", `["gpuq:noop"]`, o.jobs, false, o.slots); err != nil {
-				return err
-			}
+		if err := e2e("end-to-end gpuq, in-process no-op", `["gpuq:noop"]`, o.jobs, false, o.slots); err != nil {
+			return err
 		}
 		name := fmt.Sprintf("end-to-end gpuq, in-process no-op, %d × %d slots, queue filled first", o.workers, wide)
 		if err := e2e(name, `["gpuq:noop"]`, o.jobs, true, wide); err != nil {
