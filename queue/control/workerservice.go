@@ -57,8 +57,10 @@ type WorkerStore interface {
 // fenced PostgreSQL writes. Every control plane serves it in the queue group
 // gpuq-control, so servers share the load and a request to a server that
 // dies is answered by none and retried by the worker where that is safe.
-// Completions without outputs from all workers are batched into one
-// statement: each batch carries what arrived while the previous one ran.
+// Claims, and completions without outputs, from all workers are batched into
+// one statement each: a batch carries what arrived while the previous one
+// ran, so that PostgreSQL sees one claim statement and one completion
+// statement at a time however many workers there are.
 //
 // Residency is enforced here, where a worker cannot forge it: the claiming
 // pool's country comes from Pools, a claim outside the job's residency is
@@ -83,6 +85,7 @@ type WorkerService struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
+	claims    *batcher[[]queue.ClaimRequest, []queue.ClaimResult]
 	successes *batcher[queue.PoolAttemptRef, bool]
 	slots     chan struct{}
 }
@@ -94,8 +97,10 @@ type ArchiveCopier interface {
 	Delete(ctx context.Context, uri string) error
 }
 
-// successRunners is how many completion batches are written at once.
-const successRunners = 2
+// maxClaimStatement bounds the claims of one statement when the claim
+// requests of several workers are merged; one request's claims (at most
+// queue.MaxWorkerBatch) always go in one statement.
+const maxClaimStatement = 1024
 
 // maxWorkerRequest bounds a request's body.
 const maxWorkerRequest = 1 << 20
@@ -113,6 +118,7 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	}
 	s.slots = make(chan struct{}, s.Concurrency)
 	s.successes = newBatcher(s.Store.SucceedInPools)
+	s.claims = newBatcher(s.claimMerged)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.WorkerServiceName, Version: "1.0.0", QueueGroup: queue.ControlQueueGroup,
 		Description: "gpuq workers' claims, leases, checkpoint records and completions",
@@ -124,11 +130,13 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	// finish their writes and replies.
 	serve := context.WithoutCancel(ctx)
 	batchCtx, stopBatch := context.WithCancel(serve)
-	// A few batches in flight at once, so that one slow commit does not
-	// hold back every worker's completions.
-	for range successRunners {
-		go s.successes.run(batchCtx)
-	}
+	// One claim batch and one completion batch in flight at a time: every
+	// commit waits for the same WAL flush, so a second batch in flight
+	// would not get around a slow one; it would only halve both batches,
+	// and what a small batch costs PostgreSQL is mostly per statement
+	// (parsing, planning, commit), not per row.
+	go s.successes.run(batchCtx)
+	go s.claims.run(batchCtx)
 	var inflight sync.WaitGroup
 	for _, op := range queue.WorkerOps {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
@@ -297,7 +305,7 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 	for i := range claims {
 		claims[i].Country = loc.Country
 	}
-	results, err := s.Store.ClaimMany(ctx, claims)
+	results, err := s.claims.call(ctx, claims)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +321,36 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 				s.Logger.Error("re-placing a job whose claim was refused", "job", claims[i].JobID, "err", err)
 			}
 		}
+	}
+	return out, nil
+}
+
+// claimMerged claims what several claim requests ask for, in as few
+// statements as maxClaimStatement allows, and returns each request's results.
+func (s *WorkerService) claimMerged(ctx context.Context, requests [][]queue.ClaimRequest) ([][]queue.ClaimResult, error) {
+	out := make([][]queue.ClaimResult, len(requests))
+	for first := 0; first < len(requests); {
+		end, n := first+1, len(requests[first])
+		for end < len(requests) && n+len(requests[end]) <= maxClaimStatement {
+			n += len(requests[end])
+			end++
+		}
+		merged := requests[first]
+		if end > first+1 {
+			merged = make([]queue.ClaimRequest, 0, n)
+			for _, r := range requests[first:end] {
+				merged = append(merged, r...)
+			}
+		}
+		results, err := s.Store.ClaimMany(ctx, merged)
+		if err != nil {
+			return nil, err
+		}
+		for i := first; i < end; i++ {
+			k := len(requests[i])
+			out[i], results = results[:k:k], results[k:]
+		}
+		first = end
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,92 @@ func TestWorkerServiceAnswersARepeatedRequestAsTheFirstWithoutApplyingItTwice(t 
 	late := queue.WorkerRequest{Pool: "p", Completions: []queue.Completion{{JobID: id, Attempt: 2}}}
 	if r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpComplete), late); r.Error != nil || r.Recorded[0] {
 		t.Fatalf("a stale completion: %+v", r)
+	}
+}
+
+// TestWorkerServiceAnswersEachOfManyConcurrentClaimsWithItsOwnResults sends
+// the claim requests of many workers at once, as the service merges them
+// into shared statements: each worker gets the results of its own claims, in
+// its request's order, and each attempt is recorded under its own worker.
+func TestWorkerServiceAnswersEachOfManyConcurrentClaimsWithItsOwnResults(t *testing.T) {
+	t.Parallel()
+	n, s, _ := workerService(t)
+	ctx := context.Background()
+	const workers, each = 12, 5
+	jobs := make([][]uuid.UUID, workers)
+	for w := range jobs {
+		for range each {
+			jobs[w] = append(jobs[w], placedJob(t, s))
+		}
+	}
+	// The last worker claims, besides its own, the first worker's first
+	// job: only one of the two claims may start it.
+	jobs[workers-1] = append(jobs[workers-1], jobs[0][0])
+	type answer struct {
+		w     int
+		reply *queue.WorkerReply
+		err   error
+	}
+	answers := make(chan answer, workers)
+	for w := range workers {
+		go func() {
+			id := fmt.Sprintf("w%d", w)
+			req := queue.WorkerRequest{Pool: "p", WorkerID: id}
+			for _, j := range jobs[w] {
+				req.Claims = append(req.Claims, queue.ClaimRequest{JobID: j, PlacementVersion: 1, Lease: time.Minute,
+					WorkerID: id, Host: "host-" + id, PID: 100 + w, Pool: "p", ClaimID: uuid.New()})
+			}
+			body, err := json.Marshal(req)
+			if err != nil {
+				answers <- answer{w: w, err: err}
+				return
+			}
+			msg, err := n.NC.Request(queue.WorkerServiceSubject("p", queue.WorkerOpClaim), body, 10*time.Second)
+			if err != nil {
+				answers <- answer{w: w, err: err}
+				return
+			}
+			var reply queue.WorkerReply
+			answers <- answer{w: w, reply: &reply, err: json.Unmarshal(msg.Data, &reply)}
+		}()
+	}
+	shared := 0
+	for range workers {
+		a := <-answers
+		if a.err != nil || a.reply.Error != nil {
+			t.Fatalf("worker %d: %v %+v", a.w, a.err, a.reply)
+		}
+		if len(a.reply.Claims) != len(jobs[a.w]) {
+			t.Fatalf("worker %d: %d results for %d claims", a.w, len(a.reply.Claims), len(jobs[a.w]))
+		}
+		for i, r := range a.reply.Claims {
+			if r.Claimed == nil {
+				if jobs[a.w][i] != jobs[0][0] || r.Error == nil || r.Error.Kind != queue.WireNotClaimable {
+					t.Fatalf("worker %d, claim %d of job %s: %+v", a.w, i, jobs[a.w][i], r.Error)
+				}
+				continue
+			}
+			if r.Claimed.Job.ID != jobs[a.w][i] {
+				t.Fatalf("worker %d, claim %d: the answer is for job %s, the claim for %s", a.w, i, r.Claimed.Job.ID, jobs[a.w][i])
+			}
+			if r.Claimed.Job.ID == jobs[0][0] {
+				shared++
+			}
+		}
+	}
+	if shared != 1 {
+		t.Fatalf("the job claimed by two workers was started %d times, want once", shared)
+	}
+	for w := range workers {
+		for _, j := range jobs[w][:each] {
+			attempts, err := s.Attempts(ctx, j)
+			if err != nil || len(attempts) != 1 {
+				t.Fatalf("job %s: want one attempt, got %+v (%v)", j, attempts, err)
+			}
+			if j != jobs[0][0] && (attempts[0].WorkerID != fmt.Sprintf("w%d", w) || attempts[0].PID != 100+w) {
+				t.Fatalf("job %s claimed by worker %d: attempt recorded for %s (pid %d)", j, w, attempts[0].WorkerID, attempts[0].PID)
+			}
+		}
 	}
 }
 

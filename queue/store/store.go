@@ -136,11 +136,11 @@ func (s *Store) Claim(ctx context.Context, r queue.ClaimRequest) (*queue.Claimed
 	return res[0].Claimed, res[0].Err
 }
 
-// ClaimMany claims a batch of jobs for one worker: every request must name
-// the same worker, host, pid, pool and lease. Distinct jobs are claimed in
-// one statement; a job named twice is claimed (and, the second time, found
-// running) in a statement of its own. The error is for the batch as a whole;
-// each request's own outcome is in its result.
+// ClaimMany claims a batch of jobs, each for the worker its request names: a
+// batch may hold the claims of several workers and pools. Distinct jobs are
+// claimed in one statement; a job named twice is claimed (and, the second
+// time, found running) in a statement of its own. The error is for the batch
+// as a whole; each request's own outcome is in its result.
 func (s *Store) ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]queue.ClaimResult, error) {
 	results := make([]queue.ClaimResult, len(reqs))
 	pending := make([]int, len(reqs))
@@ -167,21 +167,31 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []queue.ClaimRequest) ([]que
 }
 
 func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round []int, results []queue.ClaimResult) error {
-	first := reqs[round[0]]
-	msg := fmt.Sprintf("running on %s (pid %d, pool %s)", first.Host, first.PID, first.Pool)
-	params := db.JobClaimManyParams{
-		LeaseSeconds: first.Lease.Seconds(), WorkerID: first.WorkerID, Host: first.Host, Pid: int32(first.PID), Pool: first.Pool, Message: msg,
-		NodeID: first.NodeID, CanaryRunID: sql.NullInt64{Int64: first.CanaryRunID, Valid: first.CanaryRunID != 0},
-		Country: first.Country,
-	}
+	var params db.JobClaimManyParams
+	// Each distinct claimant is sent once; each claim names its claimant by
+	// its position in the claimant arrays (from 1).
+	claimants := make(map[claimant]int32, 1)
 	for _, i := range round {
 		r := reqs[i]
-		if r.WorkerID != first.WorkerID || r.Host != first.Host || r.PID != first.PID || r.Pool != first.Pool || r.Lease != first.Lease || r.Country != first.Country {
-			return fmt.Errorf("claiming job %s: a batch of claims must come from one worker", r.JobID)
+		c := claimantOf(r)
+		k, ok := claimants[c]
+		if !ok {
+			params.WorkerIds = append(params.WorkerIds, r.WorkerID)
+			params.Hosts = append(params.Hosts, r.Host)
+			params.Pids = append(params.Pids, int32(r.PID))
+			params.Pools = append(params.Pools, r.Pool)
+			params.NodeIds = append(params.NodeIds, r.NodeID)
+			params.CanaryRunIds = append(params.CanaryRunIds, r.CanaryRunID)
+			params.Countries = append(params.Countries, r.Country)
+			params.LeaseSeconds = append(params.LeaseSeconds, r.Lease.Seconds())
+			params.Messages = append(params.Messages, fmt.Sprintf("running on %s (pid %d, pool %s)", r.Host, r.PID, r.Pool))
+			k = int32(len(params.WorkerIds))
+			claimants[c] = k
 		}
 		params.Ids = append(params.Ids, r.JobID)
 		params.PlacementVersions = append(params.PlacementVersions, int32(r.PlacementVersion))
 		params.ClaimIds = append(params.ClaimIds, r.ClaimID)
+		params.Claimants = append(params.Claimants, k)
 	}
 	rows, err := s.q.JobClaimMany(ctx, params)
 	if err != nil {
@@ -192,7 +202,7 @@ func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round
 		claimed[row.ID] = row
 	}
 	var events []queue.Event
-	for _, i := range round {
+	for k, i := range round {
 		r := reqs[i]
 		row, ok := claimed[r.JobID]
 		if !ok {
@@ -204,10 +214,23 @@ func (s *Store) claimRound(ctx context.Context, reqs []queue.ClaimRequest, round
 			return err
 		}
 		results[i].Claimed = c
-		events = append(events, eventOf(r.JobID, queue.StateRunning, int(row.Attempt), msg, nil))
+		events = append(events, eventOf(r.JobID, queue.StateRunning, int(row.Attempt), params.Messages[params.Claimants[k]-1], nil))
 	}
 	s.announce(ctx, events)
 	return nil
+}
+
+// claimant is what a claim says of the worker that makes it.
+type claimant struct {
+	worker, host, pool, node, country string
+	pid                               int
+	canaryRun                         int64
+	lease                             time.Duration
+}
+
+func claimantOf(r queue.ClaimRequest) claimant {
+	return claimant{worker: r.WorkerID, host: r.Host, pool: r.Pool, node: r.NodeID, country: r.Country,
+		pid: r.PID, canaryRun: r.CanaryRunID, lease: r.Lease}
 }
 
 // unclaimed explains a claim that claimed nothing, or returns the attempt a

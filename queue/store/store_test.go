@@ -258,9 +258,6 @@ func TestClaimManyClaimsEachJobOnceAndSucceedManyFencesStaleAttempts(t *testing.
 	case !errors.Is(res[4].Err, queue.ErrNotFound):
 		t.Fatalf("an unknown job: want ErrNotFound, got %v", res[4].Err)
 	}
-	if _, err := s.ClaimMany(ctx, []queue.ClaimRequest{req(a), {JobID: b, PlacementVersion: 1, Lease: time.Hour, WorkerID: "other"}}); err == nil {
-		t.Fatal("a batch mixing two workers must be refused")
-	}
 	expireLease(t, s, b)
 	if _, err := claim(t, s, b, time.Hour); err != nil {
 		t.Fatal(err)
@@ -282,6 +279,85 @@ func TestClaimManyClaimsEachJobOnceAndSucceedManyFencesStaleAttempts(t *testing.
 	attempts, err = s.Attempts(ctx, b)
 	if err != nil || len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeLost || attempts[1].EndedAt != nil {
 		t.Fatalf("b: want attempt 1 lost and attempt 2 running, got %+v (%v)", attempts, err)
+	}
+}
+
+// TestClaimManyRecordsEachClaimUnderItsOwnWorker claims, in one batch, jobs
+// for three workers of two pools, as the worker service merges the claims of
+// several workers: each attempt, lease, "running" event and residency check
+// is the claiming worker's own.
+func TestClaimManyRecordsEachClaimUnderItsOwnWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	free := placedJob(t, s)
+	bound := func() uuid.UUID {
+		id := uuid.New()
+		if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "command: [/bin/true]")}}); err != nil {
+			t.Fatal(err)
+		}
+		pl := queue.Placement{Version: 1, Pool: "q", Region: "eu", Residency: "EU", Countries: []string{"DE", "FR"}}
+		if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: pl}}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	inEU, outside, otherPool := bound(), bound(), bound()
+	res, err := s.ClaimMany(ctx, []queue.ClaimRequest{
+		{JobID: free, PlacementVersion: 1, Lease: time.Hour, WorkerID: "w1", Host: "h1", PID: 11, Pool: "p"},
+		{JobID: inEU, PlacementVersion: 1, Lease: 2 * time.Minute, WorkerID: "w2", Host: "h2", PID: 22, Pool: "q", Country: "FR", NodeID: "n2"},
+		{JobID: outside, PlacementVersion: 1, Lease: 2 * time.Minute, WorkerID: "w3", Host: "h3", PID: 33, Pool: "q", Country: "US"},
+		{JobID: otherPool, PlacementVersion: 1, Lease: time.Hour, WorkerID: "w1", Host: "h1", PID: 11, Pool: "p"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused *queue.ClaimRefusedError
+	var nc *queue.NotClaimableError
+	switch {
+	case res[0].Err != nil || res[1].Err != nil:
+		t.Fatalf("want both claims inside their pools and residencies claimed, got %v and %v", res[0].Err, res[1].Err)
+	case !errors.As(res[2].Err, &refused):
+		t.Fatalf("a claim from a pool in the US of a job bound to the EU: want refused, got %+v", res[2])
+	case res[3].Claimed != nil:
+		t.Fatalf("a worker of pool p claimed a job placed on pool q: %+v", res[3].Claimed.Job)
+	case res[3].Err == nil || errors.As(res[3].Err, &nc) && nc.State != queue.StatePlaced:
+		t.Fatalf("a claim from another pool: want it unclaimed with the job still placed, got %v", res[3].Err)
+	}
+	for _, c := range []struct {
+		id                 uuid.UUID
+		worker, host, pool string
+		pid                int
+		lease              time.Duration
+	}{{free, "w1", "h1", "p", 11, time.Hour}, {inEU, "w2", "h2", "q", 22, 2 * time.Minute}} {
+		attempts, err := s.Attempts(ctx, c.id)
+		if err != nil || len(attempts) != 1 {
+			t.Fatalf("job %s: want one attempt, got %+v (%v)", c.id, attempts, err)
+		}
+		if a := attempts[0]; a.WorkerID != c.worker || a.Host != c.host || a.Pool != c.pool || a.PID != c.pid {
+			t.Fatalf("job %s: attempt recorded for %s on %s (pid %d, pool %s), want %s on %s (pid %d, pool %s)",
+				c.id, a.WorkerID, a.Host, a.PID, a.Pool, c.worker, c.host, c.pid, c.pool)
+		}
+		j, err := s.Job(ctx, c.id)
+		if err != nil || j.LeaseExpiresAt == nil {
+			t.Fatalf("job %s: %+v, %v", c.id, j, err)
+		}
+		if left := time.Until(*j.LeaseExpiresAt); left > c.lease || left < c.lease-time.Minute {
+			t.Fatalf("job %s: lease ends in %s, want its claim's %s", c.id, left, c.lease)
+		}
+		events, err := s.EventsOf(ctx, c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("running on %s (pid %d, pool %s)", c.host, c.pid, c.pool)
+		if last := events[len(events)-1]; last.State != queue.StateRunning || last.Message != want {
+			t.Fatalf("job %s: last event %+v, want running %q", c.id, last, want)
+		}
+	}
+	for _, id := range []uuid.UUID{outside, otherPool} {
+		if j, _ := s.Job(ctx, id); j.State != queue.StatePlaced || j.Attempt != 0 {
+			t.Fatalf("job %s: an unclaimed job changed: %+v", id, j)
+		}
 	}
 }
 

@@ -39,12 +39,19 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 const jobClaimMany = `-- name: JobClaimMany :many
 
 WITH u AS (
-    SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS placement_version,
-           unnest($4::uuid[]) AS claim_id
+    SELECT w.id, w.placement_version, w.claim_id, w.claimant,
+           ($1::text[])[w.claimant] AS worker_id, ($2::text[])[w.claimant] AS host,
+           ($3::int[])[w.claimant] AS pid, ($4::text[])[w.claimant] AS pool,
+           ($5::text[])[w.claimant] AS node_id, ($6::bigint[])[w.claimant] AS canary_run_id,
+           ($7::text[])[w.claimant] AS country, ($8::float8[])[w.claimant] AS lease_seconds,
+           ($9::text[])[w.claimant] AS message
+    FROM (SELECT unnest($10::uuid[]) AS id, unnest($11::int[]) AS placement_version,
+                 unnest($12::uuid[]) AS claim_id, unnest($13::int[]) AS claimant) w
     ORDER BY 1
 ), c AS (
     -- Each attempt runs at the price of the placement it is claimed under.
-    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id,
+    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id, u.worker_id, u.host, u.pid, u.pool, u.node_id,
+           NULLIF(u.canary_run_id, 0) AS canary_run_id, u.lease_seconds, u.message,
            COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
     FROM u
     CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.placement_version, jobs.lease_expires_at
@@ -52,8 +59,8 @@ WITH u AS (
     LEFT JOIN placements pl ON pl.job_id = j.id AND pl.version = u.placement_version
     WHERE j.placement_version = u.placement_version
       AND (j.state = 'placed' OR (j.state = 'running' AND j.lease_expires_at < now()))
-      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR $5::text = ANY(pl.countries))
-      AND (pl.pool IS NULL OR pl.pool = $6)
+      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR u.country = ANY(pl.countries))
+      AND (pl.pool IS NULL OR pl.pool = u.pool)
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -71,18 +78,18 @@ WITH u AS (
     RETURNING job_id
 ), a AS (
     INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
-    SELECT c.id, c.attempt, $7, $8, $9, $6, $10, $11,
+    SELECT c.id, c.attempt, c.worker_id, c.host, c.pid, c.pool, c.node_id, c.canary_run_id,
            c.price_micros, c.currency, c.claim_id
     FROM c
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
-    SELECT c.id, 'running', c.attempt, $12 FROM c, (SELECT count(*) FROM lostev) AS after_losses
+    SELECT c.id, 'running', c.attempt, c.message FROM c, (SELECT count(*) FROM lostev) AS after_losses
 )
 UPDATE jobs
 SET attempt = c.attempt,
     state = 'running',
     preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
-    lease_expires_at = now() + make_interval(secs => $1::float8),
+    lease_expires_at = now() + make_interval(secs => c.lease_seconds),
     updated_at = now()
 FROM c
 WHERE jobs.id = c.id
@@ -90,32 +97,36 @@ RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, job
 `
 
 type JobClaimManyParams struct {
-	LeaseSeconds      float64
+	WorkerIds         []string
+	Hosts             []string
+	Pids              []int32
+	Pools             []string
+	NodeIds           []string
+	CanaryRunIds      []int64
+	Countries         []string
+	LeaseSeconds      []float64
+	Messages          []string
 	Ids               []uuid.UUID
 	PlacementVersions []int32
 	ClaimIds          []uuid.UUID
-	Country           string
-	Pool              string
-	WorkerID          string
-	Host              string
-	Pid               int32
-	NodeID            string
-	CanaryRunID       sql.NullInt64
-	Message           string
+	Claimants         []int32
 }
 
 // by id alone (see JobClaimMany)
-// JobClaimMany starts a new attempt of each job of a batch for one worker, in
-// one statement: it closes the attempts each claim supersedes as lost,
-// records the new attempts and their "running" events, and returns the jobs
-// it claimed. A job is claimed only for the placement its message was
+// JobClaimMany starts a new attempt of each job of a batch, in one statement,
+// each for the claimant that claims it: a batch may hold the claims of
+// several workers, and each claim names its claimant by its position (from
+// 1) in the claimant arrays (worker, host, pid, pool, node, canary run or 0,
+// the pool's country, lease and "running" message). It closes the attempts
+// each claim supersedes as lost, records the new attempts and their
+// "running" events, and returns the jobs it claimed. A job is claimed only for the placement its message was
 // published under, only when no other attempt holds a live lease (a
 // running job whose lease expired was lost by its worker), and only when the
 // claiming pool's country (from the control plane's pool registry) lies in
 // the placement's residency, and only by a worker of the placement's pool.
 // The row locks taken by the first CTE make a concurrent claim of the same
-// job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
-// started it.
+// job find it running and claim nothing. The ids must be distinct. Each
+// attempt keeps the id of the claim request that started it.
 //
 // Each job is looked up by its id alone and its state checked after (here
 // and in every statement that writes a batch of jobs): a batch then costs
@@ -129,18 +140,19 @@ type JobClaimManyParams struct {
 // reason.
 func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
-		arg.LeaseSeconds,
+		pq.Array(arg.WorkerIds),
+		pq.Array(arg.Hosts),
+		pq.Array(arg.Pids),
+		pq.Array(arg.Pools),
+		pq.Array(arg.NodeIds),
+		pq.Array(arg.CanaryRunIds),
+		pq.Array(arg.Countries),
+		pq.Array(arg.LeaseSeconds),
+		pq.Array(arg.Messages),
 		pq.Array(arg.Ids),
 		pq.Array(arg.PlacementVersions),
 		pq.Array(arg.ClaimIds),
-		arg.Country,
-		arg.Pool,
-		arg.WorkerID,
-		arg.Host,
-		arg.Pid,
-		arg.NodeID,
-		arg.CanaryRunID,
-		arg.Message,
+		pq.Array(arg.Claimants),
 	)
 	if err != nil {
 		return nil, err

@@ -144,9 +144,12 @@ func TestWritesLookJobsUpByID(t *testing.T) {
 	}
 	const batch = 50
 	claim := func(ids []uuid.UUID) JobClaimManyParams {
-		p := JobClaimManyParams{LeaseSeconds: 60, Ids: ids, Country: "DE", Pool: "gpu", WorkerID: "w", Host: "h", Pid: 1, Message: "running"}
+		p := JobClaimManyParams{LeaseSeconds: []float64{60}, Ids: ids, Countries: []string{"DE"}, Pools: []string{"gpu"},
+			WorkerIds: []string{"w"}, Hosts: []string{"h"}, Pids: []int32{1}, NodeIds: []string{""}, CanaryRunIds: []int64{0},
+			Messages: []string{"running"}}
 		for range ids {
 			p.PlacementVersions, p.ClaimIds = append(p.PlacementVersions, 1), append(p.ClaimIds, uuid.New())
+			p.Claimants = append(p.Claimants, 1)
 		}
 		return p
 	}

@@ -131,17 +131,20 @@ SET state = 'rejected', reason = @reason, updated_at = now(), finalized_at = now
 WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
 
 -- name: JobClaimMany :many
--- JobClaimMany starts a new attempt of each job of a batch for one worker, in
--- one statement: it closes the attempts each claim supersedes as lost,
--- records the new attempts and their "running" events, and returns the jobs
--- it claimed. A job is claimed only for the placement its message was
+-- JobClaimMany starts a new attempt of each job of a batch, in one statement,
+-- each for the claimant that claims it: a batch may hold the claims of
+-- several workers, and each claim names its claimant by its position (from
+-- 1) in the claimant arrays (worker, host, pid, pool, node, canary run or 0,
+-- the pool's country, lease and "running" message). It closes the attempts
+-- each claim supersedes as lost, records the new attempts and their
+-- "running" events, and returns the jobs it claimed. A job is claimed only for the placement its message was
 -- published under, only when no other attempt holds a live lease (a
 -- running job whose lease expired was lost by its worker), and only when the
 -- claiming pool's country (from the control plane's pool registry) lies in
 -- the placement's residency, and only by a worker of the placement's pool.
 -- The row locks taken by the first CTE make a concurrent claim of the same
--- job find it running and claim nothing. The ids must be distinct. Each attempt keeps the id of the claim request that
--- started it.
+-- job find it running and claim nothing. The ids must be distinct. Each
+-- attempt keeps the id of the claim request that started it.
 --
 -- Each job is looked up by its id alone and its state checked after (here
 -- and in every statement that writes a batch of jobs): a batch then costs
@@ -154,12 +157,19 @@ WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
 -- write one job compare state::text, which no index serves, for the same
 -- reason.
 WITH u AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
-           unnest(@claim_ids::uuid[]) AS claim_id
+    SELECT w.id, w.placement_version, w.claim_id, w.claimant,
+           (@worker_ids::text[])[w.claimant] AS worker_id, (@hosts::text[])[w.claimant] AS host,
+           (@pids::int[])[w.claimant] AS pid, (@pools::text[])[w.claimant] AS pool,
+           (@node_ids::text[])[w.claimant] AS node_id, (@canary_run_ids::bigint[])[w.claimant] AS canary_run_id,
+           (@countries::text[])[w.claimant] AS country, (@lease_seconds::float8[])[w.claimant] AS lease_seconds,
+           (@messages::text[])[w.claimant] AS message
+    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@placement_versions::int[]) AS placement_version,
+                 unnest(@claim_ids::uuid[]) AS claim_id, unnest(@claimants::int[]) AS claimant) w
     ORDER BY 1
 ), c AS (
     -- Each attempt runs at the price of the placement it is claimed under.
-    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id,
+    SELECT j.id, j.attempt + 1 AS attempt, u.claim_id, u.worker_id, u.host, u.pid, u.pool, u.node_id,
+           NULLIF(u.canary_run_id, 0) AS canary_run_id, u.lease_seconds, u.message,
            COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
     FROM u
     CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.placement_version, jobs.lease_expires_at
@@ -167,8 +177,8 @@ WITH u AS (
     LEFT JOIN placements pl ON pl.job_id = j.id AND pl.version = u.placement_version
     WHERE j.placement_version = u.placement_version
       AND (j.state = 'placed' OR (j.state = 'running' AND j.lease_expires_at < now()))
-      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR @country::text = ANY(pl.countries))
-      AND (pl.pool IS NULL OR pl.pool = @pool)
+      AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR u.country = ANY(pl.countries))
+      AND (pl.pool IS NULL OR pl.pool = u.pool)
 ), lost AS (
     UPDATE attempts
     SET ended_at = now(), outcome = 'lost'
@@ -186,18 +196,18 @@ WITH u AS (
     RETURNING job_id
 ), a AS (
     INSERT INTO attempts (job_id, attempt, worker_id, host, pid, pool, node_id, canary_run_id, price_micros, currency, claim_id)
-    SELECT c.id, c.attempt, @worker_id, @host, @pid, @pool, @node_id, sqlc.narg('canary_run_id'),
+    SELECT c.id, c.attempt, c.worker_id, c.host, c.pid, c.pool, c.node_id, c.canary_run_id,
            c.price_micros, c.currency, c.claim_id
     FROM c
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
-    SELECT c.id, 'running', c.attempt, @message FROM c, (SELECT count(*) FROM lostev) AS after_losses
+    SELECT c.id, 'running', c.attempt, c.message FROM c, (SELECT count(*) FROM lostev) AS after_losses
 )
 UPDATE jobs
 SET attempt = c.attempt,
     state = 'running',
     preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
-    lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+    lease_expires_at = now() + make_interval(secs => c.lease_seconds),
     updated_at = now()
 FROM c
 WHERE jobs.id = c.id
