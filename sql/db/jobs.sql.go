@@ -119,11 +119,12 @@ type JobClaimManyParams struct {
 // 1) in the claimant arrays (worker, host, pid, pool, node, canary run or 0,
 // the pool's country, lease and "running" message). It closes the attempts
 // each claim supersedes as lost, records the new attempts and their
-// "running" events, and returns the jobs it claimed. A job is claimed only for the placement its message was
-// published under, only when no other attempt holds a live lease (a
-// running job whose lease expired was lost by its worker), and only when the
-// claiming pool's country (from the control plane's pool registry) lies in
-// the placement's residency, and only by a worker of the placement's pool.
+// "running" events, and returns the jobs it claimed. A job is claimed only
+// for the placement its message was published under, only when no other
+// attempt holds a live lease (a running job whose lease expired was lost by
+// its worker), and only when the claiming pool's country (from the control
+// plane's pool registry) lies in the placement's residency, and only by a
+// worker of the placement's pool.
 // The row locks taken by the first CTE make a concurrent claim of the same
 // job find it running and claim nothing. The ids must be distinct. Each
 // attempt keeps the id of the claim request that started it.
