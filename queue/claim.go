@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,6 +29,35 @@ type ClaimRequest struct {
 	// from its pool registry and never taken from the worker: a job whose
 	// residency excludes it is refused.
 	Country string `json:"-"`
+}
+
+// MaxClaimantText bounds the worker id, host and node id a claim names.
+const MaxClaimantText = 256
+
+// CheckClaimant returns the field of a claim that names its worker in a way
+// that cannot be recorded (text PostgreSQL cannot store or that carries
+// control characters, text over MaxClaimantText bytes, a negative or
+// oversized number), and what is wrong with it; "" when nothing is. The
+// control plane refuses such a claim before any statement runs, so that a
+// worker cannot fail a statement it shares with other workers' claims.
+func (c ClaimRequest) CheckClaimant() (field, problem string) {
+	for _, f := range []struct{ name, v string }{{"worker_id", c.WorkerID}, {"host", c.Host}, {"node_id", c.NodeID}} {
+		if len(f.v) > MaxClaimantText {
+			return f.name, fmt.Sprintf("%d bytes is over the %d-byte limit", len(f.v), MaxClaimantText)
+		}
+		if msg := badText(f.v, false); msg != "" {
+			return f.name, msg
+		}
+	}
+	switch {
+	case c.PID < 0 || c.PID > math.MaxInt32:
+		return "pid", fmt.Sprintf("must be 0–%d, got %d", math.MaxInt32, c.PID)
+	case c.PlacementVersion < 1 || c.PlacementVersion > math.MaxInt32:
+		return "placement_version", fmt.Sprintf("must be 1–%d, got %d", math.MaxInt32, c.PlacementVersion)
+	case c.CanaryRunID < 0:
+		return "canary_run_id", fmt.Sprintf("must not be negative, got %d", c.CanaryRunID)
+	}
+	return "", ""
 }
 
 // Claimed is a successful claim: the job under its new attempt and the

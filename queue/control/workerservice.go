@@ -295,6 +295,9 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 		if c.Lease < time.Second || c.Lease > 24*time.Hour {
 			return nil, badf("claims[%d].lease: must be 1s–24h, got %s", i, c.Lease)
 		}
+		if field, problem := c.CheckClaimant(); field != "" {
+			return nil, badf("claims[%d].%s: %s", i, field, problem)
+		}
 	}
 	loc, _, err := s.Pools.PoolLocation(ctx, pool)
 	if err != nil {
@@ -327,6 +330,9 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 
 // claimMerged claims what several claim requests ask for, in as few
 // statements as maxClaimStatement allows, and returns each request's results.
+// When a statement shared by several requests fails, each of them is tried
+// again in a statement of its own (the failed one changed nothing), so that
+// what fails one request's claims does not fail the others'.
 func (s *WorkerService) claimMerged(ctx context.Context, requests [][]queue.ClaimRequest) ([][]queue.ClaimResult, error) {
 	out := make([][]queue.ClaimResult, len(requests))
 	for first := 0; first < len(requests); {
@@ -343,8 +349,20 @@ func (s *WorkerService) claimMerged(ctx context.Context, requests [][]queue.Clai
 			}
 		}
 		results, err := s.Store.ClaimMany(ctx, merged)
-		if err != nil {
+		if err != nil && end == first+1 {
 			return nil, err
+		}
+		if err != nil {
+			s.Logger.Warn("a claim statement shared by several workers failed; claiming each worker's request alone", "requests", end-first, "err", err)
+			for i := first; i < end; i++ {
+				out[i], err = s.Store.ClaimMany(ctx, requests[i])
+				if err != nil {
+					s.Logger.Error("worker service: claiming a worker's request", "worker", requests[i][0].WorkerID, "claims", len(requests[i]), "err", err)
+					out[i] = failedClaims(len(requests[i]), err)
+				}
+			}
+			first = end
+			continue
 		}
 		for i := first; i < end; i++ {
 			k := len(requests[i])
@@ -353,6 +371,16 @@ func (s *WorkerService) claimMerged(ctx context.Context, requests [][]queue.Clai
 		first = end
 	}
 	return out, nil
+}
+
+// failedClaims is the results of a request whose claim statement failed:
+// each claim carries the statement's error.
+func failedClaims(n int, err error) []queue.ClaimResult {
+	out := make([]queue.ClaimResult, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
 }
 
 // handBack counts a refused claim and re-places the job inside its
