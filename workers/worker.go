@@ -194,6 +194,7 @@ const (
 type Worker struct {
 	cfg      Config
 	host     string
+	pid      int // the worker's, named in each claim
 	js       jetstream.JetStream
 	nc       *nats.Conn
 	store    Records
@@ -252,7 +253,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 	if sr, ok := store.(*ServiceRecords); ok && sr.WorkerID == "" {
 		sr.WorkerID = cfg.WorkerID
 	}
-	return &Worker{cfg: cfg, host: host, js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir, uids: uids,
+	return &Worker{cfg: cfg, host: host, pid: os.Getpid(), js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir, uids: uids,
 		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany), beats: newBeats()}, nil
 }
 
