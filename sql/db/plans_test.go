@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -52,24 +51,8 @@ func firstLine(q string) string { return strings.SplitN(strings.TrimSpace(q), "\
 // key: sequential scans and scans of its other indexes.
 func jobsScans(t *testing.T, plan string, otherIndexes map[string]bool) []string {
 	t.Helper()
-	var doc []struct {
-		Plan json.RawMessage `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(plan), &doc); err != nil || len(doc) != 1 {
-		t.Fatalf("reading a plan: %v\n%s", err, plan)
-	}
 	var bad []string
-	var walk func(raw json.RawMessage)
-	walk = func(raw json.RawMessage) {
-		var node struct {
-			Type     string            `json:"Node Type"`
-			Relation string            `json:"Relation Name"`
-			Index    string            `json:"Index Name"`
-			Plans    []json.RawMessage `json:"Plans"`
-		}
-		if err := json.Unmarshal(raw, &node); err != nil {
-			t.Fatalf("reading a plan node: %v", err)
-		}
+	for _, node := range pgtest.PlanNodes(t, plan) {
 		if node.Relation == "jobs" && node.Type == "Seq Scan" || otherIndexes[node.Index] {
 			on := node.Relation
 			if node.Index != "" {
@@ -77,11 +60,7 @@ func jobsScans(t *testing.T, plan string, otherIndexes map[string]bool) []string
 			}
 			bad = append(bad, node.Type+" on "+on)
 		}
-		for _, p := range node.Plans {
-			walk(p)
-		}
 	}
-	walk(doc[0].Plan)
 	return bad
 }
 

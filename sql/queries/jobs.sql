@@ -169,13 +169,16 @@ WITH u AS (
     ORDER BY 1
 ), c AS (
     -- Each attempt runs at the price of the placement it is claimed under.
+    -- The placement is joined on u.id, equal to j.id: joined on j.id, the
+    -- generic plan looked placements up by version alone, reading every
+    -- placement of that version for each claim.
     SELECT j.id, j.attempt + 1 AS attempt, u.claim_id, u.worker_id, u.host, u.pid, u.pool, u.node_id,
            NULLIF(u.canary_run_id, 0) AS canary_run_id, u.lease_seconds, u.message,
            COALESCE(pl.price_micros, 0) AS price_micros, COALESCE(pl.currency, '') AS currency
     FROM u
     CROSS JOIN LATERAL (SELECT jobs.id, jobs.attempt, jobs.state, jobs.placement_version, jobs.lease_expires_at
                         FROM jobs WHERE jobs.id = u.id LIMIT 1 FOR UPDATE) j
-    LEFT JOIN placements pl ON pl.job_id = j.id AND pl.version = u.placement_version
+    LEFT JOIN placements pl ON pl.job_id = u.id AND pl.version = u.placement_version
     WHERE j.placement_version = u.placement_version
       AND (j.state = 'placed' OR (j.state = 'running' AND j.lease_expires_at < now()))
       AND (pl.countries IS NULL OR cardinality(pl.countries) = 0 OR u.country = ANY(pl.countries))

@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/sql/db"
+	"github.com/gpuq/gpuq/sql/pgtest"
+)
+
+// recording keeps the text of every statement run through it.
+type recording struct {
+	db.DBTX
+	queries []string
+}
+
+func (r *recording) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if !slices.Contains(r.queries, query) {
+		r.queries = append(r.queries, query)
+	}
+	return r.DBTX.QueryContext(ctx, query, args...)
+}
+
+// The job path's claim and success statements keep generic plans made once
+// per connection, and a generic plan made on an empty database, as in the
+// first minute of a new deployment, would otherwise scan whole tables for as
+// long as the connection lives. Their connections' settings must make each
+// plan the index lookups by job id that the statements are written for.
+func TestHotStatementsPlanIndexLookupsByJobIDOnAnEmptyDatabase(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec := &recording{DBTX: st.hotDB}
+	st.hot = db.New(pgxArgs{rec})
+	claim := queue.ClaimRequest{JobID: uuid.New(), PlacementVersion: 1, ClaimID: uuid.New(), WorkerID: "w", Host: "h",
+		Pool: "p", Lease: time.Minute}
+	if _, err := st.ClaimMany(ctx, []queue.ClaimRequest{claim}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: queue.AttemptRef{JobID: claim.JobID, Attempt: 1}, Pool: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.queries) != 2 {
+		t.Fatalf("want the claim and the success statement to run on the job path's connections, got %d statements", len(rec.queries))
+	}
+	plans := func(conn *sql.Conn) (bad []string) {
+		if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+			t.Fatal(err)
+		}
+		for i, q := range rec.queries {
+			name := fmt.Sprintf("hot_plan_%d", i)
+			if _, err := conn.ExecContext(ctx, "PREPARE "+name+" AS "+q); err != nil {
+				t.Fatalf("preparing %s: %v", firstLine(q), err)
+			}
+			nulls := strings.TrimSuffix(strings.Repeat("NULL,", params(q)), ",")
+			var plan string
+			if err := conn.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+nulls+")").Scan(&plan); err != nil {
+				t.Fatalf("explaining %s: %v", firstLine(q), err)
+			}
+			if _, err := conn.ExecContext(ctx, "DEALLOCATE "+name); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range notByJobID(t, plan) {
+				bad = append(bad, firstLine(q)+": "+b)
+			}
+		}
+		return bad
+	}
+	hot, err := st.hotDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hot.Close()
+	if bad := plans(hot); len(bad) > 0 {
+		t.Errorf("the job path's generic plans on an empty database read otherwise than by job id:\n%s", strings.Join(bad, "\n"))
+	}
+	// The same generic plans made with PostgreSQL's default settings scan
+	// the empty tables: the connections' settings are what prevent it.
+	plain, err := st.DB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if bad := plans(plain); len(bad) == 0 {
+		t.Error("with the default planner settings the generic plans also read by job id only; this test no longer shows what the job path's settings prevent")
+	}
+}
+
+func firstLine(q string) string { return strings.SplitN(strings.TrimSpace(q), "\n", 2)[0] }
+
+var paramRef = regexp.MustCompile(`\$(\d+)`)
+
+// params is the number of parameters of a statement.
+func params(q string) int {
+	n := 0
+	for _, m := range paramRef.FindAllStringSubmatch(q, -1) {
+		var k int
+		fmt.Sscan(m[1], &k) //nolint:errcheck // digits only
+		n = max(n, k)
+	}
+	return n
+}
+
+// notByJobID lists the nodes of a JSON plan that read a table otherwise
+// than by an index lookup on a job id: sequential scans, hash and merge
+// joins, and index scans whose condition names no job id.
+func notByJobID(t *testing.T, plan string) []string {
+	t.Helper()
+	var bad []string
+	for _, node := range pgtest.PlanNodes(t, plan) {
+		switch node.Type {
+		case "Seq Scan", "Hash Join", "Merge Join", "Bitmap Heap Scan":
+			bad = append(bad, node.Type+" "+node.Relation)
+		case "Index Scan", "Index Only Scan":
+			if !strings.Contains(node.Cond, "id = ") {
+				bad = append(bad, node.Type+" using "+node.Index+" on "+node.Cond)
+			}
+		}
+	}
+	return bad
+}
