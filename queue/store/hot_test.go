@@ -131,3 +131,37 @@ func notByJobID(t *testing.T, plan string) []string {
 	}
 	return bad
 }
+
+// The scheduler's insert of placed jobs stays prepared on its connection
+// and, from the sixth call on, runs its generic plan without planning.
+func TestInsertOfPlacedJobsIsPreparedOncePerConnection(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.DB.SetMaxOpenConns(1)
+	spec, err := queue.ParseSpec([]byte("project: vision\ncommand: [/bin/true]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 8
+	for range calls {
+		id := uuid.New()
+		_, placed, err := st.RecordAndPlace(ctx, []queue.NewJob{{ID: id, Spec: spec}}, queue.Decided{Placed: []queue.PlacedJob{
+			{JobID: id, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r"}}}})
+		if err != nil || len(placed) != 1 {
+			t.Fatalf("placed %v, %v", placed, err)
+		}
+	}
+	var prepared, generic, custom int
+	err = st.DB.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(generic_plans), 0), COALESCE(sum(custom_plans), 0)
+		FROM pg_prepared_statements WHERE statement LIKE '-- name: JobInsertPlacedMany %'`).Scan(&prepared, &generic, &custom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prepared != 1 || generic+custom != calls || generic == 0 {
+		t.Fatalf("JobInsertPlacedMany: %d statements prepared on the connection, %d generic and %d custom plans of %d calls; want 1, and generic plans", prepared, generic, custom, calls)
+	}
+}

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lib/pq"
 
@@ -25,7 +27,24 @@ func (d pgxArgs) ExecContext(ctx context.Context, query string, args ...any) (sq
 }
 
 func (d pgxArgs) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if keptPrepared(query) {
+		return d.DBTX.QueryContext(ctx, query, append([]any{pgx.QueryExecModeCacheStatement}, nativeArrays(args)...)...)
+	}
 	return d.DBTX.QueryContext(ctx, query, nativeArrays(args)...)
+}
+
+// keptPrepared tells the statements that run prepared on every connection,
+// so that each is parsed and analysed once per connection, and planned once
+// when PostgreSQL finds its generic plan no dearer than planning each call
+// (plan_cache_mode auto). JobInsertPlacedMany is one: the scheduler runs it
+// for every batch of submissions, and it reads no table but through the
+// unique indexes that its conflicts are checked on, so its plan does not
+// depend on what the tables hold; planning it took about 0.4 ms, which at
+// 200 submissions a second was a fifth of the time from a submission to its
+// placement. (The claim and success statements, which look rows up, run on
+// connections of their own: see openHot.)
+func keptPrepared(query string) bool {
+	return strings.HasPrefix(query, "-- name: JobInsertPlacedMany ")
 }
 
 func (d pgxArgs) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
