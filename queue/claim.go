@@ -25,6 +25,10 @@ type ClaimRequest struct {
 	// ClaimID names this claim request: a claim repeated with the same id
 	// after its reply was lost returns the attempt it started.
 	ClaimID uuid.UUID
+	// Reply is the acknowledgement subject of the run message the claim is
+	// made for, or "". The control plane naks it if the worker is declared
+	// lost before a beat of its announces the attempt the claim started.
+	Reply string `json:",omitempty"`
 	// Country is where the claiming pool lies, set by the control plane
 	// from its pool registry and never taken from the worker: a job whose
 	// residency excludes it is refused.
@@ -37,7 +41,8 @@ const MaxClaimantText = 256
 // CheckClaimant returns the field of a claim that names its worker in a way
 // that cannot be recorded (text PostgreSQL cannot store or that carries
 // control characters, text over MaxClaimantText bytes, a negative or
-// oversized number), and what is wrong with it; "" when nothing is. The
+// oversized number, a reply that is not an acknowledgement subject of the
+// claim's pool's consumer), and what is wrong with it; "" when nothing is. The
 // control plane refuses such a claim before any statement runs, so that a
 // worker cannot fail a statement it shares with other workers' claims.
 func (c ClaimRequest) CheckClaimant() (field, problem string) {
@@ -56,6 +61,11 @@ func (c ClaimRequest) CheckClaimant() (field, problem string) {
 		return "placement_version", fmt.Sprintf("must be 1–%d, got %d", math.MaxInt32, c.PlacementVersion)
 	case c.CanaryRunID < 0:
 		return "canary_run_id", fmt.Sprintf("must not be negative, got %d", c.CanaryRunID)
+	}
+	if c.Reply != "" {
+		if err := validAckReply(c.Reply, c.Pool); err != nil {
+			return "reply", err.Error()
+		}
 	}
 	return "", ""
 }

@@ -2,9 +2,11 @@ package workers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
@@ -81,6 +84,52 @@ func TestSIGKILLedWorkersJobIsHandedBackOnLivenessAndResumesFromItsCheckpoint(t 
 	k := c.checkpointStep(t, last)
 	if logs := c.logs(t, id); !strings.Contains(logs, fmt.Sprintf("start attempt=2 resumed=1 step=%d\n", k)) {
 		t.Fatalf("attempt 2 must start from checkpoint %d's step %d; logs:\n%s", last.Seq, k, logs)
+	}
+}
+
+// A worker killed the moment its claim commits, before a beat of its can
+// announce the attempt it claimed, still has the job handed back on
+// liveness: the worker service tells the server's liveness monitor of the
+// attempt, with its run message's reply subject. Without that, the job
+// would wait for its lease and AckWait (30 s by default), and its trail
+// would go from running to running with no hand-back.
+func TestWorkerKilledTheMomentItsClaimCommitsHasItsJobHandedBack(t *testing.T) {
+	t.Parallel()
+	c := newServerCluster(t)
+	a, _ := c.startDevWorker(t)
+	b, _ := c.startDevWorker(t)
+	byPID := map[int]*local.Instance{a.PID(): a, b.PID(): b}
+	pidOf := regexp.MustCompile(`\(pid (\d+),`)
+	killed := make(chan int, 1)
+	sub, err := c.n.NC.Subscribe(queue.EventSubject("*"), func(m *nats.Msg) {
+		var ev queue.Event
+		if json.Unmarshal(m.Data, &ev) != nil || ev.State != queue.StateRunning || ev.Attempt != 1 {
+			return
+		}
+		match := pidOf.FindStringSubmatch(ev.Message)
+		if match == nil {
+			return
+		}
+		pid, _ := strconv.Atoi(match[1])
+		if w := byPID[pid]; w != nil {
+			w.Signal(syscall.SIGKILL) //nolint:errcheck // checked by the trail below
+			killed <- pid
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // closing
+	id := c.submit(t, "name: short\ncommand: [sleep, \"1\"]\n")
+	select {
+	case <-killed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no worker started the job")
+	}
+	c.waitState(t, id, queue.StateSucceeded, 2*time.Minute)
+	words, lostAt := stateTrail(t, c, id)
+	if want := "pending/0 placed/0 running/1 placed/1 running/2 succeeded/2"; strings.Join(words, " ") != want || lostAt != 3 {
+		t.Fatalf("want events %q with attempt 1 handed back as lost, got %q (hand-back at %d)", want, strings.Join(words, " "), lostAt)
 	}
 }
 

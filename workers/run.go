@@ -48,7 +48,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	res, err := w.claims.call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: w.pid, Pool: w.cfg.Pool,
-		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(), ClaimID: uuid.New(),
+		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(), ClaimID: uuid.New(), Reply: msg.Reply(),
 	})
 	claimed := res.Claimed
 	if err == nil {

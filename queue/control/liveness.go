@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,10 @@ type Liveness struct {
 	LostAfter time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Claims, when set, holds the attempts this server's worker service
+	// started lately: a worker lost before a beat of its announces an
+	// attempt has that attempt handed back with the rest.
+	Claims *RecentClaims
 }
 
 // WithDefaults returns l with every unset default filled in.
@@ -117,6 +122,7 @@ func (l *Liveness) Run(ctx context.Context) error {
 			seen[key] = w
 		}
 		w.last, w.subject, w.beat = at, m.Subject, m.Data
+		cfg.Claims.heard(b.Pool, b.Worker, at)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribing to worker beats: %w", err)
@@ -149,29 +155,49 @@ func (l *Liveness) Run(ctx context.Context) error {
 			}
 		}
 		mu.Unlock()
+		// A worker that claimed through this server and was lost before
+		// its first beat was heard.
+		for _, w := range cfg.Claims.unheard(now.Add(-cfg.LostAfter), func(pool, worker string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return seen[pool+"\x00"+worker] != nil
+		}) {
+			if !blind {
+				lost = append(lost, w)
+			}
+		}
 		for _, w := range lost {
 			cfg.handBack(ctx, w, now.Sub(w.last))
 		}
 	}
 }
 
-// handBack fences the attempts a lost worker held and naks their messages.
+// handBack fences the attempts a lost worker held and naks their messages:
+// those its last beat announced, and those this server started for it
+// since.
 func (l *Liveness) handBack(ctx context.Context, w *seenWorker, silent time.Duration) {
-	b, err := readBeat(w.subject, w.beat)
-	if err != nil {
-		// Its attempts' leases and AckWait remain the fallback.
-		l.Logger.Warn("lost worker's last beat is not valid; its jobs wait for their leases", "pool", w.pool, "worker", w.worker, "err", err)
-		return
+	var held []queue.HeldAttempt
+	if w.beat != nil {
+		b, err := readBeat(w.subject, w.beat)
+		if err != nil {
+			// Its attempts' leases and AckWait remain the fallback.
+			l.Logger.Warn("lost worker's last beat is not valid; its jobs wait for their leases", "pool", w.pool, "worker", w.worker, "err", err)
+		} else {
+			held = b.Held
+		}
 	}
-	if len(b.Held) == 0 {
+	var refs []queue.AttemptRef
+	replies := make(map[queue.AttemptRef]string, len(held))
+	for _, h := range append(held, l.Claims.take(w.pool, w.worker)...) {
+		r := queue.AttemptRef{JobID: h.JobID, Attempt: h.Attempt}
+		if _, ok := replies[r]; !ok {
+			refs = append(refs, r)
+			replies[r] = h.Reply
+		}
+	}
+	if len(refs) == 0 {
 		l.Logger.Info("worker gone quiet holding no job", "pool", w.pool, "worker", w.worker)
 		return
-	}
-	refs := make([]queue.AttemptRef, len(b.Held))
-	replies := make(map[queue.AttemptRef]string, len(b.Held))
-	for i, h := range b.Held {
-		refs[i] = queue.AttemptRef{JobID: h.JobID, Attempt: h.Attempt}
-		replies[refs[i]] = h.Reply
 	}
 	reason := fmt.Sprintf("worker %s lost: no liveness beat for %s; handed back", w.worker, silent.Round(time.Millisecond))
 	fenced, err := l.Store.FenceLost(ctx, w.pool, w.worker, refs, reason)
@@ -228,4 +254,103 @@ func beatPool(subject string, data []byte) (string, error) {
 		return "", fmt.Errorf("beat: %d bytes, over the limit of %d", len(data), queue.MaxBeatBytes)
 	}
 	return pool, nil
+}
+
+// RecentClaims holds, for the liveness monitor, the attempts the worker
+// service started lately and the reply subjects of their run messages. A
+// worker announces an attempt in a beat once its claim's reply reaches it
+// (within queue.BeatInterval, and at most 20 ms after when it is busy); a
+// worker lost in between would leave the attempt to its lease and its
+// message to AckWait. The monitor hands such attempts back with the ones
+// the worker's last beat announced. The zero value is ready; a nil
+// *RecentClaims holds nothing.
+type RecentClaims struct {
+	mu       sync.Mutex
+	byWorker map[recentWorker][]recentClaim
+}
+
+type recentWorker struct{ pool, worker string }
+
+type recentClaim struct {
+	at   time.Time
+	held queue.HeldAttempt
+}
+
+// announcedWithin is how long after a claim a beat of its worker surely
+// announces the attempt: a beat heard later than that lets the claim go.
+const announcedWithin = 250 * time.Millisecond
+
+// Started records an attempt the worker service started for a worker,
+// with the reply subject of the run message it was claimed for.
+func (c *RecentClaims) Started(pool, worker string, h queue.HeldAttempt) {
+	if c == nil || h.Reply == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byWorker == nil {
+		c.byWorker = map[recentWorker][]recentClaim{}
+	}
+	k := recentWorker{pool, worker}
+	claims := append(c.byWorker[k], recentClaim{at: time.Now(), held: h})
+	if len(claims) > queue.MaxBeatHeld {
+		// A worker's beat holds no more; the oldest were announced.
+		claims = claims[len(claims)-queue.MaxBeatHeld:]
+	}
+	c.byWorker[k] = claims
+}
+
+// heard lets go of a worker's claims that a beat heard at at announces.
+func (c *RecentClaims) heard(pool, worker string, at time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := recentWorker{pool, worker}
+	claims := c.byWorker[k]
+	n := 0
+	for n < len(claims) && at.Sub(claims[n].at) > announcedWithin {
+		n++
+	}
+	switch {
+	case n == len(claims):
+		delete(c.byWorker, k)
+	case n > 0:
+		c.byWorker[k] = slices.Delete(claims, 0, n)
+	}
+}
+
+// take returns and forgets a worker's claims.
+func (c *RecentClaims) take(pool, worker string) []queue.HeldAttempt {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := recentWorker{pool, worker}
+	claims := c.byWorker[k]
+	delete(c.byWorker, k)
+	out := make([]queue.HeldAttempt, len(claims))
+	for i, rc := range claims {
+		out[i] = rc.held
+	}
+	return out
+}
+
+// unheard returns the workers whose every claim was made before cutoff
+// and that known reports as never heard: each is lost without a beat.
+func (c *RecentClaims) unheard(cutoff time.Time, known func(pool, worker string) bool) []*seenWorker {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	var out []*seenWorker
+	for k, claims := range c.byWorker {
+		if last := claims[len(claims)-1].at; last.Before(cutoff) {
+			out = append(out, &seenWorker{pool: k.pool, worker: k.worker, last: last})
+		}
+	}
+	c.mu.Unlock()
+	return slices.DeleteFunc(out, func(w *seenWorker) bool { return known(w.pool, w.worker) })
 }

@@ -3,6 +3,8 @@ package control_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +147,90 @@ func TestLivenessRefusesADetectionTimeShorterThanThreeBeats(t *testing.T) {
 	}
 	if got := err.Error(); len(got) < len("liveness.lost_after") || got[:len("liveness.lost_after")] != "liveness.lost_after" {
 		t.Fatalf("want an error naming liveness.lost_after, got %q", got)
+	}
+}
+
+// A worker lost between its claim and the next beat that would announce the
+// attempt (a beat goes at most 20 ms after a claim when busy, up to a beat
+// interval when idle) still has the attempt handed back: the worker service
+// tells the monitor of every attempt it starts, with its run message's
+// reply subject.
+func TestLivenessHandsBackAnAttemptItsWorkerWasLostBeforeAnnouncing(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	rec := &fenceRecorder{}
+	claims := &control.RecentClaims{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&control.Liveness{NATS: n.NC, Store: rec, LostAfter: 500 * time.Millisecond, Claims: claims}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	naks := make(chan string, 10)
+	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // closing
+	reply := func(seq int) string {
+		return fmt.Sprintf("$JS.ACK.GPUQ_RUN.pool-p.1.%d.%d.1700000000000000000.0", seq, seq)
+	}
+	idle := func(worker string) queue.Beat {
+		return queue.Beat{BeatSender: queue.BeatSender{Worker: worker, Pool: "p"}}
+	}
+
+	// w1 beats holding nothing, claims a job and is killed before its next
+	// beat; w2 claims a job and beats on (its beats stand for its claims
+	// from then on) before it goes quiet holding nothing; w3 claims a job
+	// and is killed before its first beat.
+	lost1, lost3 := uuid.New(), uuid.New()
+	for range 3 {
+		publishBeat(t, n.NC, "p", idle("w1"))
+		publishBeat(t, n.NC, "p", idle("w2"))
+		time.Sleep(queue.BeatInterval)
+	}
+	publishBeat(t, n.NC, "p", idle("w1"))
+	claims.Started("p", "w1", queue.HeldAttempt{JobID: lost1, Attempt: 2, Reply: reply(1)})
+	claims.Started("p", "w2", queue.HeldAttempt{JobID: uuid.New(), Attempt: 1, Reply: reply(2)})
+	claims.Started("p", "w3", queue.HeldAttempt{JobID: lost3, Attempt: 1, Reply: reply(3)})
+	claims.Started("p", "w1", queue.HeldAttempt{JobID: uuid.New(), Attempt: 1}) // no reply: nothing to nak
+	for range 4 {
+		publishBeat(t, n.NC, "p", idle("w2"))
+		time.Sleep(queue.BeatInterval)
+	}
+
+	got := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case s := <-naks:
+			got[s] = true
+		case <-deadline:
+			t.Fatalf("want the messages of w1's and w3's unannounced attempts naked, got %v", got)
+		}
+	}
+	if !got[reply(1)] || !got[reply(3)] {
+		t.Fatalf("want %s and %s naked, got %v", reply(1), reply(3), got)
+	}
+	// w2 goes quiet too, well after its claim: its beats announced what
+	// it held.
+	time.Sleep(4 * 500 * time.Millisecond)
+	select {
+	case s := <-naks:
+		t.Fatalf("only unannounced attempts of lost workers may be naked, also got %s", s)
+	default:
+	}
+	byWorker := map[string][]queue.AttemptRef{}
+	for _, c := range rec.seen() {
+		byWorker[c.worker] = append(byWorker[c.worker], c.refs...)
+	}
+	want := map[string][]queue.AttemptRef{"w1": {{JobID: lost1, Attempt: 2}}, "w3": {{JobID: lost3, Attempt: 1}}}
+	if len(byWorker) != len(want) || !slices.Equal(byWorker["w1"], want["w1"]) || !slices.Equal(byWorker["w3"], want["w3"]) {
+		t.Fatalf("hand-backs: got %v, want %v", byWorker, want)
 	}
 }

@@ -41,6 +41,9 @@ type Plane struct {
 	// LostAfter is the liveness monitor's Liveness.LostAfter (default
 	// 700ms).
 	LostAfter time.Duration
+	// Claims is the liveness monitor's Liveness.Claims: the same as the
+	// worker service's of this server.
+	Claims *RecentClaims
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -70,7 +73,7 @@ func (p *Plane) Start(ctx context.Context) <-chan error {
 	if p.NATS == nil {
 		errc <- nil
 	} else {
-		live := &Liveness{NATS: p.NATS, Store: p.Store, LostAfter: p.LostAfter, Logger: logger}
+		live := &Liveness{NATS: p.NATS, Store: p.Store, LostAfter: p.LostAfter, Logger: logger, Claims: p.Claims}
 		go func() { errc <- live.Run(ctx) }()
 	}
 	return errc

@@ -84,6 +84,9 @@ type WorkerService struct {
 	Concurrency int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Claims, when set, is told of every attempt the service starts, for
+	// the liveness monitor of the same server (Liveness.Claims).
+	Claims *RecentClaims
 
 	claims    *batcher[[]queue.ClaimRequest, []queue.ClaimResult]
 	successes *batcher[queue.PoolAttemptRef, bool]
@@ -315,6 +318,9 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 	out := &queue.WorkerReply{Claims: make([]queue.WireClaimResult, len(results))}
 	for i, r := range results {
 		out.Claims[i] = queue.WireClaimResult{Claimed: r.Claimed, Error: queue.EncodeError(r.Err)}
+		if r.Err == nil && r.Claimed != nil {
+			s.Claims.Started(pool, claims[i].WorkerID, queue.HeldAttempt{JobID: claims[i].JobID, Attempt: r.Claimed.Job.Attempt, Reply: claims[i].Reply})
+		}
 		var refused *queue.ClaimRefusedError
 		if errors.As(r.Err, &refused) {
 			s.Logger.Warn("claim refused: outside the job's residency", "job", claims[i].JobID, "pool", pool, "worker", claims[i].WorkerID, "reason", refused.Reason)

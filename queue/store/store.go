@@ -129,7 +129,9 @@ func openHot(ctx context.Context, cfg pgx.ConnConfig) (*sql.DB, error) {
 const hotConns = 4
 
 // New wraps a database opened with pgx's database/sql driver
-// (github.com/jackc/pgx/v5/stdlib), as Open opens it.
+// (github.com/jackc/pgx/v5/stdlib), as Open opens it. Its claims and
+// successes run on conn like every other statement, each planned for its
+// call.
 func New(conn *sql.DB) *Store {
 	q := db.New(pgxArgs{conn})
 	return &Store{DB: conn, q: q, hot: q}

@@ -264,12 +264,15 @@ func defaultPools() []local.PoolConfig {
 // liveness monitor until ctx ends, and serves the worker service; the placer's offer sources are
 // its pool registry.
 func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer, lostAfter time.Duration, logger *slog.Logger) (<-chan error, error) {
+	// The attempts the worker service starts reach the liveness monitor
+	// before the workers' beats announce them.
+	claims := &control.RecentClaims{}
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
-		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger}
+		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger, Claims: claims}
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
-	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, LostAfter: lostAfter, Logger: logger}).Start(ctx), nil
+	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, LostAfter: lostAfter, Claims: claims, Logger: logger}).Start(ctx), nil
 }
 
 // offerSources are the providers whose offers the scheduler places among and
