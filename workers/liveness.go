@@ -135,12 +135,20 @@ func (w *Worker) announce(ctx context.Context) {
 			w.beats.recheckAll()
 		}
 		last = time.Now()
-		body, err := w.beats.beat(w)
-		if err != nil {
-			continue
-		}
-		if err := w.nc.Publish(queue.AliveSubject(w.cfg.Pool), body); err != nil {
-			w.cfg.Logger.Warn("publishing a liveness beat", "err", err)
-		}
+		w.sendBeat()
+	}
+}
+
+// sendBeat publishes one beat announcing the attempts held now.
+func (w *Worker) sendBeat() {
+	if w.nc == nil {
+		return
+	}
+	body, err := w.beats.beat(w)
+	if err != nil {
+		return
+	}
+	if err := w.nc.Publish(queue.AliveSubject(w.cfg.Pool), body); err != nil {
+		w.cfg.Logger.Warn("publishing a liveness beat", "err", err)
 	}
 }

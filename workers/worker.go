@@ -280,6 +280,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBatchers()
 	go w.claims.run(batchCtx)
 	go w.successes.run(batchCtx)
+	// The first beat goes before the first pull, so that the liveness
+	// monitor knows the worker before it claims anything: a worker lost
+	// with its first job has that job handed back like any other.
+	w.sendBeat()
 	go w.announce(batchCtx)
 	if w.ownDataDir {
 		// Every attempt removes its own directory; the worker's goes last,

@@ -155,17 +155,11 @@ func (l *Liveness) Run(ctx context.Context) error {
 			}
 		}
 		mu.Unlock()
-		// A worker that claimed through this server and was lost before
-		// its first beat was heard.
-		for _, w := range cfg.Claims.unheard(now.Add(-cfg.LostAfter), func(pool, worker string) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return seen[pool+"\x00"+worker] != nil
-		}) {
-			if !blind {
-				lost = append(lost, w)
-			}
-		}
+		// A worker that still beats was heard within LostAfter, and its
+		// beats announce every claim older than announcedWithin before
+		// that; a worker never heard (its beats refused) is left to its
+		// leases, as before it claimed.
+		cfg.Claims.forget(now.Add(-cfg.LostAfter - announcedWithin - queue.BeatInterval))
 		for _, w := range lost {
 			cfg.handBack(ctx, w, now.Sub(w.last))
 		}
@@ -177,14 +171,11 @@ func (l *Liveness) Run(ctx context.Context) error {
 // since.
 func (l *Liveness) handBack(ctx context.Context, w *seenWorker, silent time.Duration) {
 	var held []queue.HeldAttempt
-	if w.beat != nil {
-		b, err := readBeat(w.subject, w.beat)
-		if err != nil {
-			// Its attempts' leases and AckWait remain the fallback.
-			l.Logger.Warn("lost worker's last beat is not valid; its jobs wait for their leases", "pool", w.pool, "worker", w.worker, "err", err)
-		} else {
-			held = b.Held
-		}
+	if b, err := readBeat(w.subject, w.beat); err != nil {
+		// Its attempts' leases and AckWait remain the fallback.
+		l.Logger.Warn("lost worker's last beat is not valid; its jobs wait for their leases", "pool", w.pool, "worker", w.worker, "err", err)
+	} else {
+		held = b.Held
 	}
 	var refs []queue.AttemptRef
 	replies := make(map[queue.AttemptRef]string, len(held))
@@ -308,16 +299,8 @@ func (c *RecentClaims) heard(pool, worker string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := recentWorker{pool, worker}
-	claims := c.byWorker[k]
-	n := 0
-	for n < len(claims) && at.Sub(claims[n].at) > announcedWithin {
-		n++
-	}
-	switch {
-	case n == len(claims):
-		delete(c.byWorker, k)
-	case n > 0:
-		c.byWorker[k] = slices.Delete(claims, 0, n)
+	if claims, ok := c.byWorker[k]; ok {
+		c.pruneLocked(k, claims, at.Add(-announcedWithin))
 	}
 }
 
@@ -338,19 +321,28 @@ func (c *RecentClaims) take(pool, worker string) []queue.HeldAttempt {
 	return out
 }
 
-// unheard returns the workers whose every claim was made before cutoff
-// and that known reports as never heard: each is lost without a beat.
-func (c *RecentClaims) unheard(cutoff time.Time, known func(pool, worker string) bool) []*seenWorker {
+// forget lets go of every claim made before cutoff.
+func (c *RecentClaims) forget(cutoff time.Time) {
 	if c == nil {
-		return nil
+		return
 	}
 	c.mu.Lock()
-	var out []*seenWorker
+	defer c.mu.Unlock()
 	for k, claims := range c.byWorker {
-		if last := claims[len(claims)-1].at; last.Before(cutoff) {
-			out = append(out, &seenWorker{pool: k.pool, worker: k.worker, last: last})
-		}
+		c.pruneLocked(k, claims, cutoff)
 	}
-	c.mu.Unlock()
-	return slices.DeleteFunc(out, func(w *seenWorker) bool { return known(w.pool, w.worker) })
+}
+
+// pruneLocked keeps a worker's claims made at or after cutoff.
+func (c *RecentClaims) pruneLocked(k recentWorker, claims []recentClaim, cutoff time.Time) {
+	n := 0
+	for n < len(claims) && claims[n].at.Before(cutoff) {
+		n++
+	}
+	switch {
+	case n == len(claims):
+		delete(c.byWorker, k)
+	case n > 0:
+		c.byWorker[k] = slices.Delete(claims, 0, n)
+	}
 }
