@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -24,13 +25,22 @@ type recording struct {
 }
 
 func (r *recording) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if !slices.Contains(r.queries, query) {
-		r.queries = append(r.queries, query)
-	}
+	r.record(query)
 	return r.DBTX.QueryContext(ctx, query, args...)
 }
 
-// The job path's claim and success statements keep generic plans made once
+func (r *recording) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	r.record(query)
+	return r.DBTX.ExecContext(ctx, query, args...)
+}
+
+func (r *recording) record(query string) {
+	if !slices.Contains(r.queries, query) {
+		r.queries = append(r.queries, query)
+	}
+}
+
+// The job path's claim, success and heartbeat statements keep generic plans made once
 // per connection, and a generic plan made on an empty database, as in the
 // first minute of a new deployment, would otherwise scan whole tables for as
 // long as the connection lives. Their connections' settings must make each
@@ -52,8 +62,11 @@ func TestHotStatementsPlanIndexLookupsByJobIDOnAnEmptyDatabase(t *testing.T) {
 	if _, err := st.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: queue.AttemptRef{JobID: claim.JobID, Attempt: 1}, Pool: "p"}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.queries) != 2 {
-		t.Fatalf("want the claim and the success statement to run on the job path's connections, got %d statements", len(rec.queries))
+	if err := st.Heartbeat(ctx, claim.JobID, 1, time.Minute); !errors.Is(err, queue.ErrFenced) {
+		t.Fatalf("heartbeat of an unknown job: %v, want fenced", err)
+	}
+	if len(rec.queries) != 3 {
+		t.Fatalf("want the claim, success and heartbeat statements to run on the job path's connections, got %d statements", len(rec.queries))
 	}
 	plans := func(conn *sql.Conn) (bad []string) {
 		if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {

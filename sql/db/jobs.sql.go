@@ -415,23 +415,25 @@ const jobHeartbeat = `-- name: JobHeartbeat :execrows
 
 WITH j AS (
     UPDATE jobs
-    SET lease_expires_at = now() + make_interval(secs => $2::float8)
-    WHERE id = $3 AND attempt = $1 AND state::text = 'running' -- by id alone (see JobClaimMany)
+    SET lease_expires_at = now() + make_interval(secs => $3::float8)
+    WHERE id = $1 AND attempt = $2 AND state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING id
 )
 UPDATE attempts SET heartbeat_at = now()
-WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = $1
+WHERE attempts.job_id = $1 AND attempts.attempt = $2 AND EXISTS (SELECT 1 FROM j)
 `
 
 type JobHeartbeatParams struct {
+	ID           uuid.UUID
 	Attempt      int32
 	LeaseSeconds float64
-	ID           uuid.UUID
 }
 
 // by id alone (see JobClaimMany)
+// The attempt is looked up by its key, job id and attempt number: taking
+// the job id from j, the generic plan read every attempt of that number.
 func (q *Queries) JobHeartbeat(ctx context.Context, arg JobHeartbeatParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobHeartbeat, arg.Attempt, arg.LeaseSeconds, arg.ID)
+	result, err := q.db.ExecContext(ctx, jobHeartbeat, arg.ID, arg.Attempt, arg.LeaseSeconds)
 	if err != nil {
 		return 0, err
 	}

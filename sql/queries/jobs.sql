@@ -247,8 +247,10 @@ WITH j AS (
     WHERE id = @id AND attempt = @attempt AND state::text = 'running' -- by id alone (see JobClaimMany)
     RETURNING id
 )
+-- The attempt is looked up by its key, job id and attempt number: taking
+-- the job id from j, the generic plan read every attempt of that number.
 UPDATE attempts SET heartbeat_at = now()
-WHERE job_id IN (SELECT id FROM j) AND attempts.attempt = @attempt;
+WHERE attempts.job_id = @id AND attempts.attempt = @attempt AND EXISTS (SELECT 1 FROM j);
 
 -- name: JobFenceLost :many
 -- JobFenceLost hands back, in one statement, the attempts a lost worker held:
