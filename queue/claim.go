@@ -27,7 +27,9 @@ type ClaimRequest struct {
 	ClaimID uuid.UUID
 	// Reply is the acknowledgement subject of the run message the claim is
 	// made for, or "". The control plane naks it if the worker is declared
-	// lost before a beat of its announces the attempt the claim started.
+	// lost before a beat of its announces the attempt the claim started. A
+	// reply it cannot use (CheckReply) is left out, and the claim made
+	// without it.
 	Reply string `json:",omitempty"`
 	// Country is where the claiming pool lies, set by the control plane
 	// from its pool registry and never taken from the worker: a job whose
@@ -41,8 +43,7 @@ const MaxClaimantText = 256
 // CheckClaimant returns the field of a claim that names its worker in a way
 // that cannot be recorded (text PostgreSQL cannot store or that carries
 // control characters, text over MaxClaimantText bytes, a negative or
-// oversized number, a reply that is not an acknowledgement subject of the
-// claim's pool's consumer), and what is wrong with it; "" when nothing is. The
+// oversized number), and what is wrong with it; "" when nothing is. The
 // control plane refuses such a claim before any statement runs, so that a
 // worker cannot fail a statement it shares with other workers' claims.
 func (c ClaimRequest) CheckClaimant() (field, problem string) {
@@ -62,12 +63,18 @@ func (c ClaimRequest) CheckClaimant() (field, problem string) {
 	case c.CanaryRunID < 0:
 		return "canary_run_id", fmt.Sprintf("must not be negative, got %d", c.CanaryRunID)
 	}
-	if c.Reply != "" {
-		if err := validAckReply(c.Reply, c.Pool); err != nil {
-			return "reply", err.Error()
-		}
-	}
 	return "", ""
+}
+
+// CheckReply reports whether the claim's reply subject, when it names one,
+// is an acknowledgement subject of its pool's consumer on the run stream,
+// as a beat's held attempts must be: the only subject the control plane
+// may nak on the worker's word.
+func (c ClaimRequest) CheckReply() error {
+	if c.Reply == "" {
+		return nil
+	}
+	return validAckReply(c.Reply, c.Pool)
 }
 
 // Claimed is a successful claim: the job under its new attempt and the

@@ -229,3 +229,71 @@ func TestLivenessHandsBackAnAttemptItsWorkerWasLostBeforeAnnouncing(t *testing.T
 		t.Fatalf("hand-backs: got %v, want w1's %v alone", byWorker, want)
 	}
 }
+
+// Through the worker service and the liveness monitor of one server, as
+// `gpuq server` wires them: of a worker lost right after claiming, the
+// attempt claimed with its run message's reply subject is handed back and
+// the message naked; a reply subject outside the pool's consumer is never
+// naked on the worker's word, and the claim that carried it still stands.
+func TestLivenessHearsOfClaimsFromTheWorkerServiceAndNaksOnlyThePoolsMessages(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	claims := &control.RecentClaims{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pools := staticPools{"p": {Region: "r", Country: "DE"}}
+	if _, err := (&control.WorkerService{NATS: n.NC, Store: s, Pools: pools, Claims: claims}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- (&control.Liveness{NATS: n.NC, Store: s, LostAfter: 500 * time.Millisecond, Claims: claims}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	naks := make(chan string, 10)
+	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // closing
+	for range 3 {
+		publishBeat(t, n.NC, "p", queue.Beat{BeatSender: queue.BeatSender{Worker: "w1", Pool: "p"}})
+		time.Sleep(queue.BeatInterval)
+	}
+	ours, foreign := placedJob(t, s), placedJob(t, s)
+	ourReply, foreignReply := "$JS.ACK.GPUQ_RUN.pool-p.1.5.5.1700000000000000000.0", "$JS.ACK.GPUQ_RUN.pool-q.1.6.6.1700000000000000000.0"
+	a, b := claimOf(ours, "p"), claimOf(foreign, "p")
+	a.Reply, b.Reply = ourReply, foreignReply
+	r := ask(t, n, queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{a, b}})
+	if r.Error != nil || len(r.Claims) != 2 || r.Claims[0].Claimed == nil || r.Claims[1].Claimed == nil {
+		t.Fatalf("want both claims to stand, got %+v", r)
+	}
+	// w1 falls silent before a beat announces either attempt.
+	select {
+	case got := <-naks:
+		if got != ourReply {
+			t.Fatalf("want %s naked, got %s", ourReply, got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost worker's unannounced attempt was never handed back")
+	}
+	j, err := s.Job(context.Background(), ours)
+	if err != nil || j.State != queue.StatePlaced || j.Preemptions != 1 {
+		t.Fatalf("want the job handed back (placed, one preemption), got %+v, %v", j, err)
+	}
+	time.Sleep(2 * 500 * time.Millisecond)
+	select {
+	case got := <-naks:
+		t.Fatalf("a reply subject outside the pool's consumer was naked: %s", got)
+	default:
+	}
+	if j, err := s.Job(context.Background(), foreign); err != nil || j.State != queue.StateRunning || j.Attempt != 1 {
+		t.Fatalf("the claim whose reply was left out: want it running under attempt 1, got %+v, %v", j, err)
+	}
+}

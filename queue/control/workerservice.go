@@ -301,6 +301,12 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 		if field, problem := c.CheckClaimant(); field != "" {
 			return nil, badf("claims[%d].%s: %s", i, field, problem)
 		}
+		if err := c.CheckReply(); err != nil {
+			// The claim does not depend on it: a worker lost before its
+			// next beat has this attempt back on its lease alone.
+			s.Logger.Warn("ignoring a claim's reply subject", "field", fmt.Sprintf("claims[%d].reply", i), "pool", pool, "worker", c.WorkerID, "err", err)
+			claims[i].Reply = ""
+		}
 	}
 	loc, _, err := s.Pools.PoolLocation(ctx, pool)
 	if err != nil {

@@ -112,10 +112,6 @@ func TestWorkerServiceRefusesARequestForAnotherPoolNamingTheField(t *testing.T) 
 		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "p", PID: -1}}}, "claims[0].pid:"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1 << 31, Lease: time.Minute, Pool: "p"}}}, "claims[0].placement_version:"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "p", CanaryRunID: -2}}}, "claims[0].canary_run_id:"},
-		// A run message's reply subject of another pool's consumer, which
-		// the liveness monitor would nak on this worker's word.
-		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "p", Reply: "$JS.ACK.GPUQ_RUN.pool-q.1.9.9.1.0"}}}, "claims[0].reply: not an acknowledgement subject of stream GPUQ_RUN consumer pool-p"},
-		{queue.WorkerServiceSubject("p", queue.WorkerOpClaim), queue.WorkerRequest{Pool: "p", Claims: []queue.ClaimRequest{{JobID: id, PlacementVersion: 1, Lease: time.Minute, Pool: "p", Reply: "gpuq.submit.x"}}}, "claims[0].reply:"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpHeartbeat), queue.WorkerRequest{Pool: "p", Attempt: 1}, "job_id: required"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1}, "archive: required"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpCanary), queue.WorkerRequest{Pool: "p", Canary: &queue.CanaryRecord{NodeID: "n", Pool: "q"}}, "canary.pool:"},
