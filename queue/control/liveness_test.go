@@ -150,6 +150,30 @@ func TestLivenessRefusesADetectionTimeShorterThanThreeBeats(t *testing.T) {
 	}
 }
 
+// runLiveness runs a liveness monitor with a 500 ms detection time until
+// t ends, and returns the subjects it naks, as they are published.
+func runLiveness(t *testing.T, n *queuetest.NATS, store control.LivenessStore, claims *control.RecentClaims) <-chan string {
+	t.Helper()
+	naks := make(chan string, 10)
+	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&control.Liveness{NATS: n.NC, Store: store, LostAfter: 500 * time.Millisecond, Claims: claims}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		sub.Unsubscribe() //nolint:errcheck // closing
+	})
+	return naks
+}
+
 // A worker lost between its claim and the next beat that would announce the
 // attempt (a beat goes at most 20 ms after a claim when busy, up to a beat
 // interval when idle) still has the attempt handed back: the worker service
@@ -160,23 +184,7 @@ func TestLivenessHandsBackAnAttemptItsWorkerWasLostBeforeAnnouncing(t *testing.T
 	n := queuetest.StartNATS(t)
 	rec := &fenceRecorder{}
 	claims := &control.RecentClaims{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- (&control.Liveness{NATS: n.NC, Store: rec, LostAfter: 500 * time.Millisecond, Claims: claims}).Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	naks := make(chan string, 10)
-	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // closing
+	naks := runLiveness(t, n, rec, claims)
 	reply := func(seq int) string {
 		return fmt.Sprintf("$JS.ACK.GPUQ_RUN.pool-p.1.%d.%d.1700000000000000000.0", seq, seq)
 	}
@@ -246,22 +254,7 @@ func TestLivenessHearsOfClaimsFromTheWorkerServiceAndNaksOnlyThePoolsMessages(t 
 	if _, err := (&control.WorkerService{NATS: n.NC, Store: s, Pools: pools, Claims: claims}).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- (&control.Liveness{NATS: n.NC, Store: s, LostAfter: 500 * time.Millisecond, Claims: claims}).Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	naks := make(chan string, 10)
-	sub, err := n.NC.Subscribe("$JS.ACK.>", func(m *nats.Msg) { naks <- m.Subject })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // closing
+	naks := runLiveness(t, n, s, claims)
 	for range 3 {
 		publishBeat(t, n.NC, "p", queue.Beat{BeatSender: queue.BeatSender{Worker: "w1", Pool: "p"}})
 		time.Sleep(queue.BeatInterval)
