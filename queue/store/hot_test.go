@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,18 +41,27 @@ func (r *recording) record(query string) {
 	}
 }
 
-// The job path's claim, success and heartbeat statements keep generic plans made once
-// per connection, and a generic plan made on an empty database, as in the
-// first minute of a new deployment, would otherwise scan whole tables for as
-// long as the connection lives. Their connections' settings must make each
-// plan the index lookups by job id that the statements are written for.
-func TestHotStatementsPlanIndexLookupsByJobIDOnAnEmptyDatabase(t *testing.T) {
-	ctx := context.Background()
-	st, err := Open(ctx, pgtest.URL(t))
+// openStore opens a store on a fresh migrated database, as Open opens one,
+// closed when t ends.
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	st, err := Open(context.Background(), pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// The job path's claim, success and heartbeat statements keep generic plans
+// made once per connection, and a generic plan made on an empty database,
+// as in the first minute of a new deployment, would otherwise scan whole
+// tables for as long as the connection lives. Their connections' settings
+// must make each plan the index lookups by job id that the statements are
+// written for.
+func TestHotStatementsPlanIndexLookupsByJobIDOnAnEmptyDatabase(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
 	rec := &recording{DBTX: st.hotDB}
 	st.hot = db.New(pgxArgs{rec})
 	claim := queue.ClaimRequest{JobID: uuid.New(), PlacementVersion: 1, ClaimID: uuid.New(), WorkerID: "w", Host: "h",
@@ -119,8 +129,7 @@ var paramRef = regexp.MustCompile(`\$(\d+)`)
 func params(q string) int {
 	n := 0
 	for _, m := range paramRef.FindAllStringSubmatch(q, -1) {
-		var k int
-		fmt.Sscan(m[1], &k) //nolint:errcheck // digits only
+		k, _ := strconv.Atoi(m[1]) // digits only
 		n = max(n, k)
 	}
 	return n
@@ -149,11 +158,7 @@ func notByJobID(t *testing.T, plan string) []string {
 // and, from the sixth call on, runs its generic plan without planning.
 func TestInsertOfPlacedJobsIsPreparedOncePerConnection(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	st.DB.SetMaxOpenConns(1)
 	spec, err := queue.ParseSpec([]byte("project: vision\ncommand: [/bin/true]"))
 	if err != nil {

@@ -95,9 +95,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // openHot opens the few connections that run the job path's claim,
 // success and heartbeat statements, as statements prepared once per
 // connection with generic plans: each then runs without being parsed,
-// analysed or planned again. Planning a claim statement took about 0.4 ms, a third of
-// PostgreSQL's CPU per statement when claims and completions come a few
-// jobs at a time. A generic plan is made once and kept until the schema or
+// analysed or planned again. Planning a claim statement took about 0.4 ms,
+// a third of PostgreSQL's CPU per statement when claims and completions
+// come a few jobs at a time. A generic plan is made once and kept until the schema or
 // the tables' statistics change, and PostgreSQL makes it for the tables as
 // they are then: on a young database, nearly empty, it would scan whole
 // tables (attempts, placements) and keep doing so as they grow. So these
