@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,7 +26,14 @@ func newSubmitCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit [-f job.yaml] [flags] [-- command args…]",
 		Short: "Submit a job; prints its id",
+		Long: `Submit a job; prints its id.
+
+The spec comes from -f (YAML or JSON), from the flags, or both: flags override
+the file. A lone argument ending in .yaml, .yml or .json, given without --, is
+the spec file (gpuq submit job.yaml is gpuq submit -f job.yaml); to run a
+program with such a name, put it after --.`,
 		Example: `  gpuq submit -f job.yaml
+  gpuq submit job.yaml
   gpuq submit --name hello --cpu 1 -- echo hello
   gpuq submit --gpu-count 1 --card H100 --residency EU --max-price "2.50 EUR" --wait -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,11 +72,31 @@ func newSubmitCmd() *cobra.Command {
 	return cmd
 }
 
+// specFileArg reports whether args, the positional arguments of submit,
+// name a spec file rather than a command: one argument ending in .yaml,
+// .yml or .json, given without --. Whether the file exists does not
+// matter, so that a mistyped name fails as a missing file instead of
+// becoming a job that runs it.
+func specFileArg(cmd *cobra.Command, args []string) bool {
+	if len(args) != 1 || cmd.Flags().ArgsLenAtDash() >= 0 {
+		return false
+	}
+	switch strings.ToLower(filepath.Ext(args[0])) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
 // specFromFlags builds the spec from -f and the flags, through the same
 // strict parser as any other submission.
 func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Spec, error) {
 	doc := map[string]any{}
-	if path := v.GetString("file"); path != "" {
+	path := v.GetString("file")
+	if path == "" && specFileArg(cmd, args) {
+		path, args = args[0], nil
+	}
+	if path != "" {
 		var data []byte
 		var err error
 		if path == "-" {

@@ -32,7 +32,7 @@ const maxPlanFileBytes = 64 << 20
 
 func newPlanCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "plan -f job.yaml [--offers offers.yaml] [--policy policy.yaml]",
+		Use:   "plan [-f] job.yaml [--offers offers.yaml] [--policy policy.yaml]",
 		Short: "Show where a job would run and why: chosen offer, plan B, rejections, cost",
 		Long: `plan places a job without submitting it. It prints the chosen offer, the ranked
 alternatives, every rejected offer with every reason, and the cost breakdown.
@@ -40,7 +40,7 @@ Offers come from --offers, or else from the configured local pools (config key
 "pools"). Rules come from --policy, or else from the config key "policy".
 When no offer is feasible, plan prints the rejections and exits with status 2;
 when there are no offers at all, it exits with status 3.`,
-		Args: cobra.NoArgs,
+		Args: cobra.MaximumNArgs(1),
 		RunE: runPlan,
 	}
 	cmd.Flags().StringP("file", "f", "", "job spec file (YAML or JSON)")
@@ -49,15 +49,21 @@ when there are no offers at all, it exits with status 3.`,
 	return cmd
 }
 
-func runPlan(cmd *cobra.Command, _ []string) error {
+func runPlan(cmd *cobra.Command, args []string) error {
 	v, format, err := loadConfigFormat(cmd)
 	if err != nil {
 		return err
 	}
-	if v.GetString("file") == "" {
+	file := v.GetString("file")
+	switch {
+	case len(args) == 1 && file != "":
+		return fmt.Errorf("the job spec file given twice: --file %s and %s; give one", file, args[0])
+	case len(args) == 1:
+		file = args[0]
+	case file == "":
 		return errors.New("--file: the job spec file is required")
 	}
-	job, err := planJobFromFile(v.GetString("file"))
+	job, err := planJobFromFile(file)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,20 @@ func TestPlanPrintsChoiceAlternativesAndRejections(t *testing.T) {
 	}
 }
 
+func TestPlanTakesTheSpecFileAsItsArgument(t *testing.T) {
+	t.Parallel()
+	job := writeFile(t, "job.yaml", planJob)
+	offers := []string{"--offers", "../../../examples/offers.yaml", "--policy", "../../../examples/policy-eu.yaml"}
+	out, _, err := runCLI(t, append([]string{"plan", job}, offers...)...)
+	if err != nil || !strings.Contains(out, "chosen:     hz-fsn-a100") {
+		t.Errorf("plan job.yaml: err %v, output:\n%s", err, out)
+	}
+	_, _, err = runCLI(t, append([]string{"plan", "-f", job, job}, offers...)...)
+	if err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("plan -f job.yaml job.yaml: want a refusal naming both, got %v", err)
+	}
+}
+
 func TestPlanJSONIsTheDecision(t *testing.T) {
 	t.Parallel()
 	job := writeFile(t, "job.yaml", planJob)

@@ -75,3 +75,51 @@ func TestSubmitsCardFlagAsksForOneGPUUnlessTheCountIsGiven(t *testing.T) {
 		}
 	}
 }
+
+func TestSubmitTakesALoneSpecFileArgumentAsTheSpec(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(file, []byte("name: from-file\ncommand: [python, train.py]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	specOf := func(args ...string) (string, []string, error) {
+		cmd := newSubmitCmd()
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		v, err := loadConfig(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := specFromFlags(cmd, v, cmd.Flags().Args())
+		if err != nil {
+			return "", nil, err
+		}
+		return spec.Name, spec.Command, nil
+	}
+	for _, tt := range []struct {
+		args    []string
+		name    string // "": the default, not checked here
+		command string
+	}{
+		{[]string{file}, "from-file", "python train.py"},
+		{[]string{file, "--name", "renamed"}, "renamed", "python train.py"},
+		{[]string{"--", file}, "", file},
+		{[]string{"cat", file}, "", "cat " + file},
+		{[]string{"-f", file, "--", "python", "eval.py"}, "from-file", "python eval.py"},
+	} {
+		name, command, err := specOf(tt.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tt.args, err)
+			continue
+		}
+		if (tt.name != "" && name != tt.name) || strings.Join(command, " ") != tt.command {
+			t.Errorf("%v: name %q, command %q; want %q, %q", tt.args, name, command, tt.name, tt.command)
+		}
+	}
+	missing := filepath.Join(dir, "typo.yml")
+	if _, _, err := specOf(missing); err == nil || !strings.Contains(err.Error(), "typo.yml") {
+		t.Errorf("a missing spec file: want an error naming it, got %v", err)
+	}
+}
