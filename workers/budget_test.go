@@ -15,6 +15,7 @@ import (
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
 // A euro a second, so that a few seconds of running reach a small budget.
@@ -71,5 +72,32 @@ func TestJobThatReachesItsBudgetIsCheckpointedStoppedAndAlerted(t *testing.T) {
 	defer mu.Unlock()
 	if len(alerts) != 1 || alerts[0].JobID != id || alerts[0].Type != "budget.reached" || alerts[0].Reason != job.Reason {
 		t.Fatalf("want one budget.reached alert for job %s with the job's reason, got %+v", id, alerts)
+	}
+}
+
+// A job whose estimated cost exceeds its own budget, or whose pool's price
+// exceeds its cap, is rejected with the reason and never dispatched, while a
+// worker of the pool waits for work (invariant 5).
+func TestJobOverItsOwnBudgetIsRejectedWithTheReasonAndNeverDispatched(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t) // 0.10 EUR/h
+	c.startWorker(t, 5*time.Second, time.Second)
+	for spec, reason := range map[string]string{
+		"expected_duration: 2h\nbudget: {total: 0.15 EUR}\n": "over the job budget 0.15 EUR",
+		"budget: {max_price_per_hour: \"0.05 EUR\"}\n":       "1 offer over the price cap 0.05 EUR/h",
+	} {
+		id := c.submit(t, "command: [/bin/true]\n"+spec)
+		job := c.waitState(t, id, queue.StateRejected, 30*time.Second)
+		if !strings.Contains(job.Reason, reason) {
+			t.Errorf("%q: rejected with %q, want the reason %q", spec, job.Reason, reason)
+		}
+		if a := c.attempts(t, id); len(a) != 0 {
+			t.Errorf("%q: a rejected job ran: %+v", spec, a)
+		}
+	}
+	within := c.submit(t, "command: [/bin/true]\nexpected_duration: 2h\nbudget: {total: 0.25 EUR, max_price_per_hour: \"0.10 EUR\"}\n")
+	c.waitState(t, within, queue.StateSucceeded, 30*time.Second)
+	if runs := queuetest.RunMessages(t, c.n.JS); len(runs) != 0 {
+		t.Errorf("run messages left: %v", runs)
 	}
 }

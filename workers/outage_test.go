@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
 // cutDatabase refuses every connection to the cluster's database until the
@@ -65,10 +66,18 @@ command: [/bin/sh, -c, 'echo run >> `+runs+`; while [ ! -e `+proceed+` ]; do sle
 	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The job exits at once and its success cannot be recorded for 3 s.
+	// The job exits at once and its success cannot be recorded for 3 s;
+	// meanwhile its run message stays unacknowledged (invariant 2: a
+	// worker acks only after its completion is recorded).
 	time.Sleep(3 * time.Second)
+	if held := queuetest.StreamMessages(t, c.n.JS, queue.StreamRun); held != 1 {
+		t.Errorf("while the success could not be recorded, the run stream held %d messages, want the job's one", held)
+	}
 	restore()
 	job := c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	queuetest.Eventually(t, 30*time.Second, "the run message to be acknowledged once the success is recorded", func() bool {
+		return queuetest.StreamMessages(t, c.n.JS, queue.StreamRun) == 0
+	})
 	if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 1 {
 		t.Fatalf("the job must run once, ran %d times (attempt %d)", strings.Count(string(b), "run"), job.Attempt)
 	}

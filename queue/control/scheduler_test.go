@@ -58,6 +58,16 @@ func startScheduler(t *testing.T, placer control.Placer) *harness {
 	return &harness{n: n, store: store}
 }
 
+// submit submits a job named name that runs /bin/true.
+func (h *harness) submit(t *testing.T, name string) uuid.UUID {
+	t.Helper()
+	sub, err := queue.Submit(context.Background(), h.n.JS, mustSpec(t, "name: "+name+"\ncommand: [/bin/true]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub.JobID
+}
+
 func (h *harness) countJobs(t *testing.T) int {
 	t.Helper()
 	var n int
@@ -81,14 +91,9 @@ func (h *harness) waitState(t *testing.T, id uuid.UUID, want queue.JobState) *qu
 func TestSubmittedJobsArePlacedAndDispatchedOnce(t *testing.T) {
 	t.Parallel()
 	h := startScheduler(t, &recordingPlacer{})
-	ctx := context.Background()
 	var ids []uuid.UUID
 	for i := range 50 {
-		sub, err := queue.Submit(ctx, h.n.JS, mustSpec(t, fmt.Sprintf("name: j%d\ncommand: [/bin/true]\n", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, sub.JobID)
+		ids = append(ids, h.submit(t, fmt.Sprintf("j%d", i)))
 	}
 	for _, id := range ids {
 		h.waitState(t, id, queue.StatePlaced)
@@ -108,7 +113,7 @@ func TestSubmittedJobsArePlacedAndDispatchedOnce(t *testing.T) {
 			t.Fatalf("job %s has %d run messages, want 1", id, n)
 		}
 	}
-	p, err := h.store.LatestPlacement(ctx, ids[0])
+	p, err := h.store.LatestPlacement(context.Background(), ids[0])
 	if err != nil || p.Pool != "p1" || string(p.Decision) != `{"chosen": "p1"}` || len(p.Countries) != 1 {
 		t.Fatalf("placement not recorded with its decision: %+v %v", p, err)
 	}
@@ -209,6 +214,39 @@ func TestMalformedSubmissionsChangeNothing(t *testing.T) {
 	h.store.DB.QueryRow(`SELECT count(*) FROM projects`).Scan(&projects) //nolint:errcheck // checked below
 	if projects != 0 || len(queuetest.RunMessages(t, h.n.JS)) != 0 || placer.calls != 0 {
 		t.Fatalf("malformed submissions must change nothing: projects %d, placer calls %d", projects, placer.calls)
+	}
+}
+
+// A bad submission among good ones holds none of them back: each good one
+// is recorded and dispatched once, each bad one consumed and recorded
+// nowhere (invariant 7).
+func TestBadSubmissionsAmongGoodOnesHoldNoneOfThemBack(t *testing.T) {
+	t.Parallel()
+	h := startScheduler(t, &recordingPlacer{})
+	ctx := context.Background()
+	var good []uuid.UUID
+	for i := range 4 {
+		for _, body := range []string{`{"command": []}`, `not json at all: [`, `{"command": ["x"], "resources": {"gpu": {"count": 99}}}`} {
+			if _, err := h.n.JS.Publish(ctx, queue.SubmitSubject("default"), []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		good = append(good, h.submit(t, fmt.Sprintf("good-%d", i)))
+	}
+	for _, id := range good {
+		h.waitState(t, id, queue.StatePlaced)
+	}
+	queuetest.Eventually(t, 10*time.Second, "every submission to be consumed", func() bool {
+		return queuetest.StreamMessages(t, h.n.JS, queue.StreamSubmit) == 0
+	})
+	if n := h.countJobs(t); n != len(good) {
+		t.Errorf("%d jobs recorded, want the %d good submissions only", n, len(good))
+	}
+	runs := queuetest.RunMessages(t, h.n.JS)
+	for _, id := range good {
+		if subject := queue.RunSubject("p1", id.String()); runs[subject] != 1 {
+			t.Errorf("job %s: %d run messages, want 1 (all: %v)", id, runs[subject], runs)
+		}
 	}
 }
 
