@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -49,6 +50,16 @@ func NewCredentialIssuer() (*CredentialIssuer, error) {
 		return nil, err
 	}
 	return &CredentialIssuer{key: key}, nil
+}
+
+// NewCredentialIssuerFromKey returns an issuer with key, at least 32 bytes:
+// a server started again with the same key admits the credentials issued
+// before.
+func NewCredentialIssuerFromKey(key []byte) (*CredentialIssuer, error) {
+	if len(key) < 32 {
+		return nil, fmt.Errorf("NATS credential key: %d bytes, want at least 32", len(key))
+	}
+	return &CredentialIssuer{key: slices.Clone(key)}, nil
 }
 
 func (i *CredentialIssuer) password(user string) string {

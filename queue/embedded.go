@@ -22,12 +22,19 @@ type EmbeddedNATS struct {
 // StartEmbeddedNATS starts a JetStream-enabled server storing under dir. Port
 // 0 picks a free port.
 func StartEmbeddedNATS(dir string, port int) (*EmbeddedNATS, error) {
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
 	issuer, err := NewCredentialIssuer()
 	if err != nil {
 		return nil, err
+	}
+	return StartEmbeddedNATSWith(dir, port, issuer)
+}
+
+// StartEmbeddedNATSWith is StartEmbeddedNATS admitting the credentials of
+// issuer: started again on the same dir and port with an issuer of the same
+// key, the server is the same to its clients.
+func StartEmbeddedNATSWith(dir string, port int, issuer *CredentialIssuer) (*EmbeddedNATS, error) {
+	if port == 0 {
+		port = server.RANDOM_PORT
 	}
 	control, err := issuer.Issue(RoleControl)
 	if err != nil {
@@ -68,9 +75,16 @@ func (e *EmbeddedNATS) ControlURL() string { return e.URLFor(e.control) }
 
 // URLFor is the client URL carrying cred.
 func (e *EmbeddedNATS) URLFor(cred NATSCredential) string {
-	u, err := url.Parse(e.URL())
+	return URLWithCredential(e.URL(), cred)
+}
+
+// URLWithCredential is the client URL serverURL carrying cred, for a
+// process that takes both in one URL; serverURL as it is when it does not
+// parse.
+func URLWithCredential(serverURL string, cred NATSCredential) string {
+	u, err := url.Parse(serverURL)
 	if err != nil {
-		return e.URL()
+		return serverURL
 	}
 	u.User = url.UserPassword(cred.User, cred.Password)
 	return u.String()

@@ -33,6 +33,7 @@ import (
 var gpuqBin string
 
 func TestMain(m *testing.M) {
+	queuetest.ServeNATSProcess()
 	dir, err := os.MkdirTemp("", "gpuq-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -70,6 +71,25 @@ type cluster struct {
 	store  *store.Store
 	dbURL  string
 	placer *control.PolicyPlacer
+	// proc, when set, is the NATS server the workers reach, in a process
+	// of its own; n then holds only the test's connection to it.
+	proc *queuetest.NATSProcess
+}
+
+// natsURL is the URL the workers reach NATS at.
+func (c *cluster) natsURL() string {
+	if c.proc != nil {
+		return c.proc.URL
+	}
+	return c.n.Server.URL()
+}
+
+// issuer issues the workers' credentials.
+func (c *cluster) issuer() *queue.CredentialIssuer {
+	if c.proc != nil {
+		return c.proc.Issuer
+	}
+	return c.n.Server.Issuer
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -126,7 +146,7 @@ func (c *cluster) startWorker(t testing.TB, ackWait, grace time.Duration, extra 
 // startPoolWorker launches `gpuq worker` for pool.
 func (c *cluster) startPoolWorker(t testing.TB, pool local.PoolConfig, ackWait, grace time.Duration, extra ...string) *local.Instance {
 	t.Helper()
-	args := append([]string{"--nats-url", c.n.Server.URL(),
+	args := append([]string{"--nats-url", c.natsURL(),
 		"--ack-wait", ackWait.String(), "--grace", grace.String(), "--data-dir", jobsDir(t)}, extra...)
 	inst, _ := c.launch(t, &local.Launcher{Executable: gpuqBin, Args: args}, pool)
 	return inst
@@ -145,7 +165,7 @@ func (c *cluster) launch(t testing.TB, l *local.Launcher, pool local.PoolConfig)
 	}
 	l.Output = logFile
 	l.PoolEnv = func(p local.PoolConfig) ([]string, error) {
-		cred, err := c.n.Server.Issuer.IssueWorker(p.Pool, p.Region, "")
+		cred, err := c.issuer().IssueWorker(p.Pool, p.Region, "")
 		return []string{adapters.EnvNATSCredential + "=" + cred.String()}, err
 	}
 	inst, err := l.Launch(context.Background(), pool)
@@ -421,6 +441,32 @@ func TestBuiltInNoopSucceedsThroughTheClaimAndIsAcknowledged(t *testing.T) {
 	})
 }
 
+// Bad run orders at the head of a pool's queue hold none of the good ones
+// back, with the one slot a worker has by default (invariant 7): each is
+// settled, never redelivered without end.
+func TestBadRunOrdersAheadOfGoodOnesHoldNoneOfThemBack(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	ctx := context.Background()
+	for _, body := range []string{
+		`not json at all: [`,
+		`{"job_id": "` + uuid.NewString() + `", "placement_version": 1, "pool": "` + testPool.Pool + `", "region": "` + testPool.Region + `"}`,
+		`{"job_id": 7}`,
+	} {
+		if _, err := c.n.JS.Publish(ctx, queue.RunSubject(testPool.Pool, uuid.NewString()), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []uuid.UUID{c.submit(t, "command: [/bin/true]\n"), c.submit(t, "command: [\"gpuq:noop\"]\n")}
+	c.startWorker(t, 5*time.Second, time.Second)
+	for _, id := range ids {
+		c.waitState(t, id, queue.StateSucceeded, 30*time.Second)
+	}
+	queuetest.Eventually(t, 10*time.Second, "every run message to be settled", func() bool {
+		return queuetest.StreamMessages(t, c.n.JS, queue.StreamRun) == 0
+	})
+}
+
 func TestKilledWorkerIsReplacedAndTheJobResumesFromItsLatestCheckpoint(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -648,6 +694,35 @@ func (c *cluster) placeEUJob(t *testing.T) (uuid.UUID, *queue.Job) {
 }
 
 var usPool = local.PoolConfig{Pool: "us-cpu", Region: "us-test-1", Country: "US", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "0.05"}
+
+// A job's retries after errors run where its first attempt could, inside
+// its residency, while a cheaper pool outside it has a worker taking work
+// (invariant 4, on retry).
+func TestErrorRetriesStayInsideTheResidency(t *testing.T) {
+	t.Parallel()
+	c := newClusterOf(t, testPool, usPool)
+	c.startWorker(t, 5*time.Second, time.Second)
+	c.startPoolWorker(t, usPool, 5*time.Second, time.Second)
+	eu := c.submit(t, `placement: {residency: EU}
+retries: {max_errors: 3, delay: 100ms}
+command: [/bin/sh, -c, '[ $GPUQ_ATTEMPT -ge 3 ]']
+`)
+	anywhere := c.submit(t, "command: [/bin/true]\n")
+	c.waitState(t, eu, queue.StateSucceeded, 60*time.Second)
+	attempts := c.attempts(t, eu)
+	if len(attempts) != 3 {
+		t.Fatalf("want two failed attempts and a third that succeeds, got %+v", attempts)
+	}
+	for _, a := range attempts {
+		if a.Pool != testPool.Pool {
+			t.Errorf("attempt %d (%s) ran on pool %s, outside residency EU", a.Attempt, a.Outcome, a.Pool)
+		}
+	}
+	c.waitState(t, anywhere, queue.StateSucceeded, 60*time.Second)
+	if a := c.attempts(t, anywhere); len(a) != 1 || a[0].Pool != usPool.Pool {
+		t.Fatalf("a job without residency must run on the cheaper US pool, whose worker takes work: %+v", a)
+	}
+}
 
 func TestForgedRunOrderOnAPoolOutsideResidencyIsRefusedAtClaimAndRePlaced(t *testing.T) {
 	t.Parallel()

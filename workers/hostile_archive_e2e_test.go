@@ -45,11 +45,17 @@ func testPoolConfig(t *testing.T, extra ...string) string {
 // database URLs and a config file); its output is shown if the test fails.
 func startServer(t *testing.T, name string, n *queuetest.NATS, dbURL, config string) *exec.Cmd {
 	t.Helper()
+	return runServer(t, name, n.ServerCommand(t, gpuqBin, dbURL, "--config", config))
+}
+
+// runServer starts cmd, a `gpuq server`; its output is shown if the test
+// fails.
+func runServer(t *testing.T, name string, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "server.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := n.ServerCommand(t, gpuqBin, dbURL, "--config", config)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -93,12 +93,18 @@ func StartNATS(t testing.TB) *NATS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ensureStreams(t, js)
+	return &NATS{URL: srv.ControlURL(), NC: nc, JS: js, Server: srv}
+}
+
+// ensureStreams creates gpuq's streams, as every gpuq server does.
+func ensureStreams(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := queue.EnsureStreams(ctx, js, queue.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &NATS{URL: srv.ControlURL(), NC: nc, JS: js, Server: srv}
 }
 
 // Store opens a store on a fresh migrated database; its events are
@@ -166,10 +172,20 @@ func StreamMessages(t testing.TB, js jetstream.JetStream, stream string) uint64 
 // the machine could read them.
 func (n *NATS) ServerCommand(t testing.TB, bin, dbURL string, args ...string) *exec.Cmd {
 	t.Helper()
+	return serverCommand(bin, n.Server.URL(), n.Server.Control(), dbURL, args)
+}
+
+// ServerCommand is `gpuq server` against p, as (*NATS).ServerCommand.
+func (p *NATSProcess) ServerCommand(t testing.TB, bin, dbURL string, args ...string) *exec.Cmd {
+	t.Helper()
+	return serverCommand(bin, p.URL, p.Control, dbURL, args)
+}
+
+func serverCommand(bin, natsURL string, control queue.NATSCredential, dbURL string, args []string) *exec.Cmd {
 	cmd := exec.Command(bin, append([]string{"server"}, args...)...)
 	cmd.Env = append(os.Environ(),
-		"GPUQ_NATS_URL="+n.Server.URL(),
-		"GPUQ_NATS_CREDENTIAL="+n.Server.Control().String(),
+		"GPUQ_NATS_URL="+natsURL,
+		"GPUQ_NATS_CREDENTIAL="+control.String(),
 		"GPUQ_DATABASE_URL="+dbURL)
 	return cmd
 }

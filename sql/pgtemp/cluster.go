@@ -188,6 +188,18 @@ func (c *Cluster) Stop() error {
 	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "fast", "-w", "stop")
 }
 
+// Crash stops the server as a crash would: every server process aborts at
+// once, without a checkpoint (pg_ctl stop -m immediate), so that the next
+// Start on the same directory recovers from the write-ahead log.
+func (c *Cluster) Crash() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+}
+
+// Port is the port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
 // Destroy stops the server and removes its directory.
 func (c *Cluster) Destroy() error {
 	stopErr := c.Stop()
