@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -185,9 +186,19 @@ type clients struct {
 	// replacer, autoscaler) that ended while it should run; nil outside
 	// startControlPlane.
 	died chan error
+	// serving counts what serves from the store in the background (the
+	// HTTP API), stopped by stopServing before the store is closed.
+	serving     sync.WaitGroup
+	stopServing []context.CancelFunc
 }
 
+// Close stops what serves in the background, waits for it to finish its
+// last writes, and closes the store and the NATS connection.
 func (c *clients) Close() {
+	for _, stop := range c.stopServing {
+		stop()
+	}
+	c.serving.Wait()
 	if c.store != nil {
 		c.store.Close()
 	}

@@ -230,6 +230,34 @@ func TestDevOwnsItsDirectoryAndKeepsItsSecretsOff(t *testing.T) {
 	}
 }
 
+// Ctrl-C stops gpuq dev cleanly: the HTTP API finishes its last writes
+// (which tokens were used) before the database closes, and dev exits 0.
+func TestDevStopsCleanlyOnCtrlC(t *testing.T) {
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	d := startDev(t, bin, dir)
+	if out, errOut, err := runCLI(t, "ls", "--config", filepath.Join(dir, devConfigFile)); err != nil {
+		t.Fatalf("gpuq ls through dev's HTTP API: %v\n%s%s", err, out, errOut)
+	}
+	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("gpuq dev still running 60s after Ctrl-C")
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("gpuq dev exited with status %d after Ctrl-C, want 0", code)
+	}
+	for _, bad := range []string{"database is closed", "recording token use"} {
+		if strings.Contains(d.logs.String(), bad) {
+			t.Errorf("gpuq dev's log says %q while it stops:\n%s", bad, d.logs.String())
+		}
+	}
+}
+
 // gpuq dev started as the quick start starts it prints how to reach it, but
 // no secret: the token, the database password and the NATS credential stay
 // in their files, and the printed export reads the token from its file.

@@ -63,7 +63,13 @@ func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, l
 	if err != nil {
 		return "", fmt.Errorf("--http-addr %s: %w", addr, err)
 	}
+	// Served until ctx ends or c closes, which waits for the API's last
+	// writes (the tokens' last use) before it closes the store.
+	ctx, stop := context.WithCancel(ctx)
+	c.stopServing = append(c.stopServing, stop)
+	c.serving.Add(1)
 	go func() {
+		defer c.serving.Done()
 		if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("HTTP API stopped", "err", err)
 		}

@@ -141,6 +141,9 @@ type Server struct {
 	ownPolicy bool
 	api       huma.API
 	mux       *http.ServeMux
+	// touched is closed once the tokens' last use is written for the last
+	// time, after Start's ctx ends.
+	touched chan struct{}
 }
 
 // Version is the API's version as the OpenAPI document states it.
@@ -228,11 +231,17 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("following job events: %w", err)
 	}
 	s.recorded = rec
-	go s.auth.touchLoop(ctx, s.cfg.TouchEvery)
+	s.touched = make(chan struct{})
+	go func() {
+		defer close(s.touched)
+		s.auth.touchLoop(ctx, s.cfg.TouchEvery)
+	}()
 	return nil
 }
 
-// Serve serves the API on ln until ctx ends, then shuts down gracefully.
+// Serve serves the API on ln until ctx ends, then shuts down gracefully:
+// it returns once the requests in flight are answered (for up to 5 s) and
+// the tokens' last use is written, so that its store may be closed then.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
@@ -248,7 +257,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return hs.Shutdown(sctx)
+	err := hs.Shutdown(sctx)
+	select {
+	case <-s.touched:
+	case <-sctx.Done():
+	}
+	return err
 }
 
 // OpenAPI returns the API's OpenAPI 3.1 document as /v1/openapi.json

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
+	"github.com/gpuq/gpuq/workers"
 )
 
 func TestATokenSeesAndActsOnItsOwnProjectsOnly(t *testing.T) {
@@ -180,6 +183,61 @@ func TestTokenUseIsRecordedInBatches(t *testing.T) {
 		rec, err := e.Store.TokenByPrefix(context.Background(), queue.TokenLookupPrefix(tok))
 		return err == nil && rec.LastUsedAt != nil && time.Since(*rec.LastUsedAt) < time.Minute
 	})
+}
+
+// Serve returns only once the tokens' last use is written, so that the
+// store may be closed as soon as it returns, as gpuq server and gpuq dev
+// close theirs.
+func TestServeWritesTheTokensLastUseBeforeItReturns(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	st, dbURL := queuetest.Store(t, n)
+	srv, err := httpapi.New(httpapi.Config{Store: st, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS}, TouchEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	secret, tok, err := queue.NewTokenSecret("test", []string{"p"}, queue.RoleRead, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("GET", "http://"+ln.Addr().String()+"/v1/jobs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/jobs: %d", resp.StatusCode)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	st.Close()
+	after, err := store.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	rec, err := after.TokenByPrefix(context.Background(), queue.TokenLookupPrefix(secret))
+	if err != nil || rec.LastUsedAt == nil {
+		t.Fatalf("when Serve returned, the token's use was not written: %+v, %v", rec, err)
+	}
 }
 
 func TestATokenForAllProjectsSeesEveryProjectAndOnlySuchAnAdminMakesOne(t *testing.T) {
