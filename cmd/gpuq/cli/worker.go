@@ -142,7 +142,12 @@ provider's reason and hands the jobs back at once.`,
 				if err != nil {
 					return
 				}
-				cfg.Logger.Warn("preemption notice: handing work back", "notice", n.Source, "kind", n.Kind, "reason", n.Reason, "deadline", n.Deadline)
+				attrs := []any{"notice", n.Source, "kind", n.Kind, "reason", n.Reason}
+				if !n.Deadline.IsZero() {
+					// A signal carries no deadline; the grace applies.
+					attrs = append(attrs, "deadline", n.Deadline)
+				}
+				cfg.Logger.Warn("preemption notice: handing work back", attrs...)
 				noticed.Store(n)
 				cancel(&workers.Preemption{Reason: n.Reason, Deadline: n.Deadline})
 			}()
