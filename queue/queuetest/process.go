@@ -43,7 +43,8 @@ type NATSProcess struct {
 }
 
 // ServeNATSProcess returns at once unless this process was started by
-// StartNATSProcess; then it serves NATS until it is killed.
+// StartNATSProcess; then it serves NATS until it is killed or the test
+// binary that started it ends.
 func ServeNATSProcess() {
 	spec := os.Getenv(natsProcessEnv)
 	if spec == "" {
