@@ -48,6 +48,13 @@ program with such a name, put it after --.`,
 			return submit(cmd, v, spec, format)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if strings.HasPrefix(err.Error(), "unknown") {
+			// Most likely a flag of the job's own command.
+			return fmt.Errorf("%w; to give the job's command flags of its own, put the command after --: gpuq submit [flags] -- CMD ARGS…", err)
+		}
+		return err
+	})
 	jobFlags(cmd)
 	f := cmd.Flags()
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")

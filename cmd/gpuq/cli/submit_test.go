@@ -123,3 +123,15 @@ func TestSubmitTakesALoneSpecFileArgumentAsTheSpec(t *testing.T) {
 		t.Errorf("a missing spec file: want an error naming it, got %v", err)
 	}
 }
+
+func TestSubmitSaysWhereTheCommandsOwnFlagsGo(t *testing.T) {
+	t.Parallel()
+	_, _, err := runCLI(t, "submit", "python", "train.py", "--epochs", "3", "--nats-url", "nats://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "unknown flag: --epochs") || !strings.Contains(err.Error(), "after --") {
+		t.Fatalf("want the unknown flag named and where the command's flags go, got %v", err)
+	}
+	_, _, err = runCLI(t, "submit", "--gpu-count", "x", "--", "true")
+	if err == nil || strings.Contains(err.Error(), "after --") {
+		t.Fatalf("a bad value of submit's own flag needs no hint about the command: %v", err)
+	}
+}
