@@ -341,3 +341,40 @@ func TestOnlyTheControlPlaneMayAnnounceInstanceEvents(t *testing.T) {
 		t.Fatalf("GPUQ_INSTANCES holds %d messages, want the control plane's one", got)
 	}
 }
+
+// A server started again with its issuer's key admits the credentials
+// issued before, and no other; a short key is refused.
+func TestAServerRestartedWithItsKeyAdmitsTheCredentialsIssuedBefore(t *testing.T) {
+	t.Parallel()
+	key := bytes.Repeat([]byte{7}, 32)
+	first, err := queue.NewCredentialIssuerFromKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := first.IssueWorker("eu-cpu", "eu-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i, k := range [][]byte{key, bytes.Repeat([]byte{8}, 32)} {
+		issuer, err := queue.NewCredentialIssuerFromKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := queue.StartEmbeddedNATSWith(dir, 0, issuer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(srv.URLFor(cred))
+		if admitted := err == nil; admitted != (i == 0) {
+			t.Errorf("server %d: credential admitted %v, want %v (%v)", i, admitted, i == 0, err)
+		}
+		if nc != nil {
+			nc.Close()
+		}
+		srv.Stop()
+	}
+	if _, err := queue.NewCredentialIssuerFromKey(key[:16]); err == nil {
+		t.Error("a 16-byte key was accepted")
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 func TestSubmitRefusesABadSpecBeforeConnecting(t *testing.T) {
@@ -41,6 +43,20 @@ func TestSubmitRefusesABadSpecBeforeConnecting(t *testing.T) {
 	}
 }
 
+// submitSpec is the spec gpuq submit builds from args, without submitting.
+func submitSpec(t *testing.T, args ...string) (*queue.Spec, error) {
+	t.Helper()
+	cmd := newSubmitCmd()
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	v, err := loadConfig(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specFromFlags(cmd, v, cmd.Flags().Args())
+}
+
 func TestSubmitsCardFlagAsksForOneGPUUnlessTheCountIsGiven(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -57,15 +73,7 @@ func TestSubmitsCardFlagAsksForOneGPUUnlessTheCountIsGiven(t *testing.T) {
 		{[]string{"--card", "H100,A100", "--gpu-count", "4", "--", "train"}, 4, "H100,A100"},
 		{[]string{"-f", twoGPUs, "--card", "H100"}, 2, "H100"},
 	} {
-		cmd := newSubmitCmd()
-		if err := cmd.ParseFlags(tt.args); err != nil {
-			t.Fatal(err)
-		}
-		v, err := loadConfig(cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec, err := specFromFlags(cmd, v, cmd.Flags().Args())
+		spec, err := submitSpec(t, tt.args...)
 		if err != nil {
 			t.Errorf("%v: %v", tt.args, err)
 			continue
@@ -84,15 +92,7 @@ func TestSubmitTakesALoneSpecFileArgumentAsTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	specOf := func(args ...string) (string, []string, error) {
-		cmd := newSubmitCmd()
-		if err := cmd.ParseFlags(args); err != nil {
-			t.Fatal(err)
-		}
-		v, err := loadConfig(cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec, err := specFromFlags(cmd, v, cmd.Flags().Args())
+		spec, err := submitSpec(t, args...)
 		if err != nil {
 			return "", nil, err
 		}
