@@ -97,13 +97,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // connection with generic plans: each then runs without being parsed,
 // analysed or planned again. Planning a claim statement took about 0.4 ms,
 // a third of PostgreSQL's CPU per statement when claims and completions
-// come a few jobs at a time. A generic plan is made once and kept until the schema or
-// the tables' statistics change, and PostgreSQL makes it for the tables as
-// they are then: on a young database, nearly empty, it would scan whole
-// tables (attempts, placements) and keep doing so as they grow. So these
-// connections plan with sequential scans, hash joins and merge joins off,
-// and each plan is the index lookups by job id that the statements are
-// written for, whatever the tables hold. No other statement runs on them.
+// come a few jobs at a time. A generic plan is made once and kept until
+// the schema or the tables' statistics change, and PostgreSQL makes it for
+// the tables as they are then: on a young database, nearly empty, it would
+// scan whole tables (attempts, placements) and keep doing so as they grow.
+// So these connections plan with sequential scans, hash joins and merge
+// joins off, and each plan is the index lookups by job id that the
+// statements are written for, whatever the tables hold. No other statement
+// runs on them.
 func openHot(ctx context.Context, cfg pgx.ConnConfig) (*sql.DB, error) {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 	cfg.RuntimeParams = maps.Clone(cfg.RuntimeParams)
