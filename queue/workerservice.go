@@ -141,6 +141,7 @@ const (
 	WireRefused      = "refused"
 	WireBadRequest   = "bad_request"
 	WireQuota        = "quota_exceeded"
+	WireArchiveLost  = "archive_lost"
 	WireInternal     = "internal"
 )
 
@@ -188,6 +189,8 @@ func EncodeError(err error) *WireError {
 		return &WireError{Kind: WireRefused, Message: refused.Reason}
 	case errors.Is(err, ErrQuotaExceeded):
 		return &WireError{Kind: WireQuota, Message: err.Error()}
+	case errors.Is(err, ErrArchiveLost):
+		return &WireError{Kind: WireArchiveLost, Message: err.Error()}
 	}
 	return &WireError{Kind: WireInternal, Message: err.Error()}
 }
@@ -208,6 +211,8 @@ func (e *WireError) Err() error {
 		return &ClaimRefusedError{Reason: e.Message}
 	case WireQuota:
 		return &quotaError{msg: e.Message}
+	case WireArchiveLost:
+		return &archiveLostError{msg: e.Message}
 	case WireInternal:
 		return fmt.Errorf("worker service: %w: %s", ErrInternal, e.Message)
 	}
@@ -221,3 +226,11 @@ type quotaError struct{ msg string }
 func (e *quotaError) Error() string { return e.msg }
 
 func (e *quotaError) Unwrap() error { return ErrQuotaExceeded }
+
+// archiveLostError is a lost archive as the worker sees it: the control
+// plane's message, matching ErrArchiveLost.
+type archiveLostError struct{ msg string }
+
+func (e *archiveLostError) Error() string { return e.msg }
+
+func (e *archiveLostError) Unwrap() error { return ErrArchiveLost }

@@ -188,7 +188,12 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			cp, err := r.RestoreCheckpoint(a.io, job.ID, job.Attempt, from.Seq)
 			if err != nil {
 				a.log.Error("copying the checkpoint of another pool into this pool's bucket", "seq", from.Seq, "err", err)
-				a.release(queue.OutcomePreempted, nil, fmt.Sprintf("copying checkpoint %d into pool %s's bucket: %v", from.Seq, w.cfg.Pool, err), 5*time.Second)
+				reason := fmt.Sprintf("copying checkpoint %d into pool %s's bucket: %v", from.Seq, w.cfg.Pool, err)
+				if errors.Is(err, queue.ErrArchiveLost) || errors.Is(err, queue.ErrNotFound) {
+					a.fail(nil, reason+"; the job was not run")
+					return
+				}
+				a.release(queue.OutcomePreempted, nil, reason, 5*time.Second)
 				return
 			}
 			from = cp
@@ -198,10 +203,10 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		if err := a.restore(from); err != nil {
 			a.log.Error("restoring checkpoint", "seq", from.Seq, "err", err)
 			reason := fmt.Sprintf("restoring checkpoint %d: %v", from.Seq, err)
-			if errors.Is(err, ErrArchiveRefused) {
-				// Every worker would refuse it again: the job fails,
-				// saying why, rather than run from a poisoned or
-				// empty directory or go round the pool until dead.
+			if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
+				// Every worker would refuse it, or miss it, again: the
+				// job fails, saying why, rather than run from a poisoned
+				// or empty directory or go round the pool for ever.
 				a.fail(nil, reason+"; the job was not run")
 				return
 			}
@@ -445,8 +450,8 @@ func (a *attempt) heartbeat(ctx context.Context, done chan<- struct{}) {
 }
 
 // save commits the checkpoint directory: pack, upload to the region's store,
-// record under the attempt. A fenced-out attempt's upload is deleted and the
-// job is stopped.
+// record under the attempt. An upload the record refused is deleted (and a
+// fenced-out attempt's job stopped); one whose record failed otherwise stays.
 func (a *attempt) save(context.Context) (int, error) {
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
@@ -458,7 +463,12 @@ func (a *attempt) save(context.Context) (int, error) {
 	}
 	seq, err := a.w.store.RecordCheckpoint(a.io, a.job.ID, a.job.Attempt, *rec)
 	if err != nil {
-		a.w.archives.Delete(a.io, rec.StoreURI) //nolint:errcheck // an orphan costs storage, not correctness
+		if queue.RecordRefused(err) {
+			a.w.archives.Delete(a.io, rec.StoreURI) //nolint:errcheck // an orphan costs storage, not correctness
+		}
+		// Otherwise the record may have been written after all (its reply
+		// lost, or too late): the archive stays, or the next attempt would
+		// find its checkpoint gone.
 		if errors.Is(err, queue.ErrFenced) && a.cancel != nil {
 			a.cancel(queue.ErrFenced)
 		}
@@ -506,7 +516,7 @@ func (a *attempt) restore(cp *queue.Checkpoint) error {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	if err := Download(a.io, a.w.archives, cp.StoreURI, cp.SHA256, f); err != nil {
-		return fmt.Errorf("checkpoint %d: %w", cp.Seq, err)
+		return err
 	}
 	if err := Unpack(f, a.ckptDir, a.w.cfg.Unpack); err != nil {
 		return err

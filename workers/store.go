@@ -123,17 +123,24 @@ func parseObjectURI(uri string) (bucket, name string, err error) {
 	return bucket, name, nil
 }
 
-// Get writes the archive at uri to w.
+// Get writes the archive at uri to w; an archive or bucket that is not
+// there is queue.ErrArchiveLost.
 func (s *ObjectStore) Get(ctx context.Context, uri string, w io.Writer) error {
 	bucket, name, err := parseObjectURI(uri)
 	if err != nil {
 		return err
 	}
 	b, err := s.bucket(ctx, bucket, false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("downloading %s: %w: its bucket is gone", uri, queue.ErrArchiveLost)
+	}
 	if err != nil {
 		return err
 	}
 	r, err := b.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("downloading %s: %w: not in its bucket", uri, queue.ErrArchiveLost)
+	}
 	if err != nil {
 		return fmt.Errorf("downloading %s: %w", uri, err)
 	}
@@ -161,14 +168,15 @@ func (s *ObjectStore) Delete(ctx context.Context, uri string) error {
 }
 
 // Download writes the archive at uri into f, checks it against the recorded
-// sha256, and rewinds f for reading.
+// sha256, and rewinds f for reading. An archive not in its store or whose
+// hash differs is queue.ErrArchiveLost.
 func Download(ctx context.Context, store ArchiveStore, uri, sha string, f *os.File) error {
 	h := sha256.New()
 	if err := store.Get(ctx, uri, io.MultiWriter(f, h)); err != nil {
 		return err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
-		return fmt.Errorf("archive %s: sha256 %s, recorded %s", uri, got, sha)
+		return fmt.Errorf("archive %s: %w: sha256 %s, recorded %s", uri, queue.ErrArchiveLost, got, sha)
 	}
 	_, err := f.Seek(0, io.SeekStart)
 	return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 
@@ -73,7 +74,8 @@ func TestWorkerServiceRestoreCopiesAnotherPoolsCheckpointIntoThePoolsBucket(t *t
 	if got, err := own.GetBytes(ctx, copyName(1, 1)); err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("the copy in the pool's bucket: %d bytes, %v", len(got), err)
 	}
-	if r := restore(1, 2); r.Error == nil || !strings.Contains(r.Error.Message, "checkpoint 2 of job "+id.String()+": sha256") {
+	// Asking again cannot mend it: the worker is told the archive is lost.
+	if r := restore(1, 2); r.Error == nil || r.Error.Kind != queue.WireArchiveLost || !strings.Contains(r.Error.Message, "checkpoint 2 of job "+id.String()+": archive lost: "+bad+" holds sha256") {
 		t.Fatalf("restore of a checkpoint whose bytes differ from their record: %+v", r.Error)
 	}
 	// An attempt that does not run the job gets nothing: not even a copy
@@ -104,5 +106,19 @@ func TestWorkerServiceRestoreCopiesAnotherPoolsCheckpointIntoThePoolsBucket(t *t
 	}
 	if r := restore(1, 9); r.Error == nil || r.Error.Kind != queue.WireNotFound {
 		t.Fatalf("restore of an unknown checkpoint: %+v", r.Error)
+	}
+	// A recorded checkpoint whose archive is no longer in its bucket.
+	gone := queue.ArchiveScheme + queue.ArchiveBucket("other") + "/jobs/" + id.String() + "/checkpoint-a1-3.tar.zst"
+	if _, err := s.RecordCheckpoint(ctx, id, 1, queue.ArchiveRecord{Bytes: 1, SHA256: "x", Region: "r", StoreURI: gone}); err != nil {
+		t.Fatal(err)
+	}
+	if r := restore(1, 4); r.Error == nil || r.Error.Kind != queue.WireArchiveLost || !strings.Contains(r.Error.Message, gone+": archive lost: not in its bucket") {
+		t.Fatalf("restore of a checkpoint whose archive is gone: %+v", r.Error)
+	}
+	if cps, _ := s.Checkpoints(ctx, id); cps[len(cps)-1].StoreURI != gone {
+		t.Fatalf("a checkpoint whose archive is gone must record no copy, got %+v", cps)
+	}
+	if _, err := own.GetInfo(ctx, copyName(1, 4)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the empty copy of a lost checkpoint must be deleted, got %v", err)
 	}
 }

@@ -519,22 +519,33 @@ func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, 
 	}
 	pr, pw := io.Pipe()
 	h := sha256.New()
+	got := make(chan error, 1)
 	go func() {
-		pw.CloseWithError(s.Archives.Get(ctx, from.StoreURI, io.MultiWriter(pw, h)))
+		err := s.Archives.Get(ctx, from.StoreURI, io.MultiWriter(pw, h))
+		got <- err
+		pw.CloseWithError(err)
 	}()
 	uri, err := s.Archives.Put(ctx, queue.ArchiveBucket(pool), name, pr)
 	pr.CloseWithError(err)
+	if gerr := <-got; errors.Is(gerr, queue.ErrArchiveLost) {
+		if err == nil {
+			s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		}
+		return nil, fmt.Errorf("checkpoint %d of job %s: %w", seq, id, gerr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("copying checkpoint %d of job %s into pool %s's bucket: %w", seq, id, pool, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != from.SHA256 {
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != from.SHA256 {
 		s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
-		return nil, fmt.Errorf("checkpoint %d of job %s: sha256 %s, recorded %s", seq, id, got, from.SHA256)
+		return nil, fmt.Errorf("checkpoint %d of job %s: %w: %s holds sha256 %s, recorded %s", seq, id, queue.ErrArchiveLost, from.StoreURI, sum, from.SHA256)
 	}
 	rec.StoreURI = uri
 	newSeq, err := s.Store.RecordCheckpoint(ctx, id, attempt, rec)
 	if err != nil {
-		s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		if queue.RecordRefused(err) {
+			s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		}
 		return nil, err
 	}
 	s.Logger.Info("checkpoint copied for a re-placed job", "job", id, "attempt", attempt, "from", from.StoreURI, "to", uri, "seq", newSeq)

@@ -19,10 +19,7 @@ func TestACheckpointPastTheProjectQuotaIsRefusedNamingTheQuota(t *testing.T) {
 	ctx := context.Background()
 	s, _ := queuetest.Store(t, nil)
 	s.Storage = queue.Storage{ProjectQuotaBytes: 1000, ProjectQuotas: map[string]int64{"big": 1 << 20}}
-	id := placedJob(t, s)
-	if _, err := claim(t, s, id, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	id := runningJob(t, s)
 	rec := func(uri string, bytes int64) error {
 		_, err := s.RecordCheckpoint(ctx, id, 1, queue.ArchiveRecord{Bytes: bytes, SHA256: "x", Region: "r", StoreURI: uri})
 		return err
@@ -54,10 +51,7 @@ func TestAQuotaAnAdminSetReplacesTheConfigFilesForItsProject(t *testing.T) {
 	ctx := context.Background()
 	s, _ := queuetest.Store(t, nil)
 	s.Storage = queue.Storage{ProjectQuotaBytes: 1000}
-	id := placedJob(t, s)
-	if _, err := claim(t, s, id, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	id := runningJob(t, s)
 	seq := 0
 	rec := func(bytes int64) error {
 		seq++
@@ -94,5 +88,43 @@ func TestAQuotaAnAdminSetReplacesTheConfigFilesForItsProject(t *testing.T) {
 	}
 	if err := s.SetProjectQuota(ctx, "default", -1, "tok-1"); err == nil {
 		t.Fatal("a negative quota must be refused")
+	}
+}
+
+// A checkpoint record repeated after its first reply was lost answers with
+// the first record's number, even once the quota or the attempt's end would
+// refuse it: a refusal tells the worker nothing names its archive, and the
+// worker deletes it.
+func TestARepeatedCheckpointRecordIsAnsweredEvenWhenANewOneWouldBeRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	s.Storage = queue.Storage{ProjectQuotaBytes: 1000}
+	id := runningJob(t, s)
+	rec := func(attempt int, uri string) (int, error) {
+		return s.RecordCheckpoint(ctx, id, attempt, queue.ArchiveRecord{Bytes: 600, SHA256: "x", Region: "r", StoreURI: uri})
+	}
+	if seq, err := rec(1, "nats-os://b/a"); err != nil || seq != 1 {
+		t.Fatalf("first record: %d, %v", seq, err)
+	}
+	if seq, err := rec(1, "nats-os://b/a"); err != nil || seq != 1 {
+		t.Errorf("repeated past the quota: %d, %v; want the first record's 1", seq, err)
+	}
+	if _, err := rec(1, "nats-os://b/b"); !errors.Is(err, queue.ErrQuotaExceeded) {
+		t.Errorf("a new checkpoint past the quota: got %v, want ErrQuotaExceeded", err)
+	}
+	s.Storage = queue.Storage{}
+	expireLease(t, s, id)
+	if _, err := claim(t, s, id, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := rec(1, "nats-os://b/a"); err != nil || seq != 1 {
+		t.Errorf("repeated after the attempt was superseded: %d, %v; want the first record's 1", seq, err)
+	}
+	if _, err := rec(1, "nats-os://b/c"); !errors.Is(err, queue.ErrFenced) {
+		t.Errorf("a new checkpoint of the superseded attempt: got %v, want ErrFenced", err)
+	}
+	if _, err := rec(2, "nats-os://b/a"); err == nil || queue.RecordRefused(err) {
+		t.Errorf("attempt 1's archive recorded again by attempt 2: got %v, want an error that is no refusal", err)
 	}
 }

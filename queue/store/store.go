@@ -433,17 +433,23 @@ func (s *Store) RecordCheckpoint(ctx context.Context, id uuid.UUID, attempt int,
 		}
 		return nil, nil
 	})
-	if repeated {
-		// Recorded before (a repeated request): the transaction changed
-		// nothing, and the first record's number is the answer.
-		cp, gerr := s.q.CheckpointGetByURI(ctx, db.CheckpointGetByURIParams{JobID: id, Attempt: int32(attempt), StoreUri: a.StoreURI})
-		if errors.Is(gerr, sql.ErrNoRows) {
-			return 0, fmt.Errorf("recording checkpoint of job %s: %s was recorded by another attempt", id, a.StoreURI)
-		}
-		if gerr != nil {
+	if repeated || queue.RecordRefused(err) {
+		// Recorded before (a repeated request, whose first reply was lost
+		// and which the attempt's end or the quota would now refuse): the
+		// transaction changed nothing, and the first record's number is
+		// the answer. A refusal must mean nothing names the archive, since
+		// its maker then deletes it.
+		cp, gerr := s.q.CheckpointGetByURI(ctx, db.CheckpointGetByURIParams{JobID: id, StoreUri: a.StoreURI})
+		switch {
+		case gerr == nil && cp.Attempt == int32(attempt):
+			return int(cp.Seq), nil
+		case gerr == nil:
+			return 0, fmt.Errorf("recording checkpoint of job %s: %s was recorded by attempt %d", id, a.StoreURI, cp.Attempt)
+		case !errors.Is(gerr, sql.ErrNoRows):
 			return 0, fmt.Errorf("recording checkpoint of job %s: %w", id, gerr)
+		case repeated:
+			return 0, fmt.Errorf("recording checkpoint of job %s: %s is recorded already", id, a.StoreURI)
 		}
-		return int(cp.Seq), nil
 	}
 	if err != nil {
 		return 0, err

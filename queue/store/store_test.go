@@ -43,6 +43,17 @@ func placedJob(t *testing.T, s *store.Store) uuid.UUID {
 	return id
 }
 
+// runningJob records a job, places it and claims it as attempt 1 with a
+// lease of a minute.
+func runningJob(t *testing.T, s *store.Store) uuid.UUID {
+	t.Helper()
+	id := placedJob(t, s)
+	if _, err := claim(t, s, id, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func claim(t *testing.T, s *store.Store, id uuid.UUID, lease time.Duration) (*queue.Claimed, error) {
 	t.Helper()
 	return s.Claim(context.Background(), queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: lease, WorkerID: "w", Host: "h", PID: 1, Pool: "p"})
@@ -365,10 +376,7 @@ func TestSucceedInPoolsRecordsOnlyAttemptsOfTheReportingPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := queuetest.Store(t, nil)
-	id := placedJob(t, s)
-	if _, err := claim(t, s, id, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	id := runningJob(t, s)
 	ref := queue.AttemptRef{JobID: id, Attempt: 1}
 	recorded, err := s.SucceedInPools(ctx, []queue.PoolAttemptRef{{AttemptRef: ref, Pool: "us"}})
 	if err != nil || recorded[0] {

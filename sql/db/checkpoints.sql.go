@@ -56,19 +56,18 @@ func (q *Queries) CheckpointGarbageList(ctx context.Context, maxRows int32) ([]C
 }
 
 const checkpointGetByURI = `-- name: CheckpointGetByURI :one
-SELECT job_id, seq, attempt, bytes, sha256, region, store_uri, created_at FROM checkpoints WHERE job_id = $1 AND attempt = $2 AND store_uri = $3
+SELECT job_id, seq, attempt, bytes, sha256, region, store_uri, created_at FROM checkpoints WHERE job_id = $1 AND store_uri = $2
 `
 
 type CheckpointGetByURIParams struct {
 	JobID    uuid.UUID
-	Attempt  int32
 	StoreUri string
 }
 
-// CheckpointGetByURI finds a checkpoint an attempt recorded: a repeated
-// record returns it instead of inserting it twice.
+// CheckpointGetByURI finds the checkpoint recorded with an archive: a
+// repeated record returns it instead of inserting it twice.
 func (q *Queries) CheckpointGetByURI(ctx context.Context, arg CheckpointGetByURIParams) (Checkpoint, error) {
-	row := q.db.QueryRowContext(ctx, checkpointGetByURI, arg.JobID, arg.Attempt, arg.StoreUri)
+	row := q.db.QueryRowContext(ctx, checkpointGetByURI, arg.JobID, arg.StoreUri)
 	var i Checkpoint
 	err := row.Scan(
 		&i.JobID,

@@ -21,9 +21,9 @@ SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq DESC LIMIT 1;
 SELECT * FROM checkpoints WHERE job_id = @job_id ORDER BY seq;
 
 -- name: CheckpointGetByURI :one
--- CheckpointGetByURI finds a checkpoint an attempt recorded: a repeated
--- record returns it instead of inserting it twice.
-SELECT * FROM checkpoints WHERE job_id = @job_id AND attempt = @attempt AND store_uri = @store_uri;
+-- CheckpointGetByURI finds the checkpoint recorded with an archive: a
+-- repeated record returns it instead of inserting it twice.
+SELECT * FROM checkpoints WHERE job_id = @job_id AND store_uri = @store_uri;
 
 -- name: CheckpointPruneJob :exec
 -- CheckpointPruneJob moves a job's checkpoints older than its latest keep
