@@ -206,7 +206,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
 				// Every worker would refuse it, or miss it, again: the
 				// job fails, saying why, rather than run from a poisoned
-				// or empty directory or go round the pool for ever.
+				// or empty directory or go round the pool until dead.
 				a.fail(nil, reason+"; the job was not run")
 				return
 			}
