@@ -28,7 +28,7 @@ import (
 // default) is the test's; its output is shown if the test fails.
 func (c *cluster) startDevWorker(t testing.TB) (*local.Instance, string) {
 	t.Helper()
-	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.n.Server.URL()}, Env: []string{"TMPDIR=" + jobsDir(t)}}
+	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.natsURL()}, Env: []string{"TMPDIR=" + jobsDir(t)}}
 	return c.launch(t, l, testPool)
 }
 

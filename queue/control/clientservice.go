@@ -359,6 +359,9 @@ func (s *ClientService) archive(ctx context.Context, job *queue.Job, r queue.Cli
 	}
 	w := &rangeWriter{skip: r.Offset, buf: make([]byte, 0, min(int64(limit), rec.Bytes-r.Offset))}
 	err = s.Archives.Get(ctx, rec.StoreURI, w)
+	if errors.Is(err, queue.ErrArchiveLost) {
+		return nil, clientErr("410", "the job's outputs are recorded, but %v", err)
+	}
 	if err != nil && !errors.Is(err, errRangeFull) {
 		return nil, err
 	}

@@ -47,21 +47,21 @@ type resultsOutput struct {
 
 func (s *Server) registerResults(api huma.API) {
 	register(api, huma.Operation{
-		OperationID: "list-job-results", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results", Tags: []string{"results"},
+		OperationID: "list-job-results", Errors: []int{404, 409, 410, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results", Tags: []string{"results"},
 		Summary:     "List a succeeded job's output files",
-		Description: "409 when the job has not succeeded. A succeeded job that wrote no outputs lists no files.",
+		Description: "409 when the job has not succeeded; 410 when its outputs are recorded but their archive is lost. A succeeded job that wrote no outputs lists no files.",
 		Metadata:    map[string]any{metaRole: queue.RoleRead},
 	}, s.listResults)
 	register(api, huma.Operation{
-		OperationID: "download-job-results", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/archive", Tags: []string{"results"},
+		OperationID: "download-job-results", Errors: []int{404, 409, 410, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/archive", Tags: []string{"results"},
 		Summary:     "Download a succeeded job's outputs as one tar+zstd archive",
-		Description: "The archive's SHA-256 is checked before it is sent, and sent as X-Gpuq-Sha256.",
+		Description: "The archive's SHA-256 is checked before it is sent, and sent as X-Gpuq-Sha256; 410 when the archive is lost (gone from its bucket, or not matching its record).",
 		Responses: map[string]*huma.Response{"200": {Description: "the archive", Content: map[string]*huma.MediaType{
 			"application/zstd": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}}},
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.resultArchive)
 	register(api, huma.Operation{
-		OperationID: "get-job-result-file", Errors: []int{404, 409, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/file", Tags: []string{"results"},
+		OperationID: "get-job-result-file", Errors: []int{404, 409, 410, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/results/file", Tags: []string{"results"},
 		Summary: "Download one of a succeeded job's output files",
 		Responses: map[string]*huma.Response{"200": {Description: "the file", Content: map[string]*huma.MediaType{
 			"application/octet-stream": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}}},
@@ -98,17 +98,26 @@ func (s *Server) download(ctx context.Context, rec *queue.ArchiveRecord) (*os.Fi
 	h := sha256.New()
 	if err := s.cfg.Archives.Get(ctx, rec.StoreURI, io.MultiWriter(f, h)); err != nil {
 		closeRemove(f)
+		if errors.Is(err, queue.ErrArchiveLost) {
+			return nil, outputsLost(err)
+		}
 		return nil, internal(s.cfg.Logger, "downloading results", err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != rec.SHA256 {
 		closeRemove(f)
-		return nil, internal(s.cfg.Logger, "downloading results", fmt.Errorf("archive %s: sha256 %s, recorded %s", rec.StoreURI, got, rec.SHA256))
+		return nil, outputsLost(fmt.Errorf("archive %s: %w: sha256 %s, recorded %s", rec.StoreURI, queue.ErrArchiveLost, got, rec.SHA256))
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		closeRemove(f)
 		return nil, internal(s.cfg.Logger, "downloading results", err)
 	}
 	return f, nil
+}
+
+// outputsLost is a 410: the job's outputs are recorded, but their archive
+// is gone from its bucket or no longer what was recorded.
+func outputsLost(err error) error {
+	return huma.Error410Gone("the job's outputs are recorded, but " + err.Error())
 }
 
 func closeRemove(f *os.File) {

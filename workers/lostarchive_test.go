@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/queuetest"
 	"github.com/gpuq/gpuq/workers"
@@ -22,8 +21,7 @@ import (
 func TestAJobWhoseCheckpointArchiveIsGoneFailsSayingSoRatherThanGoRoundThePool(t *testing.T) {
 	t.Parallel()
 	c := newServerCluster(t)
-	// --data-dir only puts the attempts where the test removes them.
-	c.launch(t, &local.Launcher{Executable: gpuqBin, Args: []string{"--nats-url", c.natsURL(), "--data-dir", jobsDir(t)}}, testPool)
+	c.startDevWorker(t)
 	proceed := filepath.Join(jobWritable(t), "go")
 	id := c.submit(t, `name: loses-its-checkpoint
 command: [/bin/sh, -c, 'echo "start attempt=$GPUQ_ATTEMPT"; echo 1 > "$GPUQ_CHECKPOINT_DIR/step"; gpuq checkpoint save; while [ ! -e `+proceed+` ]; do sleep 0.1; done; exit 3']
@@ -54,5 +52,31 @@ retries: {delay: 1s}
 	}
 	if logs := c.logs(t, id); strings.Count(logs, "start attempt=") != 1 {
 		t.Errorf("only attempt 1 may have started the job; logs:\n%s", logs)
+	}
+}
+
+// gpuq results of a succeeded job whose outputs archive is gone from its
+// bucket exits 1 saying so, and writes nothing.
+func TestResultsOfAJobWhoseOutputsArchiveIsGoneSayWhy(t *testing.T) {
+	t.Parallel()
+	c := newServerCluster(t)
+	c.startDevWorker(t)
+	id := c.submit(t, `command: [/bin/sh, -c, 'echo 42 > "$GPUQ_OUTPUT_DIR/answer.txt"']`+"\n")
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	ctx := context.Background()
+	rec, err := c.store.Result(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&workers.ObjectStore{JS: c.n.JS}).Delete(ctx, rec.StoreURI); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	_, errOut := gpuq(t, 1, "results", id.String(), "--dir", dir, "--nats-url", c.n.URL)
+	if want := "downloading the outputs of job " + id.String() + ": the job's outputs are recorded, but downloading " + rec.StoreURI + ": archive lost: not in its bucket"; !strings.Contains(errOut, want) {
+		t.Errorf("gpuq results must say %q; stderr:\n%s", want, errOut)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("gpuq results of a lost archive must write nothing; %s: %v", dir, err)
 	}
 }
