@@ -182,19 +182,18 @@ func (c *Cluster) DatabaseURL(name string) string {
 }
 
 // Stop shuts the server down fast, keeping its data.
-func (c *Cluster) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "fast", "-w", "stop")
-}
+func (c *Cluster) Stop() error { return c.stop("fast") }
 
 // Crash stops the server as a crash would: every server process aborts at
 // once, without a checkpoint (pg_ctl stop -m immediate), so that the next
 // Start on the same directory recovers from the write-ahead log.
-func (c *Cluster) Crash() error {
+func (c *Cluster) Crash() error { return c.stop("immediate") }
+
+// stop runs pg_ctl stop in mode.
+func (c *Cluster) stop(mode string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", mode, "-w", "stop")
 }
 
 // Port is the port the server listens on.
