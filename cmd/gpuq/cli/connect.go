@@ -203,7 +203,37 @@ func (c *clients) Close() {
 		c.store.Close()
 	}
 	if c.nc != nil {
-		c.nc.Drain() //nolint:errcheck // closing anyway
+		drainNATS(c.nc, natsDrainWait)
+	}
+}
+
+// natsDrainWait bounds how long closing waits for the NATS connection to
+// drain.
+const natsDrainWait = 5 * time.Second
+
+// drainNATS drains nc and waits, up to wait, until it has closed. Drain
+// returns at once and finishes in the background; what was published last
+// (a stopping worker's naks that hand its jobs back, a service's replies)
+// reaches the server only if the process lives until then.
+func drainNATS(nc *nats.Conn, wait time.Duration) {
+	closed := make(chan struct{}, 1)
+	nc.SetClosedHandler(func(*nats.Conn) {
+		select {
+		case closed <- struct{}{}:
+		default:
+		}
+	})
+	if nc.IsClosed() {
+		return
+	}
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		nc.Close()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -255,6 +256,85 @@ func TestDevStopsCleanlyOnCtrlC(t *testing.T) {
 		if strings.Contains(d.logs.String(), bad) {
 			t.Errorf("gpuq dev's log says %q while it stops:\n%s", bad, d.logs.String())
 		}
+	}
+}
+
+// ctrlCJob counts until SIGTERM, then commits its count as its final
+// checkpoint, as the README's recipe does; a later attempt prints the count
+// it resumed from and succeeds.
+const ctrlCJob = `step=0
+[ "$GPUQ_RESUMED" = 1 ] && step=$(cat "$GPUQ_CHECKPOINT_DIR/step")
+if [ "$GPUQ_ATTEMPT" != 1 ]; then echo "resumed=${GPUQ_RESUMED:-0} step=$step"; exit 0; fi
+trap 'echo $step > "$GPUQ_CHECKPOINT_DIR/step"; gpuq checkpoint save >/dev/null; exit 143' TERM
+echo counting
+while :; do step=$((step+1)); sleep 0.1; done
+`
+
+// Ctrl-C on gpuq dev stops its workers while the control plane still
+// answers them: a running job gets SIGTERM, its final checkpoint is
+// recorded and it is handed back as preempted, so that after a restart it
+// resumes from that checkpoint. Were the control plane gone first, the
+// final checkpoint could not be recorded and the job would start over.
+func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	first := startDev(t, bin, dir)
+	conf := []string{"--config", filepath.Join(dir, devConfigFile)}
+	spec := "name: counter\ncommand: [/bin/sh, -c, " + strconv.Quote(ctrlCJob) + "]\n"
+	out, errOut, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", spec)}, conf...)...)
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, errOut)
+	}
+	id := strings.TrimSpace(out)
+	// The job counts once its trap is set.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		if out, _, _ := runCLI(t, append([]string{"logs", id}, conf...)...); strings.Contains(out, "counting") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not start counting within a minute\n%s", first.logs.String())
+		}
+	}
+	if err := first.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("gpuq dev still running a minute after Ctrl-C")
+	}
+	if code := first.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("gpuq dev exited with status %d after Ctrl-C, want 0", code)
+	}
+
+	startDev(t, bin, dir)
+	var status struct {
+		Job struct {
+			State string `json:"state"`
+		} `json:"job"`
+		Attempts []struct {
+			Outcome string `json:"outcome"`
+		} `json:"attempts"`
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		out, _, err := runCLI(t, append([]string{"status", id, "-o", "json"}, conf...)...)
+		if err == nil && json.Unmarshal([]byte(out), &status) == nil && status.Job.State == string(queue.StateSucceeded) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not succeed after dev's restart: %v\n%s", err, out)
+		}
+	}
+	if len(status.Attempts) != 2 || status.Attempts[0].Outcome != queue.OutcomePreempted {
+		t.Fatalf("want attempt 1 handed back as preempted and a second attempt, got %+v", status.Attempts)
+	}
+	logs, _, err := runCLI(t, append([]string{"logs", id}, conf...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`resumed=1 step=[1-9]`).MatchString(logs) {
+		t.Fatalf("attempt 2 must resume from the checkpoint saved at Ctrl-C; logs:\n%s", logs)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -335,8 +336,14 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := shutdownContext(cmd.Context())
+			sig, stop := shutdownContext(cmd.Context())
 			defer stop()
+			// NATS, PostgreSQL and the control plane outlive a stop until
+			// every worker has stopped: a stopping worker records its
+			// jobs' final checkpoints and hands them back through the
+			// worker service, which must still answer.
+			ctx, stopPlane := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer stopPlane()
 			logger := newLogger()
 			var simulated *simDev
 			switch p := v.GetString("provider"); p {
@@ -374,6 +381,11 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			defer c.Close()
+			var workers sync.WaitGroup
+			defer func() {
+				stopWorkers(stop, &workers, logger)
+				stopPlane()
+			}()
 			apiURL, err := startHTTP(ctx, v, c, !cmd.Flags().Changed("http-addr") && os.Getenv("GPUQ_HTTP_ADDR") == "", logger, sources...)
 			if err != nil {
 				return err
@@ -386,8 +398,9 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				return err
 			}
 			if simulated != nil {
-				done := simulated.start(ctx, stack)
-				defer func() { <-done }()
+				done := simulated.start(sig, stack)
+				workers.Add(1)
+				go func() { <-done; workers.Done() }()
 			} else {
 				pools, err := poolsOrDefault(v)
 				if err != nil {
@@ -396,7 +409,11 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, PoolEnv: stack.workerEnv}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
-					go sup.Supervise(ctx, p) //nolint:errcheck // ends with ctx
+					workers.Add(1)
+					go func() {
+						defer workers.Done()
+						sup.Supervise(sig, p) //nolint:errcheck // ends with sig
+					}()
 				}
 			}
 			if o, _ := outputFormat(v); o == "json" {
@@ -415,7 +432,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				abs, _ := filepath.Abs(devConfigFile)
 				fmt.Fprintf(cmd.OutOrStdout(), "(settings and credentials in %s; elsewhere: export GPUQ_CONFIG=%s)\n", devConfigFile, abs)
 			}
-			<-ctx.Done()
+			<-sig.Done()
 			return nil
 		},
 	}
@@ -429,6 +446,29 @@ gpuq submit, status, logs… run from the same directory find it.`,
 	cmd.Flags().Duration("sim-start", 0, "with --provider sim: how far into the traces the virtual clock starts")
 	httpFlags(cmd, "127.0.0.1:8080")
 	return cmd
+}
+
+// stopWorkers ends the workers' context with stop and waits until they
+// have stopped, each after handing its running jobs back, or until a second
+// stop signal says not to wait.
+func stopWorkers(stop context.CancelFunc, workers *sync.WaitGroup, logger *slog.Logger) {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(again)
+	stop()
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(100 * time.Millisecond):
+	}
+	logger.Info("stopping: workers hand their running jobs back first (Ctrl-C again to stop at once)")
+	select {
+	case <-done:
+	case <-again:
+		logger.Warn("stopping without waiting for the workers: their running jobs are redelivered once their leases expire")
+	}
 }
 
 // writeDevConfig writes the connection settings, the API's URL and the dev
