@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
@@ -224,6 +226,9 @@ func parseOffers(data []byte, path string) ([]policy.Offer, error) {
 func planJobFromFile(path string) (policy.Requirements, error) {
 	data, err := readLimited(path, queue.MaxSpecBytes+1)
 	if err != nil {
+		if _, idErr := uuid.Parse(path); idErr == nil && errors.Is(err, fs.ErrNotExist) {
+			return policy.Requirements{}, fmt.Errorf("%s is a job id, not a job spec file: gpuq status --explain %s shows where that job was placed and why", path, path)
+		}
 		return policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
 	}
 	spec, err := queue.ParseSpec(data)

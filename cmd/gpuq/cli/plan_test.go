@@ -74,6 +74,13 @@ func TestPlanTakesTheSpecFileAsItsArgument(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "given twice") {
 		t.Errorf("plan -f job.yaml job.yaml: want a refusal naming both, got %v", err)
 	}
+	// A job's id where its spec was meant points to the command that
+	// explains that job's placement.
+	id := "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
+	_, _, err = runCLI(t, append([]string{"plan", id}, offers...)...)
+	if err == nil || !strings.Contains(err.Error(), "is a job id") || !strings.Contains(err.Error(), "gpuq status --explain "+id) {
+		t.Errorf("plan <job id>: want a refusal pointing to gpuq status --explain, got %v", err)
+	}
 }
 
 func TestPlanJSONIsTheDecision(t *testing.T) {
