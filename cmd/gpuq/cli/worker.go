@@ -119,7 +119,11 @@ provider's reason and hands the jobs back at once.`,
 				return err
 			}
 			worker = w
-			ctx, cancel := context.WithCancelCause(cmd.Context())
+			// The worker ends its context itself on SIGINT and SIGTERM,
+			// with a cause that hands its jobs back after their grace:
+			// the command's context, which SIGINT ends too, would stop
+			// them without one.
+			ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
 			defer cancel(nil)
 			stops := []os.Signal{syscall.SIGINT}
 			if watch.kind != notice.SIGTERM {
@@ -129,6 +133,14 @@ provider's reason and hands the jobs back at once.`,
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, stops...)
 			defer signal.Stop(sigs)
+			// A worker that is stopping outlives the SIGINTs and SIGTERMs
+			// that follow (Ctrl-C in a terminal reaches gpuq dev's workers
+			// beside dev's own SIGTERM): it hands its jobs back and exits
+			// by itself. This channel is never read; while it is
+			// registered, neither signal takes its default action.
+			held := make(chan os.Signal, 1)
+			signal.Notify(held, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(held)
 			go func() {
 				select {
 				case <-sigs:
