@@ -224,22 +224,17 @@ func (s *Server) consumerFrom(ctx context.Context, stream, subject string, after
 
 // follow calls fn with each message of c as it arrives, and tick when none
 // came for a while, until fn or tick says stop, or ctx ends.
+//
+// Each pull waits up to wait, and ends with ctx: a server that stops ends
+// its streams at once, not at their next keep-alive.
 func follow(ctx context.Context, c jetstream.Consumer, wait time.Duration, fn func(jetstream.Msg) (bool, error), tick func() (bool, error)) error {
 	for ctx.Err() == nil {
-		batch, err := c.Fetch(100, jetstream.FetchMaxWait(wait))
-		if err != nil {
+		n, err := followBatch(ctx, c, wait, fn)
+		if err != nil || n < 0 {
 			return err
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			more, err := fn(msg)
-			if err != nil || !more {
-				return err
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) {
-			return err
+		if ctx.Err() != nil {
+			return nil
 		}
 		if n == 0 {
 			more, err := tick()
@@ -249,6 +244,32 @@ func follow(ctx context.Context, c jetstream.Consumer, wait time.Duration, fn fu
 		}
 	}
 	return nil
+}
+
+// followBatch hands fn the messages of one pull of up to wait and returns
+// how many there were, or -1 when fn said stop.
+func followBatch(ctx context.Context, c jetstream.Consumer, wait time.Duration, fn func(jetstream.Msg) (bool, error)) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	batch, err := c.Fetch(100, jetstream.FetchContext(pctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n := 0
+	for msg := range batch.Messages() {
+		n++
+		more, err := fn(msg)
+		if err != nil || !more {
+			return -1, err
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return n, err
+	}
+	return n, nil
 }
 
 func seqOf(msg jetstream.Msg) uint64 {
