@@ -33,6 +33,9 @@ type apiJobs struct {
 	base  *url.URL
 	token string
 	http  *http.Client
+	// stderr, when set, is told of each stream that dropped and is being
+	// reopened.
+	stderr io.Writer
 }
 
 func newAPIJobs(v *viper.Viper) (*apiJobs, error) {
@@ -47,7 +50,7 @@ func newAPIJobs(v *viper.Viper) (*apiJobs, error) {
 	}
 	// No overall timeout: streams last as long as the job; each call's
 	// context bounds it.
-	return &apiJobs{base: u, token: token, http: &http.Client{}}, nil
+	return &apiJobs{base: u, token: token, http: &http.Client{}, stderr: os.Stderr}, nil
 }
 
 func (a *apiJobs) Close() { a.http.CloseIdleConnections() }
@@ -210,18 +213,100 @@ type sseEvent struct {
 const maxSSELine = 4 << 20
 
 // stream reads the Server-Sent Events of path, calling fn with each until
-// fn returns false or the stream ends.
+// fn returns false or ctx ends.
+//
+// A stream that opened is reopened where it left off (Last-Event-ID) when
+// its connection drops or the server is briefly unavailable (a restart, a
+// proxy's 502, 503 or 504), until fn says stop or ctx ends: a job followed
+// for hours outlives a server restart. What the server refuses (a job not
+// found, a token revoked) ends it; so does any failure to open it the first
+// time, so that a wrong URL is reported at once.
 func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
-	return a.streamWith(ctx, path, query, fn)
+	var last string
+	stopped := false
+	track := func(e sseEvent) (bool, error) {
+		if e.ID != "" {
+			last = e.ID
+		}
+		more, err := fn(e)
+		stopped = err != nil || !more
+		return more, err
+	}
+	// opened: the stream opened once; dropped: it has dropped since it
+	// last opened, and stderr was told.
+	opened, dropped := false, false
+	retry := queue.NewBackoff(streamRetryFirst, streamRetryMax)
+	for {
+		var header []string
+		if last != "" {
+			header = []string{"Last-Event-ID", last}
+		}
+		resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
+		if err == nil {
+			opened, dropped = true, false
+			retry.Reset()
+			err = readSSE(ctx, resp, path, track)
+			if stopped || ctx.Err() != nil {
+				return err
+			}
+		}
+		if !opened || !reopenable(err) {
+			return err
+		}
+		if a.stderr != nil && !dropped {
+			cause := "the server ended it"
+			if err != nil {
+				cause = err.Error()
+			}
+			fmt.Fprintf(a.stderr, "gpuq: the stream of %s dropped (%s); reopening it\n", path, cause)
+		}
+		dropped = true
+		select {
+		case <-time.After(retry.NextBackOff()):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
-// streamWith is stream with more request headers (name and value pairs:
-// Last-Event-ID).
+// streamRetryFirst and streamRetryMax bound the wait before reopening a
+// dropped stream.
+const (
+	streamRetryFirst = 250 * time.Millisecond
+	streamRetryMax   = 5 * time.Second
+)
+
+// reopenable tells a dropped connection or a server briefly unavailable
+// from an answer that ends a stream for good. A nil err is a stream the
+// server ended cleanly before fn said stop.
+func reopenable(err error) bool {
+	if errors.Is(err, bufio.ErrTooLong) {
+		return false // the same line would stop it again
+	}
+	var api *APIError
+	if errors.As(err, &api) {
+		switch api.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// streamWith reads the event stream at path once, with more request
+// headers (name and value pairs: Last-Event-ID).
 func (a *apiJobs) streamWith(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error), header ...string) error {
 	resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
 	if err != nil {
 		return err
 	}
+	return readSSE(ctx, resp, path, fn)
+}
+
+// readSSE hands each event of resp's body to fn until fn says stop or the
+// body ends, and closes it.
+func readSSE(ctx context.Context, resp *http.Response, path string, fn func(sseEvent) (bool, error)) error {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxSSELine)

@@ -29,9 +29,9 @@ type devRun struct {
 	exited chan struct{}
 }
 
-func startDev(t *testing.T, bin, dir string) *devRun {
+func startDev(t *testing.T, bin, dir string, args ...string) *devRun {
 	t.Helper()
-	d, stdout := launchDev(t, bin, dir, "-o", "json", "--slots", "1")
+	d, stdout := launchDev(t, bin, dir, append([]string{"-o", "json", "--slots", "1"}, args...)...)
 	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&d.conn); err != nil {
 		t.Fatalf("gpuq dev did not report its connection settings: %v\n%s", err, d.logs.String())
 	}
@@ -275,11 +275,17 @@ while :; do step=$((step+1)); sleep 0.1; done
 // recorded and it is handed back as preempted, so that after a restart it
 // resumes from that checkpoint. Were the control plane gone first, the
 // final checkpoint could not be recorded and the job would start over.
+// A `gpuq wait` on the job outlives the restart: it reopens its stream of
+// the job's events and ends with the job's success.
 func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 	t.Parallel()
 	bin := buildGpuq(t)
 	dir := t.TempDir()
-	first := startDev(t, bin, dir)
+	// Both devs serve the HTTP API at one address, as the default
+	// 127.0.0.1:8080 is across a restart; tests running beside this one
+	// may hold 8080, and dev would then pick another free port.
+	addr := []string{"--http-addr", freeAddr(t)}
+	first := startDev(t, bin, dir, addr...)
 	conf := []string{"--config", filepath.Join(dir, devConfigFile)}
 	spec := "name: counter\ncommand: [/bin/sh, -c, " + strconv.Quote(ctrlCJob) + "]\n"
 	out, errOut, err := runCLI(t, append([]string{"submit", "-f", writeFile(t, "job.yaml", spec)}, conf...)...)
@@ -296,6 +302,15 @@ func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 			t.Fatalf("the job did not start counting within a minute\n%s", first.logs.String())
 		}
 	}
+	wait := exec.Command(bin, append([]string{"wait", id}, conf...)...)
+	var waitOut, waitErr syncBuffer
+	wait.Stdout, wait.Stderr = &waitOut, &waitErr
+	if err := wait.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- wait.Wait() }()
+	t.Cleanup(func() { wait.Process.Kill() }) //nolint:errcheck // it may have exited
 	if err := first.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +323,18 @@ func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 		t.Errorf("gpuq dev exited with status %d after Ctrl-C, want 0", code)
 	}
 
-	startDev(t, bin, dir)
+	startDev(t, bin, dir, addr...)
+	select {
+	case err := <-waited:
+		if err != nil || !strings.Contains(waitOut.String(), "succeeded") {
+			t.Fatalf("gpuq wait across dev's restart: %v\n%s%s", err, waitOut.String(), waitErr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("gpuq wait still waiting 2 minutes after dev's restart\n%s", waitErr.String())
+	}
+	if !strings.Contains(waitErr.String(), "reopening it") {
+		t.Errorf("gpuq wait did not say its stream dropped:\n%s", waitErr.String())
+	}
 	var status struct {
 		Job struct {
 			State string `json:"state"`
