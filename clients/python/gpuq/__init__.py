@@ -11,7 +11,7 @@ Standard library only, Python 3.9 or newer.
 from . import checkpoint
 from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
-                     NotFound, RateLimited, Unauthorized, WaitTimeout)
+                     NotFound, RateLimited, Unauthorized, Unreachable, WaitTimeout)
 from .types import (TERMINAL_STATES, Attempt, Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, ResultFile,
                     Results, Spend, SpendAmount, SpendJob)
 
@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "checkpoint",
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
-    "RateLimited", "Unauthorized", "WaitTimeout",
+    "RateLimited", "Unauthorized", "Unreachable", "WaitTimeout",
     "TERMINAL_STATES", "Attempt", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Offer", "Plan", "ResultFile",
     "Results", "Spend", "SpendAmount", "SpendJob",
 ]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import posixpath
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -13,7 +13,7 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from .errors import GpuqError, WaitTimeout, api_error
+from .errors import APIError, GpuqError, Unreachable, WaitTimeout, api_error
 from .progress import Progress
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
@@ -91,7 +91,7 @@ class Client:
             retry = e.headers.get("Retry-After") if e.headers else None
             raise api_error(e.code, doc, float(retry) if retry and retry.isdigit() else None) from None
         except urllib.error.URLError as e:
-            raise GpuqError("%s %s: %s" % (method, url, e.reason)) from e
+            raise Unreachable("%s %s: %s" % (method, url, e.reason)) from e
 
     def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None) -> Any:
         with self._open(method, path, query, body) as resp:
@@ -197,23 +197,34 @@ class Client:
         """The job's state changes, oldest first, then each new one until
         the job is finished; a dropped stream is resumed where it broke."""
         last = last_event_id
+        opened = False
+        pause = _RETRY_FIRST
         while True:
             try:
-                for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last):
-                    last = ev_id or last
-                    if kind != "state":
-                        continue
-                    ev = Event.from_doc(data)
-                    yield ev
-                    if ev.state in TERMINAL_STATES:
+                try:
+                    for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last):
+                        opened, pause = True, _RETRY_FIRST
+                        last = ev_id or last
+                        if kind != "state":
+                            continue
+                        ev = Event.from_doc(data)
+                        yield ev
+                        if ev.state in TERMINAL_STATES:
+                            return
+                    opened = True
+                    # The server ended the stream without a terminal state.
+                    if self.get(job_id).done:
                         return
-            except (OSError, socket.timeout):
-                # A dropped stream: reconnect, resuming after the last event.
-                time.sleep(0.5)
-                continue
-            # The server ended the stream without a terminal state.
-            if self.get(job_id).done:
-                return
+                    continue
+                except (OSError, http.client.HTTPException):
+                    # A dropped stream (failures to connect are Unreachable):
+                    # reconnect, resuming after the last event.
+                    opened = True
+            except GpuqError as e:
+                if not opened or not _unavailable(e):
+                    raise  # never reached: a wrong URL or a refusal
+            time.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)
 
     def wait(self, job_id: str, timeout: Optional[float] = None, progress: bool = True) -> Job:
         """Waits until the job is finished and returns it. With progress, the
@@ -225,33 +236,57 @@ class Client:
             return job
         shown = Progress(job_id) if progress else None
         last: Optional[str] = None
+        state = job.state
+        pause = _RETRY_FIRST
         try:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise WaitTimeout(job_id, timeout or 0, self.get(job_id).state)
+                    raise WaitTimeout(job_id, timeout or 0, self._state_now(job_id, state))
                 # The server sends a keep-alive every 15 s; a read timeout
                 # past that, or at the deadline, reconnects or gives up.
                 read_timeout = 30.0 if remaining is None else max(0.1, min(30.0, remaining))
                 try:
-                    for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last,
-                                                           read_timeout=read_timeout):
-                        last = ev_id or last
-                        if kind != "state":
-                            continue
-                        ev = Event.from_doc(data)
-                        if shown:
-                            shown.event(ev)
-                        if ev.state in TERMINAL_STATES:
-                            return self.get(job_id)
-                except (OSError, socket.timeout):
-                    pass  # a read timeout or a dropped stream: look, then reconnect
-                job = self.get(job_id)
-                if job.done:
-                    return job
+                    try:
+                        for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last,
+                                                               read_timeout=read_timeout):
+                            pause = _RETRY_FIRST
+                            last = ev_id or last
+                            if kind != "state":
+                                continue
+                            ev = Event.from_doc(data)
+                            state = ev.state
+                            if shown:
+                                shown.event(ev)
+                            if ev.state in TERMINAL_STATES:
+                                break
+                    except (OSError, http.client.HTTPException):
+                        pass  # a read timeout or a dropped stream: look, then reconnect
+                    job = self.get(job_id)
+                    if job.done:
+                        return job
+                    state = job.state
+                except GpuqError as e:
+                    if not _unavailable(e):
+                        raise
+                    # The server is restarting or briefly unavailable: try
+                    # again, no later than the deadline.
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    time.sleep(pause if left is None else min(pause, left))
+                    pause = min(pause * 2, _RETRY_MAX)
         finally:
             if shown:
                 shown.close()
+
+    def _state_now(self, job_id: str, known: str) -> str:
+        """The job's state, or the one last known when the API cannot be
+        reached."""
+        try:
+            return self.get(job_id).state
+        except GpuqError as e:
+            if not _unavailable(e):
+                raise
+            return known
 
     def logs(self, job_id: str, follow: bool = False) -> Iterator[LogChunk]:
         """The job's output as chunks (``chunk.data``), every attempt's in
@@ -269,16 +304,27 @@ class Client:
                     return
                 after = nxt
         last: Optional[str] = None
+        opened = False
+        pause = _RETRY_FIRST
         while True:
             try:
                 for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), {"follow": "true"}, last_id=last):
+                    opened, pause = True, _RETRY_FIRST
                     if kind == "end":
                         return
                     if kind == "log":
                         last = ev_id or last
                         yield LogChunk.from_doc(data)
-            except (OSError, socket.timeout):
-                time.sleep(0.5)  # a dropped stream: resume after the last chunk
+                opened = True
+            except (OSError, http.client.HTTPException):
+                # A dropped stream (failures to connect are Unreachable):
+                # resume after the last chunk.
+                opened = True
+            except GpuqError as e:
+                if not opened or not _unavailable(e):
+                    raise  # never reached: a wrong URL or a refusal
+            time.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)
 
     def results(self, job_id: str, dir: Optional[str] = None) -> Results:
         """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
@@ -300,6 +346,18 @@ class Client:
                     out.write(block)
             f.local_path = local
         return res
+
+
+#: The first and the longest pause before reconnecting to an API that
+#: dropped a stream or could not be reached.
+_RETRY_FIRST = 0.25
+_RETRY_MAX = 5.0
+
+
+def _unavailable(e: GpuqError) -> bool:
+    """Whether e is the API briefly out of reach (a restart, a proxy's
+    502, 503 or 504) rather than an answer."""
+    return isinstance(e, Unreachable) or (isinstance(e, APIError) and e.status in (502, 503, 504))
 
 
 def _job_path(job_id: str, rest: str = "") -> str:

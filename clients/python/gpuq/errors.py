@@ -98,6 +98,14 @@ def api_error(status: int, doc: Any, retry_after: Optional[float] = None) -> API
                errors=details, type=str(doc.get("type") or ""), retry_after=retry_after)
 
 
+class Unreachable(GpuqError):
+    """The API could not be reached: the connection was refused or reset,
+    or its host name does not resolve. ``Client.wait`` and
+    ``Client.logs(follow=True)`` ride through it (and through 502, 503 and
+    504 answers) once they have reached the API, so that a server restart
+    does not end them."""
+
+
 class WaitTimeout(GpuqError):
     """``Client.wait`` ran out of time; the job goes on."""
 

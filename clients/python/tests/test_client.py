@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
+import urllib.parse
 from datetime import datetime, timedelta, timezone
 
 import gpuq
@@ -47,6 +49,16 @@ def setUpModule():
     if not os.access(GPUQ_BIN, os.X_OK):
         raise unittest.SkipTest("no gpuq binary at %s; run make build (make test-python does)" % GPUQ_BIN)
     workdir = tempfile.mkdtemp(prefix="gpuq-python-")
+    dev_log_file = open(os.path.join(workdir, "dev.log"), "wb")
+    dev = start_dev()
+    os.chdir(workdir)
+    client = gpuq.Client.from_env()
+
+
+def start_dev(*args):
+    """`gpuq dev` with args, as the README's quick start runs it: in the
+    directory where the client then runs; it writes .gpuq/config.yaml
+    there."""
     env = dict(os.environ)
     for k in ("GPUQ_URL", "GPUQ_TOKEN", "GPUQ_CONFIG", "GPUQ_NATS_URL", "GPUQ_DATABASE_URL"):
         env.pop(k, None)
@@ -54,21 +66,17 @@ def setUpModule():
     # AckWait makes the job of a worker killed without notice come back in
     # seconds instead of the default 30 s.
     env["GPUQ_ACK_WAIT"] = "3s"
-    # As the README's quick start: `gpuq dev` in the directory where the
-    # client then runs; it writes .gpuq/config.yaml there.
-    dev_log_file = open(os.path.join(workdir, "dev.log"), "wb")
-    dev = subprocess.Popen([GPUQ_BIN, "dev"], cwd=workdir, env=env, stdout=subprocess.PIPE,
-                           stderr=dev_log_file, start_new_session=True)
+    proc = subprocess.Popen([GPUQ_BIN, "dev", *args], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                            stderr=dev_log_file, start_new_session=True)
     config = os.path.join(workdir, ".gpuq", "config.yaml")
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        line = dev.stdout.readline().decode()
-        if "gpuq dev is running" in line or dev.poll() is not None:
+        line = proc.stdout.readline().decode()
+        if "gpuq dev is running" in line or proc.poll() is not None:
             break
-    if dev.poll() is not None or not os.path.exists(config):
+    if proc.poll() is not None or not os.path.exists(config):
         raise AssertionError("gpuq dev did not start:\n" + dev_log())
-    os.chdir(workdir)
-    client = gpuq.Client.from_env()
+    return proc
 
 
 def tearDownModule():
@@ -223,3 +231,55 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RestartTest(unittest.TestCase):
+    def test_wait_and_followed_logs_outlive_a_restart_of_gpuq_dev(self):
+        global dev
+        job = client.submit(name="across-restart", command=["sh", "-c", "echo before; sleep 3; echo after"])
+        got = {}
+
+        def wait():
+            try:
+                got["job"] = client.wait(job.id, timeout=180, progress=False)
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                got["wait"] = e
+
+        def follow():
+            try:
+                got["logs"] = "".join(c.data for c in client.logs(job.id, follow=True))
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                got["follow"] = e
+
+        def events():
+            try:
+                got["states"] = [e.state for e in client.events(job.id)]
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                got["events"] = e
+
+        threads = [threading.Thread(target=f) for f in (wait, follow, events)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while client.get(job.id).state != "running":
+            self.assertLess(time.monotonic(), deadline, "the job did not start:\n" + dev_log())
+            time.sleep(0.1)
+        # Ctrl-C, as a terminal sends it: the job is handed back, dev stops.
+        os.killpg(dev.pid, signal.SIGINT)
+        self.assertEqual(dev.wait(60), 0, dev_log())
+        dev.stdout.close()
+        # The same address as before: were 8080 taken, a new dev would
+        # pick another free port, which no client started earlier knows.
+        dev = start_dev("--http-addr", urllib.parse.urlparse(client.url).netloc)
+        for t in threads:
+            t.join(180)
+        for broken in ("wait", "follow", "events"):
+            self.assertNotIn(broken, got)
+        self.assertEqual(got["job"].state, "succeeded", got["job"].reason)
+        st = client.status(job.id)
+        self.assertEqual([a.outcome for a in st.attempts], ["preempted", "succeeded"],
+                         "\n".join("%s %s %s" % (h.state, h.attempt, h.message) for h in st.history) + "\n" + dev_log())
+        self.assertIn("after\n", got["logs"])
+        # Each event once, none missed: the reopened stream resumed after
+        # the last event it had.
+        self.assertEqual(got["states"], [h.state for h in st.history])
