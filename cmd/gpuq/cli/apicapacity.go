@@ -105,7 +105,11 @@ func (a *apiJobs) InstanceEvents(ctx context.Context, pool string, after uint64,
 	if pool != "" {
 		q.Set("pool", pool)
 	}
-	return a.streamFrom(ctx, "/v1/instances/events", q, after, func(e sseEvent) (bool, error) {
+	var last string
+	if after > 0 {
+		last = strconv.FormatUint(after, 10)
+	}
+	return a.streamAfter(ctx, "/v1/instances/events", q, last, func(e sseEvent) (bool, error) {
 		if e.Event != "state" {
 			return true, nil
 		}
@@ -116,14 +120,6 @@ func (a *apiJobs) InstanceEvents(ctx context.Context, pool string, after uint64,
 		seq, _ := strconv.ParseUint(e.ID, 10, 64)
 		return fn(seq, e.Data, ev), nil
 	})
-}
-
-// streamFrom is stream resuming after the event with id after (0: none).
-func (a *apiJobs) streamFrom(ctx context.Context, path string, query url.Values, after uint64, fn func(sseEvent) (bool, error)) error {
-	if after > 0 {
-		return a.streamWith(ctx, path, query, fn, "Last-Event-ID", strconv.FormatUint(after, 10))
-	}
-	return a.streamWith(ctx, path, query, fn)
 }
 
 // tokenNotFound gives a missing token its exit status.

@@ -222,7 +222,12 @@ const maxSSELine = 4 << 20
 // found, a token revoked) ends it; so does any failure to open it the first
 // time, so that a wrong URL is reported at once.
 func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
-	var last string
+	return a.streamAfter(ctx, path, query, "", fn)
+}
+
+// streamAfter is stream starting after the event with id last ("": as the
+// server starts a stream without Last-Event-ID).
+func (a *apiJobs) streamAfter(ctx context.Context, path string, query url.Values, last string, fn func(sseEvent) (bool, error)) error {
 	stopped := false
 	track := func(e sseEvent) (bool, error) {
 		if e.ID != "" {
@@ -292,16 +297,6 @@ func reopenable(err error) bool {
 		return false
 	}
 	return true
-}
-
-// streamWith reads the event stream at path once, with more request
-// headers (name and value pairs: Last-Event-ID).
-func (a *apiJobs) streamWith(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error), header ...string) error {
-	resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
-	if err != nil {
-		return err
-	}
-	return readSSE(ctx, resp, path, fn)
 }
 
 // readSSE hands each event of resp's body to fn until fn says stop or the
