@@ -720,6 +720,51 @@ func systemdCommand(t *testing.T, unit, instance string) []string {
 	return fields[1:]
 }
 
+// systemdService returns the keys of a unit's [Service] section.
+func systemdService(t *testing.T, unit string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			if k, v, ok := strings.Cut(line, "="); ok {
+				keys[k] = v
+			}
+		}
+	}
+	return keys
+}
+
+// The worker unit stops the worker as a container cloud stops it: SIGTERM
+// to the worker alone, which forwards it to each job once and hands the
+// jobs back within its grace, well inside the unit's stop timeout. With
+// systemd's default KillMode, every job would get SIGTERM from systemd as
+// well, and a job's checkpoint handler could run twice at once.
+func TestWorkerUnitSignalsTheWorkerOnlyAndWaitsOutItsGrace(t *testing.T) {
+	t.Parallel()
+	svc := systemdService(t, filepath.Join(deployDir, "systemd", "gpuq-worker@.service"))
+	if svc["KillSignal"] != "SIGTERM" || svc["KillMode"] != "mixed" {
+		t.Fatalf("the worker unit stops with KillSignal=%q KillMode=%q, want SIGTERM to the worker only (mixed)", svc["KillSignal"], svc["KillMode"])
+	}
+	timeout, err := time.ParseDuration(svc["TimeoutStopSec"] + "s")
+	if err != nil {
+		t.Fatalf("TimeoutStopSec=%q: %v", svc["TimeoutStopSec"], err)
+	}
+	grace := newWorkerCmd().Flags().Lookup("grace").DefValue
+	if g, _ := time.ParseDuration(grace); timeout < g+10*time.Second {
+		t.Fatalf("TimeoutStopSec %s leaves the worker under 10s past its grace %s to record and hand back", timeout, grace)
+	}
+}
+
 // cloudInitFiles returns the files a cloud-config writes, by path, with
 // each placeholder of fill replaced.
 func cloudInitFiles(t *testing.T, path string, fill map[string]string) map[string]string {
