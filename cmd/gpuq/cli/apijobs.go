@@ -228,8 +228,14 @@ func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn 
 // streamAfter is stream starting after the event with id last ("": as the
 // server starts a stream without Last-Event-ID).
 func (a *apiJobs) streamAfter(ctx context.Context, path string, query url.Values, last string, fn func(sseEvent) (bool, error)) error {
-	stopped := false
+	// opened: the stream opened once; dropped: it has dropped since its
+	// last event, and stderr was told. A stream that opens and drops
+	// again without an event waits longer each time.
+	opened, dropped, stopped := false, false, false
+	retry := queue.NewBackoff(streamRetryFirst, streamRetryMax)
 	track := func(e sseEvent) (bool, error) {
+		retry.Reset()
+		dropped = false
 		if e.ID != "" {
 			last = e.ID
 		}
@@ -237,10 +243,6 @@ func (a *apiJobs) streamAfter(ctx context.Context, path string, query url.Values
 		stopped = err != nil || !more
 		return more, err
 	}
-	// opened: the stream opened once; dropped: it has dropped since it
-	// last opened, and stderr was told.
-	opened, dropped := false, false
-	retry := queue.NewBackoff(streamRetryFirst, streamRetryMax)
 	for {
 		var header []string
 		if last != "" {
@@ -248,8 +250,7 @@ func (a *apiJobs) streamAfter(ctx context.Context, path string, query url.Values
 		}
 		resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
 		if err == nil {
-			opened, dropped = true, false
-			retry.Reset()
+			opened = true
 			err = readSSE(ctx, resp, path, track)
 			if stopped || ctx.Err() != nil {
 				return err
