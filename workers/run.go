@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path"
@@ -42,7 +43,12 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		// leaves the job to the pool's other workers and never ends it.
 		log.Error("residency: refusing a job outside this worker's country; leaving it to other workers",
 			"worker", w.cfg.WorkerID, "region", w.cfg.Region, "country", w.cfg.Country, "residency", order.Residency)
-		msg.NakWithDelay(w.cfg.AckWait) //nolint:errcheck // redelivered after AckWait otherwise
+		// This worker pulls again right after the nak, every pullExpiry:
+		// a delay of exactly AckWait would meet its own pull at the same
+		// point of that cycle each time, and it would be handed the job
+		// again and again while the pool's other workers wait. A delay
+		// jittered over one cycle gives every waiting pull its chance.
+		msg.NakWithDelay(w.cfg.AckWait + rand.N(pullExpiry)) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
 	res, err := w.claims.call(io, queue.ClaimRequest{
