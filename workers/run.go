@@ -43,12 +43,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		// leaves the job to the pool's other workers and never ends it.
 		log.Error("residency: refusing a job outside this worker's country; leaving it to other workers",
 			"worker", w.cfg.WorkerID, "region", w.cfg.Region, "country", w.cfg.Country, "residency", order.Residency)
-		// This worker pulls again right after the nak, every pullExpiry:
-		// a delay of exactly AckWait would meet its own pull at the same
-		// point of that cycle each time, and it would be handed the job
-		// again and again while the pool's other workers wait. A delay
-		// jittered over one cycle gives every waiting pull its chance.
-		msg.NakWithDelay(w.cfg.AckWait + rand.N(pullExpiry)) //nolint:errcheck // redelivered after AckWait otherwise
+		msg.NakWithDelay(handBackDelay(w.cfg.AckWait)) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
 	res, err := w.claims.call(io, queue.ClaimRequest{
@@ -703,6 +698,17 @@ func (a *attempt) finalCheckpoint(exitedInGrace bool) {
 	}
 }
 
+// handBackDelay is how long a message this worker hands back, because of
+// something about this worker, waits before it is offered again: d,
+// jittered over one pull cycle. The worker pulls again right after the
+// nak, every pullExpiry, and JetStream offers a message to the oldest
+// waiting pull: a delay of exactly d would meet this worker's pull at the
+// same point of its cycle each time, and it would be handed the job again
+// and again while the pool's other workers wait.
+func handBackDelay(d time.Duration) time.Duration {
+	return d + rand.N(pullExpiry)
+}
+
 // release hands the job back to its pool for another attempt.
 func (a *attempt) release(outcome string, code *int, reason string, delay time.Duration) {
 	if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
@@ -711,7 +717,7 @@ func (a *attempt) release(outcome string, code *int, reason string, delay time.D
 	}
 	var err error
 	if delay > 0 {
-		err = a.msg.NakWithDelay(delay)
+		err = a.msg.NakWithDelay(handBackDelay(delay))
 	} else {
 		err = a.msg.Nak()
 	}
