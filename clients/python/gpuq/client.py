@@ -215,7 +215,6 @@ class Client:
                     # The server ended the stream without a terminal state.
                     if self.get(job_id).done:
                         return
-                    continue
                 except (OSError, http.client.HTTPException):
                     # A dropped stream (failures to connect are Unreachable):
                     # reconnect, resuming after the last event.
@@ -269,11 +268,12 @@ class Client:
                 except GpuqError as e:
                     if not _unavailable(e):
                         raise
-                    # The server is restarting or briefly unavailable: try
-                    # again, no later than the deadline.
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    time.sleep(pause if left is None else min(pause, left))
-                    pause = min(pause * 2, _RETRY_MAX)
+                # The stream ended, dropped, or the server is restarting:
+                # reconnect after a pause that grows while no event comes,
+                # no later than the deadline.
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, _RETRY_MAX)
         finally:
             if shown:
                 shown.close()
