@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import posixpath
 import time
@@ -198,12 +199,13 @@ class Client:
         the job is finished; a dropped stream is resumed where it broke."""
         last = last_event_id
         opened = False
-        pause = _RETRY_FIRST
+        again = _Reconnect(job_id)
         while True:
             try:
                 try:
                     for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last):
-                        opened, pause = True, _RETRY_FIRST
+                        opened = True
+                        again.heard()
                         last = ev_id or last
                         if kind != "state":
                             continue
@@ -222,8 +224,8 @@ class Client:
             except GpuqError as e:
                 if not opened or not _unavailable(e):
                     raise  # never reached: a wrong URL or a refusal
-            time.sleep(pause)
-            pause = min(pause * 2, _RETRY_MAX)
+                again.unavailable(e)
+            again.pause()
 
     def wait(self, job_id: str, timeout: Optional[float] = None, progress: bool = True) -> Job:
         """Waits until the job is finished and returns it. With progress, the
@@ -236,7 +238,7 @@ class Client:
         shown = Progress(job_id) if progress else None
         last: Optional[str] = None
         state = job.state
-        pause = _RETRY_FIRST
+        again = _Reconnect(job_id)
         try:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -249,7 +251,7 @@ class Client:
                     try:
                         for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last,
                                                                read_timeout=read_timeout):
-                            pause = _RETRY_FIRST
+                            again.heard()
                             last = ev_id or last
                             if kind != "state":
                                 continue
@@ -268,12 +270,10 @@ class Client:
                 except GpuqError as e:
                     if not _unavailable(e):
                         raise
+                    again.unavailable(e)
                 # The stream ended, dropped, or the server is restarting:
-                # reconnect after a pause that grows while no event comes,
-                # no later than the deadline.
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                time.sleep(pause if left is None else min(pause, left))
-                pause = min(pause * 2, _RETRY_MAX)
+                # reconnect after a pause, no later than the deadline.
+                again.pause(None if deadline is None else deadline - time.monotonic())
         finally:
             if shown:
                 shown.close()
@@ -305,11 +305,12 @@ class Client:
                 after = nxt
         last: Optional[str] = None
         opened = False
-        pause = _RETRY_FIRST
+        again = _Reconnect(job_id)
         while True:
             try:
                 for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), {"follow": "true"}, last_id=last):
-                    opened, pause = True, _RETRY_FIRST
+                    opened = True
+                    again.heard()
                     if kind == "end":
                         return
                     if kind == "log":
@@ -323,8 +324,8 @@ class Client:
             except GpuqError as e:
                 if not opened or not _unavailable(e):
                     raise  # never reached: a wrong URL or a refusal
-            time.sleep(pause)
-            pause = min(pause * 2, _RETRY_MAX)
+                again.unavailable(e)
+            again.pause()
 
     def results(self, job_id: str, dir: Optional[str] = None) -> Results:
         """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
@@ -352,6 +353,33 @@ class Client:
 #: dropped a stream or could not be reached.
 _RETRY_FIRST = 0.25
 _RETRY_MAX = 5.0
+
+_log = logging.getLogger("gpuq")
+
+
+class _Reconnect:
+    """How a stream of one job comes back after a drop or an outage: a
+    pause that doubles while nothing is heard, and one warning per outage
+    on the ``gpuq`` logger (shown on stderr unless logging is set up)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.next = _RETRY_FIRST
+        self.warned = False
+
+    def heard(self) -> None:
+        """Something came: the next pause is short again."""
+        self.next = _RETRY_FIRST
+        self.warned = False
+
+    def unavailable(self, e: GpuqError) -> None:
+        if not self.warned:
+            _log.warning("job %s: %s; trying again until it answers", self.job_id, e)
+            self.warned = True
+
+    def pause(self, limit: Optional[float] = None) -> None:
+        time.sleep(self.next if limit is None else max(0.0, min(self.next, limit)))
+        self.next = min(self.next * 2, _RETRY_MAX)
 
 
 def _unavailable(e: GpuqError) -> bool:

@@ -4,9 +4,12 @@ refusal outside a job."""
 
 from __future__ import annotations
 
+import http.server
 import io
+import json
 import os
 import tempfile
+import threading
 import time
 import unittest
 from unittest import mock
@@ -175,3 +178,67 @@ class CheckpointTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReconnectTest(unittest.TestCase):
+    """A job's event stream through a server that ends it, then answers 503
+    while it restarts: the client resumes after the last event, warns once
+    per outage, and a server never reached is an error at once."""
+
+    def test_events_resume_after_the_last_event_and_warn_once(self):
+        job = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
+        asked = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path != "/v1/jobs/%s/events" % job:
+                    return self._problem()  # the job itself: the server is restarting
+                last = self.headers.get("Last-Event-ID")
+                asked.append(last)
+                if last is None:
+                    return self._events([("1", "running")])
+                if asked.count("1") < 3:
+                    return self._problem()
+                return self._events([("2", "succeeded")])
+
+            def _problem(self):
+                body = json.dumps({"title": "Service Unavailable", "status": 503}).encode()
+                self.send_response(503)
+                self.send_header("Content-Type", "application/problem+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _events(self, events):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for seq, state in events:
+                    doc = {"job_id": job, "state": state, "attempt": 1, "message": state, "at": "2026-12-05T23:21:27Z"}
+                    self.wfile.write(("id: %s\nevent: state\ndata: %s\n\n" % (seq, json.dumps(doc))).encode())
+                self.close_connection = True
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        c = gpuq.Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            states = [e.state for e in c.events(job)]
+        self.assertEqual(states, ["running", "succeeded"])
+        self.assertEqual(asked, [None, "1", "1", "1"])
+        self.assertEqual(len(logs.records), 1, logs.output)
+        self.assertIn("503", logs.output[0])
+
+    def test_a_server_never_reached_is_an_error_at_once(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        port = srv.server_address[1]
+        srv.server_close()
+        c = gpuq.Client("http://127.0.0.1:%d" % port, "t")
+        for follow in (lambda: list(c.events("j")), lambda: list(c.logs("j", follow=True))):
+            with self.assertRaises(gpuq.Unreachable):
+                follow()
