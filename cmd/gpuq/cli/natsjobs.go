@@ -40,6 +40,9 @@ type natsJobs struct {
 	mu sync.Mutex
 	// owner remembers the project a job was found in.
 	owner map[uuid.UUID]string
+	// timeout bounds a call past how long the control plane may hold it;
+	// default callTimeout.
+	timeout time.Duration
 }
 
 // How long a natsJobs call waits on the control plane: a wait request is
@@ -125,11 +128,13 @@ func (n *natsJobs) Close() { n.nc.Drain() } //nolint:errcheck // closing anyway
 // call sends one request for project and decodes its answer into out (a
 // *[]byte takes it raw).
 func (n *natsJobs) call(ctx context.Context, project, op string, req queue.ClientRequest, out any) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, req.Wait+callTimeout)
-		defer cancel()
+	timeout := n.timeout
+	if timeout == 0 {
+		timeout = callTimeout
 	}
+	// A control plane that took the request and died never answers it.
+	ctx, cancel := context.WithTimeout(ctx, req.Wait+timeout)
+	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -246,9 +251,15 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 // again, so a lost event never holds the waiter.
 func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event) bool) error {
 	req := queue.ClientRequest{JobID: id}
-	for first := true; ; first = false {
+	for {
+		first := req.Wait == 0 // the first request, answered at once
 		var w queue.ClientWait
 		if err := n.jobCall(ctx, queue.ClientOpWait, req, &w); err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				// The server holding the wait went away without an
+				// answer: another one takes it up from the same point.
+				continue
+			}
 			return err
 		}
 		evs := w.Events

@@ -220,3 +220,56 @@ func runBinary(t *testing.T, bin, dir string, env []string, wantCode int, args .
 	}
 	return append(out.Bytes(), errOut.Bytes()...)
 }
+
+// A control plane that took a wait request and died never answers it: the
+// waiter asks again when its call times out, and another control plane
+// answers from the same point. The call's bound is shortened from its 30 s
+// so that the test does not wait for it.
+func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	id := uuid.New()
+	spec, err := queue.ParseSpec([]byte("command: [sleep, '60']"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, id, "cancelled before the wait"); err != nil {
+		t.Fatal(err)
+	}
+	// The first control plane takes the wait and is gone.
+	took := make(chan struct{})
+	dead, err := n.NC.SubscribeSync(queue.ClientServiceSubject(spec.Project, queue.ClientOpWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if _, err := dead.NextMsg(time.Minute); err == nil {
+			dead.Unsubscribe() //nolint:errcheck // gone either way
+			close(took)
+		}
+	}()
+	waited := make(chan error, 1)
+	var states []queue.JobState
+	jobs := &natsJobs{nc: n.NC, projects: []string{spec.Project}, owner: map[uuid.UUID]string{}, timeout: time.Second}
+	go func() {
+		waited <- jobs.Events(ctx, id, func(ev queue.Event) bool { states = append(states, ev.State); return true })
+	}()
+	<-took
+	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil || len(states) != 1 || states[0] != queue.StateCancelled {
+			t.Fatalf("the wait must end with the job's cancellation from the control plane that answered, got %v, %v", states, err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the wait never ended")
+	}
+}
