@@ -198,13 +198,11 @@ class Client:
         """The job's state changes, oldest first, then each new one until
         the job is finished; a dropped stream is resumed where it broke."""
         last = last_event_id
-        opened = False
         again = _Reconnect(job_id)
         while True:
             try:
                 try:
                     for ev_id, kind, data in self._events(_job_path(job_id, "/events"), last_id=last):
-                        opened = True
                         again.heard()
                         last = ev_id or last
                         if kind != "state":
@@ -213,17 +211,13 @@ class Client:
                         yield ev
                         if ev.state in TERMINAL_STATES:
                             return
-                    opened = True
+                    again.dropped()
                     # The server ended the stream without a terminal state.
                     if self.get(job_id).done:
                         return
                 except (OSError, http.client.HTTPException):
-                    # A dropped stream (failures to connect are Unreachable):
-                    # reconnect, resuming after the last event.
-                    opened = True
+                    again.dropped()  # resume after the last event
             except GpuqError as e:
-                if not opened or not _unavailable(e):
-                    raise  # never reached: a wrong URL or a refusal
                 again.unavailable(e)
             again.pause()
 
@@ -239,6 +233,7 @@ class Client:
         last: Optional[str] = None
         state = job.state
         again = _Reconnect(job_id)
+        again.dropped()  # reached: the job was read
         try:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -268,8 +263,6 @@ class Client:
                         return job
                     state = job.state
                 except GpuqError as e:
-                    if not _unavailable(e):
-                        raise
                     again.unavailable(e)
                 # The stream ended, dropped, or the server is restarting:
                 # reconnect after a pause, no later than the deadline.
@@ -304,26 +297,20 @@ class Client:
                     return
                 after = nxt
         last: Optional[str] = None
-        opened = False
         again = _Reconnect(job_id)
         while True:
             try:
                 for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), {"follow": "true"}, last_id=last):
-                    opened = True
                     again.heard()
                     if kind == "end":
                         return
                     if kind == "log":
                         last = ev_id or last
                         yield LogChunk.from_doc(data)
-                opened = True
+                again.dropped()
             except (OSError, http.client.HTTPException):
-                # A dropped stream (failures to connect are Unreachable):
-                # resume after the last chunk.
-                opened = True
+                again.dropped()  # resume after the last chunk
             except GpuqError as e:
-                if not opened or not _unavailable(e):
-                    raise  # never reached: a wrong URL or a refusal
                 again.unavailable(e)
             again.pause()
 
@@ -360,19 +347,31 @@ _log = logging.getLogger("gpuq")
 class _Reconnect:
     """How a stream of one job comes back after a drop or an outage: a
     pause that doubles while nothing is heard, and one warning per outage
-    on the ``gpuq`` logger (shown on stderr unless logging is set up)."""
+    on the ``gpuq`` logger (shown on stderr unless logging is set up). Only
+    an API reached once is waited for: a wrong URL fails at once."""
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         self.next = _RETRY_FIRST
         self.warned = False
+        self.reached = False
 
     def heard(self) -> None:
         """Something came: the next pause is short again."""
         self.next = _RETRY_FIRST
         self.warned = False
+        self.reached = True
+
+    def dropped(self) -> None:
+        """A stream that was open ended or broke (failures to connect are
+        :class:`Unreachable`, not this)."""
+        self.reached = True
 
     def unavailable(self, e: GpuqError) -> None:
+        """Raises e unless it is the API, reached before, briefly out of
+        reach."""
+        if not self.reached or not _unavailable(e):
+            raise e  # never reached (a wrong URL), or a refusal
         if not self.warned:
             _log.warning("job %s: %s; trying again until it answers", self.job_id, e)
             self.warned = True

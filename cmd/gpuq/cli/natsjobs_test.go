@@ -160,14 +160,7 @@ func TestWaitReturnsWhenTheJobsTerminalEventIsLost(t *testing.T) {
 	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := uuid.New()
-	spec, err := queue.ParseSpec([]byte("command: [sleep, '60']"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
-		t.Fatal(err)
-	}
+	id, _ := recordSleeper(ctx, t, s)
 	type result struct {
 		out string
 		err error
@@ -231,14 +224,7 @@ func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
 	s, _ := queuetest.Store(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	id := uuid.New()
-	spec, err := queue.ParseSpec([]byte("command: [sleep, '60']"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
-		t.Fatal(err)
-	}
+	id, spec := recordSleeper(ctx, t, s)
 	if err := s.Cancel(ctx, id, "cancelled before the wait"); err != nil {
 		t.Fatal(err)
 	}
@@ -272,4 +258,19 @@ func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the wait never ended")
 	}
+}
+
+// recordSleeper records a pending job that would sleep a minute, as a
+// submission the scheduler took.
+func recordSleeper(ctx context.Context, t *testing.T, s *store.Store) (uuid.UUID, *queue.Spec) {
+	t.Helper()
+	id := uuid.New()
+	spec, err := queue.ParseSpec([]byte("command: [sleep, '60']"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	return id, spec
 }

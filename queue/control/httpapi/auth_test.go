@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -196,22 +195,15 @@ func TestServeWritesTheTokensLastUseBeforeItReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
+	addr, stop := serve(t, srv)
 	secret, tok, err := queue.NewTokenSecret("test", []string{"p"}, queue.RoleRead, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateToken(ctx, tok); err != nil {
+	if _, err := st.CreateToken(context.Background(), tok); err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest("GET", "http://"+ln.Addr().String()+"/v1/jobs", nil)
+	req, err := http.NewRequest("GET", "http://"+addr+"/v1/jobs", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +216,7 @@ func TestServeWritesTheTokensLastUseBeforeItReturns(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/jobs: %d", resp.StatusCode)
 	}
-	cancel()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 	st.Close()

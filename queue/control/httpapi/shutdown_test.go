@@ -26,17 +26,10 @@ func TestServeEndsOpenEventStreamsWhenItStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
+	addr, stop := serve(t, srv)
 	var bodies []*http.Response
 	for _, path := range []string{"/events", "/logs?follow=true"} {
-		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/v1/jobs/"+job.ID.String()+path, nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/jobs/"+job.ID.String()+path, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -53,8 +46,25 @@ func TestServeEndsOpenEventStreamsWhenItStops(t *testing.T) {
 	if err != nil || !strings.HasPrefix(line, "id: ") {
 		t.Fatalf("the events stream's first line: %q, %v", line, err)
 	}
-	cancel()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Serve with open streams: %v, want them ended and a clean return", err)
+	}
+}
+
+// serve runs srv.Serve on a free local port, as gpuq server does, and
+// returns its address and a stop that ends it and returns what Serve did.
+func serve(t *testing.T, srv *httpapi.Server) (string, func() error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	return ln.Addr().String(), func() error {
+		cancel()
+		return <-served
 	}
 }
