@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,8 +42,9 @@ type natsJobs struct {
 	// owner remembers the project a job was found in.
 	owner map[uuid.UUID]string
 	// timeout bounds a call past how long the control plane may hold it;
-	// default callTimeout.
-	timeout time.Duration
+	// default callTimeout. poll is how long a wait is held; default
+	// waitPoll.
+	timeout, poll time.Duration
 }
 
 // How long a natsJobs call waits on the control plane: a wait request is
@@ -128,12 +130,8 @@ func (n *natsJobs) Close() { n.nc.Drain() } //nolint:errcheck // closing anyway
 // call sends one request for project and decodes its answer into out (a
 // *[]byte takes it raw).
 func (n *natsJobs) call(ctx context.Context, project, op string, req queue.ClientRequest, out any) error {
-	timeout := n.timeout
-	if timeout == 0 {
-		timeout = callTimeout
-	}
 	// A control plane that took the request and died never answers it.
-	ctx, cancel := context.WithTimeout(ctx, req.Wait+timeout)
+	ctx, cancel := context.WithTimeout(ctx, req.Wait+cmp.Or(n.timeout, callTimeout))
 	defer cancel()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -154,7 +152,7 @@ func (n *natsJobs) call(ctx context.Context, project, op string, req queue.Clien
 	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("no gpuq control plane answers on %s: is `gpuq server` (or `gpuq dev`) running against this NATS server?", subject)
+		return &noControlPlaneError{subject: subject}
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
@@ -245,6 +243,16 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	return page, nil
 }
 
+// noControlPlaneError is a request that no control plane took for
+// noResponderWait.
+type noControlPlaneError struct{ subject string }
+
+func (e *noControlPlaneError) Error() string {
+	return fmt.Sprintf("no gpuq control plane answers on %s: is `gpuq server` (or `gpuq dev`) running against this NATS server?", e.subject)
+}
+
+func (e *noControlPlaneError) Unwrap() error { return nats.ErrNoResponders }
+
 // Events asks the control plane for the job's state changes, holding each
 // request open until there is one: the control plane follows the job's
 // event stream and, when the stream is quiet, reads the job's audit trail
@@ -255,9 +263,11 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 		first := req.Wait == 0 // the first request, answered at once
 		var w queue.ClientWait
 		if err := n.jobCall(ctx, queue.ClientOpWait, req, &w); err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				// The server holding the wait went away without an
-				// answer: another one takes it up from the same point.
+			// The server holding the wait went away without an answer,
+			// or, after a first answer, every server is restarting:
+			// another one takes the wait up from the same point.
+			gone := errors.Is(err, context.DeadlineExceeded) || !first && errors.Is(err, nats.ErrNoResponders)
+			if ctx.Err() == nil && gone {
 				continue
 			}
 			return err
@@ -277,7 +287,7 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		req.Seen, req.Wait = w.Seen, waitPoll
+		req.Seen, req.Wait = w.Seen, cmp.Or(n.poll, waitPoll)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -254,6 +255,66 @@ func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
 	case err := <-waited:
 		if err != nil || len(states) != 1 || states[0] != queue.StateCancelled {
 			t.Fatalf("the wait must end with the job's cancellation from the control plane that answered, got %v, %v", states, err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the wait never ended")
+	}
+}
+
+// A wait over NATS outlives a restart of the control plane: while no
+// server answers, it asks again, and the restarted one answers from the
+// point the wait had reached.
+func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	id, _ := recordSleeper(ctx, t, s)
+	svc := func(ctx context.Context) {
+		if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, stop := context.WithCancel(ctx)
+	svc(first)
+	waited := make(chan error, 1)
+	var mu sync.Mutex
+	var states []queue.JobState
+	// Waits are held for a second, not 20 s, so that the one held when
+	// the control plane stops is answered during the outage.
+	jobs := &natsJobs{nc: n.NC, projects: []string{queue.DefaultProject}, owner: map[uuid.UUID]string{}, poll: time.Second}
+	go func() {
+		waited <- jobs.Events(ctx, id, func(ev queue.Event) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			states = append(states, ev.State)
+			return true
+		})
+	}()
+	queuetest.Eventually(t, 30*time.Second, "the wait's first answer", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(states) == 1
+	})
+	stop()
+	// Longer than a call waits for a responder (noResponderWait).
+	time.Sleep(noResponderWait + 2*time.Second)
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended while no control plane ran: %v", err)
+	default:
+	}
+	svc(ctx)
+	if err := s.Cancel(ctx, id, "cancelled after the restart"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || states[len(states)-1] != queue.StateCancelled {
+			t.Fatalf("the wait must end with the cancellation the restarted control plane saw, got %v, %v", states, err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the wait never ended")
