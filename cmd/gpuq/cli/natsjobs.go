@@ -253,6 +253,14 @@ func (e *noControlPlaneError) Error() string {
 
 func (e *noControlPlaneError) Unwrap() error { return nats.ErrNoResponders }
 
+// serverGone tells, while ctx lasts, a call whose control plane went away
+// without an answer, or, once one answered (answered), a call that no
+// control plane took because they are all restarting: a follower asks
+// again. A first call that none takes is an error (none runs).
+func serverGone(ctx context.Context, err error, answered bool) bool {
+	return ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || answered && errors.Is(err, nats.ErrNoResponders))
+}
+
 // Events asks the control plane for the job's state changes, holding each
 // request open until there is one: the control plane follows the job's
 // event stream and, when the stream is quiet, reads the job's audit trail
@@ -263,12 +271,8 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 		first := req.Wait == 0 // the first request, answered at once
 		var w queue.ClientWait
 		if err := n.jobCall(ctx, queue.ClientOpWait, req, &w); err != nil {
-			// The server holding the wait went away without an answer,
-			// or, after a first answer, every server is restarting:
-			// another one takes the wait up from the same point.
-			gone := errors.Is(err, context.DeadlineExceeded) || !first && errors.Is(err, nats.ErrNoResponders)
-			if ctx.Err() == nil && gone {
-				continue
+			if serverGone(ctx, err, !first) {
+				continue // another server takes the wait up from the same point
 			}
 			return err
 		}
@@ -293,11 +297,16 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 
 func (n *natsJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error {
 	req := queue.ClientRequest{JobID: id, Limit: queue.MaxClientLogChunks}
+	answered := false
 	for {
 		var page queue.ClientLogPage
 		if err := n.jobCall(ctx, queue.ClientOpLogs, req, &page); err != nil {
+			if follow && serverGone(ctx, err, answered) {
+				continue // another server goes on after the last chunk
+			}
 			return err
 		}
+		answered = true
 		for _, c := range page.Chunks {
 			if err := fn(queue.LogChunk{Attempt: c.Attempt, Stream: c.Stream, Data: []byte(c.Data)}); err != nil {
 				return err

@@ -261,9 +261,9 @@ func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
 	}
 }
 
-// A wait over NATS outlives a restart of the control plane: while no
-// server answers, it asks again, and the restarted one answers from the
-// point the wait had reached.
+// A wait and a followed log over NATS outlive a restart of the control
+// plane: while no server answers, they ask again, and the restarted one
+// answers from the point they had reached.
 func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 	t.Parallel()
 	n := queuetest.StartNATS(t)
@@ -292,6 +292,8 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 			return true
 		})
 	}()
+	followed := make(chan error, 1)
+	go func() { followed <- jobs.Logs(ctx, id, true, func(queue.LogChunk) error { return nil }) }()
 	queuetest.Eventually(t, 30*time.Second, "the wait's first answer", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -303,6 +305,8 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 	select {
 	case err := <-waited:
 		t.Fatalf("the wait ended while no control plane ran: %v", err)
+	case err := <-followed:
+		t.Fatalf("the followed log ended while no control plane ran: %v", err)
 	default:
 	}
 	svc(ctx)
@@ -318,6 +322,14 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the wait never ended")
+	}
+	select {
+	case err := <-followed:
+		if err != nil {
+			t.Fatalf("the followed log must end with the job: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the followed log never ended")
 	}
 }
 
