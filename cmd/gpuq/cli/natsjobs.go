@@ -125,7 +125,7 @@ func newNATSJobs(v *viper.Viper) (*natsJobs, error) {
 	return &natsJobs{nc: nc, js: js, projects: projects, owner: map[uuid.UUID]string{}}, nil
 }
 
-func (n *natsJobs) Close() { n.nc.Drain() } //nolint:errcheck // closing anyway
+func (n *natsJobs) Close() { drainNATS(n.nc, natsDrainWait) }
 
 // call sends one request for project and decodes its answer into out (a
 // *[]byte takes it raw).

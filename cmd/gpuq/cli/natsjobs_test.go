@@ -157,10 +157,7 @@ func TestWaitReturnsWhenTheJobsTerminalEventIsLost(t *testing.T) {
 	s, dbURL := queuetest.Store(t, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	// The client service as every gpuq server runs it, default settings.
-	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startClientService(ctx, t, n, s)
 	id, _ := recordSleeper(ctx, t, s)
 	type result struct {
 		out string
@@ -248,9 +245,7 @@ func TestWaitOverNATSOutlivesAControlPlaneThatDiedHoldingIt(t *testing.T) {
 		waited <- jobs.Events(ctx, id, func(ev queue.Event) bool { states = append(states, ev.State); return true })
 	}()
 	<-took
-	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startClientService(ctx, t, n, s)
 	select {
 	case err := <-waited:
 		if err != nil || len(states) != 1 || states[0] != queue.StateCancelled {
@@ -271,13 +266,8 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	id, _ := recordSleeper(ctx, t, s)
-	svc := func(ctx context.Context) {
-		if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	first, stop := context.WithCancel(ctx)
-	svc(first)
+	startClientService(first, t, n, s)
 	waited := make(chan error, 1)
 	var mu sync.Mutex
 	var states []queue.JobState
@@ -309,7 +299,7 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 		t.Fatalf("the followed log ended while no control plane ran: %v", err)
 	default:
 	}
-	svc(ctx)
+	startClientService(ctx, t, n, s)
 	if err := s.Cancel(ctx, id, "cancelled after the restart"); err != nil {
 		t.Fatal(err)
 	}
@@ -346,4 +336,13 @@ func recordSleeper(ctx context.Context, t *testing.T, s *store.Store) (uuid.UUID
 		t.Fatal(err)
 	}
 	return id, spec
+}
+
+// startClientService serves the client service until ctx ends, as every
+// gpuq server runs it, with default settings.
+func startClientService(ctx context.Context, t *testing.T, n *queuetest.NATS, s *store.Store) {
+	t.Helper()
+	if _, err := (&control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}}).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
