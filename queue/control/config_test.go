@@ -43,3 +43,23 @@ func TestControlLoopsRefuseBadConfigNamingTheField(t *testing.T) {
 }
 
 var localPool = local.PoolConfig{Pool: "p", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "on-demand", PricePerHour: "1"}
+
+// A control loop stopped while it starts ends without an error, as it does
+// when stopped later: a server that stops before its loops are up does not
+// report them as failed.
+func TestControlLoopsStoppedWhileStartingEndCleanly(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	placer := &recordingPlacer{}
+	for name, run := range map[string]func(context.Context) error{
+		"scheduler": (&control.Scheduler{JS: n.JS, Store: s, Placer: placer}).Run,
+		"replacer":  (&control.Replacer{JS: n.JS, Store: s, Placer: placer}).Run,
+	} {
+		if err := run(ctx); err != nil {
+			t.Errorf("%s stopped while starting: %v, want nil", name, err)
+		}
+	}
+}

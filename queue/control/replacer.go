@@ -81,6 +81,9 @@ func (r *Replacer) Run(ctx context.Context) error {
 		DeliverPolicy: jetstream.DeliverNewPolicy, AckWait: 30 * time.Second, MaxAckPending: 1000,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("replacer: %w", err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {

@@ -88,6 +88,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	cons, err := cfg.JS.Consumer(ctx, queue.StreamSubmit, queue.SchedulerConsumer)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	msgs := make(chan jetstream.Msg, cfg.BatchSize)
