@@ -25,7 +25,7 @@ import (
 
 // apiFlag adds --url to a command that otherwise takes the database URL.
 func apiFlag(cmd *cobra.Command) {
-	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or `token:` in the config file); used unless --database-url is on the command line")
+	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key); used unless --database-url is on the command line")
 }
 
 // viaAPI reports whether a capacity command goes through the HTTP API: an

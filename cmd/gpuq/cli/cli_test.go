@@ -2,7 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"regexp"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // runCLI runs gpuq in-process and returns what it printed.
@@ -15,4 +19,30 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 	cmd.SetErr(&errOut)
 	err := cmd.Execute()
 	return out.String(), errOut.String(), err
+}
+
+// TestEveryFlagsHelpNamesItsValueAndDefaultAsTyped walks every command: the
+// word after a flag in --help is a value's name (pflag takes a back-quoted word
+// of the usage for it, so a quoted config key would show up there), and a
+// default is shown as it would be typed.
+func TestEveryFlagsHelpNamesItsValueAndDefaultAsTyped(t *testing.T) {
+	valueName := regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+	padded := regexp.MustCompile(`\.[0-9]*0{4}`)
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		check := func(f *pflag.Flag) {
+			name, _ := pflag.UnquoteUsage(f)
+			if name != "" && !valueName.MatchString(name) {
+				t.Errorf("%s --%s: help shows its value as %q", c.CommandPath(), f.Name, name)
+			}
+			if padded.MatchString(f.DefValue) {
+				t.Errorf("%s --%s: help shows its default as %q", c.CommandPath(), f.Name, f.DefValue)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(New())
 }

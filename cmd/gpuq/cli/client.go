@@ -225,7 +225,7 @@ func readLimited(path string, limit int64) ([]byte, error) {
 // changed through the control plane.
 func jobFlags(cmd *cobra.Command) {
 	cmd.Flags().String("nats-url", "", "NATS server URL (env GPUQ_NATS_URL); the control plane's client service answers through it")
-	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or `token:` in the config file)")
+	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key)")
 }
 
 // submit submits spec, waits for the scheduler's answer unless

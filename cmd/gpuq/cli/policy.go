@@ -128,7 +128,7 @@ effect, so that two admins do not overwrite each other's change.`,
 	}
 	history.Flags().Int("limit", 100, "most versions to list")
 	for _, c := range []*cobra.Command{show, set, history} {
-		c.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or `token:` in the config file)")
+		c.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key)")
 		c.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL), when there is no API URL")
 		c.Flags().String("policy", "", "with the database: the servers' policy file, shown while no version was set")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuq/gpuq/policy/spot"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
 
@@ -61,13 +62,24 @@ two zones or more, one table per card, then one over every card's jobs.`,
 	f.String("strategy", "all", "strategy to run, or all")
 	f.Bool("keep-on-demand", false, "keep on-demand to the end once a strategy takes it, as a scheduler that never moves a running job back to spot would")
 	f.Bool("sweep", false, "run the grid below instead of one job")
-	f.Float64Slice("sweep-compute-hours", []float64{24, 48}, "with --sweep: compute hours")
-	f.Float64Slice("sweep-slack", []float64{0.1, 0.3, 0.5}, "with --sweep: slack as a share of compute")
-	f.Float64Slice("sweep-overhead-hours", []float64{0.05, 0.2}, "with --sweep: restart overheads")
+	floatList(f, "sweep-compute-hours", []float64{24, 48}, "with --sweep: compute `hours`, comma-separated")
+	floatList(f, "sweep-slack", []float64{0.1, 0.3, 0.5}, "with --sweep: slack as a `share` of compute, comma-separated")
+	floatList(f, "sweep-overhead-hours", []float64{0.05, 0.2}, "with --sweep: restart overheads in `hours`, comma-separated")
 	f.Float64("sweep-start-step-hours", 6, "with --sweep: hours between start offsets")
 	f.Float64("sweep-start-offset-hours", 0, "with --sweep: hours into the traces of the first start (shift it for held-out jobs)")
 	f.Int("workers", runtime.NumCPU(), "with --sweep: jobs simulated in parallel")
 	return cmd
+}
+
+// floatList defines a list-of-numbers flag whose help shows its default as it
+// would be typed (24,48), not as pflag prints it ([24.000000,48.000000]).
+func floatList(f *pflag.FlagSet, name string, def []float64, usage string) {
+	f.Float64Slice(name, def, usage)
+	shown := make([]string, len(def))
+	for i, v := range def {
+		shown[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	f.Lookup(name).DefValue = strings.Join(shown, ",")
 }
 
 // simulateConfig is what simulate reads from flags, environment and file.
