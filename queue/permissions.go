@@ -48,7 +48,7 @@ func ControlRole() NATSRole { return NATSRole{Name: RoleControl} }
 // checkpoint copied into that pool's bucket by the control plane
 // (WorkerOpRestore).
 func ArchiveBucket(pool string) string {
-	return "gpuq-pool-" + strings.Map(func(r rune) rune {
+	return ArchiveBucketPrefix + strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
 			return r
 		}
@@ -56,8 +56,30 @@ func ArchiveBucket(pool string) string {
 	}, pool)
 }
 
+// ArchiveBucketPrefix starts the name of every pool's archive bucket.
+const ArchiveBucketPrefix = "gpuq-pool-"
+
 // ArchiveScheme starts the URI of every archive: nats-os://bucket/name.
 const ArchiveScheme = "nats-os://"
+
+// ArchiveJob is the job whose archive uri names: every checkpoint and output
+// archive lies under jobs/<job>/ of its bucket (JobArchivePrefix). ok is
+// false for any other URI.
+func ArchiveJob(uri string) (job uuid.UUID, ok bool) {
+	rest, found := strings.CutPrefix(uri, ArchiveScheme)
+	if !found {
+		return uuid.Nil, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 || !strings.HasPrefix(parts[0], ArchiveBucketPrefix) || parts[1] != "jobs" || parts[3] == "" {
+		return uuid.Nil, false
+	}
+	id, err := uuid.Parse(parts[2])
+	if err != nil || id.String() != parts[2] {
+		return uuid.Nil, false
+	}
+	return id, true
+}
 
 // JobArchivePrefix is how the URI of every checkpoint and output archive of
 // job stored by pool begins: the pool's bucket, under jobs/<job>/.

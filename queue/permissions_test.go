@@ -378,3 +378,23 @@ func TestAServerRestartedWithItsKeyAdmitsTheCredentialsIssuedBefore(t *testing.T
 		t.Error("a 16-byte key was accepted")
 	}
 }
+
+func TestArchiveJobReadsTheJobOfItsOwnArchivesOnly(t *testing.T) {
+	t.Parallel()
+	id := uuid.New()
+	if got, ok := queue.ArchiveJob(queue.JobArchivePrefix("eu-cpu", id) + "checkpoint-a1-1.tar.zst"); !ok || got != id {
+		t.Errorf("a checkpoint's URI: got %s, %v", got, ok)
+	}
+	for _, uri := range []string{
+		"nats-os://gpuq-pool-eu-cpu/notes/kept.txt",
+		"nats-os://gpuq-pool-eu-cpu/jobs/" + id.String() + "/",
+		"nats-os://gpuq-pool-eu-cpu/jobs/" + id.String() + "/a/b",
+		"nats-os://gpuq-pool-eu-cpu/jobs/" + strings.ToUpper(id.String()) + "/x",
+		"nats-os://other/jobs/" + id.String() + "/x",
+		"s3://gpuq-pool-eu-cpu/jobs/" + id.String() + "/x",
+	} {
+		if got, ok := queue.ArchiveJob(uri); ok {
+			t.Errorf("%s: want no job, got %s", uri, got)
+		}
+	}
+}

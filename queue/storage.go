@@ -38,6 +38,12 @@ type Storage struct {
 	StreamMaxBytes map[string]int64
 	// BucketMaxBytes caps each archive bucket. Default 10 GiB.
 	BucketMaxBytes int64
+	// OrphanAge is how long an archive no record names, or an upload that
+	// never finished, stays in its bucket before the control plane deletes
+	// it: a worker killed between its upload and its record, or during its
+	// upload, leaves one behind. It must outlast any upload and the record
+	// that follows it. Default 1h; at least a minute.
+	OrphanAge time.Duration
 	// Unpack bounds what restoring or fetching one archive may write.
 	Unpack ArchiveLimits
 }
@@ -79,6 +85,9 @@ func (s Storage) WithDefaults() Storage {
 	if s.BucketMaxBytes == 0 {
 		s.BucketMaxBytes = 10 << 30
 	}
+	if s.OrphanAge == 0 {
+		s.OrphanAge = time.Hour
+	}
 	s.Unpack = s.Unpack.WithDefaults()
 	return s
 }
@@ -96,6 +105,8 @@ func (s Storage) Validate() error {
 		return fmt.Errorf("storage.project_quota: must not be negative, got %d", s.ProjectQuotaBytes)
 	case s.BucketMaxBytes < 0:
 		return fmt.Errorf("storage.bucket_max_bytes: must not be negative, got %d", s.BucketMaxBytes)
+	case s.OrphanAge != 0 && s.OrphanAge < time.Minute:
+		return fmt.Errorf("storage.orphan_age: must be at least 1m (it must outlast an upload and its record), got %s", s.OrphanAge)
 	}
 	if err := s.Unpack.Validate(); err != nil {
 		return err
@@ -144,4 +155,19 @@ type Garbage struct {
 	JobID    uuid.UUID
 	Project  string
 	Bytes    int64
+}
+
+// SweepResult is what one sweep of the archive buckets removed: archives no
+// record names, and the chunks of uploads that never finished.
+type SweepResult struct {
+	Archives int
+	Partial  int
+	Bytes    int64
+}
+
+// Add adds o to r.
+func (r *SweepResult) Add(o SweepResult) {
+	r.Archives += o.Archives
+	r.Partial += o.Partial
+	r.Bytes += o.Bytes
 }

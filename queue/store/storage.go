@@ -122,6 +122,35 @@ func (s *Store) Garbage(ctx context.Context, max int) ([]queue.Garbage, error) {
 	return out, nil
 }
 
+// RecordedArchives reports which of uris a record still names: a
+// checkpoint, a job's results, or a pruned archive not yet deleted. A URI
+// that names no job's archive (queue.ArchiveJob) counts as recorded, so
+// that nothing gpuq did not write is ever taken for an orphan.
+func (s *Store) RecordedArchives(ctx context.Context, uris []string) (map[string]bool, error) {
+	recorded := make(map[string]bool, len(uris))
+	var ids []uuid.UUID
+	var named []string
+	for _, uri := range uris {
+		id, ok := queue.ArchiveJob(uri)
+		if !ok {
+			recorded[uri] = true
+			continue
+		}
+		ids, named = append(ids, id), append(named, uri)
+	}
+	if len(named) == 0 {
+		return recorded, nil
+	}
+	rows, err := s.q.ArchivesRecorded(ctx, db.ArchivesRecordedParams{JobIds: ids, StoreUris: named})
+	if err != nil {
+		return nil, fmt.Errorf("looking up %d archives' records: %w", len(named), err)
+	}
+	for _, uri := range rows {
+		recorded[uri] = true
+	}
+	return recorded, nil
+}
+
 // ForgetGarbage drops archives deleted from their store from the list.
 func (s *Store) ForgetGarbage(ctx context.Context, uris []string) error {
 	if len(uris) == 0 {

@@ -13,6 +13,45 @@ import (
 	"github.com/lib/pq"
 )
 
+const archivesRecorded = `-- name: ArchivesRecorded :many
+SELECT a.store_uri::text AS store_uri
+FROM (SELECT unnest($1::uuid[]) AS job_id, unnest($2::text[]) AS store_uri) AS a
+WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = a.job_id AND c.store_uri = a.store_uri)
+   OR EXISTS (SELECT 1 FROM results r WHERE r.job_id = a.job_id AND r.store_uri = a.store_uri)
+   OR EXISTS (SELECT 1 FROM checkpoint_garbage g WHERE g.store_uri = a.store_uri)
+`
+
+type ArchivesRecordedParams struct {
+	JobIds    []uuid.UUID
+	StoreUris []string
+}
+
+// ArchivesRecorded returns which of the given archives, each with the job
+// it belongs to, a checkpoint, a job's results or checkpoint_garbage still
+// names; the others no record will ever read. Each is looked up by its job.
+func (q *Queries) ArchivesRecorded(ctx context.Context, arg ArchivesRecordedParams) ([]string, error) {
+	rows, err := q.db.QueryContext(ctx, archivesRecorded, pq.Array(arg.JobIds), pq.Array(arg.StoreUris))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var store_uri string
+		if err := rows.Scan(&store_uri); err != nil {
+			return nil, err
+		}
+		items = append(items, store_uri)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const checkpointGarbageDelete = `-- name: CheckpointGarbageDelete :exec
 DELETE FROM checkpoint_garbage WHERE store_uri = ANY($1::text[])
 `

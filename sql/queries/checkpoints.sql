@@ -60,3 +60,13 @@ SELECT * FROM checkpoint_garbage ORDER BY queued_at, store_uri LIMIT @max_rows::
 
 -- name: CheckpointGarbageDelete :exec
 DELETE FROM checkpoint_garbage WHERE store_uri = ANY(@store_uris::text[]);
+
+-- name: ArchivesRecorded :many
+-- ArchivesRecorded returns which of the given archives, each with the job
+-- it belongs to, a checkpoint, a job's results or checkpoint_garbage still
+-- names; the others no record will ever read. Each is looked up by its job.
+SELECT a.store_uri::text AS store_uri
+FROM (SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@store_uris::text[]) AS store_uri) AS a
+WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = a.job_id AND c.store_uri = a.store_uri)
+   OR EXISTS (SELECT 1 FROM results r WHERE r.job_id = a.job_id AND r.store_uri = a.store_uri)
+   OR EXISTS (SELECT 1 FROM checkpoint_garbage g WHERE g.store_uri = a.store_uri);

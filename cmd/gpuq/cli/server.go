@@ -191,8 +191,9 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
-	pruner := &control.Pruner{Store: c.store, Interval: storage.PruneInterval, Logger: logger,
-		Archives: &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes}}
+	archives := &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes}
+	pruner := &control.Pruner{Store: c.store, Interval: storage.PruneInterval, Logger: logger, Archives: archives,
+		Sweeper: archives, Records: c.store, OrphanAge: storage.OrphanAge}
 	go func() {
 		if err := pruner.Run(ctx); err != nil {
 			logger.Error("checkpoint pruner stopped", "err", err)

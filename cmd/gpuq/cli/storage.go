@@ -18,6 +18,7 @@ type storageFile struct {
 	KeepCheckpoints     int               `mapstructure:"keep_checkpoints"`
 	CheckpointRetention time.Duration     `mapstructure:"checkpoint_retention"`
 	PruneInterval       time.Duration     `mapstructure:"prune_interval"`
+	OrphanAge           time.Duration     `mapstructure:"orphan_age"`
 	ProjectQuota        string            `mapstructure:"project_quota"`
 	ProjectQuotas       map[string]string `mapstructure:"project_quotas"`
 	StreamMaxBytes      map[string]string `mapstructure:"stream_max_bytes"`
@@ -36,7 +37,8 @@ func storageConfig(v *viper.Viper) (queue.Storage, error) {
 		return queue.Storage{}, fmt.Errorf("config key storage: %w", err)
 	}
 	s := queue.Storage{KeepCheckpoints: f.KeepCheckpoints, CheckpointRetention: f.CheckpointRetention, PruneInterval: f.PruneInterval,
-		Unpack: queue.ArchiveLimits{MaxFiles: f.UnpackMaxFiles, MaxRatio: f.UnpackMaxRatio}}
+		OrphanAge: f.OrphanAge,
+		Unpack:    queue.ArchiveLimits{MaxFiles: f.UnpackMaxFiles, MaxRatio: f.UnpackMaxRatio}}
 	var err error
 	if s.Unpack.MaxBytes, err = parseSize("storage.unpack_max_bytes", f.UnpackMaxBytes); err != nil {
 		return s, err

@@ -23,6 +23,7 @@ storage:
   project_quotas: {vision: 500MB}
   stream_max_bytes: {logs: 2GiB}
   bucket_max_bytes: "1048576"
+  orphan_age: 3h
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ storage:
 		t.Fatal(err)
 	}
 	if s.KeepCheckpoints != 5 || s.CheckpointRetention != 24*time.Hour || s.ProjectQuotaBytes != 10<<30 ||
-		s.QuotaOf("vision") != 500_000_000 || s.StreamLimits()["GPUQ_LOGS"] != 2<<30 || s.BucketMaxBytes != 1<<20 {
+		s.QuotaOf("vision") != 500_000_000 || s.StreamLimits()["GPUQ_LOGS"] != 2<<30 || s.BucketMaxBytes != 1<<20 || s.OrphanAge != 3*time.Hour {
 		t.Fatalf("storage config: %+v", s)
 	}
 	for yaml, key := range map[string]string{
@@ -42,6 +43,7 @@ storage:
 		"storage: {keep_checkpoints: -2}":           "storage.keep_checkpoints",
 		"storage: {keep_checkpoint: 2}":             "keep_checkpoint",
 		"storage: {checkpoint_retention: a-week}":   "checkpoint_retention",
+		"storage: {orphan_age: 10s}":                "storage.orphan_age: must be at least 1m",
 	} {
 		v, err := read(yaml)
 		if err != nil {
