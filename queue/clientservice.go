@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -90,6 +92,12 @@ type ClientRequest struct {
 	JobID uuid.UUID `json:"job_id,omitzero"`
 	// list: only jobs in this state; at most Limit of them (default 50).
 	State JobState `json:"state,omitempty"`
+	// list: only jobs whose spec.labels has this entry (key=value), and
+	// only jobs submitted at or after Since.
+	Label string    `json:"label,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+	// list: continue after the page whose NextCursor this is.
+	Cursor string `json:"cursor,omitempty"`
 	// list, logs: at most this many jobs or chunks; archive: bytes.
 	Limit int `json:"limit,omitempty"`
 	// logs: only chunks after this log stream sequence.
@@ -147,6 +155,42 @@ type ClientWait struct {
 // ClientJobList is a list answer: jobs, newest first.
 type ClientJobList struct {
 	Jobs []*Job `json:"jobs"`
+	// NextCursor, when set, asks for the next page (ClientRequest.Cursor).
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// ParseLabelFilter reads a label filter, key=value.
+func ParseLabelFilter(s string) (key, value string, err error) {
+	key, value, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return "", "", fmt.Errorf("want key=value, got %q", s)
+	}
+	return key, value, nil
+}
+
+// ListCursor is where a listing, newest first, stopped: the last job's
+// submission time and id, as an opaque string (the HTTP API's next_cursor
+// and the client service's).
+func ListCursor(at time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id.String()))
+}
+
+// ParseListCursor reads a ListCursor.
+func ParseListCursor(c string) (time.Time, uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, uuid.Nil, err
+	}
+	ts, ids, ok := strings.Cut(string(b), "|")
+	if !ok {
+		return time.Time{}, uuid.Nil, errors.New("no separator")
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return time.Time{}, uuid.Nil, err
+	}
+	id, err := uuid.Parse(ids)
+	return at, id, err
 }
 
 // ValidateProject checks a project name as a spec's project is checked.

@@ -20,7 +20,6 @@ type ClientStore interface {
 	EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, error)
 	Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
-	List(ctx context.Context, f queue.ListFilter) ([]*queue.Job, error)
 	Cancel(ctx context.Context, id uuid.UUID, reason string) error
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
@@ -82,15 +81,6 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 		}
 	}
 	return st, nil
-}
-
-// List returns jobs, newest first; an unknown state is an error naming the
-// flag's values.
-func (c *Client) List(ctx context.Context, f queue.ListFilter) ([]*queue.Job, error) {
-	if f.State != "" && !ValidState(f.State) {
-		return nil, fmt.Errorf("state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", f.State)
-	}
-	return c.Store.List(ctx, f)
 }
 
 // ValidState reports whether s names a job state.

@@ -24,6 +24,7 @@ import (
 type ClientServiceStore interface {
 	ClientStore
 	DecisionReplays
+	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 }
 
@@ -307,14 +308,35 @@ func (s *ClientService) list(ctx context.Context, project string, r queue.Client
 	if r.Limit > queue.MaxClientList {
 		return nil, clientErr("400", "limit: must be 1–%d, got %d", queue.MaxClientList, r.Limit)
 	}
-	jobs, err := s.client.List(ctx, queue.ListFilter{Project: project, State: r.State, Limit: r.Limit})
+	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, Limit: r.Limit + 1}
+	if r.Label != "" {
+		k, v, err := queue.ParseLabelFilter(r.Label)
+		if err != nil {
+			return nil, clientErr("400", "label: %s", err)
+		}
+		p.LabelKey, p.LabelValue = k, v
+	}
+	if r.Cursor != "" {
+		at, id, err := queue.ParseListCursor(r.Cursor)
+		if err != nil {
+			return nil, clientErr("400", "cursor: not a cursor this service returned")
+		}
+		p.AfterAt, p.AfterID = at, id
+	}
+	jobs, err := s.Store.ListPage(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	if jobs == nil {
-		jobs = []*queue.Job{}
+	list := &queue.ClientJobList{Jobs: jobs}
+	if len(jobs) > r.Limit {
+		list.Jobs = jobs[:r.Limit]
+		last := list.Jobs[len(list.Jobs)-1]
+		list.NextCursor = queue.ListCursor(last.SubmittedAt, last.ID)
 	}
-	return &queue.ClientJobList{Jobs: jobs}, nil
+	if list.Jobs == nil {
+		list.Jobs = []*queue.Job{}
+	}
+	return list, nil
 }
 
 func (s *ClientService) logs(ctx context.Context, job *queue.Job, r queue.ClientRequest) (*queue.ClientLogPage, error) {

@@ -135,6 +135,8 @@ func TestClientServiceRefusesBadRequestsNamingTheField(t *testing.T) {
 		{"negative limit", queue.ClientOpList, queue.ClientRequest{Limit: -1}, "limit: must not be negative"},
 		{"list too long", queue.ClientOpList, queue.ClientRequest{Limit: 100000}, "limit: must be 1–500"},
 		{"unknown state", queue.ClientOpList, queue.ClientRequest{State: "done"}, "state: must be one of"},
+		{"label without a value", queue.ClientOpList, queue.ClientRequest{Label: "team"}, `label: want key=value, got "team"`},
+		{"made-up cursor", queue.ClientOpList, queue.ClientRequest{Cursor: "abc"}, "cursor: not a cursor this service returned"},
 		{"oversize", queue.ClientOpStatus, map[string]any{"job_id": id, "pool": strings.Repeat("x", queue.MaxClientRequest)}, "over the limit"},
 		{"results of an unfinished job", queue.ClientOpResults, queue.ClientRequest{JobID: id}, "has no results: it is placed"},
 	} {

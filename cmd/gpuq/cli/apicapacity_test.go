@@ -21,6 +21,7 @@ import (
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -54,25 +55,7 @@ func TestCapacityAndTokenCommandsGoThroughTheHTTPAPIWithoutADatabaseURL(t *testi
 	n := queuetest.StartNATS(t)
 	s, _ := queuetest.Store(t, n)
 	announcer := &control.InstanceAnnouncer{Store: s, JS: n.JS}
-	// Tokens' last use is not written during the test, so that listings
-	// stay the same between the API and the CLI.
-	srv, err := httpapi.New(httpapi.Config{Store: s, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS},
-		RatePerSecond: 1000, Burst: 1000, TouchEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { cancel(); ts.CloseClientConnections(); ts.Close() })
-	secret, tok, err := queue.NewTokenSecret("laptop", []string{"default"}, queue.RoleAdmin, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateToken(ctx, tok); err != nil {
-		t.Fatal(err)
-	}
+	ts, secret := serveAPI(ctx, t, n, s, queue.RoleAdmin)
 	// Two instances that ran and ended, so that their cost is fixed.
 	launched := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
 	for _, id := range []string{"gq-od1", "gq-spot1"} {
@@ -269,4 +252,31 @@ func TestCapacityAndTokenCommandsGoThroughTheHTTPAPIWithoutADatabaseURL(t *testi
 	if err := watch.Wait(); err != nil {
 		t.Fatalf("instances --watch interrupted: %v\n%s", err, watchErr.String())
 	}
+}
+
+// serveAPI serves the HTTP API on n and s until the test ends, and returns
+// its server and a token of role for the project default. Tokens' last use
+// is not written during the test, so that listings stay the same between
+// the API and the CLI.
+func serveAPI(ctx context.Context, t *testing.T, n *queuetest.NATS, s *store.Store, role queue.Role) (*httptest.Server, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	srv, err := httpapi.New(httpapi.Config{Store: s, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS},
+		RatePerSecond: 1000, Burst: 1000, TouchEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { cancel(); ts.CloseClientConnections(); ts.Close() })
+	secret, tok, err := queue.NewTokenSecret("laptop", []string{"default"}, role, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	return ts, secret
 }

@@ -176,16 +176,36 @@ func (a *apiJobs) Status(ctx context.Context, id uuid.UUID) (*control.JobStatus,
 	return &st, a.call(ctx, http.MethodGet, jobPath(id, "/status"), nil, nil, "", &st)
 }
 
+// List follows the API's pages until it has f.Limit jobs or there are no
+// more.
 func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
-	q := url.Values{"limit": {strconv.Itoa(f.Limit)}}
+	q := url.Values{}
 	if f.Project != "" {
 		q.Set("project", f.Project)
 	}
 	if f.State != "" {
 		q.Set("state", string(f.State))
 	}
-	var page JobPage
-	return &page, a.call(ctx, http.MethodGet, "/v1/jobs", q, nil, "", &page)
+	if f.Label != "" {
+		q.Set("label", f.Label)
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	out := &JobPage{Jobs: []*queue.Job{}}
+	for len(out.Jobs) < f.Limit {
+		q.Set("limit", strconv.Itoa(min(maxListPage, f.Limit-len(out.Jobs))))
+		var page JobPage
+		if err := a.call(ctx, http.MethodGet, "/v1/jobs", q, nil, "", &page); err != nil {
+			return nil, err
+		}
+		out.Jobs = append(out.Jobs, page.Jobs...)
+		if page.NextCursor == "" {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+	return out, nil
 }
 
 func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) {

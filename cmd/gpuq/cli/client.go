@@ -504,15 +504,24 @@ func newLsCmd() *cobra.Command {
 				return fmt.Errorf("--state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", state)
 			}
 			limit := v.GetInt("limit")
-			if limit < 1 || limit > 500 {
-				return fmt.Errorf("--limit: must be 1–500, got %d", limit)
+			if limit < 1 || limit > maxListed {
+				return fmt.Errorf("--limit: must be 1–%d, got %d", maxListed, limit)
+			}
+			f := listFilter{State: state, Project: v.GetString("project"), Label: v.GetString("label"), Limit: limit}
+			if f.Label != "" {
+				if _, _, err := queue.ParseLabelFilter(f.Label); err != nil {
+					return fmt.Errorf("--label: %w", err)
+				}
+			}
+			if f.Since, err = parseSince(v.GetString("since"), time.Now()); err != nil {
+				return err
 			}
 			svc, err := connectJobs(cmd, v)
 			if err != nil {
 				return err
 			}
 			defer svc.Close()
-			page, err := svc.List(cmd.Context(), listFilter{State: state, Project: v.GetString("project"), Limit: limit})
+			page, err := svc.List(cmd.Context(), f)
 			if err != nil {
 				return err
 			}
@@ -529,8 +538,27 @@ func newLsCmd() *cobra.Command {
 	jobFlags(cmd)
 	cmd.Flags().String("state", "", "only jobs in this state")
 	cmd.Flags().String("project", "", "only jobs of this project (default: every project of the NATS credential, else of the config key projects, else default)")
-	cmd.Flags().Int("limit", 50, "at most this many jobs (1–500)")
+	cmd.Flags().String("label", "", "only jobs whose spec.labels has this `entry`, key=value")
+	cmd.Flags().String("since", "", "only jobs submitted at or after this `time` (RFC 3339, or a duration such as 24h for the last 24 hours)")
+	cmd.Flags().Int("limit", 50, fmt.Sprintf("at most this many jobs (1–%d)", maxListed))
 	return cmd
+}
+
+// maxListed is the most jobs gpuq ls lists, page after page.
+const maxListed = 10_000
+
+// parseSince reads --since: an RFC 3339 time, or a duration back from now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("--since: want an RFC 3339 time such as 2026-01-02T15:04:05Z or a duration such as 24h, got %q", s)
 }
 
 func orDash(s string) string {

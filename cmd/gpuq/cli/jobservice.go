@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"path/filepath"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -46,8 +47,14 @@ type jobService interface {
 type listFilter struct {
 	Project string
 	State   queue.JobState
+	Label   string
+	Since   time.Time
 	Limit   int
 }
+
+// maxListPage is the most jobs one page of a listing asks for: the HTTP
+// API's and the client service's bound.
+const maxListPage = queue.MaxClientList
 
 // JobPage, Results and ResultFile are the API's documents, so that -o json
 // prints what the API answers, whichever way the CLI is connected.

@@ -221,8 +221,8 @@ func (n *natsJobs) Explain(ctx context.Context, id uuid.UUID) (*policy.Decision,
 	return &d, n.jobCall(ctx, queue.ClientOpExplain, queue.ClientRequest{JobID: id}, &d)
 }
 
-// List lists the jobs of each of the caller's projects and merges them,
-// newest first.
+// List lists the jobs of each of the caller's projects, following their
+// pages, and merges them, newest first.
 func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	projects := n.projects
 	if f.Project != "" {
@@ -230,11 +230,20 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	}
 	page := &JobPage{Jobs: []*queue.Job{}}
 	for _, p := range projects {
-		var list queue.ClientJobList
-		if err := n.call(ctx, p, queue.ClientOpList, queue.ClientRequest{State: f.State, Limit: f.Limit}, &list); err != nil {
-			return nil, err
+		req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since}
+		for got := 0; got < f.Limit; {
+			req.Limit = min(maxListPage, f.Limit-got)
+			var list queue.ClientJobList
+			if err := n.call(ctx, p, queue.ClientOpList, req, &list); err != nil {
+				return nil, err
+			}
+			page.Jobs = append(page.Jobs, list.Jobs...)
+			got += len(list.Jobs)
+			if list.NextCursor == "" {
+				break
+			}
+			req.Cursor = list.NextCursor
 		}
-		page.Jobs = append(page.Jobs, list.Jobs...)
 	}
 	sort.SliceStable(page.Jobs, func(i, j int) bool { return page.Jobs[i].SubmittedAt.After(page.Jobs[j].SubmittedAt) })
 	if len(page.Jobs) > f.Limit {

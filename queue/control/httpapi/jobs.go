@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -273,9 +272,9 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 		}
 	}
 	if in.Label != "" {
-		k, v, ok := strings.Cut(in.Label, "=")
-		if !ok || k == "" {
-			return nil, fieldProblem("query.label", "want key=value, got %q", in.Label)
+		k, v, err := queue.ParseLabelFilter(in.Label)
+		if err != nil {
+			return nil, fieldProblem("query.label", "%s", err)
 		}
 		p.LabelKey, p.LabelValue = k, v
 	}
@@ -287,7 +286,7 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 		p.Since = t
 	}
 	if in.Cursor != "" {
-		at, id, err := decodeCursor(in.Cursor)
+		at, id, err := queue.ParseListCursor(in.Cursor)
 		if err != nil {
 			return nil, fieldProblem("query.cursor", "not a cursor this API returned")
 		}
@@ -304,28 +303,7 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 	if len(jobs) > in.Limit {
 		page.Jobs = jobs[:in.Limit]
 		last := page.Jobs[len(page.Jobs)-1]
-		page.NextCursor = encodeCursor(last.SubmittedAt, last.ID)
+		page.NextCursor = queue.ListCursor(last.SubmittedAt, last.ID)
 	}
 	return &listOutput{Body: page}, nil
-}
-
-func encodeCursor(at time.Time, id uuid.UUID) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id.String()))
-}
-
-func decodeCursor(c string) (time.Time, uuid.UUID, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, uuid.Nil, err
-	}
-	ts, ids, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return time.Time{}, uuid.Nil, errors.New("no separator")
-	}
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, uuid.Nil, err
-	}
-	id, err := uuid.Parse(ids)
-	return at, id, err
 }

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// gpuq ls filters by label and submission time and lists past one page,
+// over the HTTP API and over NATS alike: 560 jobs labelled sweep=a (more
+// than one page of 500), 60 labelled sweep=b, and 5 submitted after a
+// moment --since names.
+func TestLsFiltersByLabelAndTimeAndFollowsPagesOverHTTPAndNATS(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	record := func(count int, label string) []uuid.UUID {
+		t.Helper()
+		var batch []queue.NewJob
+		var ids []uuid.UUID
+		for range count {
+			spec, err := queue.ParseSpec([]byte("command: [/bin/true]\nlabels: {sweep: " + label + "}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := uuid.New()
+			batch, ids = append(batch, queue.NewJob{ID: id, Spec: spec}), append(ids, id)
+		}
+		if _, _, err := s.RecordAndPlace(ctx, batch, queue.Decided{}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	record(560, "a")
+	record(60, "b")
+	time.Sleep(50 * time.Millisecond)
+	since := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	late := record(5, "b")
+
+	startClientService(ctx, t, n, s)
+	ts, secret := serveAPI(ctx, t, n, s, queue.RoleRead)
+	cred, err := n.Server.Issuer.Issue(queue.RoleUser(queue.RoleSubmitter, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transports := map[string]string{
+		"HTTP": writeFile(t, "http.yaml", "url: "+ts.URL+"\ntoken: "+secret+"\n"),
+		"NATS": writeFile(t, "nats.yaml", "nats-url: "+n.Server.URL()+"\nnats-credential: "+cred.String()+"\n"),
+	}
+	for name, config := range transports {
+		ls := func(args ...string) []*queue.Job {
+			t.Helper()
+			out, errOut, err := runCLI(t, append([]string{"ls", "--config", config, "-o", "json"}, args...)...)
+			if err != nil {
+				t.Fatalf("%s: gpuq ls %s: %v\n%s", name, strings.Join(args, " "), err, errOut)
+			}
+			var page JobPage
+			if err := json.Unmarshal([]byte(out), &page); err != nil {
+				t.Fatalf("%s: %v\n%s", name, err, out)
+			}
+			return page.Jobs
+		}
+		count := func(jobs []*queue.Job, label string) int {
+			n := 0
+			for _, j := range jobs {
+				if j.Spec.Labels["sweep"] == label {
+					n++
+				}
+			}
+			return n
+		}
+		if jobs := ls("--label", "sweep=a", "--limit", "1000"); len(jobs) != 560 || count(jobs, "a") != 560 {
+			t.Errorf("%s: --label sweep=a --limit 1000: want the 560 jobs of sweep a, got %d (%d of a)", name, len(jobs), count(jobs, "a"))
+		}
+		if jobs := ls("--limit", "600"); len(jobs) != 600 || distinct(jobs) != 600 || !newestFirst(jobs) || !slices.Contains(late, jobs[0].ID) {
+			t.Errorf("%s: --limit 600: want 600 distinct jobs newest first, got %d (%d distinct)", name, len(jobs), distinct(jobs))
+		}
+		if jobs := ls("--label", "sweep=b", "--since", since.UTC().Format(time.RFC3339Nano)); len(jobs) != 5 || count(jobs, "b") != 5 {
+			t.Errorf("%s: --since: want the 5 late jobs, got %d", name, len(jobs))
+		}
+		if jobs := ls("--since", "1h", "--label", "sweep=b"); len(jobs) != 50 {
+			t.Errorf("%s: --since 1h: want the default limit of 50 of sweep b's 65, got %d", name, len(jobs))
+		}
+		if jobs := ls("--label", "sweep=c"); len(jobs) != 0 {
+			t.Errorf("%s: --label sweep=c: want none, got %d", name, len(jobs))
+		}
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--label sweep", `--label: want key=value, got "sweep"`},
+		{"--since yesterday", `--since: want an RFC 3339 time such as 2026-01-02T15:04:05Z or a duration such as 24h, got "yesterday"`},
+		{"--limit 10001", "--limit: must be 1–10000, got 10001"},
+	} {
+		_, _, err := runCLI(t, append([]string{"ls", "--config", transports["HTTP"]}, strings.Fields(tc.args)...)...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("gpuq ls %s: want %q, got %v", tc.args, tc.want, err)
+		}
+	}
+}
+
+func distinct(jobs []*queue.Job) int {
+	seen := map[uuid.UUID]bool{}
+	for _, j := range jobs {
+		seen[j.ID] = true
+	}
+	return len(seen)
+}
+
+func newestFirst(jobs []*queue.Job) bool {
+	for i := 1; i < len(jobs); i++ {
+		if jobs[i].SubmittedAt.After(jobs[i-1].SubmittedAt) {
+			return false
+		}
+	}
+	return true
+}
