@@ -26,6 +26,13 @@ type ArchiveRecord struct {
 	StoreURI string
 }
 
+// JobCount is how many jobs of a project are in a state.
+type JobCount struct {
+	Project string
+	State   JobState
+	Jobs    int64
+}
+
 // ListFilter narrows List; zero values match everything.
 type ListFilter struct {
 	State   JobState

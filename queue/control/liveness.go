@@ -49,6 +49,9 @@ type Liveness struct {
 	// started lately: a worker lost before a beat of its announces an
 	// attempt has that attempt handed back with the rest.
 	Claims *RecentClaims
+	// Workers, when set, is kept up to date with how many workers of each
+	// pool the monitor hears (the metrics' gpuq_workers).
+	Workers *LiveWorkers
 }
 
 // WithDefaults returns l with every unset default filled in.
@@ -153,6 +156,13 @@ func (l *Liveness) Run(ctx context.Context) error {
 				lost = append(lost, w)
 				delete(seen, key)
 			}
+		}
+		if cfg.Workers != nil {
+			pools := map[string]int{}
+			for _, w := range seen {
+				pools[w.pool]++
+			}
+			cfg.Workers.set(pools)
 		}
 		mu.Unlock()
 		// A worker that still beats was heard within LostAfter, and its

@@ -44,6 +44,8 @@ type Plane struct {
 	// Claims is the liveness monitor's Liveness.Claims: the same as the
 	// worker service's of this server.
 	Claims *RecentClaims
+	// Workers is the liveness monitor's Liveness.Workers.
+	Workers *LiveWorkers
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -73,7 +75,7 @@ func (p *Plane) Start(ctx context.Context) <-chan error {
 	if p.NATS == nil {
 		errc <- nil
 	} else {
-		live := &Liveness{NATS: p.NATS, Store: p.Store, LostAfter: p.LostAfter, Logger: logger, Claims: p.Claims}
+		live := &Liveness{NATS: p.NATS, Store: p.Store, LostAfter: p.LostAfter, Logger: logger, Claims: p.Claims, Workers: p.Workers}
 		go func() { errc <- live.Run(ctx) }()
 	}
 	return errc

@@ -87,6 +87,8 @@ type WorkerService struct {
 	// Claims, when set, is told of every attempt the service starts, for
 	// the liveness monitor of the same server (Liveness.Claims).
 	Claims *RecentClaims
+	// Metrics, when set, observes how long each job it starts waited.
+	Metrics *Metrics
 
 	claims    *batcher[[]queue.ClaimRequest, []queue.ClaimResult]
 	successes *batcher[queue.PoolAttemptRef, bool]
@@ -326,6 +328,7 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 		out.Claims[i] = queue.WireClaimResult{Claimed: r.Claimed, Error: queue.EncodeError(r.Err)}
 		if r.Err == nil && r.Claimed != nil {
 			s.Claims.Started(pool, claims[i].WorkerID, queue.HeldAttempt{JobID: claims[i].JobID, Attempt: r.Claimed.Job.Attempt, Reply: claims[i].Reply})
+			s.Metrics.JobStarted(pool, r.Claimed.Job.Attempt, r.Claimed.Job.SubmittedAt)
 		}
 		var refused *queue.ClaimRefusedError
 		if errors.As(r.Err, &refused) {

@@ -161,3 +161,17 @@ func (s *Store) ForgetGarbage(ctx context.Context, uris []string) error {
 	}
 	return nil
 }
+
+// UnfinishedJobs counts the jobs not yet finished of every project in each
+// unfinished state, 0 included.
+func (s *Store) UnfinishedJobs(ctx context.Context) ([]queue.JobCount, error) {
+	rows, err := s.q.JobCountUnfinished(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("counting unfinished jobs: %w", err)
+	}
+	out := make([]queue.JobCount, len(rows))
+	for i, r := range rows {
+		out[i] = queue.JobCount{Project: r.Project, State: queue.JobState(r.State), Jobs: r.Jobs}
+	}
+	return out, nil
+}

@@ -199,6 +199,46 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 	return items, nil
 }
 
+const jobCountUnfinished = `-- name: JobCountUnfinished :many
+SELECT p.name AS project, s.state::text AS state, count(j.id) AS jobs
+FROM projects p
+CROSS JOIN unnest('{pending,placed,running}'::job_state[]) AS s(state)
+LEFT JOIN jobs j ON j.project = p.name AND j.finalized_at IS NULL AND j.state = s.state
+GROUP BY p.name, s.state
+`
+
+type JobCountUnfinishedRow struct {
+	Project string
+	State   string
+	Jobs    int64
+}
+
+// JobCountUnfinished counts the jobs not yet finished of every recorded
+// project in each unfinished state (pending, placed, running), 0 included,
+// through the unfinished jobs' index.
+func (q *Queries) JobCountUnfinished(ctx context.Context) ([]JobCountUnfinishedRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobCountUnfinished)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobCountUnfinishedRow
+	for rows.Next() {
+		var i JobCountUnfinishedRow
+		if err := rows.Scan(&i.Project, &i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs
 SET state = 'failed', errors = errors + 1, exit_code = $1, reason = $2,

@@ -417,3 +417,13 @@ WHERE state = 'running'
   AND COALESCE(spec->'placement'->>'tier', 'spot-then-on-demand') = 'spot-then-on-demand'
   AND spec ? 'deadline' AND spec ? 'expected_duration'
 ORDER BY id;
+
+-- name: JobCountUnfinished :many
+-- JobCountUnfinished counts the jobs not yet finished of every recorded
+-- project in each unfinished state (pending, placed, running), 0 included,
+-- through the unfinished jobs' index.
+SELECT p.name AS project, s.state::text AS state, count(j.id) AS jobs
+FROM projects p
+CROSS JOIN unnest('{pending,placed,running}'::job_state[]) AS s(state)
+LEFT JOIN jobs j ON j.project = p.name AND j.finalized_at IS NULL AND j.state = s.state
+GROUP BY p.name, s.state;

@@ -186,6 +186,9 @@ type clients struct {
 	// replacer, autoscaler) that ended while it should run; nil outside
 	// startControlPlane.
 	died chan error
+	// metrics is the control plane's collector; nil outside
+	// startControlPlane.
+	metrics *control.Metrics
 	// serving counts what serves from the store in the background (the
 	// HTTP API), stopped by stopServing before the store is closed.
 	serving     sync.WaitGroup
@@ -308,12 +311,15 @@ func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer,
 	// The attempts the worker service starts reach the liveness monitor
 	// before the workers' beats announce them.
 	claims := &control.RecentClaims{}
+	workers := &control.LiveWorkers{}
+	c.metrics = control.NewMetrics(c.store, c.js, workers, logger)
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
-		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger, Claims: claims}
+		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger, Claims: claims, Metrics: c.metrics}
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
-	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, LostAfter: lostAfter, Claims: claims, Logger: logger}).Start(ctx), nil
+	return (&control.Plane{JS: c.js, NATS: c.nc, Store: c.store, Placer: placer, LostAfter: lostAfter, Claims: claims,
+		Workers: workers, Logger: logger}).Start(ctx), nil
 }
 
 // offerSources are the providers whose offers the scheduler places among and

@@ -25,6 +25,7 @@ type devRun struct {
 	conn struct {
 		NATSURL     string `json:"nats_url"`
 		DatabaseURL string `json:"database_url"`
+		MetricsURL  string `json:"metrics_url"`
 	}
 	exited chan struct{}
 }

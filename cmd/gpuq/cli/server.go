@@ -97,6 +97,9 @@ func newServerCmd() *cobra.Command {
 			if _, err := startHTTP(ctx, v, c, false, logger); err != nil {
 				return err
 			}
+			if _, err := startMetrics(ctx, v, c, logger); err != nil {
+				return err
+			}
 			select {
 			case <-ctx.Done():
 			case err := <-c.died:
@@ -109,6 +112,7 @@ func newServerCmd() *cobra.Command {
 	connFlags(cmd)
 	cmd.Flags().Int("replicas", 1, "JetStream replicas of gpuq's streams and archive buckets (3 on a production cluster)")
 	httpFlags(cmd, "")
+	metricsFlags(cmd)
 	return cmd
 }
 
@@ -391,6 +395,10 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			if err != nil {
 				return err
 			}
+			metricsURL, err := startMetrics(ctx, v, c, logger)
+			if err != nil {
+				return err
+			}
 			token, err := devToken(ctx, c.store, apiURL)
 			if err != nil {
 				return err
@@ -419,7 +427,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			}
 			if o, _ := outputFormat(v); o == "json" {
 				if err := writeJSON(cmd.OutOrStdout(), map[string]string{"nats_url": stack.natsURL, "database_url": stack.dbURL, "config": devConfigFile,
-					"url": apiURL, "token": token, "token_file": devTokenFile}); err != nil {
+					"url": apiURL, "token": token, "token_file": devTokenFile, "metrics_url": metricsURL}); err != nil {
 					return err
 				}
 			} else {
@@ -429,6 +437,9 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if apiURL != "" {
 					tokenFile, _ := filepath.Abs(devTokenFile)
 					fmt.Fprintf(cmd.OutOrStdout(), "  export GPUQ_URL=%s\n  export GPUQ_TOKEN=\"$(cat %s)\"\n", apiURL, shellQuote(tokenFile))
+				}
+				if metricsURL != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "  metrics    %s\n", metricsURL)
 				}
 				abs, _ := filepath.Abs(devConfigFile)
 				fmt.Fprintf(cmd.OutOrStdout(), "(settings and credentials in %s; elsewhere: export GPUQ_CONFIG=%s)\n", devConfigFile, abs)
@@ -446,6 +457,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 	cmd.Flags().Float64("sim-speed", 1, "with --provider sim: virtual seconds per real second")
 	cmd.Flags().Duration("sim-start", 0, "with --provider sim: how far into the traces the virtual clock starts")
 	httpFlags(cmd, "127.0.0.1:8080")
+	metricsFlags(cmd)
 	return cmd
 }
 

@@ -1,0 +1,193 @@
+package control
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// MetricsStore is what the metrics read from the system of record.
+type MetricsStore interface {
+	UnfinishedJobs(ctx context.Context) ([]queue.JobCount, error)
+	LiveInstances(ctx context.Context) ([]*queue.Instance, error)
+}
+
+// MetricsStreams reads the run stream's consumers, one per pool.
+type MetricsStreams interface {
+	Stream(ctx context.Context, name string) (jetstream.Stream, error)
+}
+
+// LiveWorkers is how many workers of each pool the liveness monitor hears
+// (Liveness.Workers).
+type LiveWorkers struct {
+	mu    sync.Mutex
+	pools map[string]int
+}
+
+func (w *LiveWorkers) set(pools map[string]int) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.pools = pools
+	w.mu.Unlock()
+}
+
+// Pools returns the number of live workers per pool.
+func (w *LiveWorkers) Pools() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.pools))
+	for p, n := range w.pools {
+		out[p] = n
+	}
+	return out
+}
+
+// metricsMaxAge is how long one reading of the store and the streams
+// answers scrapes: scrapers asking more often cost PostgreSQL nothing more.
+const metricsMaxAge = 5 * time.Second
+
+// Metrics is the control plane's Prometheus collector. What it reads at
+// scrape time (at most every metricsMaxAge) is the system's state, the same
+// from every server: unfinished jobs per project and state, run orders per
+// pool waiting and delivered, live instances per pool and state. What it
+// counts is this server's: workers its liveness monitor hears, and how long
+// the jobs its worker service started waited from submission.
+type Metrics struct {
+	Store   MetricsStore
+	JS      MetricsStreams
+	Workers *LiveWorkers
+	Logger  *slog.Logger
+
+	startWait *prometheus.HistogramVec
+
+	mu   sync.Mutex
+	at   time.Time
+	last []prometheus.Metric
+}
+
+var (
+	jobsDesc = prometheus.NewDesc("gpuq_jobs", "Jobs not yet finished, by project and state (pending, placed, running); every project has all three.",
+		[]string{"project", "state"}, nil)
+	runOrdersDesc = prometheus.NewDesc("gpuq_run_orders",
+		"Run orders in each pool's consumer: waiting for a worker, or delivered to one and not yet acknowledged.",
+		[]string{"pool", "status"}, nil)
+	instancesDesc = prometheus.NewDesc("gpuq_instances", "Machines the autoscaler rented that are not terminated, by pool and state.",
+		[]string{"pool", "state"}, nil)
+	workersDesc = prometheus.NewDesc("gpuq_workers", "Workers this server's liveness monitor hears, by pool.",
+		[]string{"pool"}, nil)
+	readErrorsDesc = prometheus.NewDesc("gpuq_metrics_read_failed", "1 when the last reading of a source (jobs, instances, run_orders) failed and its series are missing, else 0.",
+		[]string{"source"}, nil)
+)
+
+// NewMetrics returns the collector with its histogram; register it, and
+// Histograms, with a prometheus.Registry.
+func NewMetrics(s MetricsStore, js MetricsStreams, workers *LiveWorkers, logger *slog.Logger) *Metrics {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Metrics{Store: s, JS: js, Workers: workers, Logger: logger,
+		startWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuq_job_start_wait_seconds",
+			Help:    "From a job's submission to the claim of its first attempt, by pool (jobs this server's worker service started).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600},
+		}, []string{"pool"})}
+}
+
+// Histograms are the metrics observed as jobs start.
+func (m *Metrics) Histograms() prometheus.Collector { return m.startWait }
+
+// JobStarted observes a job's wait from its submission to the claim of its
+// first attempt. A nil Metrics observes nothing.
+func (m *Metrics) JobStarted(pool string, attempt int, submitted time.Time) {
+	if m == nil || attempt != 1 || submitted.IsZero() {
+		return
+	}
+	m.startWait.WithLabelValues(pool).Observe(time.Since(submitted).Seconds())
+}
+
+// Describe sends nothing: the pools, projects and states are known only
+// when read, so the collector is unchecked.
+func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect sends the latest reading, taking a new one when it is older than
+// metricsMaxAge.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	if m.last == nil || time.Since(m.at) >= metricsMaxAge {
+		m.last, m.at = m.read(), time.Now()
+	}
+	last := m.last
+	m.mu.Unlock()
+	for _, metric := range last {
+		ch <- metric
+	}
+	if m.Workers != nil {
+		for pool, n := range m.Workers.Pools() {
+			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), pool)
+		}
+	}
+}
+
+func (m *Metrics) read() []prometheus.Metric {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out []prometheus.Metric
+	failures := map[string]float64{"jobs": 0, "instances": 0, "run_orders": 0}
+	failed := func(source string, err error) {
+		m.Logger.Warn("reading metrics", "source", source, "err", err)
+		failures[source] = 1
+	}
+	if counts, err := m.Store.UnfinishedJobs(ctx); err != nil {
+		failed("jobs", err)
+	} else {
+		for _, c := range counts {
+			out = append(out, prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(c.Jobs), c.Project, string(c.State)))
+		}
+	}
+	if instances, err := m.Store.LiveInstances(ctx); err != nil {
+		failed("instances", err)
+	} else {
+		type key struct{ pool, state string }
+		n := map[key]int{}
+		for _, in := range instances {
+			n[key{in.Pool, string(in.State)}]++
+		}
+		for k, c := range n {
+			out = append(out, prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(c), k.pool, k.state))
+		}
+	}
+	if err := m.readRunOrders(ctx, &out); err != nil {
+		failed("run_orders", err)
+	}
+	for source, n := range failures {
+		out = append(out, prometheus.MustNewConstMetric(readErrorsDesc, prometheus.GaugeValue, n, source))
+	}
+	return out
+}
+
+func (m *Metrics) readRunOrders(ctx context.Context, out *[]prometheus.Metric) error {
+	stream, err := m.JS.Stream(ctx, queue.StreamRun)
+	if err != nil {
+		return err
+	}
+	consumers := stream.ListConsumers(ctx)
+	for info := range consumers.Info() {
+		pool, ok := strings.CutPrefix(info.Name, queue.PoolConsumer(""))
+		if !ok {
+			continue
+		}
+		*out = append(*out,
+			prometheus.MustNewConstMetric(runOrdersDesc, prometheus.GaugeValue, float64(info.NumPending), pool, "waiting"),
+			prometheus.MustNewConstMetric(runOrdersDesc, prometheus.GaugeValue, float64(info.NumAckPending), pool, "delivered"))
+	}
+	return consumers.Err()
+}
