@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -113,6 +114,14 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) && ctx.Err() == nil && !ue.Timeout() {
+			hint := ""
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				hint = " (is gpuq dev or gpuq server running there?)"
+			}
+			return nil, fmt.Errorf("%s %s: cannot reach the gpuq HTTP API at %s: %w%s", method, path, a.base.Redacted(), ue.Err, hint)
+		}
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 == 2 {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -45,4 +46,25 @@ func TestEveryFlagsHelpNamesItsValueAndDefaultAsTyped(t *testing.T) {
 		}
 	}
 	walk(New())
+}
+
+// A command given the wrong number of arguments says how to call it, and a
+// client command that cannot reach its API says where it looked.
+func TestArgumentAndConnectionErrorsSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	config := writeFile(t, "gpuq.yaml", "url: http://127.0.0.1:1\ntoken: gq_unused\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cancel"}, "cancel takes 1 argument, got 0 (usage: gpuq cancel JOB_ID [flags])"},
+		{[]string{"status", "a", "b"}, "status takes 1 argument, got 2 (usage: gpuq status JOB_ID [flags])"},
+		{[]string{"token", "revoke"}, "token revoke takes 1 argument, got 0 (usage: gpuq token revoke TOKEN_ID [flags])"},
+		{[]string{"ls", "--config", config}, "GET /v1/jobs: cannot reach the gpuq HTTP API at http://127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (is gpuq dev or gpuq server running there?)"},
+	} {
+		_, _, err := runCLI(t, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("gpuq %s: want %q, got %v", strings.Join(tc.args, " "), tc.want, err)
+		}
+	}
 }

@@ -313,7 +313,7 @@ func jobCommand(use, short string, run func(cmd *cobra.Command, v *viper.Viper, 
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, format, err := loadConfigFormat(cmd)
 			if err != nil {

@@ -89,7 +89,7 @@ func newNATSAuthCmd() *cobra.Command {
 pool's archive bucket) and one submitter user per group of projects (their submission
 subjects and client service). Passwords are read from environment variables the block names.
 deploy/nats/auth.conf is generated this way from deploy/nats/roles.yaml.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out, err := natsAuthConfig(args[0])
 			if err != nil {

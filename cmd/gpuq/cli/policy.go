@@ -68,7 +68,7 @@ the servers' config file policy is in effect.`,
 residency class is refused, naming the key, and nothing changes) and records it as
 the next version. With --if-version it is recorded only while that version is in
 effect, so that two admins do not overwrite each other's change.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withPolicy(cmd, func(v *viper.Viper, svc policyService, format string) error {
 				data, err := readPlanFile("policy", args[0])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -94,5 +95,21 @@ func commands() []*cobra.Command {
 		newTokenCmd(),
 		newPolicyCmd(),
 		newNATSAuthCmd(),
+	}
+}
+
+// exactArgs is cobra.ExactArgs with an error that shows the command's usage:
+// "cancel takes 1 argument, got 0 (usage: gpuq cancel JOB_ID [flags])".
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == n {
+			return nil
+		}
+		word := "arguments"
+		if n == 1 {
+			word = "argument"
+		}
+		name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		return fmt.Errorf("%s takes %d %s, got %d (usage: %s)", name, n, word, len(args), cmd.UseLine())
 	}
 }

@@ -149,7 +149,7 @@ func newTokenCmd() *cobra.Command {
 	revoke := &cobra.Command{
 		Use:   "revoke TOKEN_ID",
 		Short: "Revoke a token; requests with it get 401 from then on",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
