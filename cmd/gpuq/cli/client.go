@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -657,14 +659,133 @@ func truncate(s string, n int) string {
 }
 
 func newCancelCmd() *cobra.Command {
-	return jobCommand("cancel JOB_ID", "Cancel a job that has not finished; a running job is stopped at once",
-		func(cmd *cobra.Command, _ *viper.Viper, svc jobService, id uuid.UUID, format string) error {
-			job, err := svc.Cancel(cmd.Context(), id)
+	cmd := &cobra.Command{
+		Use:   "cancel JOB_ID… | --label KEY=VALUE",
+		Short: "Cancel jobs that have not finished; a running job is stopped at once",
+		Long: `Cancel jobs that have not finished; a running job is stopped at once.
+
+Give one or more job ids, or --label KEY=VALUE to cancel every unfinished job
+whose labels hold that entry (a sweep submitted with labels: {sweep: lr}).
+Each cancelled job is printed with its state; a job that cannot be cancelled
+is named on stderr and the others are cancelled all the same.`,
+		Example: `  gpuq cancel 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq cancel --label sweep=lr-search`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
 			}
-			return printJob(cmd.OutOrStdout(), job, format)
-		})
+			label := v.GetString("label")
+			switch {
+			case label == "" && len(args) == 0:
+				return fmt.Errorf("cancel takes job ids or --label KEY=VALUE (usage: %s)", cmd.UseLine())
+			case label != "" && len(args) > 0:
+				return errors.New("cancel takes job ids or --label, not both")
+			case label != "":
+				if _, _, err := queue.ParseLabelFilter(label); err != nil {
+					return fmt.Errorf("--label: %w", err)
+				}
+			}
+			ids := make([]uuid.UUID, len(args))
+			for i, a := range args {
+				if ids[i], err = parseJobID(a); err != nil {
+					return err
+				}
+			}
+			svc, err := connectJobs(cmd, v)
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			ctx := cmd.Context()
+			if len(ids) == 1 {
+				job, err := svc.Cancel(ctx, ids[0])
+				if err != nil {
+					return notFoundError(ids[0], err)
+				}
+				return printJob(cmd.OutOrStdout(), job, format)
+			}
+			if label != "" {
+				for _, st := range []queue.JobState{queue.StatePending, queue.StatePlaced, queue.StateRunning} {
+					page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
+					if err != nil {
+						return err
+					}
+					for _, j := range page.Jobs {
+						ids = append(ids, j.ID)
+					}
+				}
+				if len(ids) == 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no unfinished job has the label %s\n", label)
+				}
+			}
+			return cancelEach(cmd, svc, ids, label != "", format)
+		},
+	}
+	jobFlags(cmd)
+	projectFlag(cmd)
+	cmd.Flags().String("label", "", "cancel every unfinished job whose spec.labels has this `entry`, key=value")
+	return cmd
+}
+
+// cancelEach cancels each job, printing those cancelled (-o json: a page of
+// jobs) and naming on stderr those that were not. A job selected by its
+// label that finished meanwhile is skipped; any other failure makes the
+// command fail once every job was tried: with ExitNotFound when each
+// failure was a job not found.
+func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel bool, format string) error {
+	page := &JobPage{Jobs: []*queue.Job{}}
+	failed, notFound := 0, 0
+	for _, id := range ids {
+		job, err := svc.Cancel(cmd.Context(), id)
+		switch {
+		case err == nil:
+			page.Jobs = append(page.Jobs, job)
+			if format != "json" {
+				printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
+			}
+		case byLabel && alreadyFinished(err):
+		default:
+			err = notFoundError(id, err)
+			failed++
+			if exitCode(err) == ExitNotFound {
+				notFound++
+			}
+			if !strings.Contains(err.Error(), id.String()) {
+				err = fmt.Errorf("cancelling %s: %w", id, err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err)
+		}
+	}
+	if format == "json" {
+		if err := writeJSON(cmd.OutOrStdout(), page); err != nil {
+			return err
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case failed == notFound:
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("%d of %d jobs not found", failed, len(ids))}
+	default:
+		return &ExitError{Code: 1, Err: fmt.Errorf("%d of %d jobs not cancelled", failed, len(ids))}
+	}
+}
+
+// alreadyFinished reports a cancel refused because the job had finished.
+func alreadyFinished(err error) bool {
+	var api *APIError
+	var nats *control.ClientError
+	return errors.As(err, &api) && api.Status == http.StatusConflict || errors.As(err, &nats) && nats.Code == "409"
+}
+
+// exitCode is the exit status err carries (ExitError), else 1.
+func exitCode(err error) int {
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	return 1
 }
 
 func newResultsCmd() *cobra.Command {

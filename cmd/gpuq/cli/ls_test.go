@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/queuetest"
+	"github.com/gpuq/gpuq/queue/store"
 )
 
 // gpuq ls filters by label and submission time and lists past one page,
@@ -20,44 +21,15 @@ import (
 // moment --since names.
 func TestLsFiltersByLabelAndTimeAndFollowsPagesOverHTTPAndNATS(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n := queuetest.StartNATS(t)
-	s, _ := queuetest.Store(t, n)
-	record := func(count int, label string) []uuid.UUID {
-		t.Helper()
-		var batch []queue.NewJob
-		var ids []uuid.UUID
-		for range count {
-			spec, err := queue.ParseSpec([]byte("command: [/bin/true]\nlabels: {sweep: " + label + "}\n"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := uuid.New()
-			batch, ids = append(batch, queue.NewJob{ID: id, Spec: spec}), append(ids, id)
-		}
-		if _, _, err := s.RecordAndPlace(ctx, batch, queue.Decided{}); err != nil {
-			t.Fatal(err)
-		}
-		return ids
-	}
-	record(560, "a")
-	record(60, "b")
+	l := startListing(t, queue.RoleRead)
+	l.record(560, "a")
+	l.record(60, "b")
 	time.Sleep(50 * time.Millisecond)
 	since := time.Now()
 	time.Sleep(50 * time.Millisecond)
-	late := record(5, "b")
+	late := l.record(5, "b")
 
-	startClientService(ctx, t, n, s)
-	ts, secret := serveAPI(ctx, t, n, s, queue.RoleRead)
-	cred, err := n.Server.Issuer.Issue(queue.RoleUser(queue.RoleSubmitter, "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	transports := map[string]string{
-		"HTTP": writeFile(t, "http.yaml", "url: "+ts.URL+"\ntoken: "+secret+"\n"),
-		"NATS": writeFile(t, "nats.yaml", "nats-url: "+n.Server.URL()+"\nnats-credential: "+cred.String()+"\n"),
-	}
+	transports := l.transports
 	for name, config := range transports {
 		ls := func(args ...string) []*queue.Job {
 			t.Helper()
@@ -123,4 +95,105 @@ func newestFirst(jobs []*queue.Job) bool {
 		}
 	}
 	return true
+}
+
+// listing is a store with the client service and the HTTP API in front of
+// it, and a client config for each: "HTTP" (a token of the project
+// default) and "NATS" (a submitter credential of default).
+type listing struct {
+	s          *store.Store
+	transports map[string]string
+}
+
+func startListing(t *testing.T, role queue.Role) *listing {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	startClientService(ctx, t, n, s)
+	ts, secret := serveAPI(ctx, t, n, s, role)
+	cred, err := n.Server.Issuer.Issue(queue.RoleUser(queue.RoleSubmitter, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &listing{s: s, transports: map[string]string{
+		"HTTP": writeFile(t, "http.yaml", "url: "+ts.URL+"\ntoken: "+secret+"\n"),
+		"NATS": writeFile(t, "nats.yaml", "nats-url: "+n.Server.URL()+"\nnats-credential: "+cred.String()+"\n"),
+	}}
+}
+
+// record records count jobs labelled sweep=label, not yet placed.
+func (l *listing) record(count int, label string) []uuid.UUID {
+	var batch []queue.NewJob
+	var ids []uuid.UUID
+	for range count {
+		spec, err := queue.ParseSpec([]byte("command: [/bin/true]\nlabels: {sweep: " + label + "}\n"))
+		if err != nil {
+			panic(err)
+		}
+		id := uuid.New()
+		batch, ids = append(batch, queue.NewJob{ID: id, Spec: spec}), append(ids, id)
+	}
+	if _, _, err := l.s.RecordAndPlace(context.Background(), batch, queue.Decided{}); err != nil {
+		panic(err)
+	}
+	return ids
+}
+
+// gpuq cancel takes several job ids, or a label: over the HTTP API and over
+// NATS alike it cancels each unfinished job named or labelled, leaves the
+// others alone, names on stderr a job it could not cancel, and fails once
+// it has tried them all.
+func TestCancelTakesSeveralJobsOrALabel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := startListing(t, queue.RoleSubmit)
+	for name, config := range l.transports {
+		sweep, other := l.record(3, name+"-sweep"), l.record(2, name+"-other")
+		finished := l.record(1, name+"-sweep")[0]
+		if err := l.s.Cancel(ctx, finished, "cancelled by the test"); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, err := runCLI(t, "cancel", "--config", config, "--label", "sweep="+name+"-sweep")
+		if err != nil {
+			t.Fatalf("%s: cancel --label: %v\n%s", name, err, errOut)
+		}
+		for _, id := range sweep {
+			if !strings.Contains(out, id.String()+" cancelled") {
+				t.Errorf("%s: cancel --label: want %s cancelled, got:\n%s", name, id, out)
+			}
+		}
+		if strings.Contains(out, finished.String()) || errOut != "" {
+			t.Errorf("%s: cancel --label: the finished job is not listed, nor an error: %q %q", name, out, errOut)
+		}
+		missing := uuid.New()
+		out, errOut, err = runCLI(t, "cancel", "--config", config, other[0].String(), missing.String(), sweep[0].String(), other[1].String())
+		if exitCode(err) != 1 || !strings.Contains(err.Error(), "2 of 4 jobs not cancelled") {
+			t.Errorf("%s: cancel of 4 ids of which 2 cannot be: want exit 1, got %v", name, err)
+		}
+		for _, want := range []string{"job " + missing.String() + " not found", "job " + sweep[0].String() + " already finished: cancelled"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s: want %q on stderr, got %q", name, want, errOut)
+			}
+		}
+		for _, id := range append(append([]uuid.UUID{}, sweep...), other...) {
+			if j, err := l.s.Job(ctx, id); err != nil || j.State != queue.StateCancelled {
+				t.Errorf("%s: job %s: want cancelled, got %v %v", name, id, j, err)
+			}
+		}
+		if _, _, err := runCLI(t, "cancel", "--config", config, missing.String(), uuid.NewString()); exitCode(err) != ExitNotFound {
+			t.Errorf("%s: cancel of jobs none of which exists: want exit %d, got %v", name, ExitNotFound, err)
+		}
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"", "cancel takes job ids or --label KEY=VALUE"},
+		{"--label sweep=a " + uuid.NewString(), "cancel takes job ids or --label, not both"},
+		{"--label sweep", `--label: want key=value, got "sweep"`},
+	} {
+		_, _, err := runCLI(t, append([]string{"cancel", "--config", l.transports["HTTP"]}, strings.Fields(tc.args)...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gpuq cancel %s: want %q, got %v", tc.args, tc.want, err)
+		}
+	}
 }
