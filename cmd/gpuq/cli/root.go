@@ -99,7 +99,7 @@ func commands() []*cobra.Command {
 }
 
 // exactArgs is cobra.ExactArgs with an error that shows the command's usage:
-// "cancel takes 1 argument, got 0 (usage: gpuq cancel JOB_ID [flags])".
+// "logs takes 1 argument, got 0 (usage: gpuq logs JOB_ID [flags])".
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) == n {
