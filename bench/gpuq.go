@@ -72,9 +72,12 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 	}
 	// The loops `gpuq server` runs: the scheduler, the reconciler, the
 	// replacer and the liveness monitor that hands a silent worker's jobs
-	// back; as in `gpuq server`, it hears of the worker service's claims.
-	claims := &control.RecentClaims{}
-	cp := &control.Plane{JS: js, Store: store, Placer: &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, NATS: planeNC, Claims: claims, Logger: quiet}
+	// back; as in `gpuq server`, it hears of the worker service's claims,
+	// and both keep the metrics up to date.
+	claims, live := &control.RecentClaims{}, &control.LiveWorkers{}
+	metrics := control.NewMetrics(store, js, live, quiet)
+	cp := &control.Plane{JS: js, Store: store, Placer: &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}, NATS: planeNC, Claims: claims,
+		Workers: live, Logger: quiet}
 	errc := cp.Start(ctx)
 	p.wg.Add(1)
 	go func() {
@@ -93,7 +96,8 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 		p.Stop()
 		return nil, err
 	}
-	svc := &control.WorkerService{NATS: svcNC, Store: svcStore, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Claims: claims, Logger: quiet}
+	svc := &control.WorkerService{NATS: svcNC, Store: svcStore, Pools: &control.OfferRegistry{Sources: []adapters.OfferSource{provider}}, Claims: claims,
+		Metrics: metrics, Logger: quiet}
 	if _, err := svc.Start(ctx); err != nil {
 		p.Stop()
 		return nil, err
