@@ -209,7 +209,7 @@ func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 			return nil, err
 		}
 		out.Jobs = append(out.Jobs, page.Jobs...)
-		if page.NextCursor == "" {
+		if page.NextCursor == "" || len(page.Jobs) == 0 {
 			break
 		}
 		q.Set("cursor", page.NextCursor)

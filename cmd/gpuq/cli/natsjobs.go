@@ -239,7 +239,7 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 			}
 			page.Jobs = append(page.Jobs, list.Jobs...)
 			got += len(list.Jobs)
-			if list.NextCursor == "" {
+			if list.NextCursor == "" || len(list.Jobs) == 0 {
 				break
 			}
 			req.Cursor = list.NextCursor
