@@ -14,7 +14,7 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from .errors import APIError, GpuqError, Unreachable, WaitTimeout, api_error
+from .errors import APIError, Conflict, GpuqError, Unreachable, WaitTimeout, api_error
 from .progress import Progress
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
@@ -167,6 +167,21 @@ class Client:
         """Cancels a job that has not finished (a running one is stopped at
         once); a finished one raises :class:`Conflict`."""
         return Job.from_doc(self._call("POST", _job_path(job_id, "/cancel")))
+
+    def cancel_label(self, label: str, project: Optional[str] = None) -> List[Job]:
+        """Cancels every unfinished job whose labels hold ``label``
+        (``key=value``: a sweep) and returns those it cancelled. A job that
+        finishes meanwhile is skipped."""
+        if "=" not in label or label.startswith("="):
+            raise ValueError("label: want key=value, got %r" % label)
+        cancelled: List[Job] = []
+        for state in ("pending", "placed", "running"):
+            for job in self.list(project=project, state=state, label=label, limit=10_000):
+                try:
+                    cancelled.append(self.cancel(job.id))
+                except Conflict:
+                    pass  # it finished after it was listed
+        return cancelled
 
     def checkpoints(self, job_id: str) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""

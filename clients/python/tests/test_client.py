@@ -190,6 +190,22 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.NotFound):
             client.get("00000000-0000-4000-8000-000000000000")
 
+    def test_cancel_label_cancels_the_unfinished_jobs_of_a_sweep(self):
+        sweep = "cancel-%d" % time.monotonic_ns()
+        done = client.submit(name="sweep-done", command=["true"], labels={"sweep": sweep})
+        client.wait(done.id, timeout=60, progress=False)
+        jobs = [client.submit(name="sweep", command=["sleep", "60"], labels={"sweep": sweep}) for _ in range(3)]
+        other = client.submit(name="other", command=["sleep", "60"], labels={"sweep": sweep + "-other"})
+        cancelled = client.cancel_label("sweep=" + sweep)
+        self.assertEqual(sorted(j.id for j in cancelled), sorted(j.id for j in jobs))
+        self.assertTrue(all(j.state == "cancelled" for j in cancelled))
+        self.assertEqual(client.get(done.id).state, "succeeded")
+        self.assertFalse(client.get(other.id).done)
+        self.assertEqual(client.cancel_label("sweep=" + sweep), [])
+        client.cancel(other.id)
+        with self.assertRaises(ValueError):
+            client.cancel_label("sweep")
+
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])
         self.assertIn(job.id, [j.id for j in client.list(limit=500)])
