@@ -160,9 +160,12 @@ type Garbage struct {
 // SweepResult is what one sweep of the archive buckets removed: archives no
 // record names, and the chunks of uploads that never finished.
 type SweepResult struct {
+	// Archives is how many archives no record named were deleted, and
+	// Bytes their size.
 	Archives int
-	Partial  int
 	Bytes    int64
+	// Partial is how many unfinished uploads had their chunks purged.
+	Partial int
 }
 
 // Add adds o to r.
