@@ -49,8 +49,8 @@ type Liveness struct {
 	// started lately: a worker lost before a beat of its announces an
 	// attempt has that attempt handed back with the rest.
 	Claims *RecentClaims
-	// Workers, when set, is kept up to date with how many workers of each
-	// pool the monitor hears (the metrics' gpuq_workers).
+	// Workers, when set, counts the workers of each pool the monitor
+	// hears, when asked (the metrics' gpuq_workers).
 	Workers *LiveWorkers
 }
 
@@ -131,6 +131,16 @@ func (l *Liveness) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribing to worker beats: %w", err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
+	cfg.Workers.serve(func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		pools := map[string]int{}
+		for _, w := range seen {
+			pools[w.pool]++
+		}
+		return pools
+	})
+	defer cfg.Workers.serve(nil)
 	tick := time.NewTicker(queue.BeatInterval / 2)
 	defer tick.Stop()
 	prev := time.Now()
@@ -156,13 +166,6 @@ func (l *Liveness) Run(ctx context.Context) error {
 				lost = append(lost, w)
 				delete(seen, key)
 			}
-		}
-		if cfg.Workers != nil {
-			pools := map[string]int{}
-			for _, w := range seen {
-				pools[w.pool]++
-			}
-			cfg.Workers.set(pools)
 		}
 		mu.Unlock()
 		// A worker that still beats was heard within LostAfter, and its

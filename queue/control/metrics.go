@@ -24,31 +24,34 @@ type MetricsStreams interface {
 	Stream(ctx context.Context, name string) (jetstream.Stream, error)
 }
 
-// LiveWorkers is how many workers of each pool the liveness monitor hears
-// (Liveness.Workers).
+// LiveWorkers counts the workers of each pool the liveness monitor hears
+// (Liveness.Workers), when asked: the monitor does no work for it between
+// scrapes.
 type LiveWorkers struct {
 	mu    sync.Mutex
-	pools map[string]int
+	count func() map[string]int
 }
 
-func (w *LiveWorkers) set(pools map[string]int) {
+// serve makes count answer Pools; nil while no monitor runs.
+func (w *LiveWorkers) serve(count func() map[string]int) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
-	w.pools = pools
+	w.count = count
 	w.mu.Unlock()
 }
 
-// Pools returns the number of live workers per pool.
+// Pools returns the number of live workers per pool; none while no
+// liveness monitor runs.
 func (w *LiveWorkers) Pools() map[string]int {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.pools))
-	for p, n := range w.pools {
-		out[p] = n
+	count := w.count
+	w.mu.Unlock()
+	if count == nil {
+		return nil
 	}
-	return out
+	return count()
 }
 
 // metricsMaxAge is how long one reading of the store and the streams
@@ -59,7 +62,8 @@ const metricsMaxAge = 5 * time.Second
 // scrape time (at most every metricsMaxAge) is the system's state, the same
 // from every server: unfinished jobs per project and state, run orders per
 // pool waiting and delivered, live instances per pool and state. What it
-// counts is this server's: workers its liveness monitor hears, and how long
+// counts is this server's own: workers its liveness monitor hears (every
+// server hears every worker), and how long
 // the jobs its worker service started waited from submission.
 type Metrics struct {
 	Store   MetricsStore
