@@ -63,8 +63,8 @@ const metricsMaxAge = 5 * time.Second
 // from every server: unfinished jobs per project and state, run orders per
 // pool waiting and delivered, live instances per pool and state. What it
 // counts is this server's own: workers its liveness monitor hears (every
-// server hears every worker), and how long
-// the jobs its worker service started waited from submission.
+// server hears every worker), and how long the jobs its worker service
+// started waited from submission.
 type Metrics struct {
 	Store   MetricsStore
 	JS      MetricsStreams
