@@ -3,7 +3,6 @@ package workers_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
@@ -114,19 +112,11 @@ func TestThousandJobsOfFiveCheckpointsKeepThreePerUnfinishedJobAndNoneForFinishe
 		t.Fatal(err)
 	}
 
-	bucket, err := n.JS.ObjectStore(ctx, queue.ArchiveBucket(testPool.Pool))
-	if err != nil {
-		t.Fatal(err)
-	}
 	perJob := func() map[string][]string {
 		t.Helper()
-		objs, err := bucket.List(ctx)
-		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
-			t.Fatal(err)
-		}
 		out := map[string][]string{}
-		for _, o := range objs {
-			parts := strings.Split(o.Name, "/")
+		for _, name := range bucketObjects(t, n.JS, queue.ArchiveBucket(testPool.Pool)) {
+			parts := strings.Split(name, "/")
 			out[parts[1]] = append(out[parts[1]], parts[2])
 		}
 		return out
