@@ -71,9 +71,10 @@ program with such a name, put it after --.`,
 	f.String("residency", "", "spec.placement.residency (EU, EEA, CH, UK or a configured class)")
 	f.String("max-price", "", `spec.budget.max_price_per_hour, e.g. "2.50 EUR"`)
 	f.String("idempotency-key", "", "spec.idempotency_key: resubmitting with the same key names the same job")
-	f.Int("max-errors", -1, "spec.retries.max_errors")
+	f.Int("max-errors", queue.DefaultMaxErrors, "spec.retries.max_errors: non-zero exits retried before the job fails")
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
+	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
 	f.Bool("no-wait-accept", false, "return once the submission is stored, without waiting for the scheduler to accept or reject it")
 	f.Duration("accept-timeout", time.Minute, "how long to wait for the scheduler to accept or reject the job")
@@ -175,20 +176,24 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 	if fl.Changed("timeout") {
 		set("timeout", v.GetDuration("timeout").String())
 	}
-	if fl.Changed("env") {
-		env, _ := doc["env"].(map[string]any)
-		if env == nil {
-			env = map[string]any{}
+	// --env and --label add entries to the file's map.
+	for flag, key := range map[string]string{"env": "env", "label": "labels"} {
+		if !fl.Changed(flag) {
+			continue
 		}
-		vals, _ := fl.GetStringArray("env")
+		m, _ := doc[key].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+		}
+		vals, _ := fl.GetStringArray(flag)
 		for _, kv := range vals {
 			k, val, ok := strings.Cut(kv, "=")
 			if !ok {
-				return nil, fmt.Errorf("--env: want KEY=VALUE, got %q", kv)
+				return nil, fmt.Errorf("--%s: want KEY=VALUE, got %q", flag, kv)
 			}
-			env[k] = val
+			m[k] = val
 		}
-		doc["env"] = env
+		doc[key] = m
 	}
 	if len(args) > 0 {
 		set("command", args)
@@ -597,12 +602,186 @@ func newLogsCmd() *cobra.Command {
 }
 
 func newWaitCmd() *cobra.Command {
-	cmd := jobCommand("wait JOB_ID", "Wait for a job to finish, showing its progress on stderr; exit status 0 only on success",
-		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
-			return waitAndPrint(cmd, svc, id, format, v.GetDuration("timeout"))
-		})
-	cmd.Flags().Duration("timeout", 0, "give up waiting after this long (exit status 7); 0 waits until the job finishes")
+	cmd := jobsCommand(&cobra.Command{
+		Use:   "wait JOB_ID… | --label KEY=VALUE",
+		Short: "Wait for jobs to finish, showing their progress on stderr; exit status 0 only when every one succeeded",
+		Long: `Wait for jobs to finish, showing their progress on stderr; exit status 0
+only when every one succeeded.
+
+With one job id, print the job's id and final state (-o json: the job) and
+exit with the status of its outcome. With several ids, or --label KEY=VALUE
+for every job whose labels hold that entry (a sweep submitted with
+labels: {sweep: lr}, in the order submitted), wait for each in turn and print
+each one's line as it is reached (-o json: a page of the finished jobs); a
+job that did not succeed is also named on stderr with its reason. The exit
+status is then 0 when every job succeeded, the status of their outcome when
+every other job ended the same way (3 when each one failed), else 1.
+--timeout bounds the whole wait.`,
+		Example: `  gpuq wait 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq wait --timeout 2h --label sweep=lr-search`,
+	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
+		timeout := v.GetDuration("timeout")
+		if len(ids) == 1 {
+			return waitAndPrint(cmd, svc, ids[0], format, timeout)
+		}
+		if label != "" {
+			var err error
+			if ids, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
+				return err
+			}
+		}
+		return waitEach(cmd, svc, ids, format, timeout)
+	})
+	cmd.Flags().Duration("timeout", 0, "give up waiting after this long (exit status 7); 0 waits until every job finishes")
+	cmd.Flags().String("label", "", "wait for every job whose spec.labels has this `entry`, key=value")
 	return cmd
+}
+
+// jobsCommand completes the shape of the commands that act on jobs named
+// by their ids or by a label (cancel, wait): run gets the ids, or the label
+// checked, and the connection.
+func jobsCommand(cmd *cobra.Command, run func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		v, format, err := loadConfigFormat(cmd)
+		if err != nil {
+			return err
+		}
+		ids, label, err := idsOrLabel(cmd, v, args)
+		if err != nil {
+			return err
+		}
+		svc, err := connectJobs(cmd, v)
+		if err != nil {
+			return err
+		}
+		defer svc.Close()
+		return run(cmd, v, svc, ids, label, format)
+	}
+	jobFlags(cmd)
+	projectFlag(cmd)
+	return cmd
+}
+
+// idsOrLabel reads the job ids, or the --label, of a command that takes
+// either (cancel, wait).
+func idsOrLabel(cmd *cobra.Command, v *viper.Viper, args []string) ([]uuid.UUID, string, error) {
+	label := v.GetString("label")
+	switch {
+	case label == "" && len(args) == 0:
+		return nil, "", fmt.Errorf("%s takes job ids or --label KEY=VALUE (usage: %s)", cmd.Name(), cmd.UseLine())
+	case label != "" && len(args) > 0:
+		return nil, "", fmt.Errorf("%s takes job ids or --label, not both", cmd.Name())
+	case label != "":
+		if _, _, err := queue.ParseLabelFilter(label); err != nil {
+			return nil, "", fmt.Errorf("--label: %w", err)
+		}
+	}
+	ids := make([]uuid.UUID, len(args))
+	for i, a := range args {
+		var err error
+		if ids[i], err = parseJobID(a); err != nil {
+			return nil, "", err
+		}
+	}
+	return ids, label, nil
+}
+
+// labelled lists every job whose labels hold label, oldest first: at most
+// maxListed, and none at all is an error, so that a mistyped label is not
+// taken for a sweep that succeeded.
+func labelled(ctx context.Context, svc jobService, project, label string) ([]uuid.UUID, error) {
+	page, err := svc.List(ctx, listFilter{Project: project, Label: label, Limit: maxListed + 1})
+	switch {
+	case err != nil:
+		return nil, err
+	case len(page.Jobs) == 0:
+		return nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no job has the label %s", label)}
+	case len(page.Jobs) > maxListed:
+		return nil, fmt.Errorf("more than %d jobs have the label %s; wait for them by their ids", maxListed, label)
+	}
+	ids := make([]uuid.UUID, len(page.Jobs))
+	for i, j := range page.Jobs {
+		ids[len(ids)-1-i] = j.ID
+	}
+	return ids, nil
+}
+
+// waitEach waits for each job in turn, within timeout for them all,
+// printing each one as it is reached (-o json: a page of them at the end)
+// and naming on stderr each that did not succeed. It fails unless every
+// job succeeded: with the exit status their outcomes share, else 1; with
+// ExitTimedOut when the timeout ran out first.
+func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, format string, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	page := &JobPage{Jobs: []*queue.Job{}}
+	codes := map[int]bool{}
+	var unsuccessful []string // each such job's outcome: its state, or "not found"
+	var timedOut error
+	for i, id := range ids {
+		prog := newProgress(cmd.ErrOrStderr(), id)
+		job, err := waitJob(ctx, svc, id, prog.event)
+		prog.close()
+		if err != nil && ctx.Err() != nil && cmd.Context().Err() == nil {
+			timedOut = &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("%d of %d jobs not finished after %s", len(ids)-i, len(ids), timeout)}
+			break
+		}
+		outcome := "not found"
+		if err == nil {
+			page.Jobs = append(page.Jobs, job)
+			if format != "json" {
+				printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
+			}
+			outcome, err = string(job.State), outcomeError(job)
+		} else if err = notFoundError(id, err); exitCode(err) != ExitNotFound {
+			return err
+		}
+		if err != nil {
+			codes[exitCode(err)] = true
+			unsuccessful = append(unsuccessful, outcome)
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err)
+		}
+	}
+	if format == "json" {
+		if err := writeJSON(cmd.OutOrStdout(), page); err != nil {
+			return err
+		}
+	}
+	switch {
+	case timedOut != nil:
+		return timedOut
+	case len(unsuccessful) == 0:
+		return nil
+	}
+	code := 1
+	if len(codes) == 1 {
+		for c := range codes {
+			code = c
+		}
+	}
+	return &ExitError{Code: code, Err: fmt.Errorf("%d of %d jobs did not succeed (%s)", len(unsuccessful), len(ids), tally(unsuccessful))}
+}
+
+// tally counts words: "2 failed, 1 cancelled", in the order each first
+// appears.
+func tally(words []string) string {
+	n := map[string]int{}
+	var order []string
+	for _, w := range words {
+		if n[w] == 0 {
+			order = append(order, w)
+		}
+		n[w]++
+	}
+	parts := make([]string, len(order))
+	for i, w := range order {
+		parts[i] = fmt.Sprintf("%d %s", n[w], w)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // waitAndPrint waits for a job to finish, showing its progress on stderr,
@@ -659,7 +838,7 @@ func truncate(s string, n int) string {
 }
 
 func newCancelCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := jobsCommand(&cobra.Command{
 		Use:   "cancel JOB_ID… | --label KEY=VALUE",
 		Short: "Cancel jobs that have not finished; a running job is stopped at once",
 		Long: `Cancel jobs that have not finished; a running job is stopped at once.
@@ -670,60 +849,31 @@ Each cancelled job is printed with its state; a job that cannot be cancelled
 is named on stderr and the others are cancelled all the same.`,
 		Example: `  gpuq cancel 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq cancel --label sweep=lr-search`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, format, err := loadConfigFormat(cmd)
+	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
+		ctx := cmd.Context()
+		if len(ids) == 1 {
+			job, err := svc.Cancel(ctx, ids[0])
 			if err != nil {
-				return err
+				return notFoundError(ids[0], err)
 			}
-			label := v.GetString("label")
-			switch {
-			case label == "" && len(args) == 0:
-				return fmt.Errorf("cancel takes job ids or --label KEY=VALUE (usage: %s)", cmd.UseLine())
-			case label != "" && len(args) > 0:
-				return errors.New("cancel takes job ids or --label, not both")
-			case label != "":
-				if _, _, err := queue.ParseLabelFilter(label); err != nil {
-					return fmt.Errorf("--label: %w", err)
-				}
-			}
-			ids := make([]uuid.UUID, len(args))
-			for i, a := range args {
-				if ids[i], err = parseJobID(a); err != nil {
+			return printJob(cmd.OutOrStdout(), job, format)
+		}
+		if label != "" {
+			for _, st := range []queue.JobState{queue.StatePending, queue.StatePlaced, queue.StateRunning} {
+				page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
+				if err != nil {
 					return err
 				}
-			}
-			svc, err := connectJobs(cmd, v)
-			if err != nil {
-				return err
-			}
-			defer svc.Close()
-			ctx := cmd.Context()
-			if len(ids) == 1 {
-				job, err := svc.Cancel(ctx, ids[0])
-				if err != nil {
-					return notFoundError(ids[0], err)
-				}
-				return printJob(cmd.OutOrStdout(), job, format)
-			}
-			if label != "" {
-				for _, st := range []queue.JobState{queue.StatePending, queue.StatePlaced, queue.StateRunning} {
-					page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
-					if err != nil {
-						return err
-					}
-					for _, j := range page.Jobs {
-						ids = append(ids, j.ID)
-					}
-				}
-				if len(ids) == 0 {
-					fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no unfinished job has the label %s\n", label)
+				for _, j := range page.Jobs {
+					ids = append(ids, j.ID)
 				}
 			}
-			return cancelEach(cmd, svc, ids, label != "", format)
-		},
-	}
-	jobFlags(cmd)
-	projectFlag(cmd)
+			if len(ids) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no unfinished job has the label %s\n", label)
+			}
+		}
+		return cancelEach(cmd, svc, ids, label != "", format)
+	})
 	cmd.Flags().String("label", "", "cancel every unfinished job whose spec.labels has this `entry`, key=value")
 	return cmd
 }

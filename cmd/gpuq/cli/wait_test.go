@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// gpuq wait takes several job ids, or the label of a sweep submitted with
+// gpuq submit --label: against gpuq dev as a user runs it, it waits for
+// each job, prints each one's outcome in the order submitted, names on
+// stderr each that did not succeed, and exits 0 only when every one
+// succeeded, else with the status their outcomes share, else 1.
+func TestWaitTakesSeveralJobsOrASweepsLabel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	startDev(t, bin, dir, "--http-addr", freeAddr(t))
+	config := filepath.Join(dir, devConfigFile)
+	submit := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, append([]string{"submit", "--config", config}, args...)...)
+		if err != nil {
+			t.Fatalf("submit %v: %v\n%s", args, err, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	ok := submit("--label", "sweep=lr", "--label", "lr=0.1", "--", "sh", "-c", "sleep 1")
+	bad := submit("--label", "sweep=lr", "--label", "lr=0.2", "--max-errors", "0", "--", "sh", "-c", "exit 3")
+	fine := submit("--label", "sweep=lr", "--label", "lr=0.3", "--", "true")
+	other := submit("--label", "sweep=other", "--", "true")
+
+	out, errOut, err := runCLI(t, "wait", "--config", config, "--label", "sweep=lr")
+	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "1 of 3 jobs did not succeed (1 failed)") {
+		t.Errorf("wait --label: want exit %d naming 1 of 3 failed, got %v", ExitFailed, err)
+	}
+	want := ok + " succeeded\n" + bad + " failed\n" + fine + " succeeded\n"
+	if out != want {
+		t.Errorf("wait --label: want the sweep's outcomes in the order submitted:\n%s\ngot:\n%s", want, out)
+	}
+	if !strings.Contains(errOut, "job "+bad+" failed: exited with status 3") {
+		t.Errorf("wait --label: want the failed job and its reason on stderr, got:\n%s", errOut)
+	}
+
+	missing := uuid.NewString()
+	out, errOut, err = runCLI(t, "wait", "--config", config, "-o", "json", other, fine, missing, bad)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "2 of 4 jobs did not succeed (1 not found, 1 failed)") {
+		t.Errorf("wait of ids of which one is missing and one failed: want exit 1, got %v", err)
+	}
+	var page JobPage
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		t.Fatalf("wait -o json: %v\n%s", err, out)
+	}
+	var got []string
+	for _, j := range page.Jobs {
+		got = append(got, j.ID.String()+" "+string(j.State))
+	}
+	if strings.Join(got, ",") != other+" succeeded,"+fine+" succeeded,"+bad+" failed" {
+		t.Errorf("wait -o json: want the three jobs found, in order, got %v", got)
+	}
+	if !strings.Contains(errOut, "job "+missing+" not found") {
+		t.Errorf("wait: want the missing job named on stderr, got:\n%s", errOut)
+	}
+	if _, _, err := runCLI(t, "wait", "--config", config, ok, fine, other); err != nil {
+		t.Errorf("wait of jobs that all succeeded: %v", err)
+	}
+	if _, _, err := runCLI(t, "wait", "--config", config, missing, uuid.NewString()); exitCode(err) != ExitNotFound {
+		t.Errorf("wait of jobs none of which exists: want exit %d, got %v", ExitNotFound, err)
+	}
+	if _, _, err := runCLI(t, "wait", "--config", config, "--label", "sweep=l"); exitCode(err) != ExitNotFound || !strings.Contains(err.Error(), "no job has the label sweep=l") {
+		t.Errorf("wait --label of a label no job has: want exit %d naming it, got %v", ExitNotFound, err)
+	}
+
+	// The timeout bounds the whole wait; the jobs go on.
+	long := submit("--", "sleep", "300")
+	out, errOut, err = runCLI(t, "wait", "--config", config, "--timeout", "2s", fine, long)
+	if exitCode(err) != ExitTimedOut || !strings.Contains(err.Error(), "1 of 2 jobs not finished after 2s") {
+		t.Errorf("wait --timeout with a long job: want exit %d, got %v\n%s", ExitTimedOut, err, errOut)
+	}
+	if out != fine+" succeeded\n" {
+		t.Errorf("wait --timeout: want the finished job printed, got %q", out)
+	}
+	if _, _, err := runCLI(t, "cancel", "--config", config, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "wait", "--config", config, fine, long); exitCode(err) != ExitCancelled {
+		t.Errorf("wait of a succeeded and a cancelled job: want exit %d, got %v", ExitCancelled, err)
+	}
+
+	for _, tc := range []struct{ args, want string }{
+		{"", "wait takes job ids or --label KEY=VALUE"},
+		{"--label sweep=lr " + ok, "wait takes job ids or --label, not both"},
+		{"--label sweep", `--label: want key=value, got "sweep"`},
+		{"not-a-job", `job id "not-a-job": not a job id`},
+	} {
+		_, _, err := runCLI(t, append([]string{"wait", "--config", config}, strings.Fields(tc.args)...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gpuq wait %s: want %q, got %v", tc.args, tc.want, err)
+		}
+	}
+	if _, _, err := runCLI(t, "submit", "--config", config, "--label", "sweep", "--", "true"); err == nil || !strings.Contains(err.Error(), `--label: want KEY=VALUE, got "sweep"`) {
+		t.Errorf("submit --label without =: want the flag named, got %v", err)
+	}
+	if j, _, err := runCLI(t, "ls", "--config", config, "--label", "lr=0.2", "-o", "json"); err != nil || !strings.Contains(j, bad) || strings.Contains(j, ok) {
+		t.Errorf("ls --label lr=0.2: want only the job submitted with it, got %v\n%s", err, j)
+	}
+}
