@@ -11,8 +11,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from datetime import datetime, timedelta, timezone
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import APIError, Conflict, GpuqError, Unreachable, WaitTimeout, api_error
 from .progress import Progress
@@ -148,10 +148,14 @@ class Client:
         return JobStatus.from_doc(self._call("GET", _job_path(job_id, "/status")))
 
     def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
-             since: Optional[str] = None, limit: int = 50) -> List[Job]:
+             since: Union[str, datetime, timedelta, None] = None, limit: int = 50) -> List[Job]:
         """Jobs of the token's projects, newest first, at most ``limit``
         (following the API's pages). ``label`` is ``key=value``; ``since``
-        an RFC 3339 time."""
+        an RFC 3339 time, a datetime, or a timedelta back from now
+        (``timedelta(hours=24)``: the last day's jobs)."""
+        if isinstance(since, timedelta):
+            since = datetime.now(timezone.utc) - since
+        since = _rfc3339(since)
         jobs: List[Job] = []
         cursor = None
         while len(jobs) < limit:
@@ -204,8 +208,7 @@ class Client:
         default the start of this month) and what its unfinished jobs still
         reserve, per currency and per job, in micros. Any token of the
         project may read it."""
-        if isinstance(since, datetime):
-            since = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).isoformat()
+        since = _rfc3339(since)
         path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
         return Spend.from_doc(self._call("GET", path, {"since": since}))
 
@@ -285,6 +288,25 @@ class Client:
         finally:
             if shown:
                 shown.close()
+
+    def wait_all(self, jobs: Iterable[Union[str, Job]], timeout: Optional[float] = None,
+                 progress: bool = True) -> List[Job]:
+        """Waits until every job (ids or :class:`Job` objects) is finished,
+        one after the other, and returns them as finished, in the order
+        given; check ``job.succeeded`` on each. A sweep:
+        ``c.wait_all(c.list(label="sweep=lr", limit=10_000))``. ``timeout``
+        bounds the whole wait: :class:`WaitTimeout` names the first job not
+        finished when it runs out."""
+        ids = [j.id if isinstance(j, Job) else j for j in jobs]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished: List[Job] = []
+        for job_id in ids:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                finished.append(self.wait(job_id, timeout=remaining, progress=progress))
+            except WaitTimeout as e:
+                raise WaitTimeout(job_id, timeout or 0, e.state) from None
+        return finished
 
     def _state_now(self, job_id: str, known: str) -> str:
         """The job's state, or the one last known when the API cannot be
@@ -400,6 +422,13 @@ def _unavailable(e: GpuqError) -> bool:
     """Whether e is the API briefly out of reach (a restart, a proxy's
     502, 503 or 504) rather than an answer."""
     return isinstance(e, Unreachable) or (isinstance(e, APIError) and e.status in (502, 503, 504))
+
+
+def _rfc3339(t: Union[str, datetime, None]) -> Optional[str]:
+    """A time parameter as the API takes it: a naive datetime is UTC."""
+    if isinstance(t, datetime):
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
+    return t
 
 
 def _job_path(job_id: str, rest: str = "") -> str:

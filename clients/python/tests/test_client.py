@@ -206,6 +206,27 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             client.cancel_label("sweep")
 
+    def test_wait_all_waits_for_every_job_of_a_sweep(self):
+        sweep = "wait-%d" % time.monotonic_ns()
+        jobs = [client.submit(name="sweep-ok", command=["sh", "-c", "sleep 1"], labels={"sweep": sweep}),
+                client.submit(name="sweep-bad", command=["sh", "-c", "exit 3"], labels={"sweep": sweep},
+                              retries={"max_errors": 0}),
+                client.submit(name="sweep-fine", command=["true"], labels={"sweep": sweep})]
+        listed = client.list(label="sweep=" + sweep, since=timedelta(hours=1), limit=10_000)
+        self.assertEqual([j.id for j in listed], [j.id for j in reversed(jobs)])
+        self.assertEqual(client.list(label="sweep=" + sweep, since=timedelta(0)), [])
+        finished = client.wait_all(listed, timeout=120, progress=False)
+        self.assertEqual([(j.id, j.state) for j in finished],
+                         [(jobs[2].id, "succeeded"), (jobs[1].id, "failed"), (jobs[0].id, "succeeded")])
+        self.assertEqual([j.state for j in client.wait_all([j.id for j in jobs], progress=False)],
+                         ["succeeded", "failed", "succeeded"])
+        long = client.submit(name="sweep-long", command=["sleep", "60"], labels={"sweep": sweep})
+        with self.assertRaises(gpuq.WaitTimeout) as caught:
+            client.wait_all([jobs[0], long], timeout=1, progress=False)
+        self.assertEqual((caught.exception.job_id, caught.exception.timeout), (long.id, 1))
+        self.assertIn(caught.exception.state, ("placed", "running"))
+        client.cancel(long.id)
+
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])
         self.assertIn(job.id, [j.id for j in client.list(limit=500)])
