@@ -155,7 +155,11 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 			}
 		}
 	}
-	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, dir)
+	// Clients connect over TCP only. A Unix socket would live in dir, and
+	// neither a path over the 107 bytes a socket's name may hold nor one
+	// with a space (pg_ctl passes these settings through a shell) could
+	// hold it, which would keep gpuq dev from starting in such a place.
+	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k '' -c max_connections=200", c.port)
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
