@@ -259,8 +259,8 @@ func specErr(field, format string, args ...any) *SpecError {
 // Anything the JSON path does not accept goes through the YAML path, so
 // that errors read the same whichever way a spec is written.
 func ParseSpec(data []byte) (*Spec, error) {
-	if len(data) > MaxSpecBytes {
-		return nil, specErr("spec", "%d bytes is over the %d-byte limit; pass large data as inputs, not in the spec", len(data), MaxSpecBytes)
+	if err := checkSpecSize(data); err != nil {
+		return nil, err
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
@@ -274,9 +274,24 @@ func ParseSpec(data []byte) (*Spec, error) {
 	return parseSpecYAML(data)
 }
 
+func checkSpecSize(data []byte) error {
+	if len(data) > MaxSpecBytes {
+		return specErr("spec", "%d bytes is over the %d-byte limit; pass large data as inputs, not in the spec", len(data), MaxSpecBytes)
+	}
+	return nil
+}
+
 // parseSpecYAML reads data as YAML (JSON included), refusing aliases
 // before anything expands them.
 func parseSpecYAML(data []byte) (*Spec, error) {
+	js, err := specYAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	return decodeSpecJSON(js)
+}
+
+func specYAMLToJSON(data []byte) ([]byte, error) {
 	if err := CheckYAML(data, "spec"); err != nil {
 		return nil, yamlSpecErr(err)
 	}
@@ -284,7 +299,38 @@ func parseSpecYAML(data []byte) (*Spec, error) {
 	if err != nil {
 		return nil, specErr("spec", "not valid YAML or JSON: %v", err)
 	}
-	return decodeSpecJSON(js)
+	return js, nil
+}
+
+// SpecDocument reads a spec file as ParseSpec does, as its fields, before
+// any is checked or defaulted: a part of a spec that other fields will
+// complete (gpuq submit -f job.yaml -- CMD takes the command from its
+// arguments). ParseSpec checks the completed spec.
+func SpecDocument(data []byte) (map[string]any, error) {
+	if err := checkSpecSize(data); err != nil {
+		return nil, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return map[string]any{}, nil
+	}
+	js, err := specYAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber() // numbers as written, however large
+	if err := dec.Decode(&generic); err != nil {
+		return nil, specErr("spec", "not valid YAML or JSON: %v", err)
+	}
+	doc, ok := generic.(map[string]any)
+	if !ok && generic != nil {
+		return nil, specErr("spec", "must be a mapping of fields, got %s", jsonKind(generic))
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	return doc, nil
 }
 
 // decodeSpecJSON decodes, defaults and validates a spec written in JSON.

@@ -31,12 +31,15 @@ func newSubmitCmd() *cobra.Command {
 		Long: `Submit a job; prints its id.
 
 The spec comes from -f (YAML or JSON), from the flags, or both: flags override
-the file. A lone argument ending in .yaml, .yml or .json, given without --, is
-the spec file (gpuq submit job.yaml is gpuq submit -f job.yaml); to run a
-program with such a name, put it after --.`,
+the file, --env and --label add to its entries, and the command after --
+replaces its command, so a file may hold what a sweep's jobs share and leave
+the command to each submission. A lone argument ending in .yaml, .yml or
+.json, given without --, is the spec file (gpuq submit job.yaml is gpuq submit
+-f job.yaml); to run a program with such a name, put it after --.`,
 		Example: `  gpuq submit -f job.yaml
   gpuq submit job.yaml
   gpuq submit --name hello --cpu 1 -- echo hello
+  gpuq submit -f sweep.yaml --label lr=0.1 -- python train.py --lr 0.1
   gpuq submit --gpu-count 1 --card H100 --residency EU --max-price "2.50 EUR" --wait -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, format, err := loadConfigFormat(cmd)
@@ -120,12 +123,12 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		if len(args) == 0 && !anyFlagChanged(cmd) {
 			return queue.ParseSpec(data)
 		}
-		spec, err := queue.ParseSpec(data)
-		if err != nil {
+		// The file's fields as written: the flags and the command complete
+		// them (a file may leave the command to them), then the whole spec
+		// is checked and defaulted at once.
+		if doc, err = queue.SpecDocument(data); err != nil {
 			return nil, err
 		}
-		b, _ := json.Marshal(spec)
-		json.Unmarshal(b, &doc) //nolint:errcheck // it was just marshalled
 	}
 	// set puts val at path, making the maps above it, and returns the map
 	// it put val in.

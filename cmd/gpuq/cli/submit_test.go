@@ -135,3 +135,50 @@ func TestSubmitSaysWhereTheCommandsOwnFlagsGo(t *testing.T) {
 		t.Fatalf("a bad value of submit's own flag needs no hint about the command: %v", err)
 	}
 }
+
+// A spec file may hold what a series of jobs shares and leave the rest to
+// the command line: its command, labels, environment. The completed spec is
+// checked and defaulted as a whole, so the default name comes from the
+// command given, and a mistake in the file is still named.
+func TestSubmitCompletesAPartialSpecFileFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	shared := write("shared.yaml", "retries: {max_errors: 1, delay: 1s}\nlabels: {sweep: lr}\nenv: {A: '1'}\ninputs:\n"+
+		"  - {name: data, uri: 's3://b/d', provider: aws, region: eu-central-1, bytes: 9007199254740993}\n")
+	spec, err := submitSpec(t, "-f", shared, "--label", "lr=0.1", "--env", "B=2", "--", "python", "train.py")
+	if err != nil {
+		t.Fatalf("a file without a command, the command after --: %v", err)
+	}
+	if strings.Join(spec.Command, " ") != "python train.py" || spec.Name != "train.py" || spec.MaxErrors() != 1 {
+		t.Errorf("want the command given, the name from it and the file's retries; got %q %q %d", spec.Command, spec.Name, spec.MaxErrors())
+	}
+	if spec.Labels["sweep"] != "lr" || spec.Labels["lr"] != "0.1" || spec.Env["A"] != "1" || spec.Env["B"] != "2" {
+		t.Errorf("want the file's labels and env with the flags' added, got %v %v", spec.Labels, spec.Env)
+	}
+	if len(spec.Inputs) != 1 || spec.Inputs[0].Bytes != 9007199254740993 {
+		t.Errorf("want the input's bytes exactly as written, got %+v", spec.Inputs)
+	}
+	if _, err := submitSpec(t, "-f", shared); err == nil || !strings.Contains(err.Error(), "spec.command") {
+		t.Errorf("the file alone: want the missing command named, got %v", err)
+	}
+	if _, err := submitSpec(t, "-f", shared, "--name", "x"); err == nil || !strings.Contains(err.Error(), "spec.command") {
+		t.Errorf("the file and a flag, no command: want the missing command named, got %v", err)
+	}
+	typo := write("typo.yaml", "retries: {max_error: 1}\n")
+	if _, err := submitSpec(t, "-f", typo, "--", "true"); err == nil || !strings.Contains(err.Error(), "spec.retries.max_error: unknown field") {
+		t.Errorf("a file with an unknown field and a command: want the field named, got %v", err)
+	}
+	if _, err := submitSpec(t, "-f", write("list.yaml", "- a\n"), "--", "true"); err == nil || !strings.Contains(err.Error(), "must be a mapping") {
+		t.Errorf("a file that is a list: want it refused, got %v", err)
+	}
+	if spec, err := submitSpec(t, "-f", write("empty.yaml", ""), "--", "true"); err != nil || spec.Name != "true" {
+		t.Errorf("an empty file and a command: want the command's spec, got %v %v", spec, err)
+	}
+}
