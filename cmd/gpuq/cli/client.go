@@ -582,10 +582,16 @@ func newLogsCmd() *cobra.Command {
 	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes",
 		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
 			ctx := cmd.Context()
-			follow := v.GetBool("follow")
+			follow, only := v.GetBool("follow"), v.GetInt("attempt")
+			if only < 0 {
+				return fmt.Errorf("--attempt: must be 1 or more (0: every attempt), got %d", only)
+			}
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+					if only != 0 && ch.Attempt != only {
+						return nil
+					}
 					for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
 						if err := enc.Encode(map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}); err != nil {
 							return err
@@ -594,13 +600,24 @@ func newLogsCmd() *cobra.Command {
 					return nil
 				})
 			}
-			out := cmd.OutOrStdout()
+			// A job retried or preempted has output from several attempts:
+			// where one ends and the next begins is said on stderr, so that
+			// standard output holds only the job's own.
+			out, shown := cmd.OutOrStdout(), 0
 			return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+				if only != 0 && ch.Attempt != only {
+					return nil
+				}
+				if shown != 0 && ch.Attempt != shown {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: attempt %d's output follows\n", ch.Attempt)
+				}
+				shown = ch.Attempt
 				_, err := out.Write(ch.Data)
 				return err
 			})
 		})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes")
+	cmd.Flags().Int("attempt", 0, "only this attempt's output (`n`: 1 for the first; 0 for every attempt's)")
 	return cmd
 }
 

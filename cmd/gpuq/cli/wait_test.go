@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +14,9 @@ import (
 // gpuq submit --label: against gpuq dev as a user runs it, it waits for
 // each job, prints each one's outcome in the order submitted, names on
 // stderr each that did not succeed, and exits 0 only when every one
-// succeeded, else with the status their outcomes share, else 1.
-func TestWaitTakesSeveralJobsOrASweepsLabel(t *testing.T) {
+// succeeded, else with the status their outcomes share, else 1. gpuq logs
+// of a job retried tells its attempts apart.
+func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs gpuq dev with worker processes")
 	}
@@ -91,6 +93,32 @@ func TestWaitTakesSeveralJobsOrASweepsLabel(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "wait", "--config", config, fine, long); exitCode(err) != ExitCancelled {
 		t.Errorf("wait of a succeeded and a cancelled job: want exit %d, got %v", ExitCancelled, err)
+	}
+
+	// A retried job's output: each attempt's after the other, where one
+	// ends said on stderr; --attempt picks one.
+	spec := filepath.Join(dir, "retried.yaml")
+	if err := os.WriteFile(spec, []byte("retries: {max_errors: 1, delay: 1s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	retried := submit("-f", spec, "--", "sh", "-c", "echo attempt $GPUQ_ATTEMPT; exit 3")
+	if _, _, err := runCLI(t, "wait", "--config", config, retried); exitCode(err) != ExitFailed {
+		t.Fatalf("wait of a job that always exits 3: want exit %d, got %v", ExitFailed, err)
+	}
+	out, errOut, err = runCLI(t, "logs", "--config", config, retried)
+	if err != nil || out != "attempt 1\nattempt 2\n" || errOut != "gpuq: attempt 2's output follows\n" {
+		t.Errorf("logs of a job run twice: want both attempts' output, the second announced on stderr; got %v %q %q", err, out, errOut)
+	}
+	out, errOut, err = runCLI(t, "logs", "--config", config, "--attempt", "2", retried)
+	if err != nil || out != "attempt 2\n" || errOut != "" {
+		t.Errorf("logs --attempt 2: want the second attempt's output alone, got %v %q %q", err, out, errOut)
+	}
+	out, _, err = runCLI(t, "logs", "--config", config, "--attempt", "1", "-o", "json", retried)
+	if err != nil || strings.TrimSpace(out) != `{"attempt":1,"line":"attempt 1","stream":"stdout"}` {
+		t.Errorf("logs --attempt 1 -o json: want the first attempt's line, got %v %q", err, out)
+	}
+	if _, _, err := runCLI(t, "logs", "--config", config, "--attempt", "-1", retried); err == nil || !strings.Contains(err.Error(), "--attempt: must be 1 or more") {
+		t.Errorf("logs --attempt -1: want the flag named, got %v", err)
 	}
 
 	for _, tc := range []struct{ args, want string }{
