@@ -420,7 +420,7 @@ func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(q
 	}
 }
 
-func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error) {
+func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits, shown *transfer) (*Results, error) {
 	var res Results
 	if err := a.call(ctx, http.MethodGet, jobPath(id, "/results"), nil, nil, "", &res); err != nil {
 		return nil, err
@@ -443,7 +443,9 @@ func (a *apiJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim que
 	defer os.Remove(f.Name())
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(f, h), resp.Body); err != nil {
+	_, err = io.Copy(io.MultiWriter(f, h, shown.writer(res.Bytes)), resp.Body)
+	shown.close()
+	if err != nil {
 		return nil, fmt.Errorf("downloading the outputs of job %s: %w", id, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != res.SHA256 {

@@ -969,7 +969,8 @@ func newResultsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := svc.Results(cmd.Context(), id, dir, storage.Unpack)
+			shown := newTransfer(cmd.ErrOrStderr(), "downloading the outputs of "+id.String())
+			res, err := svc.Results(cmd.Context(), id, dir, storage.Unpack, shown)
 			if err != nil {
 				return err
 			}

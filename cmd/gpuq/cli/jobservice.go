@@ -36,8 +36,9 @@ type jobService interface {
 	Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error
 	Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	// Results unpacks a succeeded job's outputs into dir and lists them; a
-	// job that wrote none has no files.
-	Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error)
+	// job that wrote none has no files. The download is counted on shown,
+	// which may be nil.
+	Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits, shown *transfer) (*Results, error)
 	// Nodes lists worker nodes, of pool only when it is set.
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 	Close()

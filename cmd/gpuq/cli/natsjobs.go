@@ -343,7 +343,26 @@ func (n *natsJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 
 // Results downloads a succeeded job's output archive in ranges, checks its
 // hash and unpacks it into dir.
-func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits) (*Results, error) {
+// download copies the size bytes of a job's outputs archive to w, one
+// bounded read of the client service after the other.
+func (n *natsJobs) download(ctx context.Context, id uuid.UUID, size int64, w io.Writer) error {
+	for off := int64(0); off < size; {
+		var chunk []byte
+		if err := n.jobCall(ctx, queue.ClientOpArchive, queue.ClientRequest{JobID: id, Offset: off, Limit: queue.MaxClientArchiveChunk}, &chunk); err != nil {
+			return fmt.Errorf("downloading the outputs of job %s: %w", id, err)
+		}
+		if len(chunk) == 0 || int64(len(chunk)) > size-off {
+			return fmt.Errorf("downloading the outputs of job %s: %d bytes at offset %d of %d", id, len(chunk), off, size)
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+		off += int64(len(chunk))
+	}
+	return nil
+}
+
+func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits, shown *transfer) (*Results, error) {
 	var rec queue.ClientResults
 	if err := n.jobCall(ctx, queue.ClientOpResults, queue.ClientRequest{JobID: id}, &rec); err != nil {
 		return nil, err
@@ -359,18 +378,10 @@ func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim qu
 	defer os.Remove(f.Name())
 	defer f.Close()
 	h := sha256.New()
-	for off := int64(0); off < rec.Bytes; {
-		var chunk []byte
-		if err := n.jobCall(ctx, queue.ClientOpArchive, queue.ClientRequest{JobID: id, Offset: off, Limit: queue.MaxClientArchiveChunk}, &chunk); err != nil {
-			return nil, fmt.Errorf("downloading the outputs of job %s: %w", id, err)
-		}
-		if len(chunk) == 0 || int64(len(chunk)) > rec.Bytes-off {
-			return nil, fmt.Errorf("downloading the outputs of job %s: %d bytes at offset %d of %d", id, len(chunk), off, rec.Bytes)
-		}
-		if _, err := io.MultiWriter(f, h).Write(chunk); err != nil {
-			return nil, err
-		}
-		off += int64(len(chunk))
+	err = n.download(ctx, id, rec.Bytes, io.MultiWriter(f, h, shown.writer(rec.Bytes)))
+	shown.close()
+	if err != nil {
+		return nil, err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != rec.SHA256 {
 		return nil, fmt.Errorf("outputs of job %s: downloaded sha256 %s, recorded %s", id, got, rec.SHA256)

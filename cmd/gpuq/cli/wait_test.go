@@ -21,10 +21,7 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 		t.Skip("runs gpuq dev with worker processes")
 	}
 	t.Parallel()
-	bin := buildGpuq(t)
-	dir := t.TempDir()
-	startDev(t, bin, dir, "--http-addr", freeAddr(t))
-	config := filepath.Join(dir, devConfigFile)
+	dir, config := startDevHere(t)
 	submit := func(args ...string) string {
 		t.Helper()
 		out, errOut, err := runCLI(t, append([]string{"submit", "--config", config}, args...)...)
@@ -138,4 +135,14 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	if j, _, err := runCLI(t, "ls", "--config", config, "--label", "lr=0.2", "-o", "json"); err != nil || !strings.Contains(j, bad) || strings.Contains(j, ok) {
 		t.Errorf("ls --label lr=0.2: want only the job submitted with it, got %v\n%s", err, j)
 	}
+}
+
+// startDevHere starts gpuq dev as a user does (startDev), in a directory
+// of its own with its HTTP API on a free port, and returns the directory and
+// the config file dev wrote there for the client commands.
+func startDevHere(t *testing.T) (dir, config string) {
+	t.Helper()
+	dir = t.TempDir()
+	startDev(t, buildGpuq(t), dir, "--http-addr", freeAddr(t))
+	return dir, filepath.Join(dir, devConfigFile)
 }

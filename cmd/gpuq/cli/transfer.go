@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// transfer shows a download's progress on stderr once it has lasted longer
+// than quiet, so that a short one shows nothing: on a terminal one line
+// redrawn in place, anywhere else one plain line every few seconds. A nil
+// transfer shows nothing.
+type transfer struct {
+	w     io.Writer
+	tty   bool
+	what  string
+	quiet time.Duration // shown only after this long
+	every time.Duration // at most one line per this long
+	now   func() time.Time
+
+	total, done  int64
+	start, shown time.Time
+}
+
+func newTransfer(w io.Writer, what string) *transfer {
+	t := &transfer{w: w, tty: isTerminal(w), what: what, quiet: time.Second, every: 5 * time.Second, now: time.Now}
+	if t.tty {
+		t.every = 250 * time.Millisecond
+	}
+	return t
+}
+
+// writer starts the count of a download of total bytes: what is written to
+// it is counted as downloaded.
+func (t *transfer) writer(total int64) io.Writer {
+	if t == nil {
+		return io.Discard
+	}
+	t.total, t.done, t.start = total, 0, t.now()
+	return t
+}
+
+func (t *transfer) Write(p []byte) (int, error) {
+	t.done += int64(len(p))
+	if now := t.now(); now.Sub(t.start) >= t.quiet && now.Sub(t.shown) >= t.every {
+		t.show(now)
+	}
+	return len(p), nil
+}
+
+func (t *transfer) show(now time.Time) {
+	t.shown = now
+	pct := 100
+	if t.total > 0 {
+		pct = int(t.done * 100 / t.total)
+	}
+	line := fmt.Sprintf("%s: %s of %s (%d%%), %s", t.what, byteCount(t.done), byteCount(t.total), pct, now.Sub(t.start).Round(time.Second))
+	if t.tty {
+		fmt.Fprintf(t.w, "\r\033[K%s", line)
+		return
+	}
+	fmt.Fprintln(t.w, line)
+}
+
+// close shows where a download that was shown ended, and ends a terminal's
+// line.
+func (t *transfer) close() {
+	if t == nil || t.shown.IsZero() {
+		return
+	}
+	t.show(t.now())
+	if t.tty {
+		fmt.Fprintln(t.w)
+	}
+}
+
+// byteCount writes n bytes in binary units: 512 B, 1.5 KiB, 3.2 GiB.
+func byteCount(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
