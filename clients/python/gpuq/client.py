@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import APIError, Conflict, GpuqError, Unreachable, WaitTimeout, api_error
-from .progress import Progress
+from .progress import Progress, Transfer
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
@@ -351,25 +351,34 @@ class Client:
                 again.unavailable(e)
             again.pause()
 
-    def results(self, job_id: str, dir: Optional[str] = None) -> Results:
+    def results(self, job_id: str, dir: Optional[str] = None, progress: bool = True) -> Results:
         """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
         ``dir`` (default: the job id) and returns them with each file's
         local path. A job that wrote none has no files. A job that has not
-        succeeded raises :class:`Conflict`."""
+        succeeded raises :class:`Conflict`. With progress, a download that
+        lasts over a second shows how far it got (Jupyter, terminal or
+        plain lines on stderr)."""
         res = Results.from_doc(self._call("GET", _job_path(job_id, "/results")))
         target = os.path.abspath(dir or job_id)
         res.dir = target
-        for f in res.files:
-            local = _inside(target, f.path)
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            with self._open("GET", _job_path(job_id, "/results/file"), {"path": f.path},
-                            accept="application/octet-stream") as resp, open(local, "wb") as out:
-                while True:
-                    block = resp.read(1 << 20)
-                    if not block:
-                        break
-                    out.write(block)
-            f.local_path = local
+        shown = Transfer("downloading the outputs of " + job_id, sum(f.bytes for f in res.files)) if progress else None
+        try:
+            for f in res.files:
+                local = _inside(target, f.path)
+                os.makedirs(os.path.dirname(local), exist_ok=True)
+                with self._open("GET", _job_path(job_id, "/results/file"), {"path": f.path},
+                                accept="application/octet-stream") as resp, open(local, "wb") as out:
+                    while True:
+                        block = resp.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+                        if shown:
+                            shown.add(len(block))
+                f.local_path = local
+        finally:
+            if shown:
+                shown.close()
         return res
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Optional
+from typing import IO, Callable, Optional
 
 from .types import Event
 
@@ -30,6 +30,22 @@ def _notebook_display():
     return display
 
 
+def _mode(stream: IO[str], mode: Optional[str]):
+    """The display mode for stream (``"notebook"``, ``"tty"`` or
+    ``"lines"``) unless one is given, and IPython's display function in a
+    notebook."""
+    display = None
+    if mode is None:
+        display = _notebook_display()
+        if display is not None:
+            mode = "notebook"
+        elif hasattr(stream, "isatty") and stream.isatty():
+            mode = "tty"
+        else:
+            mode = "lines"
+    return mode, display
+
+
 class Progress:
     """Shows the state changes of one job. ``mode`` is ``"notebook"``,
     ``"tty"`` or ``"lines"``; by default it is chosen from the environment."""
@@ -39,16 +55,8 @@ class Progress:
     def __init__(self, job_id: str, stream: Optional[IO[str]] = None, mode: Optional[str] = None) -> None:
         self.job_id = job_id
         self.stream = stream if stream is not None else sys.stderr
-        self._display = None
-        if mode is None:
-            self._display = _notebook_display()
-            if self._display is not None:
-                mode = "notebook"
-            elif hasattr(self.stream, "isatty") and self.stream.isatty():
-                mode = "tty"
-            else:
-                mode = "lines"
-        self.mode = mode
+        self.mode, self._display = _mode(self.stream, mode)
+        mode = self.mode
         self.start = time.monotonic()
         self._last: Optional[Event] = None
         self._handle = None
@@ -109,6 +117,74 @@ class Progress:
             if self.mode == "tty" and self._drawn:
                 self.stream.write("\n")
                 self.stream.flush()
+
+
+class Transfer:
+    """Shows a download's progress once it has lasted longer than ``QUIET``
+    seconds, so that a short one shows nothing: in Jupyter one display
+    updated, on a terminal one line redrawn, anywhere else one plain line
+    every ``EVERY`` seconds; ``close`` shows where it ended."""
+
+    QUIET = 1.0
+    EVERY = 5.0
+    EVERY_LIVE = 0.25
+
+    def __init__(self, what: str, total: int, stream: Optional[IO[str]] = None, mode: Optional[str] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self.total = total
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.mode, self._display = _mode(self.stream, mode)
+        self._every = self.EVERY if self.mode == "lines" else self.EVERY_LIVE
+        self._clock = clock
+        self.start = clock()
+        self._shown: Optional[float] = None
+        self._handle = None
+
+    def add(self, n: int) -> None:
+        """Counts n more bytes downloaded."""
+        self.done += n
+        now = self._clock()
+        if now - self.start >= self.QUIET and (self._shown is None or now - self._shown >= self._every):
+            self._show(now)
+
+    def _show(self, now: float) -> None:
+        self._shown = now
+        pct = self.done * 100 // self.total if self.total > 0 else 100
+        text = "%s: %s of %s (%d%%), %ds" % (self.what, byte_count(self.done), byte_count(self.total), pct,
+                                             round(now - self.start))
+        if self.mode == "tty":
+            self.stream.write("\r\033[K" + text)
+        elif self.mode == "notebook":
+            if self._handle is None:
+                self._handle = self._display(_Text(text), display_id=True)
+            else:
+                self._handle.update(_Text(text))
+            return
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._shown is None:
+            return
+        self._show(self._clock())
+        if self.mode == "tty":
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def byte_count(n: int) -> str:
+    """n bytes in binary units: 512 B, 1.5 KiB, 3.2 GiB."""
+    if n < 1024:
+        return "%d B" % n
+    value, unit = float(n), ""
+    for unit in "KMGTPE":
+        value /= 1024
+        if value < 1024:
+            break
+    return "%.1f %siB" % (value, unit)
 
 
 class _Text:

@@ -17,7 +17,7 @@ from unittest import mock
 import gpuq
 from gpuq.client import _inside, _read_config
 from gpuq.errors import api_error
-from gpuq.progress import Progress
+from gpuq.progress import Progress, Transfer, byte_count
 from gpuq.types import Event, parse_time
 
 
@@ -116,6 +116,60 @@ class ProgressTest(unittest.TestCase):
         self.assertIn("running", last)
         self.assertIn("claimed by w1", last)
         self.assertNotIn("\r", last)
+
+class TransferTest(unittest.TestCase):
+    def run_transfer(self, stream, steps, step, mode=None):
+        now = [100.0]
+        t = Transfer("downloading the outputs of j", steps << 20, stream=stream, mode=mode, clock=lambda: now[0])
+        for _ in range(steps):
+            now[0] += step
+            t.add(1 << 20)
+        t.close()
+        return t
+
+    def test_a_short_download_shows_nothing(self):
+        out = io.StringIO()
+        self.run_transfer(out, 9, 0.1)
+        self.assertEqual(out.getvalue(), "")
+
+    def test_a_long_download_is_a_line_every_few_seconds_and_its_end(self):
+        out = io.StringIO()
+        self.run_transfer(out, 12, 1.0)
+        self.assertEqual(out.getvalue().splitlines(), [
+            "downloading the outputs of j: 1.0 MiB of 12.0 MiB (8%), 1s",
+            "downloading the outputs of j: 6.0 MiB of 12.0 MiB (50%), 6s",
+            "downloading the outputs of j: 11.0 MiB of 12.0 MiB (91%), 11s",
+            "downloading the outputs of j: 12.0 MiB of 12.0 MiB (100%), 12s",
+        ])
+
+    def test_a_terminal_gets_one_line_redrawn(self):
+        out = FakeTerminal()
+        self.run_transfer(out, 3, 0.5)
+        text = out.getvalue()
+        self.assertEqual(text.count("\n"), 1)
+        self.assertTrue(text.endswith("3.0 MiB of 3.0 MiB (100%), 2s\n"), text)
+        self.assertEqual(text.split("\r\033[K")[1], "downloading the outputs of j: 2.0 MiB of 3.0 MiB (66%), 1s")
+
+    def test_a_notebook_updates_one_display(self):
+        shown = []
+
+        class Handle:
+            def update(self, obj):
+                shown.append(("update", repr(obj)))
+
+        def display(obj, display_id=False):
+            shown.append(("display", repr(obj)))
+            return Handle()
+
+        with mock.patch("gpuq.progress._notebook_display", return_value=display):
+            self.run_transfer(io.StringIO(), 3, 0.5)
+        self.assertEqual([k for k, _ in shown], ["display", "update", "update"])
+        self.assertIn("(100%)", shown[-1][1])
+
+    def test_byte_counts(self):
+        for n, want in ((0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (5 << 30, "5.0 GiB"), (1 << 62, "4.0 EiB")):
+            self.assertEqual(byte_count(n), want)
+
 
 class ErrorTest(unittest.TestCase):
     def test_problem_details_name_each_field(self):
