@@ -75,7 +75,9 @@ class Progress:
         ev = self._last
         assert ev is not None
         msg = ev.message if len(ev.message) <= 60 else ev.message[:59] + "…"
-        return "%s  %-9s attempt %d  %s  %s" % (self.job_id[:8], ev.state, ev.attempt, self._elapsed(), msg)
+        # The id's last digits: the leading ones of a UUIDv7 are the time of
+        # submission, the same for every job of a sweep.
+        return "…%s  %-9s attempt %d  %s  %s" % (self.job_id[-12:], ev.state, ev.attempt, self._elapsed(), msg)
 
     def _tick(self) -> None:
         while not self._stop.wait(self.TICK):

@@ -56,6 +56,8 @@ class ProgressTest(unittest.TestCase):
         self.assertGreaterEqual(len(draws), 4, text)
         self.assertIn(" 0s ", draws[0])
         self.assertIn(" 1s ", draws[-1])
+        # The end of the id: a UUIDv7's leading digits are the time.
+        self.assertTrue(draws[0].startswith("…456789abcdef  running "), draws[0])
         self.assertEqual(text.count("\n"), 1)
 
     def test_a_notebook_updates_one_display(self):

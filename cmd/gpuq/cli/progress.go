@@ -93,7 +93,7 @@ func (p *progress) elapsed() time.Duration { return time.Since(p.start).Round(ti
 // draw rewrites the terminal's line; p.mu is held.
 func (p *progress) draw() {
 	p.drawn = true
-	fmt.Fprintf(p.w, "\r\033[K%s  %-9s attempt %d  %s  %s", p.id.String()[:8], p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
+	fmt.Fprintf(p.w, "\r\033[K%s  %-9s attempt %d  %s  %s", shortID(p.id), p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
 }
 
 // close stops the ticking and ends a drawn line.
@@ -107,4 +107,12 @@ func (p *progress) close() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// shortID names a job in a line of limited width by its id's last 12 hex
+// digits: job ids are UUIDv7, whose leading digits are the time of
+// submission, the same for every job of a sweep.
+func shortID(id uuid.UUID) string {
+	s := id.String()
+	return "…" + s[len(s)-12:]
 }

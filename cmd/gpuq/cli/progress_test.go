@@ -61,7 +61,8 @@ func TestWaitProgressOnAPipeIsOneLinePerStateChange(t *testing.T) {
 func TestWaitProgressOnATerminalRedrawsOneLineWithElapsedTimeTicking(t *testing.T) {
 	t.Parallel()
 	term := &fakeTerminal{}
-	p := newProgress(term, uuid.New())
+	id := uuid.Must(uuid.NewV7())
+	p := newProgress(term, id)
 	p.event(queue.Event{State: queue.StateRunning, Attempt: 1, Message: "claimed"})
 	// No state change for over two ticks: the line is redrawn with the
 	// elapsed time moving on.
@@ -80,5 +81,10 @@ func TestWaitProgressOnATerminalRedrawsOneLineWithElapsedTimeTicking(t *testing.
 	}
 	if strings.Contains(got, "\n\r") || strings.Count(got, "\n") != 1 {
 		t.Fatalf("a terminal's progress is one line: %q", got)
+	}
+	// The line names the job by the end of its id: a UUIDv7 begins with
+	// the time, the same for every job of a sweep.
+	if want := "…" + id.String()[24:] + "  running "; !strings.HasPrefix(draws[0], want) {
+		t.Fatalf("want the line to start %q, got %q", want, draws[0])
 	}
 }
