@@ -329,7 +329,7 @@ func (s *Server) registerOn(api huma.API) {
 // its kind can answer besides those it names.
 func register[I, O any](api huma.API, op huma.Operation, h func(context.Context, *I) (*O, error)) {
 	if _, ok := op.Metadata[metaRole]; ok {
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable)
 	}
 	op.Errors = append(op.Errors, http.StatusInternalServerError)
 	slices.Sort(op.Errors)

@@ -50,7 +50,9 @@ func newAuthenticator(store TokenStore, perSecond float64, burst int, logger *sl
 
 // middleware refuses a request without a valid token of the operation's
 // role (401, or 403 for a weaker role) and one over its token's rate (429
-// with Retry-After).
+// with Retry-After). A token that cannot be checked now, while PostgreSQL
+// cannot be reached, is a 503 with Retry-After: the client is to try again,
+// not to take its token for a bad one.
 func (a *authenticator) middleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
 		need, _ := ctx.Operation().Metadata[metaRole].(queue.Role)
@@ -58,7 +60,12 @@ func (a *authenticator) middleware(api huma.API) func(huma.Context, func(huma.Co
 			next(ctx)
 			return
 		}
-		tok, reason := a.authenticate(ctx.Context(), ctx.Header("Authorization"))
+		tok, reason, err := a.authenticate(ctx.Context(), ctx.Header("Authorization"))
+		if err != nil {
+			ctx.SetHeader("Retry-After", "1")
+			huma.WriteErr(api, ctx, http.StatusServiceUnavailable, "the token could not be checked now; try again") //nolint:errcheck // the response is written
+			return
+		}
 		if tok == nil {
 			ctx.SetHeader("WWW-Authenticate", `Bearer realm="gpuq"`)
 			huma.WriteErr(api, ctx, http.StatusUnauthorized, reason) //nolint:errcheck // the response is written
@@ -78,34 +85,35 @@ func (a *authenticator) middleware(api huma.API) func(huma.Context, func(huma.Co
 }
 
 // authenticate returns the token an Authorization header presents, or why
-// there is none. The reason never echoes the presented secret.
-func (a *authenticator) authenticate(ctx context.Context, header string) (*queue.Token, string) {
+// there is none; an error when it could not be read. The reason never
+// echoes the presented secret.
+func (a *authenticator) authenticate(ctx context.Context, header string) (*queue.Token, string, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return nil, "missing bearer token: send Authorization: Bearer <token> (gpuq token create makes one)"
+		return nil, "missing bearer token: send Authorization: Bearer <token> (gpuq token create makes one)", nil
 	}
 	prefix := queue.TokenLookupPrefix(strings.TrimSpace(secret))
 	if prefix == "" {
-		return nil, "invalid token"
+		return nil, "invalid token", nil
 	}
 	tok, err := a.store.TokenByPrefix(ctx, prefix)
 	if errors.Is(err, queue.ErrNotFound) {
-		return nil, "invalid token"
+		return nil, "invalid token", nil
 	}
 	if err != nil {
 		a.logger.Error("reading token", "prefix", prefix, "err", err)
-		return nil, "token could not be checked; try again"
+		return nil, "", err
 	}
 	if !tok.Matches(strings.TrimSpace(secret)) {
-		return nil, "invalid token"
+		return nil, "invalid token", nil
 	}
 	if why := tok.Usable(time.Now()); why != "" {
-		return nil, why
+		return nil, why, nil
 	}
 	a.mu.Lock()
 	a.used[tok.ID] = true
 	a.mu.Unlock()
-	return tok, ""
+	return tok, "", nil
 }
 
 // limit takes one request from the token's allowance and returns how long

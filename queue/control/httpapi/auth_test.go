@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/queuetest"
 	"github.com/gpuq/gpuq/queue/store"
+	"github.com/gpuq/gpuq/sql/migrations"
+	"github.com/gpuq/gpuq/sql/pgtemp"
 	"github.com/gpuq/gpuq/workers"
 )
 
@@ -257,4 +261,54 @@ func TestATokenForAllProjectsSeesEveryProjectAndOnlySuchAnAdminMakesOne(t *testi
 	if _, _, err := queue.NewTokenSecret("", []string{"*", "p"}, queue.RoleRead, nil); err == nil {
 		t.Error(`"*" must stand alone among a token's projects`)
 	}
+}
+
+// While PostgreSQL cannot be reached, a token cannot be checked: the API
+// answers 503 with Retry-After, which clients ride through, never 401,
+// which would make them give up on a good token. Once PostgreSQL is back
+// the same token works.
+func TestATokenThatCannotBeCheckedGets503NotA401(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops and restarts a PostgreSQL server")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "pg")
+	pg, err := pgtemp.Start(ctx, dir, pgtemp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Destroy() }) //nolint:errcheck // test cleanup
+	db, err := sql.Open("pgx", pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = migrations.Migrate(ctx, db)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEnvOn(t, queuetest.StartNATS(t), pg.URL(), nil)
+	tok := e.token(queue.RoleRead, nil, "p")
+	if r := e.do("GET", "/v1/jobs", tok, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("with PostgreSQL up: %d %s", r.Status, r.Body)
+	}
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("GET", "/v1/jobs", tok, "", nil)
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" || r.Header.Get("WWW-Authenticate") != "" {
+		t.Errorf("with PostgreSQL down: %d, Retry-After %q, WWW-Authenticate %q: want 503 with Retry-After 1 and no challenge; %s",
+			r.Status, r.Header.Get("Retry-After"), r.Header.Get("WWW-Authenticate"), r.Body)
+	}
+	if strings.Contains(string(r.Body), tok) {
+		t.Error("the answer echoes the secret")
+	}
+	loadOpenAPI(t).check(t, "GET", "/v1/jobs", r)
+	if pg, err = pgtemp.Start(ctx, dir, pgtemp.Options{Port: pg.Port()}); err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Eventually(t, 30*time.Second, "the token to work again", func() bool {
+		return e.do("GET", "/v1/jobs", tok, "", nil).Status == http.StatusOK
+	})
 }
