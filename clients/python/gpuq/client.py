@@ -93,10 +93,18 @@ class Client:
             raise api_error(e.code, doc, float(retry) if retry and retry.isdigit() else None) from None
         except urllib.error.URLError as e:
             raise Unreachable("%s %s: %s" % (method, url, e.reason)) from e
+        except (OSError, http.client.HTTPException) as e:
+            # The connection dropped before an answer came (a server
+            # stopping), which urllib does not wrap.
+            raise Unreachable("%s %s: %r" % (method, url, e)) from e
 
     def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None) -> Any:
         with self._open(method, path, query, body) as resp:
-            return json.loads(resp.read(_MAX_DOC).decode("utf-8"))
+            try:
+                raw = resp.read(_MAX_DOC)
+            except (OSError, http.client.HTTPException) as e:
+                raise Unreachable("%s %s: the answer broke off: %r" % (method, self.url + path, e)) from e
+        return json.loads(raw.decode("utf-8"))
 
     def _events(self, path: str, query: Optional[Mapping[str, Any]] = None, last_id: Optional[str] = None,
                 read_timeout: Optional[float] = None) -> Iterator[Tuple[str, str, Any]]:

@@ -290,6 +290,57 @@ class ReconnectTest(unittest.TestCase):
         self.assertEqual(len(logs.records), 1, logs.output)
         self.assertIn("503", logs.output[0])
 
+    def test_wait_rides_through_connections_dropped_without_an_answer(self):
+        # A server stopping closes connections it has read a request from
+        # without answering: urllib raises that as a bare OSError, which the
+        # client must take for the API out of reach, as a refused one.
+        job = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
+        seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                seen.append(self.path)
+                if len(seen) in (2, 3, 4):
+                    self.close_connection = True
+                    return  # no answer at all
+                if self.path.endswith("/events"):
+                    doc = {"job_id": job, "state": "succeeded", "attempt": 1, "message": "succeeded",
+                           "at": "2026-12-05T23:21:27Z"}
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(("id: 1\nevent: state\ndata: %s\n\n" % json.dumps(doc)).encode())
+                    self.close_connection = True
+                    return
+                state = "running" if len(seen) == 1 else "succeeded"
+                doc = {"id": job, "project": "p", "name": "n", "state": state, "attempt": 1, "errors": 0,
+                       "preemptions": 0, "placement_version": 1}
+                body = json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        c = gpuq.Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            job_now = c.wait(job, timeout=30, progress=False)
+        self.assertEqual(job_now.state, "succeeded")
+        self.assertEqual(seen[4:], ["/v1/jobs/%s/events" % job, "/v1/jobs/%s" % job])
+        self.assertEqual(len(logs.records), 1, logs.output)
+        with self.assertRaises(gpuq.Unreachable):
+            seen.clear()
+            seen.append("")  # the next request is the 2nd: dropped
+            c.get(job)
+
     def test_a_server_never_reached_is_an_error_at_once(self):
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         port = srv.server_address[1]
