@@ -178,7 +178,8 @@ class Transfer:
 
 
 def byte_count(n: int) -> str:
-    """n bytes in binary units: 512 B, 1.5 KiB, 3.2 GiB."""
+    """n bytes in binary units, as the gpuq CLI writes them: 512 B,
+    1.5 KiB, 12 MiB."""
     if n < 1024:
         return "%d B" % n
     value, unit = float(n), ""
@@ -186,7 +187,7 @@ def byte_count(n: int) -> str:
         value /= 1024
         if value < 1024:
             break
-    return "%.1f %siB" % (value, unit)
+    return ("%.1f %siB" if value < 10 else "%.0f %siB") % (value, unit)
 
 
 class _Text:

@@ -138,10 +138,10 @@ class TransferTest(unittest.TestCase):
         out = io.StringIO()
         self.run_transfer(out, 12, 1.0)
         self.assertEqual(out.getvalue().splitlines(), [
-            "downloading the outputs of j: 1.0 MiB of 12.0 MiB (8%), 1s",
-            "downloading the outputs of j: 6.0 MiB of 12.0 MiB (50%), 6s",
-            "downloading the outputs of j: 11.0 MiB of 12.0 MiB (91%), 11s",
-            "downloading the outputs of j: 12.0 MiB of 12.0 MiB (100%), 12s",
+            "downloading the outputs of j: 1.0 MiB of 12 MiB (8%), 1s",
+            "downloading the outputs of j: 6.0 MiB of 12 MiB (50%), 6s",
+            "downloading the outputs of j: 11 MiB of 12 MiB (91%), 11s",
+            "downloading the outputs of j: 12 MiB of 12 MiB (100%), 12s",
         ])
 
     def test_a_terminal_gets_one_line_redrawn(self):
@@ -169,7 +169,7 @@ class TransferTest(unittest.TestCase):
         self.assertIn("(100%)", shown[-1][1])
 
     def test_byte_counts(self):
-        for n, want in ((0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (5 << 30, "5.0 GiB"), (1 << 62, "4.0 EiB")):
+        for n, want in ((0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (12 << 20, "12 MiB"), (5 << 30, "5.0 GiB"), (1 << 62, "4.0 EiB")):
             self.assertEqual(byte_count(n), want)
 
 

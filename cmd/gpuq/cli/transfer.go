@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/dustin/go-humanize"
 )
 
 // transfer shows a download's progress on stderr once it has lasted longer
@@ -54,7 +56,7 @@ func (t *transfer) show(now time.Time) {
 	if t.total > 0 {
 		pct = int(t.done * 100 / t.total)
 	}
-	line := fmt.Sprintf("%s: %s of %s (%d%%), %s", t.what, byteCount(t.done), byteCount(t.total), pct, now.Sub(t.start).Round(time.Second))
+	line := fmt.Sprintf("%s: %s of %s (%d%%), %s", t.what, humanize.IBytes(uint64(t.done)), humanize.IBytes(uint64(t.total)), pct, now.Sub(t.start).Round(time.Second))
 	if t.tty {
 		fmt.Fprintf(t.w, "\r\033[K%s", line)
 		return
@@ -72,18 +74,4 @@ func (t *transfer) close() {
 	if t.tty {
 		fmt.Fprintln(t.w)
 	}
-}
-
-// byteCount writes n bytes in binary units: 512 B, 1.5 KiB, 3.2 GiB.
-func byteCount(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
