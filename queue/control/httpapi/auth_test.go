@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,4 +312,40 @@ func TestATokenThatCannotBeCheckedGets503NotA401(t *testing.T) {
 	queuetest.Eventually(t, 30*time.Second, "the token to work again", func() bool {
 		return e.do("GET", "/v1/jobs", tok, "", nil).Status == http.StatusOK
 	})
+}
+
+// While NATS cannot be reached, what needs it (a submission, after its
+// retries; a job's events or logs) answers 503 with Retry-After, which
+// clients ride through, not 500; what needs only PostgreSQL still answers.
+func TestAnAPIWhoseNATSIsDownAnswers503(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	_, url := queuetest.Store(t, n)
+	e := startEnvOn(t, n, url, nil)
+	tok := e.token(queue.RoleAdmin, nil, "p")
+	job := e.submit(tok, "command: [/bin/true]\n")
+	n.Server.Stop()
+	doc := loadOpenAPI(t)
+	path := "/v1/jobs/" + job.ID.String()
+	if r := e.do("GET", path, tok, "", nil); r.Status != http.StatusOK {
+		t.Errorf("GET %s, which reads PostgreSQL only: %d %s", path, r.Status, r.Body)
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct{ method, path, doc string }{
+		{"GET", path + "/events", "/v1/jobs/{id}/events"},
+		{"GET", path + "/logs", "/v1/jobs/{id}/logs"},
+		{"GET", path + "/logs?follow=true", "/v1/jobs/{id}/logs"},
+		{"POST", "/v1/jobs", "/v1/jobs"},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.do(c.method, c.path, tok, "application/yaml", []byte("command: [/bin/true]\n"))
+			if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" {
+				t.Errorf("%s %s with NATS down: %d, Retry-After %q; want 503 with Retry-After 1: %s", c.method, c.path, r.Status, r.Header.Get("Retry-After"), r.Body)
+			}
+			doc.check(t, c.method, c.doc, r)
+		}()
+	}
+	wg.Wait()
 }
