@@ -326,10 +326,18 @@ class Client:
                 raise
             return known
 
-    def logs(self, job_id: str, follow: bool = False) -> Iterator[LogChunk]:
+    def logs(self, job_id: str, follow: bool = False, attempt: Optional[int] = None) -> Iterator[LogChunk]:
         """The job's output as chunks (``chunk.data``), every attempt's in
-        order. With follow, new output is yielded as it is written and the
-        iterator ends once the job has finished and all of it was sent."""
+        order (``chunk.attempt`` says whose), or only ``attempt``'s. With
+        follow, new output is yielded as it is written and the iterator ends
+        once the job has finished and all of it was sent."""
+        if attempt is not None and attempt < 1:
+            raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
+        for chunk in self._logs(job_id, follow):
+            if attempt is None or chunk.attempt == attempt:
+                yield chunk
+
+    def _logs(self, job_id: str, follow: bool) -> Iterator[LogChunk]:
         if not follow:
             after = 0
             while True:

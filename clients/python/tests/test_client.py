@@ -227,6 +227,16 @@ class ClientTest(unittest.TestCase):
         self.assertIn(caught.exception.state, ("placed", "running"))
         client.cancel(long.id)
 
+    def test_logs_of_one_attempt(self):
+        job = client.submit(name="retried", command=["sh", "-c", "echo attempt $GPUQ_ATTEMPT; exit 3"],
+                            retries={"max_errors": 1, "delay": "1s"})
+        self.assertEqual(client.wait(job.id, timeout=120, progress=False).state, "failed")
+        self.assertEqual([(c.attempt, c.data) for c in client.logs(job.id)], [(1, "attempt 1\n"), (2, "attempt 2\n")])
+        self.assertEqual([c.data for c in client.logs(job.id, attempt=2)], ["attempt 2\n"])
+        self.assertEqual([c.data for c in client.logs(job.id, follow=True, attempt=1)], ["attempt 1\n"])
+        with self.assertRaises(ValueError):
+            list(client.logs(job.id, attempt=0))
+
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])
         self.assertIn(job.id, [j.id for j in client.list(limit=500)])
