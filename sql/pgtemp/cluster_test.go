@@ -14,13 +14,35 @@ import (
 	"github.com/gpuq/gpuq/sql/pgtemp"
 )
 
-func TestSettingsReachTheServerAndABadOneChangesNothing(t *testing.T) {
+// needServerBinaries skips a test where initdb and pg_ctl are missing, and
+// fails it in CI.
+func needServerBinaries(t *testing.T) {
+	t.Helper()
 	if _, err := pgtemp.BinDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI needs PostgreSQL's server binaries: %v", err)
 		}
 		t.Skip(err)
 	}
+}
+
+// queryOne is the one value q answers on c.
+func queryOne(t *testing.T, c *pgtemp.Cluster, q string) string {
+	t.Helper()
+	db, err := sql.Open("postgres", c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRow(q).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return v
+}
+
+func TestSettingsReachTheServerAndABadOneChangesNothing(t *testing.T) {
+	needServerBinaries(t)
 	ctx := context.Background()
 	root := t.TempDir()
 	for _, bad := range []string{"work_mem", "=7MB", "work_mem=7 MB", "work_mem='7MB'"} {
@@ -37,16 +59,7 @@ func TestSettingsReachTheServerAndABadOneChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Destroy() }) //nolint:errcheck // a temporary cluster
-	db, err := sql.Open("postgres", c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var workMem string
-	if err := db.QueryRowContext(ctx, "SHOW work_mem").Scan(&workMem); err != nil {
-		t.Fatal(err)
-	}
-	if workMem != "7MB" {
+	if workMem := queryOne(t, c, "SHOW work_mem"); workMem != "7MB" {
 		t.Fatalf("work_mem = %s, want the 7MB the settings asked for", workMem)
 	}
 }
@@ -55,12 +68,7 @@ func TestSettingsReachTheServerAndABadOneChangesNothing(t *testing.T) {
 // Unix socket's name may be and holding a space, as a user's project
 // directory may (gpuq dev keeps its cluster in .gpuq/postgres there).
 func TestAClusterStartsUnderALongPathWithSpaces(t *testing.T) {
-	if _, err := pgtemp.BinDir(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs PostgreSQL's server binaries: %v", err)
-		}
-		t.Skip(err)
-	}
+	needServerBinaries(t)
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "My Projects", strings.Repeat("a-long-directory-name-", 5), ".gpuq", "postgres")
 	if len(dir) <= 107 {
@@ -71,14 +79,8 @@ func TestAClusterStartsUnderALongPathWithSpaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Destroy() }) //nolint:errcheck // a temporary cluster
-	db, err := sql.Open("postgres", c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var one int
-	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
-		t.Fatalf("SELECT 1: %d %v", one, err)
+	if one := queryOne(t, c, "SELECT 1"); one != "1" {
+		t.Fatalf("SELECT 1: %s", one)
 	}
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)

@@ -30,6 +30,22 @@ class FakeTerminal(io.StringIO):
         return True
 
 
+def fake_notebook():
+    """IPython's display function as a notebook has it, and the list of what
+    it was asked to show: ("display", text), then ("update", text)."""
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(("update", repr(obj)))
+
+    def display(obj, display_id=False):
+        shown.append(("display", repr(obj)))
+        return Handle()
+
+    return display, shown
+
+
 class ProgressTest(unittest.TestCase):
     def test_a_pipe_gets_one_plain_line_per_state_change(self):
         out = io.StringIO()
@@ -61,16 +77,7 @@ class ProgressTest(unittest.TestCase):
         self.assertEqual(text.count("\n"), 1)
 
     def test_a_notebook_updates_one_display(self):
-        shown = []
-
-        class Handle:
-            def update(self, obj):
-                shown.append(("update", repr(obj)))
-
-        def display(obj, display_id=False):
-            shown.append(("display", repr(obj)))
-            return Handle()
-
+        display, shown = fake_notebook()
         with mock.patch("gpuq.progress._notebook_display", return_value=display):
             p = Progress("0123456789abcdef", stream=io.StringIO())
             self.assertEqual(p.mode, "notebook")
@@ -153,16 +160,7 @@ class TransferTest(unittest.TestCase):
         self.assertEqual(text.split("\r\033[K")[1], "downloading the outputs of j: 2.0 MiB of 3.0 MiB (66%), 1s")
 
     def test_a_notebook_updates_one_display(self):
-        shown = []
-
-        class Handle:
-            def update(self, obj):
-                shown.append(("update", repr(obj)))
-
-        def display(obj, display_id=False):
-            shown.append(("display", repr(obj)))
-            return Handle()
-
+        display, shown = fake_notebook()
         with mock.patch("gpuq.progress._notebook_display", return_value=display):
             self.run_transfer(io.StringIO(), 3, 0.5)
         self.assertEqual([k for k, _ in shown], ["display", "update", "update"])
@@ -236,53 +234,69 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class FakeAPI(http.server.BaseHTTPRequestHandler):
+    """A request handler answering as the gpuq HTTP API does: documents,
+    problems and streams of a job's state changes."""
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, doc, content_type="application/json"):
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def unavailable(self):
+        self.answer(503, {"title": "Service Unavailable", "status": 503}, "application/problem+json")
+
+    def states(self, job, events):
+        """A stream of the job's state changes, (id, state) each, that the
+        server then ends."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for seq, state in events:
+            doc = {"job_id": job, "state": state, "attempt": 1, "message": state, "at": "2026-12-05T23:21:27Z"}
+            self.wfile.write(("id: %s\nevent: state\ndata: %s\n\n" % (seq, json.dumps(doc))).encode())
+        self.close_connection = True
+
+
 class ReconnectTest(unittest.TestCase):
     """A job's event stream through a server that ends it, then answers 503
-    while it restarts: the client resumes after the last event, warns once
-    per outage, and a server never reached is an error at once."""
+    or drops connections while it restarts: the client resumes after the
+    last event, warns once per outage, and a server never reached is an
+    error at once."""
 
-    def test_events_resume_after_the_last_event_and_warn_once(self):
-        job = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
-        asked = []
+    JOB = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                if self.path != "/v1/jobs/%s/events" % job:
-                    return self._problem()  # the job itself: the server is restarting
-                last = self.headers.get("Last-Event-ID")
-                asked.append(last)
-                if last is None:
-                    return self._events([("1", "running")])
-                if asked.count("1") < 3:
-                    return self._problem()
-                return self._events([("2", "succeeded")])
-
-            def _problem(self):
-                body = json.dumps({"title": "Service Unavailable", "status": 503}).encode()
-                self.send_response(503)
-                self.send_header("Content-Type", "application/problem+json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _events(self, events):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for seq, state in events:
-                    doc = {"job_id": job, "state": state, "attempt": 1, "message": state, "at": "2026-12-05T23:21:27Z"}
-                    self.wfile.write(("id: %s\nevent: state\ndata: %s\n\n" % (seq, json.dumps(doc))).encode())
-                self.close_connection = True
-
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    def serve(self, handler):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         self.addCleanup(srv.server_close)
         self.addCleanup(srv.shutdown)
-        c = gpuq.Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+        return gpuq.Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+
+    def test_events_resume_after_the_last_event_and_warn_once(self):
+        job = self.JOB
+        asked = []
+
+        class Handler(FakeAPI):
+            def do_GET(self):
+                if self.path != "/v1/jobs/%s/events" % job:
+                    return self.unavailable()  # the job itself: the server is restarting
+                last = self.headers.get("Last-Event-ID")
+                asked.append(last)
+                if last is None:
+                    return self.states(job, [("1", "running")])
+                if asked.count("1") < 3:
+                    return self.unavailable()
+                return self.states(job, [("2", "succeeded")])
+
+        c = self.serve(Handler)
         with self.assertLogs("gpuq", level="WARNING") as logs:
             states = [e.state for e in c.events(job)]
         self.assertEqual(states, ["running", "succeeded"])
@@ -294,43 +308,21 @@ class ReconnectTest(unittest.TestCase):
         # A server stopping closes connections it has read a request from
         # without answering: urllib raises that as a bare OSError, which the
         # client must take for the API out of reach, as a refused one.
-        job = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
+        job = self.JOB
         seen = []
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(FakeAPI):
             def do_GET(self):
                 seen.append(self.path)
                 if len(seen) in (2, 3, 4):
                     self.close_connection = True
                     return  # no answer at all
                 if self.path.endswith("/events"):
-                    doc = {"job_id": job, "state": "succeeded", "attempt": 1, "message": "succeeded",
-                           "at": "2026-12-05T23:21:27Z"}
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(("id: 1\nevent: state\ndata: %s\n\n" % json.dumps(doc)).encode())
-                    self.close_connection = True
-                    return
-                state = "running" if len(seen) == 1 else "succeeded"
-                doc = {"id": job, "project": "p", "name": "n", "state": state, "attempt": 1, "errors": 0,
-                       "preemptions": 0, "placement_version": 1}
-                body = json.dumps(doc).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                    return self.states(job, [("1", "succeeded")])
+                self.answer(200, {"id": job, "project": "p", "name": "n", "state": "running" if len(seen) == 1 else "succeeded",
+                                  "attempt": 1, "errors": 0, "preemptions": 0, "placement_version": 1})
 
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        self.addCleanup(srv.server_close)
-        self.addCleanup(srv.shutdown)
-        c = gpuq.Client("http://127.0.0.1:%d" % srv.server_address[1], "t")
+        c = self.serve(Handler)
         with self.assertLogs("gpuq", level="WARNING") as logs:
             job_now = c.wait(job, timeout=30, progress=False)
         self.assertEqual(job_now.state, "succeeded")
