@@ -341,8 +341,6 @@ func (n *natsJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	return &job, n.jobCall(ctx, queue.ClientOpCancel, queue.ClientRequest{JobID: id}, &job)
 }
 
-// Results downloads a succeeded job's output archive in ranges, checks its
-// hash and unpacks it into dir.
 // download copies the size bytes of a job's outputs archive to w, one
 // bounded read of the client service after the other.
 func (n *natsJobs) download(ctx context.Context, id uuid.UUID, size int64, w io.Writer) error {
@@ -362,6 +360,8 @@ func (n *natsJobs) download(ctx context.Context, id uuid.UUID, size int64, w io.
 	return nil
 }
 
+// Results downloads a succeeded job's output archive in ranges, checks its
+// hash and unpacks it into dir.
 func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits, shown *transfer) (*Results, error) {
 	var rec queue.ClientResults
 	if err := n.jobCall(ctx, queue.ClientOpResults, queue.ClientRequest{JobID: id}, &rec); err != nil {
