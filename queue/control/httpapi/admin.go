@@ -40,7 +40,7 @@ type Health struct {
 }
 
 type spendInput struct {
-	Project string `path:"project" maxLength:"63"`
+	Project string `path:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit"`
 	Since   string `query:"since" doc:"start of the period (RFC 3339); default: the start of the current month (UTC)"`
 }
 
@@ -169,7 +169,7 @@ func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (
 }
 
 type listTokensInput struct {
-	Project string `query:"project" maxLength:"63" doc:"only tokens of this project"`
+	Project string `query:"project" maxLength:"63" pattern:"^([a-z0-9][a-z0-9_-]{0,62}|\\*)$" patternDescription:"a project name, or * for the tokens of every project" doc:"only tokens of this project"`
 }
 
 func (s *Server) listTokens(ctx context.Context, in *listTokensInput) (*struct{ Body []*queue.Token }, error) {

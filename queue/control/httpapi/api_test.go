@@ -264,6 +264,24 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	}
 	call("GET", "/v1/projects/{project}/spend", "/v1/projects/ml/spend", "", nil, 200)
 	call("GET", "/v1/projects/{project}/spend", "/v1/projects/other/spend", "", nil, 404)
+	// A project that no name can be (a typo's capital) is refused naming
+	// the parameter, rather than answered with an empty list.
+	for path, op := range map[string]string{
+		"/v1/jobs?project=ML":                                "/v1/jobs",
+		"/v1/projects/ML/spend":                              "/v1/projects/{project}/spend",
+		"/v1/projects/ml%20x/events":                         "/v1/projects/{project}/events",
+		"/v1/tokens?project=-ml":                             "/v1/tokens",
+		"/v1/projects/ml!/budgets":                           "/v1/projects/{project}/budgets",
+		"/v1/projects/" + strings.Repeat("m", 64) + "/quota": "/v1/projects/{project}/quota",
+	} {
+		loc := "query.project"
+		if strings.HasPrefix(path, "/v1/projects/") {
+			loc = "path.project"
+		}
+		if r := call("GET", op, path, "", nil, 422); !strings.Contains(string(r.Body), `"location":"`+loc+`"`) {
+			t.Errorf("GET %s: want a 422 locating %s, got %s", path, loc, r.Body)
+		}
+	}
 	if _, _, err := e.Store.RecordCanary(context.Background(), queue.CanaryRecord{NodeID: "node-1", Pool: "de-cpu", Host: "h1", OK: true, Summary: "ok", Report: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ type statusBody struct {
 }
 
 type listInput struct {
-	Project string `query:"project" maxLength:"63" doc:"only jobs of this project (one of the token's)"`
+	Project string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
 	State   string `query:"state" enum:"pending,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
 	Label   string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
 	Since   string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`

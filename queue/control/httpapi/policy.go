@@ -91,7 +91,7 @@ type policyVersionsInput struct {
 }
 
 type projectInput struct {
-	Project string `path:"project" maxLength:"63"`
+	Project string `path:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit"`
 }
 
 type projectBudgetsOutput struct {
@@ -100,7 +100,7 @@ type projectBudgetsOutput struct {
 }
 
 type setBudgetsInput struct {
-	Project string `path:"project" maxLength:"63"`
+	Project string `path:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit"`
 	IfMatch string `header:"If-Match" doc:"the policy version this change is made on, as GET's ETag; 412 when another is in effect"`
 	Comment string `query:"comment" maxLength:"1000" doc:"why the budgets change, kept with the version"`
 	Body    struct {

@@ -18,7 +18,7 @@ type QuotaStore interface {
 }
 
 type setQuotaInput struct {
-	Project string `path:"project" maxLength:"63"`
+	Project string `path:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit"`
 	Body    struct {
 		QuotaBytes int64 `json:"quota_bytes" minimum:"0" doc:"stored bytes the project may keep in checkpoints and results; 0: no quota"`
 	}
@@ -63,9 +63,6 @@ func (s *Server) setQuota(ctx context.Context, in *setQuotaInput) (*struct{ Body
 	tok := tokenOf(ctx)
 	if !tok.CoversAll() {
 		return nil, huma.Error403Forbidden(quotaAdmin)
-	}
-	if err := queue.ValidateProject(in.Project); err != nil {
-		return nil, fieldProblem("path.project", "%v", err)
 	}
 	if err := s.cfg.Store.SetProjectQuota(ctx, in.Project, in.Body.QuotaBytes, tok.ID.String()); err != nil {
 		return nil, internal(s.cfg.Logger, "setting a quota", err)

@@ -63,7 +63,7 @@ type eventsInput struct {
 }
 
 type projectEventsInput struct {
-	Project     string `path:"project" maxLength:"63"`
+	Project     string `path:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit"`
 	LastEventID string `header:"Last-Event-ID" maxLength:"20" doc:"resume after this event; without it only new events are sent"`
 }
 
