@@ -14,7 +14,7 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
-from .errors import APIError, Conflict, GpuqError, Unreachable, WaitTimeout, api_error
+from .errors import APIError, Conflict, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Transfer
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
@@ -71,6 +71,23 @@ class Client:
     def _open(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
               accept: str = "application/json", headers: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None):
+        """Sends a request and returns the response. A 429 is sent again
+        after its Retry-After: the rate limiter refuses a request before
+        anything acts on it, so that a loop submitting a sweep slows down
+        to the token's rate instead of failing halfway."""
+        limited = 0.0  # seconds waited for the rate limit so far
+        while True:
+            try:
+                return self._open_once(method, path, query, body, accept, headers, timeout)
+            except RateLimited as e:
+                if limited >= _RATE_LIMIT_RETRY:
+                    raise
+                pause = min(max(1.0 if e.retry_after is None else e.retry_after, 0.1), 60.0, _RATE_LIMIT_RETRY - limited)
+                limited += pause
+                time.sleep(pause)
+
+    def _open_once(self, method: str, path: str, query: Optional[Mapping[str, Any]], body: Any,
+                   accept: str, headers: Optional[Mapping[str, str]], timeout: Optional[float]):
         url = self.url + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
@@ -98,13 +115,39 @@ class Client:
             # stopping), which urllib does not wrap.
             raise Unreachable("%s %s: %r" % (method, url, e)) from e
 
-    def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None) -> Any:
-        with self._open(method, path, query, body) as resp:
+    def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
+              retry_for: float = 0.0) -> Any:
+        """Sends a request and returns its JSON answer. A GET answered 502,
+        503 or 504 (a server restarting, a proxy without its backend) is
+        asked again for up to ``retry_for`` seconds, with one warning; other
+        methods are not, since the server may have acted on them."""
+        since: Optional[float] = None
+        pause = _RETRY_FIRST
+        while True:
             try:
-                raw = resp.read(_MAX_DOC)
-            except (OSError, http.client.HTTPException) as e:
-                raise Unreachable("%s %s: the answer broke off: %r" % (method, self.url + path, e)) from e
-        return json.loads(raw.decode("utf-8"))
+                with self._open(method, path, query, body) as resp:
+                    try:
+                        raw = resp.read(_MAX_DOC)
+                    except (OSError, http.client.HTTPException) as e:
+                        raise Unreachable("%s %s: the answer broke off: %r" % (method, self.url + path, e)) from e
+                return json.loads(raw.decode("utf-8"))
+            except APIError as e:
+                if method != "GET" or e.status not in (502, 503, 504):
+                    raise
+                now = time.monotonic()
+                if since is None:
+                    since = now
+                    if retry_for > 0:
+                        _log.warning("%s %s: %s; trying again for up to %g s", method, path, e, retry_for)
+                if now - since + pause > retry_for:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, _RETRY_MAX)
+
+    def _get(self, path: str, query: Optional[Mapping[str, Any]] = None) -> Any:
+        """A GET of a document, asked again while the server is briefly
+        unavailable."""
+        return self._call("GET", path, query, retry_for=_UNAVAILABLE_RETRY)
 
     def _events(self, path: str, query: Optional[Mapping[str, Any]] = None, last_id: Optional[str] = None,
                 read_timeout: Optional[float] = None) -> Iterator[Tuple[str, str, Any]]:
@@ -148,12 +191,17 @@ class Client:
 
     def get(self, job_id: str) -> Job:
         """The job as recorded now."""
-        return Job.from_doc(self._call("GET", _job_path(job_id)))
+        return Job.from_doc(self._get(_job_path(job_id)))
+
+    def _job_now(self, job_id: str, retry_for: float = 0.0) -> Job:
+        """The job, asked once (a loop that reconnects by itself), or again
+        for up to ``retry_for`` seconds while the server is unavailable."""
+        return Job.from_doc(self._call("GET", _job_path(job_id), retry_for=retry_for))
 
     def status(self, job_id: str) -> JobStatus:
         """The job with its attempts, latest checkpoint, placement and
         history; a failed job carries its last log lines."""
-        return JobStatus.from_doc(self._call("GET", _job_path(job_id, "/status")))
+        return JobStatus.from_doc(self._get(_job_path(job_id, "/status")))
 
     def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
              since: Union[str, datetime, timedelta, None] = None, limit: int = 50) -> List[Job]:
@@ -167,7 +215,7 @@ class Client:
         jobs: List[Job] = []
         cursor = None
         while len(jobs) < limit:
-            page = self._call("GET", "/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
+            page = self._get("/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
                                                   "limit": min(500, limit - len(jobs)), "cursor": cursor})
             jobs.extend(Job.from_doc(j) for j in page.get("jobs") or [])
             cursor = page.get("next_cursor")
@@ -197,7 +245,7 @@ class Client:
 
     def checkpoints(self, job_id: str) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""
-        return [Checkpoint.from_doc(c) for c in self._call("GET", _job_path(job_id, "/checkpoints"))]
+        return [Checkpoint.from_doc(c) for c in self._get(_job_path(job_id, "/checkpoints"))]
 
     def plan(self, spec: Optional[Mapping[str, Any]] = None, **fields: Any) -> Plan:
         """Places a spec without submitting it: the decision the scheduler
@@ -208,7 +256,7 @@ class Client:
         """What the configured providers offer now (``gpuq offers``), each
         priced per hour in the policy's currency: the pools a spec can be
         placed on."""
-        return [Offer.from_doc(o) for o in self._call("GET", "/v1/offers").get("offers") or []]
+        return [Offer.from_doc(o) for o in self._get("/v1/offers").get("offers") or []]
 
     def spend(self, project: str = "default", since: Union[str, datetime, None] = None) -> Spend:
         """The project's budget ledger (``gpuq spend --project``): what its
@@ -218,7 +266,7 @@ class Client:
         project may read it."""
         since = _rfc3339(since)
         path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
-        return Spend.from_doc(self._call("GET", path, {"since": since}))
+        return Spend.from_doc(self._get(path, {"since": since}))
 
     def events(self, job_id: str, last_event_id: Optional[str] = None) -> Iterator[Event]:
         """The job's state changes, oldest first, then each new one until
@@ -239,7 +287,7 @@ class Client:
                             return
                     again.dropped()
                     # The server ended the stream without a terminal state.
-                    if self.get(job_id).done:
+                    if self._job_now(job_id).done:
                         return
                 except (OSError, http.client.HTTPException):
                     again.dropped()  # resume after the last event
@@ -252,7 +300,7 @@ class Client:
         state changes are shown (Jupyter, terminal or plain lines on stderr).
         Raises :class:`WaitTimeout` when ``timeout`` seconds pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        job = self.get(job_id)
+        job = self._job_now(job_id, _UNAVAILABLE_RETRY if timeout is None else min(timeout, _UNAVAILABLE_RETRY))
         if job.done:
             return job
         shown = Progress(job_id) if progress else None
@@ -284,7 +332,7 @@ class Client:
                                 break
                     except (OSError, http.client.HTTPException):
                         pass  # a read timeout or a dropped stream: look, then reconnect
-                    job = self.get(job_id)
+                    job = self._job_now(job_id)
                     if job.done:
                         return job
                     state = job.state
@@ -304,11 +352,15 @@ class Client:
         given; check ``job.succeeded`` on each. A sweep:
         ``c.wait_all(c.list(label="sweep=lr", limit=10_000))``. ``timeout``
         bounds the whole wait: :class:`WaitTimeout` names the first job not
-        finished when it runs out."""
-        ids = [j.id if isinstance(j, Job) else j for j in jobs]
+        finished when it runs out. A :class:`Job` given already finished
+        (its state can no longer change) is returned as it is, unasked."""
         deadline = None if timeout is None else time.monotonic() + timeout
         finished: List[Job] = []
-        for job_id in ids:
+        for j in jobs:
+            if isinstance(j, Job) and j.done:
+                finished.append(j)
+                continue
+            job_id = j.id if isinstance(j, Job) else j
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 finished.append(self.wait(job_id, timeout=remaining, progress=progress))
@@ -320,7 +372,7 @@ class Client:
         """The job's state, or the one last known when the API cannot be
         reached."""
         try:
-            return self.get(job_id).state
+            return self._job_now(job_id).state
         except GpuqError as e:
             if not _unavailable(e):
                 raise
@@ -341,7 +393,7 @@ class Client:
         if not follow:
             after = 0
             while True:
-                page = self._call("GET", _job_path(job_id, "/logs"), {"after": after, "limit": 1000})
+                page = self._get(_job_path(job_id, "/logs"), {"after": after, "limit": 1000})
                 chunks = page.get("chunks") or []
                 for c in chunks:
                     yield LogChunk.from_doc(c)
@@ -374,7 +426,7 @@ class Client:
         succeeded raises :class:`Conflict`. With progress, a download that
         lasts over a second shows how far it got (Jupyter, terminal or
         plain lines on stderr)."""
-        res = Results.from_doc(self._call("GET", _job_path(job_id, "/results")))
+        res = Results.from_doc(self._get(_job_path(job_id, "/results")))
         target = os.path.abspath(dir or job_id)
         res.dir = target
         shown = Transfer("downloading the outputs of " + job_id, sum(f.bytes for f in res.files)) if progress else None
@@ -402,6 +454,10 @@ class Client:
 #: dropped a stream or could not be reached.
 _RETRY_FIRST = 0.25
 _RETRY_MAX = 5.0
+# How long one request waits for its token's rate limit, and how long a GET
+# is asked again while the server answers 502, 503 or 504.
+_RATE_LIMIT_RETRY = 120.0
+_UNAVAILABLE_RETRY = 30.0
 
 _log = logging.getLogger("gpuq")
 

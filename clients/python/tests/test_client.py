@@ -227,6 +227,22 @@ class ClientTest(unittest.TestCase):
         self.assertIn(caught.exception.state, ("pending", "placed", "running"))
         client.cancel(long.id)
 
+    def test_a_sweep_over_the_tokens_rate_limit_slows_down_instead_of_failing(self):
+        # gpuq dev's token may make 50 requests a second in bursts of 100: a
+        # notebook loop submitting a sweep, then cancelling and waiting for
+        # it by its label, goes over that and must slow down, not raise.
+        sweep = "rate-%d" % time.monotonic_ns()
+        n = 250
+        jobs = [client.submit(name="rate-%d" % i, command=["sleep", "300"], labels={"sweep": sweep})
+                for i in range(n)]
+        self.assertEqual(len({j.id for j in jobs}), n)
+        cancelled = client.cancel_label("sweep=" + sweep)
+        self.assertEqual(len(cancelled), n)
+        finished = client.wait_all(client.list(label="sweep=" + sweep, limit=10_000), timeout=60, progress=False)
+        self.assertEqual([j.state for j in finished], ["cancelled"] * n)
+        self.assertEqual([j.state for j in client.wait_all([j.id for j in jobs], timeout=120, progress=False)],
+                         ["cancelled"] * n)
+
     def test_logs_of_one_attempt(self):
         job = client.submit(name="retried", command=["sh", "-c", "echo attempt $GPUQ_ATTEMPT; exit 3"],
                             retries={"max_errors": 1, "delay": "1s"})

@@ -333,6 +333,50 @@ class ReconnectTest(unittest.TestCase):
             seen.append("")  # the next request is the 2nd: dropped
             c.get(job)
 
+    def test_a_rate_limited_request_is_sent_again_and_a_get_while_unavailable(self):
+        # A 429 is sent again after its Retry-After, with its body, whatever
+        # the method; a GET answered 503 is asked again with one warning; a
+        # POST answered 503 is not, since the server may have acted on it.
+        job = self.JOB
+        seen = []
+
+        class Handler(FakeAPI):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+                seen.append((self.path, body))
+                if self.path.endswith("/cancel"):
+                    return self.unavailable()
+                if len(seen) <= 2:
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.answer(201, {"id": job, "project": "p", "name": "n", "state": "placed", "attempt": 0,
+                                  "errors": 0, "preemptions": 0, "placement_version": 1})
+
+            def do_GET(self):
+                seen.append((self.path, ""))
+                if len(seen) <= 2:
+                    return self.unavailable()
+                self.answer(200, {"id": job, "project": "p", "name": "n", "state": "running", "attempt": 1,
+                                  "errors": 0, "preemptions": 0, "placement_version": 1})
+
+        c = self.serve(Handler)
+        self.assertEqual(c.submit(command=["true"]).id, job)
+        self.assertEqual(len(seen), 3)
+        self.assertEqual(len({body for _, body in seen}), 1, seen)
+        self.assertIn('"command": ["true"]', seen[0][1])
+        seen.clear()
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            self.assertEqual(c.get(job).state, "running")
+        self.assertEqual(len(seen), 3)
+        self.assertEqual(len(logs.records), 1, logs.output)
+        seen.clear()
+        with self.assertRaises(gpuq.APIError) as caught:
+            c.cancel(job)
+        self.assertEqual((caught.exception.status, len(seen)), (503, 1))
+
     def test_a_server_never_reached_is_an_error_at_once(self):
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         port = srv.server_address[1]

@@ -68,6 +68,9 @@ type APIError struct {
 		Message  string `json:"message"`
 		Location string `json:"location"`
 	} `json:"errors"`
+	// RetryAfter is when to ask again (its Retry-After header; 1 s when
+	// it has none).
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *APIError) Error() string {
@@ -96,6 +99,14 @@ func (e *APIError) Is(target error) bool {
 
 // do sends a request, with the header name and value pairs of header, and
 // returns the response when its status is 2xx, else the problem it carries.
+//
+// A 429 is sent again after the Retry-After it carries: the rate limiter
+// refuses a request before anything acts on it, so that a sweep of
+// submissions or cancellations slows down to the token's rate instead of
+// failing halfway. A GET answered 502, 503 or 504 (a server restarting, a
+// proxy without its backend) is sent again for up to unavailableRetry, with
+// one line on stderr; other methods are not, since the server may have
+// acted on them.
 func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string, header ...string) (*http.Response, error) {
 	u := *a.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
@@ -112,10 +123,73 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	var limited time.Duration // waited for the rate limit so far
+	var unavailable time.Time // when the server was first found unavailable
+	backoff := queue.NewBackoff(streamRetryFirst, streamRetryMax)
+	for {
+		resp, err := a.send(req, method, path)
+		var p *APIError
+		if err == nil || !errors.As(err, &p) || (body != nil && req.GetBody == nil) {
+			return resp, err
+		}
+		var pause time.Duration
+		switch {
+		case p.Status == http.StatusTooManyRequests && limited < rateLimitRetry:
+			pause = min(p.RetryAfter, rateLimitRetry-limited)
+			limited += pause
+		case method == http.MethodGet && unavailableStatus(p.Status):
+			if unavailable.IsZero() {
+				unavailable = time.Now()
+				if a.stderr != nil {
+					fmt.Fprintf(a.stderr, "gpuq: %s %s: %v; trying again for up to %s\n", method, path, p, unavailableRetry)
+				}
+			}
+			pause = backoff.NextBackOff()
+			if time.Since(unavailable)+pause > unavailableRetry {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, err
+		}
+		next := req.Clone(ctx)
+		if req.GetBody != nil {
+			if next.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		req = next
+	}
+}
+
+// rateLimitRetry bounds the time one request waits for its token's rate
+// limit; unavailableRetry the time a GET is tried again while the server
+// answers 502, 503 or 504.
+const (
+	rateLimitRetry   = 2 * time.Minute
+	unavailableRetry = 30 * time.Second
+)
+
+// unavailableStatus is a server briefly unavailable: restarting, or a
+// proxy in front of it without its backend.
+func unavailableStatus(status int) bool {
+	switch status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// send sends req once.
+func (a *apiJobs) send(req *http.Request, method, path string) (*http.Response, error) {
 	resp, err := a.http.Do(req)
 	if err != nil {
 		var ue *url.Error
-		if errors.As(err, &ue) && ctx.Err() == nil && !ue.Timeout() {
+		if errors.As(err, &ue) && req.Context().Err() == nil && !ue.Timeout() {
 			hint := ""
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				hint = " (is gpuq dev or gpuq server running there?)"
@@ -129,7 +203,7 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	p := &APIError{Status: resp.StatusCode}
+	p := &APIError{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	if json.Unmarshal(data, p) != nil || p.Title == "" && p.Detail == "" {
 		p.Detail = strings.TrimSpace(string(data))
 		if p.Detail == "" {
@@ -138,6 +212,18 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	}
 	p.Status = resp.StatusCode
 	return nil, p
+}
+
+// retryAfter reads a Retry-After header, seconds or an HTTP date, as a wait
+// of 1 s to 1 min (1 s when there is none or it cannot be read).
+func retryAfter(v string) time.Duration {
+	d := time.Second
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = time.Until(t)
+	}
+	return min(max(d, time.Second), time.Minute)
 }
 
 // call sends a request (with the header name and value pairs of header)
@@ -248,8 +334,9 @@ const maxSSELine = 4 << 20
 // its connection drops or the server is briefly unavailable (a restart, a
 // proxy's 502, 503 or 504), until fn says stop or ctx ends: a job followed
 // for hours outlives a server restart. What the server refuses (a job not
-// found, a token revoked) ends it; so does any failure to open it the first
-// time, so that a wrong URL is reported at once.
+// found, a token revoked) ends it; so does a failure to open it the first
+// time, so that a wrong URL is reported at once (do first asks a server
+// that answers 502, 503 or 504 again for a while).
 func (a *apiJobs) stream(ctx context.Context, path string, query url.Values, fn func(sseEvent) (bool, error)) error {
 	return a.streamAfter(ctx, path, query, "", fn)
 }
@@ -320,11 +407,7 @@ func reopenable(err error) bool {
 	}
 	var api *APIError
 	if errors.As(err, &api) {
-		switch api.Status {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return true
-		}
-		return false
+		return unavailableStatus(api.Status)
 	}
 	return true
 }

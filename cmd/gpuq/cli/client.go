@@ -644,13 +644,14 @@ every other job ended the same way (3 when each one failed), else 1.
 		if len(ids) == 1 {
 			return waitAndPrint(cmd, svc, ids[0], format, timeout)
 		}
+		var finished map[uuid.UUID]*queue.Job
 		if label != "" {
 			var err error
-			if ids, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
+			if ids, finished, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
 				return err
 			}
 		}
-		return waitEach(cmd, svc, ids, format, timeout)
+		return waitEach(cmd, svc, ids, finished, format, timeout)
 	})
 	cmd.Flags().Duration("timeout", 0, "give up waiting after this long (exit status 7); 0 waits until every job finishes")
 	cmd.Flags().String("label", "", "wait for every job whose spec.labels has this `entry`, key=value")
@@ -706,32 +707,38 @@ func idsOrLabel(cmd *cobra.Command, v *viper.Viper, args []string) ([]uuid.UUID,
 	return ids, label, nil
 }
 
-// labelled lists every job whose labels hold label, oldest first: at most
-// maxListed, and none at all is an error, so that a mistyped label is not
-// taken for a sweep that succeeded.
-func labelled(ctx context.Context, svc jobService, project, label string) ([]uuid.UUID, error) {
+// labelled lists every job whose labels hold label, oldest first, and
+// those of them already finished (whose state can no longer change): at
+// most maxListed, and none at all is an error, so that a mistyped label is
+// not taken for a sweep that succeeded.
+func labelled(ctx context.Context, svc jobService, project, label string) ([]uuid.UUID, map[uuid.UUID]*queue.Job, error) {
 	page, err := svc.List(ctx, listFilter{Project: project, Label: label, Limit: maxListed + 1})
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case len(page.Jobs) == 0:
-		return nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no job has the label %s", label)}
+		return nil, nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no job has the label %s", label)}
 	case len(page.Jobs) > maxListed:
-		return nil, fmt.Errorf("more than %d jobs have the label %s; wait for them by their ids", maxListed, label)
+		return nil, nil, fmt.Errorf("more than %d jobs have the label %s; wait for them by their ids", maxListed, label)
 	}
 	ids := make([]uuid.UUID, len(page.Jobs))
+	finished := map[uuid.UUID]*queue.Job{}
 	for i, j := range page.Jobs {
 		ids[len(ids)-1-i] = j.ID
+		if j.State.Terminal() {
+			finished[j.ID] = j
+		}
 	}
-	return ids, nil
+	return ids, finished, nil
 }
 
 // waitEach waits for each job in turn, within timeout for them all,
 // printing each one as it is reached (-o json: a page of them at the end)
-// and naming on stderr each that did not succeed. It fails unless every
-// job succeeded: with the exit status their outcomes share, else 1; with
+// and naming on stderr each that did not succeed; a job in finished is
+// taken as it is, without asking again. It fails unless every job
+// succeeded: with the exit status their outcomes share, else 1; with
 // ExitTimedOut when the timeout ran out first.
-func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, format string, timeout time.Duration) error {
+func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[uuid.UUID]*queue.Job, format string, timeout time.Duration) error {
 	ctx := cmd.Context()
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -743,9 +750,12 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, format string
 	var unsuccessful []string // each such job's outcome: its state, or "not found"
 	var timedOut error
 	for i, id := range ids {
-		prog := newProgress(cmd.ErrOrStderr(), id)
-		job, err := waitJob(ctx, svc, id, prog.event)
-		prog.close()
+		job, err := finished[id], error(nil)
+		if job == nil {
+			prog := newProgress(cmd.ErrOrStderr(), id)
+			job, err = waitJob(ctx, svc, id, prog.event)
+			prog.close()
+		}
 		if err != nil && ctx.Err() != nil && cmd.Context().Err() == nil {
 			timedOut = &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("%d of %d jobs not finished after %s", len(ids)-i, len(ids), timeout)}
 			break
