@@ -292,7 +292,10 @@ func waitAccepted(ctx context.Context, svc jobService, job *queue.Job, timeout t
 			return got, nil
 		}
 	}
-	if wctx.Err() != nil && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return nil, &ExitError{Code: ExitInterrupted, Err: fmt.Errorf("interrupted; job %[1]s was submitted and goes on (gpuq status %[1]s shows it, gpuq cancel %[1]s stops it)", job.ID)}
+	}
+	if wctx.Err() != nil {
 		return nil, &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s submitted, but the scheduler had not accepted or rejected it after %s (gpuq status %s shows it)", job.ID, timeout, job.ID)}
 	}
 	if err == nil {
@@ -531,6 +534,9 @@ func newLsCmd() *cobra.Command {
 				return err
 			}
 			defer svc.Close()
+			if format != "json" {
+				f.Limit++ // one more tells whether the table left some out
+			}
 			page, err := svc.List(cmd.Context(), f)
 			if err != nil {
 				return err
@@ -538,11 +544,18 @@ func newLsCmd() *cobra.Command {
 			if format == "json" {
 				return writeJSON(cmd.OutOrStdout(), page)
 			}
+			more := len(page.Jobs) > limit
 			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "PROJECT", "STATE", "ATTEMPT", "POOL", "SUBMITTED")
-			for _, j := range page.Jobs {
+			for _, j := range page.Jobs[:min(limit, len(page.Jobs))] {
 				t.row(j.ID, j.Name, j.Project, j.State, j.Attempt, orDash(j.Pool), j.SubmittedAt.Format(time.DateTime))
 			}
-			return t.flush()
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if more {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: the newest %d shown; more jobs match (--limit N shows up to %d, --state, --label and --since narrow it)\n", limit, maxListed)
+			}
+			return nil
 		},
 	}
 	jobFlags(cmd)
@@ -737,7 +750,7 @@ func labelled(ctx context.Context, svc jobService, project, label string) ([]uui
 // and naming on stderr each that did not succeed; a job in finished is
 // taken as it is, without asking again. It fails unless every job
 // succeeded: with the exit status their outcomes share, else 1; with
-// ExitTimedOut when the timeout ran out first.
+// ExitTimedOut when the timeout ran out first, ExitInterrupted on Ctrl-C.
 func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[uuid.UUID]*queue.Job, format string, timeout time.Duration) error {
 	ctx := cmd.Context()
 	if timeout > 0 {
@@ -748,7 +761,7 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 	page := &JobPage{Jobs: []*queue.Job{}}
 	codes := map[int]bool{}
 	var unsuccessful []string // each such job's outcome: its state, or "not found"
-	var timedOut error
+	var stopped error
 	for i, id := range ids {
 		job, err := finished[id], error(nil)
 		if job == nil {
@@ -756,8 +769,12 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 			job, err = waitJob(ctx, svc, id, prog.event)
 			prog.close()
 		}
-		if err != nil && ctx.Err() != nil && cmd.Context().Err() == nil {
-			timedOut = &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("%d of %d jobs not finished after %s", len(ids)-i, len(ids), timeout)}
+		if err != nil && cmd.Context().Err() != nil {
+			stopped = &ExitError{Code: ExitInterrupted, Err: fmt.Errorf("interrupted; %d of %d jobs not waited for go on", len(ids)-i, len(ids))}
+			break
+		}
+		if err != nil && ctx.Err() != nil {
+			stopped = &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("%d of %d jobs not finished after %s", len(ids)-i, len(ids), timeout)}
 			break
 		}
 		outcome := "not found"
@@ -782,8 +799,8 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 		}
 	}
 	switch {
-	case timedOut != nil:
-		return timedOut
+	case stopped != nil:
+		return stopped
 	case len(unsuccessful) == 0:
 		return nil
 	}
@@ -827,7 +844,10 @@ func waitAndPrint(cmd *cobra.Command, svc jobService, id uuid.UUID, format strin
 	job, err := waitJob(ctx, svc, id, prog.event)
 	prog.close()
 	if err != nil {
-		if ctx.Err() != nil && cmd.Context().Err() == nil {
+		switch {
+		case cmd.Context().Err() != nil:
+			return &ExitError{Code: ExitInterrupted, Err: fmt.Errorf("interrupted; job %[1]s goes on (gpuq wait %[1]s follows it again, gpuq cancel %[1]s stops it)", id)}
+		case ctx.Err() != nil:
 			return &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s not finished after %s", id, timeout)}
 		}
 		return notFoundError(id, err)

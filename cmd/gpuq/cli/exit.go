@@ -29,6 +29,9 @@ const (
 	// ExitTimedOut: --timeout ran out before the job got where it was
 	// waited for; the job itself goes on.
 	ExitTimedOut = 7
+	// ExitInterrupted: Ctrl-C (SIGINT) ended the command, as a shell counts
+	// a process ended by it (128 + 2); a job waited for or followed goes on.
+	ExitInterrupted = 130
 )
 
 // outcomeError is nil for a succeeded job and otherwise the exit status of

@@ -67,6 +67,18 @@ func TestLsFiltersByLabelAndTimeAndFollowsPagesOverHTTPAndNATS(t *testing.T) {
 		if jobs := ls("--label", "sweep=c"); len(jobs) != 0 {
 			t.Errorf("%s: --label sweep=c: want none, got %d", name, len(jobs))
 		}
+		// The table says when it left jobs out, and only then.
+		for _, tc := range []struct {
+			args string
+			rows int
+			more bool
+		}{{"--label sweep=b", 50, true}, {"--label sweep=b --limit 65", 65, false}, {"--label sweep=b --limit 64", 64, true}} {
+			out, errOut, err := runCLI(t, append([]string{"ls", "--config", config}, strings.Fields(tc.args)...)...)
+			rows := strings.Count(out, "\n") - 1
+			if err != nil || rows != tc.rows || strings.Contains(errOut, "more jobs match") != tc.more {
+				t.Errorf("%s: gpuq ls %s: want %d rows and more jobs said to match: %v; got %v, %d rows, stderr %q", name, tc.args, tc.rows, tc.more, err, rows, errOut)
+			}
+		}
 	}
 	for _, tc := range []struct{ args, want string }{
 		{"--label sweep", `--label: want key=value, got "sweep"`},

@@ -47,6 +47,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return exit.Code
 	}
+	if ctx.Err() != nil {
+		// Ctrl-C ended the command: what it was doing was cut short,
+		// which is no failure of its own to report.
+		fmt.Fprintln(stderr, "gpuq: interrupted")
+		return ExitInterrupted
+	}
 	fmt.Fprintln(stderr, "gpuq:", err)
 	return 1
 }

@@ -3,9 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -84,6 +87,43 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	}
 	if out != fine+" succeeded\n" {
 		t.Errorf("wait --timeout: want the finished job printed, got %q", out)
+	}
+	// Ctrl-C ends a wait or a followed log, not the job: exit 130, and the
+	// wait says how to follow or stop the job.
+	bin := buildGpuq(t)
+	for _, args := range [][]string{{"wait", long}, {"wait", fine, long}, {"logs", "-f", long}, {"submit", "--wait", "--label", "sweep=interrupted", "--", "sleep", "300"}} {
+		var stderr syncBuffer
+		c := exec.Command(bin, append([]string{args[0], "--config", config}, args[1:]...)...)
+		c.Stderr = &stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // its signal handler is in place long before
+		if err := c.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Wait()
+		want := "gpuq: interrupted\n"
+		switch {
+		case len(args) == 2 && args[0] == "wait":
+			want = "gpuq: interrupted; job " + long + " goes on (gpuq wait " + long + " follows it again, gpuq cancel " + long + " stops it)\n"
+		case args[0] == "wait":
+			want = "gpuq: interrupted; 1 of 2 jobs not waited for go on\n"
+		case args[0] == "submit":
+			// Its id was not printed yet: the message names it.
+			if m := regexp.MustCompile(`gpuq: interrupted; job (\S+) goes on`).FindStringSubmatch(stderr.String()); m != nil {
+				want = "gpuq: interrupted; job " + m[1] + " goes on (gpuq wait " + m[1] + " follows it again, gpuq cancel " + m[1] + " stops it)\n"
+			}
+		}
+		if c.ProcessState.ExitCode() != ExitInterrupted || !strings.HasSuffix(stderr.String(), want) {
+			t.Errorf("gpuq %v interrupted: want exit %d and %q last on stderr, got %v:\n%s", args, ExitInterrupted, want, err, stderr.String())
+		}
+	}
+	if _, _, err := runCLI(t, "cancel", "--config", config, "--label", "sweep=interrupted"); err != nil {
+		t.Errorf("cancel of the job submitted with --wait: %v", err)
+	}
+	if _, _, err := runCLI(t, "wait", "--config", config, "--timeout", "1s", long); exitCode(err) != ExitTimedOut {
+		t.Errorf("the job whose wait was interrupted must go on: want wait --timeout to exit %d, got %v", ExitTimedOut, err)
 	}
 	if _, _, err := runCLI(t, "cancel", "--config", config, long); err != nil {
 		t.Fatal(err)
