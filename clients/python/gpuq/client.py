@@ -22,6 +22,9 @@ from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Res
 DEV_CONFIG = os.path.join(".gpuq", "config.yaml")
 DEV_TOKEN = os.path.join(".gpuq", "token")
 
+#: A job as the methods take it: its id, or the :class:`Job` itself.
+JobRef = Union[str, Job]
+
 _MAX_DOC = 64 << 20
 _MAX_LINE = 4 << 20
 
@@ -189,8 +192,9 @@ class Client:
             doc["idempotency_key"] = idempotency_key
         return Job.from_doc(self._call("POST", "/v1/jobs", body=doc))
 
-    def get(self, job_id: str) -> Job:
+    def get(self, job_id: JobRef) -> Job:
         """The job as recorded now."""
+        job_id = _id(job_id)
         return Job.from_doc(self._get(_job_path(job_id)))
 
     def _job_now(self, job_id: str, retry_for: float = 0.0) -> Job:
@@ -198,9 +202,10 @@ class Client:
         for up to ``retry_for`` seconds while the server is unavailable."""
         return Job.from_doc(self._call("GET", _job_path(job_id), retry_for=retry_for))
 
-    def status(self, job_id: str) -> JobStatus:
+    def status(self, job_id: JobRef) -> JobStatus:
         """The job with its attempts, latest checkpoint, placement and
         history; a failed job carries its last log lines."""
+        job_id = _id(job_id)
         return JobStatus.from_doc(self._get(_job_path(job_id, "/status")))
 
     def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
@@ -223,9 +228,10 @@ class Client:
                 break
         return jobs
 
-    def cancel(self, job_id: str) -> Job:
+    def cancel(self, job_id: JobRef) -> Job:
         """Cancels a job that has not finished (a running one is stopped at
         once); a finished one raises :class:`Conflict`."""
+        job_id = _id(job_id)
         return Job.from_doc(self._call("POST", _job_path(job_id, "/cancel")))
 
     def cancel_label(self, label: str, project: Optional[str] = None) -> List[Job]:
@@ -243,8 +249,9 @@ class Client:
                     pass  # it finished after it was listed
         return cancelled
 
-    def checkpoints(self, job_id: str) -> List[Checkpoint]:
+    def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""
+        job_id = _id(job_id)
         return [Checkpoint.from_doc(c) for c in self._get(_job_path(job_id, "/checkpoints"))]
 
     def plan(self, spec: Optional[Mapping[str, Any]] = None, **fields: Any) -> Plan:
@@ -268,9 +275,10 @@ class Client:
         path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
         return Spend.from_doc(self._get(path, {"since": since}))
 
-    def events(self, job_id: str, last_event_id: Optional[str] = None) -> Iterator[Event]:
+    def events(self, job_id: JobRef, last_event_id: Optional[str] = None) -> Iterator[Event]:
         """The job's state changes, oldest first, then each new one until
         the job is finished; a dropped stream is resumed where it broke."""
+        job_id = _id(job_id)
         last = last_event_id
         again = _Reconnect(job_id)
         while True:
@@ -295,10 +303,11 @@ class Client:
                 again.unavailable(e)
             again.pause()
 
-    def wait(self, job_id: str, timeout: Optional[float] = None, progress: bool = True) -> Job:
+    def wait(self, job_id: JobRef, timeout: Optional[float] = None, progress: bool = True) -> Job:
         """Waits until the job is finished and returns it. With progress, the
         state changes are shown (Jupyter, terminal or plain lines on stderr).
         Raises :class:`WaitTimeout` when ``timeout`` seconds pass first."""
+        job_id = _id(job_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         job = self._job_now(job_id, _UNAVAILABLE_RETRY if timeout is None else min(timeout, _UNAVAILABLE_RETRY))
         if job.done:
@@ -378,11 +387,12 @@ class Client:
                 raise
             return known
 
-    def logs(self, job_id: str, follow: bool = False, attempt: Optional[int] = None) -> Iterator[LogChunk]:
+    def logs(self, job_id: JobRef, follow: bool = False, attempt: Optional[int] = None) -> Iterator[LogChunk]:
         """The job's output as chunks (``chunk.data``), every attempt's in
         order (``chunk.attempt`` says whose), or only ``attempt``'s. With
         follow, new output is yielded as it is written and the iterator ends
         once the job has finished and all of it was sent."""
+        job_id = _id(job_id)
         if attempt is not None and attempt < 1:
             raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
         for chunk in self._logs(job_id, follow):
@@ -419,13 +429,14 @@ class Client:
                 again.unavailable(e)
             again.pause()
 
-    def results(self, job_id: str, dir: Optional[str] = None, progress: bool = True) -> Results:
+    def results(self, job_id: JobRef, dir: Optional[str] = None, progress: bool = True) -> Results:
         """Downloads a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into
         ``dir`` (default: the job id) and returns them with each file's
         local path. A job that wrote none has no files. A job that has not
         succeeded raises :class:`Conflict`. With progress, a download that
         lasts over a second shows how far it got (Jupyter, terminal or
         plain lines on stderr)."""
+        job_id = _id(job_id)
         res = Results.from_doc(self._get(_job_path(job_id, "/results")))
         target = os.path.abspath(dir or job_id)
         res.dir = target
@@ -510,6 +521,11 @@ def _rfc3339(t: Union[str, datetime, None]) -> Optional[str]:
     if isinstance(t, datetime):
         return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
     return t
+
+
+def _id(job: JobRef) -> str:
+    """The id of a job given by its id or as a :class:`Job`."""
+    return job.id if isinstance(job, Job) else job
 
 
 def _job_path(job_id: str, rest: str = "") -> str:

@@ -243,6 +243,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([j.state for j in client.wait_all([j.id for j in jobs], timeout=120, progress=False)],
                          ["cancelled"] * n)
 
+    def test_a_job_is_taken_where_its_id_is(self):
+        # `job = c.submit(...)` then `c.wait(job)`: every method that names
+        # one job takes the Job as well as its id.
+        job = client.submit(name="by-job", command=["sh", "-c", "echo out; echo 7 > $GPUQ_OUTPUT_DIR/n.txt"])
+        self.assertEqual(client.wait(job, timeout=120, progress=False).state, "succeeded")
+        self.assertEqual(client.get(job).id, job.id)
+        self.assertEqual(client.status(job).job.id, job.id)
+        self.assertEqual([e.state for e in client.events(job)][-1], "succeeded")
+        self.assertEqual("".join(c.data for c in client.logs(job)), "out\n")
+        self.assertEqual(client.checkpoints(job), [])
+        with tempfile.TemporaryDirectory() as d:
+            res = client.results(job, d, progress=False)
+            self.assertEqual([f.path for f in res.files], ["n.txt"])
+        with self.assertRaises(gpuq.Conflict):
+            client.cancel(job)
+
     def test_logs_of_one_attempt(self):
         job = client.submit(name="retried", command=["sh", "-c", "echo attempt $GPUQ_ATTEMPT; exit 3"],
                             retries={"max_errors": 1, "delay": "1s"})
