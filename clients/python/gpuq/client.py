@@ -119,11 +119,12 @@ class Client:
             raise Unreachable("%s %s: %r" % (method, url, e)) from e
 
     def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
-              retry_for: float = 0.0) -> Any:
-        """Sends a request and returns its JSON answer. A GET answered 502,
-        503 or 504 (a server restarting, a proxy without its backend) is
-        asked again for up to ``retry_for`` seconds, with one warning; other
-        methods are not, since the server may have acted on them."""
+              retry_for: float = 0.0, idempotent: bool = False) -> Any:
+        """Sends a request and returns its JSON answer. A GET, or a request
+        marked ``idempotent``, answered 502, 503 or 504 (a server
+        restarting, a proxy without its backend) is asked again for up to
+        ``retry_for`` seconds, with one warning; other requests are not,
+        since the server may have acted on them."""
         since: Optional[float] = None
         pause = _RETRY_FIRST
         while True:
@@ -135,7 +136,7 @@ class Client:
                         raise Unreachable("%s %s: the answer broke off: %r" % (method, self.url + path, e)) from e
                 return json.loads(raw.decode("utf-8"))
             except APIError as e:
-                if method != "GET" or e.status not in (502, 503, 504):
+                if not (method == "GET" or idempotent) or e.status not in (502, 503, 504):
                     raise
                 now = time.monotonic()
                 if since is None:
@@ -186,11 +187,15 @@ class Client:
         With an idempotency key, submitting again (a re-run notebook cell)
         returns the same job; the same key with another spec raises
         :class:`Conflict`. An invalid spec raises :class:`InvalidRequest`
-        naming each field at fault."""
+        naming each field at fault. A submission with an idempotency key is
+        sent again while the server answers 502, 503 or 504 (it names the
+        same job however often it arrives); one without is not."""
         doc = _spec(spec, fields)
         if idempotency_key is not None:
             doc["idempotency_key"] = idempotency_key
-        return Job.from_doc(self._call("POST", "/v1/jobs", body=doc))
+        keyed = bool(doc.get("idempotency_key"))
+        return Job.from_doc(self._call("POST", "/v1/jobs", body=doc, retry_for=_UNAVAILABLE_RETRY if keyed else 0.0,
+                                       idempotent=keyed))
 
     def get(self, job_id: JobRef) -> Job:
         """The job as recorded now."""

@@ -377,6 +377,29 @@ class ReconnectTest(unittest.TestCase):
             c.cancel(job)
         self.assertEqual((caught.exception.status, len(seen)), (503, 1))
 
+    def test_a_submission_with_an_idempotency_key_is_sent_again_while_unavailable(self):
+        # The same key names the same job however often it arrives; a
+        # submission without one may have been acted on, and is not resent.
+        job = self.JOB
+        seen = []
+
+        class Handler(FakeAPI):
+            def do_POST(self):
+                seen.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+                if len(seen) <= 2:
+                    return self.unavailable()
+                self.answer(201, {"id": job, "project": "p", "name": "n", "state": "placed", "attempt": 0,
+                                  "errors": 0, "preemptions": 0, "placement_version": 1})
+
+        c = self.serve(Handler)
+        with self.assertRaises(gpuq.APIError) as caught:
+            c.submit(command=["true"])
+        self.assertEqual((caught.exception.status, len(seen)), (503, 1))
+        with self.assertLogs("gpuq", level="WARNING"):
+            self.assertEqual(c.submit(command=["true"], idempotency_key="run-7").id, job)
+        self.assertEqual(len(seen), 3)
+        self.assertIn('"idempotency_key": "run-7"', seen[2])
+
     def test_a_server_never_reached_is_an_error_at_once(self):
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         port = srv.server_address[1]

@@ -103,10 +103,10 @@ func (e *APIError) Is(target error) bool {
 // A 429 is sent again after the Retry-After it carries: the rate limiter
 // refuses a request before anything acts on it, so that a sweep of
 // submissions or cancellations slows down to the token's rate instead of
-// failing halfway. A GET answered 502, 503 or 504 (a server restarting, a
-// proxy without its backend) is sent again for up to unavailableRetry, with
-// one line on stderr; other methods are not, since the server may have
-// acted on them.
+// failing halfway. A GET, or a submission with an idempotency key, answered
+// 502, 503 or 504 (a server restarting, a proxy without its backend) is sent
+// again for up to unavailableRetry, with one line on stderr; other requests
+// are not, since the server may have acted on them.
 func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string, accept string, header ...string) (*http.Response, error) {
 	u := *a.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
@@ -137,7 +137,7 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 		case p.Status == http.StatusTooManyRequests && limited < rateLimitRetry:
 			pause = min(p.RetryAfter, rateLimitRetry-limited)
 			limited += pause
-		case method == http.MethodGet && unavailableStatus(p.Status):
+		case (method == http.MethodGet || ctx.Value(idempotent{}) != nil) && unavailableStatus(p.Status):
 			if unavailable.IsZero() {
 				unavailable = time.Now()
 				if a.stderr != nil {
@@ -165,6 +165,11 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 		req = next
 	}
 }
+
+// idempotent marks the context of a request that may be sent again
+// whatever the server did with it: a submission with an idempotency key,
+// which names the same job however often it arrives.
+type idempotent struct{}
 
 // rateLimitRetry bounds the time one request waits for its token's rate
 // limit; unavailableRetry the time a GET is tried again while the server
@@ -246,6 +251,9 @@ func (a *apiJobs) Submit(ctx context.Context, spec *queue.Spec) (*queue.Job, err
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.IdempotencyKey != "" {
+		ctx = context.WithValue(ctx, idempotent{}, true)
 	}
 	var job queue.Job
 	return &job, a.call(ctx, http.MethodPost, "/v1/jobs", nil, bytes.NewReader(body), "application/json", &job)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // A sweep submitted from a shell loop, then cancelled and waited for by its
@@ -63,7 +65,7 @@ func TestTheAPIClientWaitsOutTheRateLimitAndAsksAGetAgainWhileUnavailable(t *tes
 		case r.URL.Path == "/v1/limited" && n <= 2:
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusTooManyRequests)
-		case r.URL.Path == "/v1/restarting" && n <= 2, r.URL.Path == "/v1/down":
+		case r.URL.Path == "/v1/restarting" && n <= 2, r.URL.Path == "/v1/down", r.URL.Path == "/v1/jobs" && n <= 2:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		default:
 			fmt.Fprint(w, `{"ok": true}`)
@@ -92,6 +94,19 @@ func TestTheAPIClientWaitsOutTheRateLimitAndAsksAGetAgainWhileUnavailable(t *tes
 	var p *APIError
 	if !errors.As(err, &p) || p.Status != http.StatusServiceUnavailable || len(seen["POST /v1/restarting"]) != 1 {
 		t.Errorf("a POST answered 503: want the 503 after one request, got %v after %d", err, len(seen["POST /v1/restarting"]))
+	}
+	// A submission with an idempotency key names the same job however
+	// often it arrives, so it is sent again; one without is not.
+	spec, err := queue.ParseSpec([]byte(`{"command": ["true"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Submit(ctx, spec); !errors.As(err, &p) || p.Status != http.StatusServiceUnavailable || len(seen["POST /v1/jobs"]) != 1 {
+		t.Errorf("a submission without an idempotency key answered 503: want the 503 after one request, got %v after %d", err, len(seen["POST /v1/jobs"]))
+	}
+	spec.IdempotencyKey = "run-7"
+	if _, err := a.Submit(ctx, spec); err != nil || len(seen["POST /v1/jobs"]) != 3 || seen["POST /v1/jobs"][2] != seen["POST /v1/jobs"][1] {
+		t.Errorf("a submission with an idempotency key answered 503 once: want it sent again, got %v after %d", err, len(seen["POST /v1/jobs"]))
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
