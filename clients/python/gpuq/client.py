@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import APIError, Conflict, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
-from .progress import Progress, Transfer
+from .progress import Progress, Sweep, Transfer
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
@@ -367,19 +367,29 @@ class Client:
         ``c.wait_all(c.list(label="sweep=lr", limit=10_000))``. ``timeout``
         bounds the whole wait: :class:`WaitTimeout` names the first job not
         finished when it runs out. A :class:`Job` given already finished
-        (its state can no longer change) is returned as it is, unasked."""
+        (its state can no longer change) is returned as it is, unasked.
+        With progress, a wait that lasts over a second shows how many have
+        finished, by outcome (Jupyter, terminal or plain lines on stderr)."""
+        jobs = list(jobs)
         deadline = None if timeout is None else time.monotonic() + timeout
+        shown = Sweep(len(jobs)) if progress else None
         finished: List[Job] = []
-        for j in jobs:
-            if isinstance(j, Job) and j.done:
-                finished.append(j)
-                continue
-            job_id = j.id if isinstance(j, Job) else j
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                finished.append(self.wait(job_id, timeout=remaining, progress=progress))
-            except WaitTimeout as e:
-                raise WaitTimeout(job_id, timeout or 0, e.state) from None
+        try:
+            for j in jobs:
+                job = j if isinstance(j, Job) and j.done else None
+                if job is None:
+                    job_id = _id(j)
+                    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        job = self.wait(job_id, timeout=remaining, progress=False)
+                    except WaitTimeout as e:
+                        raise WaitTimeout(job_id, timeout or 0, e.state) from None
+                finished.append(job)
+                if shown:
+                    shown.finished(job.state)
+        finally:
+            if shown:
+                shown.close()
         return finished
 
     def _state_now(self, job_id: str, known: str) -> str:

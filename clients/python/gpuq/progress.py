@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Callable, Optional
+from typing import IO, Callable, Dict, Optional
 
 from .types import Event
 
@@ -172,6 +172,83 @@ class Transfer:
         if self._shown is None:
             return
         self._show(self._clock())
+        if self.mode == "tty":
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Sweep:
+    """Shows how many jobs of a list ``Client.wait_all`` has seen finish,
+    by outcome, once the wait has lasted longer than ``QUIET`` seconds (a
+    list of jobs already finished shows nothing): in Jupyter one display
+    updated, on a terminal one line redrawn, anywhere else one plain line at
+    most every ``EVERY`` seconds; ``close`` shows where it ended."""
+
+    QUIET = 1.0
+    EVERY = 5.0
+    TICK = 1.0
+
+    def __init__(self, total: int, stream: Optional[IO[str]] = None, mode: Optional[str] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.outcomes: Dict[str, int] = {}
+        self.stream = stream if stream is not None else sys.stderr
+        self.mode, self._display = _mode(self.stream, mode)
+        self._clock = clock
+        self.start = clock()
+        self._shown: Optional[float] = None
+        self._shown_done = 0
+        self._handle = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
+        if self.mode in ("tty", "notebook"):
+            # The elapsed time ticks while a long job holds the count.
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK):
+            with self._lock:
+                now = self._clock()
+                if now - self.start >= self.QUIET:
+                    self._show(now)
+
+    def finished(self, state: str) -> None:
+        """Counts a job finished in ``state``."""
+        with self._lock:
+            self.outcomes[state] = self.outcomes.get(state, 0) + 1
+            now = self._clock()
+            if now - self.start >= self.QUIET and (self.mode != "lines" or self._shown is None or now - self._shown >= self.EVERY):
+                self._show(now)
+
+    def _show(self, now: float) -> None:
+        self._shown = now
+        self._shown_done = sum(self.outcomes.values())
+        tally = ", ".join("%d %s" % (n, state) for state, n in self.outcomes.items())
+        text = "wait_all: %d of %d finished (%s), %ds" % (self._shown_done, self.total, tally, round(now - self.start))
+        if self.mode == "tty":
+            self.stream.write("\r\033[K" + text)
+        elif self.mode == "notebook":
+            if self._handle is None:
+                self._handle = self._display(_Text(text), display_id=True)
+            else:
+                self._handle.update(_Text(text))
+            return
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Stops the ticking and shows the count it ended at."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        now = self._clock()
+        if self._shown is None and now - self.start < self.QUIET:
+            return
+        if self.mode != "lines" or self._shown is None or sum(self.outcomes.values()) != self._shown_done:
+            self._show(now)
         if self.mode == "tty":
             self.stream.write("\n")
             self.stream.flush()

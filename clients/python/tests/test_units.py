@@ -17,7 +17,7 @@ from unittest import mock
 import gpuq
 from gpuq.client import _inside, _read_config
 from gpuq.errors import api_error
-from gpuq.progress import Progress, Transfer, byte_count
+from gpuq.progress import Progress, Sweep, Transfer, byte_count
 from gpuq.types import Event, parse_time
 
 
@@ -169,6 +169,50 @@ class TransferTest(unittest.TestCase):
     def test_byte_counts(self):
         for n, want in ((0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (12 << 20, "12 MiB"), (5 << 30, "5.0 GiB"), (1 << 62, "4.0 EiB")):
             self.assertEqual(byte_count(n), want)
+
+
+class HandSweep(Sweep):
+    TICK = 3600.0  # the clock is driven by hand
+
+
+class SweepTest(unittest.TestCase):
+    """wait_all's count of a list's jobs finished, by outcome."""
+
+    def run_sweep(self, stream, outcomes, step, mode=None):
+        now = [100.0]
+        sweep = HandSweep(len(outcomes), stream=stream, mode=mode, clock=lambda: now[0])
+        for state in outcomes:
+            now[0] += step
+            sweep.finished(state)
+        sweep.close()
+
+    def test_a_list_already_finished_shows_nothing(self):
+        out = io.StringIO()
+        self.run_sweep(out, ["succeeded"] * 50, 0.001)
+        self.assertEqual(out.getvalue(), "")
+
+    def test_plain_lines_every_few_seconds_and_the_end(self):
+        out = io.StringIO()
+        self.run_sweep(out, ["succeeded", "failed", "succeeded", "succeeded", "cancelled", "succeeded", "succeeded"], 2.0)
+        self.assertEqual(out.getvalue().splitlines(), [
+            "wait_all: 1 of 7 finished (1 succeeded), 2s",
+            "wait_all: 4 of 7 finished (3 succeeded, 1 failed), 8s",
+            "wait_all: 7 of 7 finished (5 succeeded, 1 failed, 1 cancelled), 14s",
+        ])
+
+    def test_a_terminal_gets_one_line_redrawn(self):
+        out = FakeTerminal()
+        self.run_sweep(out, ["succeeded", "dead"], 1.0)
+        text = out.getvalue()
+        self.assertEqual(text.count("\n"), 1)
+        self.assertTrue(text.endswith("\r\033[Kwait_all: 2 of 2 finished (1 succeeded, 1 dead), 2s\n"), text)
+
+    def test_a_notebook_updates_one_display(self):
+        display, shown = fake_notebook()
+        with mock.patch("gpuq.progress._notebook_display", return_value=display):
+            self.run_sweep(io.StringIO(), ["succeeded", "failed"], 1.0)
+        self.assertEqual([k for k, _ in shown], ["display", "update", "update"])
+        self.assertIn("2 of 2 finished (1 succeeded, 1 failed)", shown[-1][1])
 
 
 class ErrorTest(unittest.TestCase):
