@@ -226,7 +226,7 @@ class Client:
         cursor = None
         while len(jobs) < limit:
             page = self._get("/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
-                                                  "limit": min(500, limit - len(jobs)), "cursor": cursor})
+                                          "limit": min(500, limit - len(jobs)), "cursor": cursor})
             jobs.extend(Job.from_doc(j) for j in page.get("jobs") or [])
             cursor = page.get("next_cursor")
             if not cursor:
@@ -359,7 +359,7 @@ class Client:
             if shown:
                 shown.close()
 
-    def wait_all(self, jobs: Iterable[Union[str, Job]], timeout: Optional[float] = None,
+    def wait_all(self, jobs: Iterable[JobRef], timeout: Optional[float] = None,
                  progress: bool = True) -> List[Job]:
         """Waits until every job (ids or :class:`Job` objects) is finished,
         one after the other, and returns them as finished, in the order
