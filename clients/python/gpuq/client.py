@@ -265,9 +265,9 @@ class Client:
         return Plan.from_doc(self._call("POST", "/v1/plan", body=_spec(spec, fields)))
 
     def offers(self) -> List[Offer]:
-        """What the configured providers offer now (``gpuq offers``), each
-        priced per hour in the policy's currency: the pools a spec can be
-        placed on."""
+        """What the server's providers offer now (``gpuq offers``), each
+        priced per hour in its own currency (``price_micros``,
+        ``currency``): the pools a spec can be placed on."""
         return [Offer.from_doc(o) for o in self._get("/v1/offers").get("offers") or []]
 
     def spend(self, project: str = "default", since: Union[str, datetime, None] = None) -> Spend:

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/gpuq/gpuq/adapters"
 	"github.com/gpuq/gpuq/policy"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 )
 
 func newOffersCmd() *cobra.Command {
@@ -25,13 +27,18 @@ func newOffersCmd() *cobra.Command {
 providers.hivenet that is configured) for what it can rent now: the same offers the scheduler
 places on. Prices are converted into the policy's base currency with policy.exchange_rates; an
 offer in a currency without a rate keeps its own price and says so. A provider that fails is
-named on stderr and the others are still listed.`,
+named on stderr and the others are still listed.
+
+With an HTTP API configured (--url, GPUQ_URL or url: in the config file, as gpuq dev writes
+it), offers lists what that server's providers offer, priced with the policy in effect there:
+a laptop sees the server's offers, not its own config's.`,
 		Args: cobra.NoArgs,
 		RunE: runOffers,
 	}
 	cmd.Flags().StringSlice("provider", nil, "only these providers (globs, comma-separated), e.g. verda,hivenet")
 	cmd.Flags().StringSlice("region", nil, "only these regions (globs, comma-separated), e.g. 'FIN-*'")
 	cmd.Flags().Duration("timeout", 30*time.Second, "give up on a provider after this long")
+	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key): list what that server's providers offer, priced with its policy")
 	return cmd
 }
 
@@ -56,31 +63,29 @@ func runOffers(cmd *cobra.Command, _ []string) error {
 			return fmt.Errorf("--provider, --region: %q is not a glob: %w", g, err)
 		}
 	}
-	rules, err := loadRules(v)
-	if err != nil {
-		return err
-	}
-	sources, err := offerSources(v)
-	if err != nil {
-		return err
-	}
-	var picked []adapters.OfferSource
-	for _, s := range sources {
-		if matchAny(providers, s.Name()) {
-			picked = append(picked, s)
-		}
-	}
-	if len(picked) == 0 {
-		return fmt.Errorf("--provider: no configured provider matches %s", strings.Join(providers, ","))
-	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
 	defer cancel()
-	offers, srcErr := adapters.CollectOffers(ctx, picked...)
-	if srcErr != nil {
-		fmt.Fprintln(cmd.ErrOrStderr(), "gpuq offers:", srcErr)
-	}
-	if len(offers) == 0 && srcErr != nil {
-		return errors.New("no provider answered")
+	var offers []policy.Offer
+	var rules policy.Rules
+	if v.GetString("url") != "" {
+		// The server's providers and policy, not this machine's config.
+		var list httpapi.OfferList
+		if _, err := getAPIDoc(ctx, v, "/v1/offers", nil, &list); err != nil {
+			return err
+		}
+		for _, o := range list.Offers {
+			if matchAny(providers, o.Provider) {
+				offers = append(offers, o)
+			}
+		}
+		rules.BaseCurrency, rules.ExchangeRates = list.BaseCurrency, list.ExchangeRates
+	} else {
+		if rules, err = loadRules(v); err != nil {
+			return err
+		}
+		if offers, err = collectConfiguredOffers(ctx, cmd, v, providers); err != nil {
+			return err
+		}
 	}
 	base := rules.BaseCurrency
 	if base == "" {
@@ -129,6 +134,33 @@ func runOffers(cmd *cobra.Command, _ []string) error {
 		t.row(r.Provider, r.Pool, r.Region, r.Country, r.Card, r.GPUCount, r.VCPU, r.MemoryGB, r.Tier, price, orDash(string(r.Availability)))
 	}
 	return t.flush()
+}
+
+// collectConfiguredOffers asks each configured provider whose name matches
+// one of the globs for its offers; a provider that fails is named on
+// stderr and the others' offers are kept.
+func collectConfiguredOffers(ctx context.Context, cmd *cobra.Command, v *viper.Viper, providers []string) ([]policy.Offer, error) {
+	sources, err := offerSources(v)
+	if err != nil {
+		return nil, err
+	}
+	var picked []adapters.OfferSource
+	for _, s := range sources {
+		if matchAny(providers, s.Name()) {
+			picked = append(picked, s)
+		}
+	}
+	if len(picked) == 0 {
+		return nil, fmt.Errorf("--provider: no configured provider matches %s", strings.Join(providers, ","))
+	}
+	offers, srcErr := adapters.CollectOffers(ctx, picked...)
+	if srcErr != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "gpuq offers:", srcErr)
+	}
+	if len(offers) == 0 && srcErr != nil {
+		return nil, errors.New("no provider answered")
+	}
+	return offers, nil
 }
 
 func matchAny(globs []string, s string) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -144,5 +145,62 @@ providers:
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
 	if _, _, err := runCLI(t, "offers", "--config", bad); err == nil || !strings.Contains(err.Error(), "providers.aws.pools[0].image_id") {
 		t.Errorf("an AWS pool without an AMI must be refused naming providers.aws.pools[0].image_id, got %v", err)
+	}
+}
+
+// Where gpuq dev wrote its config (an API URL and a token, no pools), gpuq
+// offers and gpuq plan answer with the server's pools and policy, as a
+// laptop with GPUQ_URL and GPUQ_TOKEN needs, not with the defaults of a
+// config that names none; --offers or --policy still plan here, a what-if.
+func TestOffersAndPlanAskTheServerWhenAnAPIIsConfigured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	server := writeFile(t, "server.yaml", `pools:
+  - {pool: us-cpu, region: us-east-1, country: US, card: cpu, vcpu: 4, memory_gb: 8, tier: on-demand, price_per_hour: "2.00", currency: USD}
+policy:
+  exchange_rates: {USD: 0.5}
+`)
+	dir := t.TempDir()
+	startDev(t, buildGpuq(t), dir, "--http-addr", freeAddr(t), "--config", server)
+	config := filepath.Join(dir, devConfigFile)
+
+	out, errOut, err := runCLI(t, "offers", "--config", config, "-o", "json")
+	if err != nil {
+		t.Fatalf("offers: %v\n%s", err, errOut)
+	}
+	var rows []OfferRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rows) != 1 || rows[0].Pool != "us-cpu" || rows[0].PricePerHour.String() != "1.00 EUR" || rows[0].QuotedPricePerHour.String() != "2.00 USD" {
+		t.Fatalf("offers through the API: want the server's one pool at 1.00 EUR (2.00 USD at its rate), got %+v", rows)
+	}
+	if out, _, err := runCLI(t, "offers", "--config", config, "--provider", "verda"); err != nil || strings.Count(out, "\n") != 1 {
+		t.Errorf("offers --provider verda through the API: want the table's header alone, got %v\n%s", err, out)
+	}
+
+	job := writeFile(t, "job.yaml", "command: [python, train.py]\n")
+	out, errOut, err = runCLI(t, "plan", "--config", config, job)
+	if err != nil || !strings.Contains(out, "chosen:     us-cpu") {
+		t.Fatalf("plan through the API: want the server's pool chosen, got %v\n%s%s", err, out, errOut)
+	}
+	eu := writeFile(t, "eu.yaml", "command: [python, train.py]\nplacement: {residency: EU}\n")
+	if out, _, err := runCLI(t, "plan", "--config", config, eu); exitCode(err) != exitPlanInfeasible || !strings.Contains(out, "us-cpu") {
+		t.Errorf("plan of an EU job through the API: want exit %d rejecting us-cpu, got %v\n%s", exitPlanInfeasible, err, out)
+	}
+	out, _, err = runCLI(t, "plan", "--config", config, "-o", "json", job)
+	var plan struct {
+		Feasible bool `json:"feasible"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &plan) != nil || !plan.Feasible {
+		t.Errorf("plan -o json through the API: want the API's plan document, feasible, got %v\n%s", err, out)
+	}
+	offers := writeFile(t, "offers.yaml", `offers:
+  - {provider: local, pool: what-if, region: eu-central-1, country: DE, card: cpu, vcpu: 4, memory_gb: 8, tier: on-demand, price_per_hour: "0.10 EUR"}
+`)
+	if out, errOut, err := runCLI(t, "plan", "--config", config, "--offers", offers, job); err != nil || !strings.Contains(out, "chosen:     what-if") {
+		t.Errorf("plan --offers: want the what-if planned here on the file's offers, got %v\n%s%s", err, out, errOut)
 	}
 }

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -40,6 +42,9 @@ func newPlanCmd() *cobra.Command {
 alternatives, every rejected offer with every reason, and the cost breakdown.
 Offers come from --offers, or else from the configured local pools (config key
 "pools"). Rules come from --policy, or else from the config key "policy".
+With an HTTP API configured (--url, GPUQ_URL or url: in the config file, as
+gpuq dev writes it) and neither --offers nor --policy given, the server plans
+it with its own offers, policy and budgets, as it would place the job.
 When no offer is feasible, plan prints the rejections and exits with status 2;
 when there are no offers at all, it exits with status 3.`,
 		Args: cobra.MaximumNArgs(1),
@@ -48,6 +53,7 @@ when there are no offers at all, it exits with status 3.`,
 	cmd.Flags().StringP("file", "f", "", "job spec file (YAML or JSON)")
 	cmd.Flags().String("offers", "", "offers file (YAML or JSON, key \"offers\"); default: the configured pools")
 	cmd.Flags().String("policy", "", "placement rules file (YAML or JSON); default: the config key \"policy\"")
+	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key): ask that server, with its offers, policy and budgets, unless --offers or --policy is given")
 	return cmd
 }
 
@@ -65,9 +71,12 @@ func runPlan(cmd *cobra.Command, args []string) error {
 	case file == "":
 		return errors.New("--file: the job spec file is required")
 	}
-	job, err := planJobFromFile(file)
+	spec, job, err := planJobFromFile(file)
 	if err != nil {
 		return err
+	}
+	if v.GetString("url") != "" && !cmd.Flags().Changed("offers") && !cmd.Flags().Changed("policy") {
+		return planViaAPI(cmd, v, spec, format)
 	}
 	rules, err := loadRules(v)
 	if err != nil {
@@ -223,26 +232,66 @@ func parseOffers(data []byte, path string) ([]policy.Offer, error) {
 
 // planJobFromFile reads a job spec with the same strict parser as gpuq
 // submit and converts it into placement requirements.
-func planJobFromFile(path string) (policy.Requirements, error) {
+func planJobFromFile(path string) (*queue.Spec, policy.Requirements, error) {
 	data, err := readLimited(path, queue.MaxSpecBytes+1)
 	if err != nil {
 		if _, idErr := uuid.Parse(path); idErr == nil && errors.Is(err, fs.ErrNotExist) {
-			return policy.Requirements{}, fmt.Errorf("%s is a job id, not a job spec file: gpuq status --explain %s shows where that job was placed and why", path, path)
+			return nil, policy.Requirements{}, fmt.Errorf("%s is a job id, not a job spec file: gpuq status --explain %s shows where that job was placed and why", path, path)
 		}
-		return policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
+		return nil, policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
 	}
 	spec, err := queue.ParseSpec(data)
 	if err != nil {
-		return policy.Requirements{}, fmt.Errorf("job spec %s: %w", path, err)
+		return nil, policy.Requirements{}, fmt.Errorf("job spec %s: %w", path, err)
 	}
 	job, err := control.PolicyJob(spec)
 	if err != nil {
-		return job, fmt.Errorf("job spec %s: %w", path, err)
+		return spec, job, fmt.Errorf("job spec %s: %w", path, err)
 	}
 	if err := job.Validate(); err != nil {
-		return job, fmt.Errorf("job spec %s: %w", path, queue.SpecKeys(err))
+		return spec, job, fmt.Errorf("job spec %s: %w", path, queue.SpecKeys(err))
 	}
-	return job, nil
+	return spec, job, nil
+}
+
+// planViaAPI asks the HTTP API where spec would run: the server's offers,
+// policy and budgets decide, as they would for a submission. -o json prints
+// the API's plan document as it answered.
+func planViaAPI(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string) error {
+	a, err := newAPIJobs(v)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	raw, err := a.raw(cmd.Context(), http.MethodPost, "/v1/plan", nil, spec)
+	if err != nil {
+		return err
+	}
+	var plan struct {
+		Feasible bool            `json:"feasible"`
+		Reason   string          `json:"reason"`
+		Decision policy.Decision `json:"decision"`
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		return fmt.Errorf("POST /v1/plan: reading the answer: %w", err)
+	}
+	out := cmd.OutOrStdout()
+	if format == "json" {
+		if err := writeRawJSON(out, raw); err != nil {
+			return err
+		}
+	} else if plan.Feasible {
+		return printDecision(out, plan.Decision)
+	} else if err := printRejected(out, plan.Decision); err != nil {
+		return err
+	}
+	switch {
+	case plan.Feasible:
+		return nil
+	case len(plan.Decision.Offers) == 0:
+		return &ExitError{Code: exitPlanNoOffers, Err: errors.New(plan.Reason)}
+	}
+	return &ExitError{Code: exitPlanInfeasible, Err: errors.New(plan.Reason)}
 }
 
 func printDecision(w io.Writer, d policy.Decision) error {

@@ -259,8 +259,8 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	}
 	var offers httpapi.OfferList
 	call("GET", "/v1/offers", "/v1/offers", "", nil, 200).json(t, &offers)
-	if len(offers.Offers) != 1 || offers.Offers[0].Pool != "de-cpu" {
-		t.Fatalf("offers: %+v", offers)
+	if len(offers.Offers) != 1 || offers.Offers[0].Pool != "de-cpu" || offers.BaseCurrency != "EUR" || offers.ExchangeRates == nil {
+		t.Fatalf("offers, with the policy's base currency and rates: %+v", offers)
 	}
 	call("GET", "/v1/projects/{project}/spend", "/v1/projects/ml/spend", "", nil, 200)
 	call("GET", "/v1/projects/{project}/spend", "/v1/projects/other/spend", "", nil, 404)

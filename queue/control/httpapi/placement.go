@@ -39,9 +39,13 @@ type Plan struct {
 	Decision json.RawMessage `json:"decision"`
 }
 
-// OfferList is what the providers offer now.
+// OfferList is what the providers offer now, each in its own currency,
+// with the policy's base currency and exchange rates that placement
+// compares prices with.
 type OfferList struct {
-	Offers []policy.Offer `json:"offers"`
+	Offers        []policy.Offer     `json:"offers"`
+	BaseCurrency  string             `json:"base_currency" doc:"the currency placement compares prices in"`
+	ExchangeRates map[string]float64 `json:"exchange_rates" doc:"units of the base currency per unit of each other currency, as the policy states them"`
 }
 
 // moneyDoc is how policy.Money is written in JSON.
@@ -200,7 +204,13 @@ func (s *Server) offers(ctx context.Context, _ *struct{}) (*offersOutput, error)
 	if list == nil {
 		list = []policy.Offer{}
 	}
-	return &offersOutput{Body: &OfferList{Offers: list}}, nil
+	rules := s.policy.Rules().WithDefaults()
+	base := rules.BaseCurrency
+	rates := map[string]float64{}
+	for cur, r := range rules.ExchangeRates {
+		rates[strings.ToUpper(cur)] = r
+	}
+	return &offersOutput{Body: &OfferList{Offers: list, BaseCurrency: base, ExchangeRates: rates}}, nil
 }
 
 // specKeys renames policy.Requirements's field names to the job spec's.
