@@ -140,7 +140,7 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 		case (method == http.MethodGet || ctx.Value(idempotent{}) != nil) && unavailableStatus(p.Status):
 			if unavailable.IsZero() {
 				unavailable = time.Now()
-				if a.stderr != nil {
+				if a.stderr != nil && ctx.Value(toldOutage{}) == nil {
 					fmt.Fprintf(a.stderr, "gpuq: %s %s: %v; trying again for up to %s\n", method, path, p, unavailableRetry)
 				}
 			}
@@ -165,6 +165,11 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 		req = next
 	}
 }
+
+// toldOutage marks the context of a request whose caller has already said
+// on stderr that the server is out of reach (a stream being reopened), so
+// that do does not say it again.
+type toldOutage struct{}
 
 // idempotent marks the context of a request that may be sent again
 // whatever the server did with it: a submission with an idempotency key,
@@ -372,7 +377,11 @@ func (a *apiJobs) streamAfter(ctx context.Context, path string, query url.Values
 		if last != "" {
 			header = []string{"Last-Event-ID", last}
 		}
-		resp, err := a.do(ctx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
+		reqCtx := ctx
+		if dropped {
+			reqCtx = context.WithValue(ctx, toldOutage{}, true)
+		}
+		resp, err := a.do(reqCtx, http.MethodGet, path, query, nil, "", "text/event-stream", header...)
 		if err == nil {
 			opened = true
 			err = readSSE(ctx, resp, path, track)

@@ -64,7 +64,7 @@ func TestAJobsEventStreamIsReopenedWhereItDropped(t *testing.T) {
 	if got, want := strings.Join(asked, ","), ",2,2"; got != want {
 		t.Fatalf("Last-Event-ID of each request %q, want %q", got, want)
 	}
-	if strings.Count(stderr.String(), "reopening it") != 1 {
+	if strings.Count(stderr.String(), "reopening it") != 1 || strings.Count(stderr.String(), "\n") != 1 {
 		t.Fatalf("want one line on stderr for the outage, got:\n%s", stderr.String())
 	}
 
