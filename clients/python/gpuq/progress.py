@@ -156,17 +156,7 @@ class Transfer:
         pct = self.done * 100 // self.total if self.total > 0 else 100
         text = "%s: %s of %s (%d%%), %ds" % (self.what, byte_count(self.done), byte_count(self.total), pct,
                                              round(now - self.start))
-        if self.mode == "tty":
-            self.stream.write("\r\033[K" + text)
-        elif self.mode == "notebook":
-            if self._handle is None:
-                self._handle = self._display(_Text(text), display_id=True)
-            else:
-                self._handle.update(_Text(text))
-            return
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        self._handle = _put(self.mode, self.stream, self._display, self._handle, text)
 
     def close(self) -> None:
         if self._shown is None:
@@ -227,17 +217,7 @@ class Sweep:
         self._shown_done = sum(self.outcomes.values())
         tally = ", ".join("%d %s" % (n, state) for state, n in self.outcomes.items())
         text = "wait_all: %d of %d finished (%s), %ds" % (self._shown_done, self.total, tally, round(now - self.start))
-        if self.mode == "tty":
-            self.stream.write("\r\033[K" + text)
-        elif self.mode == "notebook":
-            if self._handle is None:
-                self._handle = self._display(_Text(text), display_id=True)
-            else:
-                self._handle.update(_Text(text))
-            return
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        self._handle = _put(self.mode, self.stream, self._display, self._handle, text)
 
     def close(self) -> None:
         """Stops the ticking and shows the count it ended at."""
@@ -265,6 +245,20 @@ def byte_count(n: int) -> str:
         if value < 1024:
             break
     return ("%.1f %siB" if value < 10 else "%.0f %siB") % (value, unit)
+
+
+def _put(mode: str, stream: IO[str], display, handle, text: str):
+    """Shows text as a progress line in mode: the terminal's line redrawn,
+    the notebook's display updated (created the first time; its handle is
+    returned), or a plain line. Returns the display handle."""
+    if mode == "notebook":
+        if handle is None:
+            return display(_Text(text), display_id=True)
+        handle.update(_Text(text))
+        return handle
+    stream.write(("\r\033[K" + text) if mode == "tty" else text + "\n")
+    stream.flush()
+    return handle
 
 
 class _Text:
