@@ -760,12 +760,17 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 	}
 	page := &JobPage{Jobs: []*queue.Job{}}
 	codes := map[int]bool{}
-	var unsuccessful []string // each such job's outcome: its state, or "not found"
+	var reached []string      // each job's outcome so far: its state, or "not found"
+	var unsuccessful []string // those of the jobs that did not succeed
 	var stopped error
 	for i, id := range ids {
 		job, err := finished[id], error(nil)
 		if job == nil {
-			prog := newProgress(cmd.ErrOrStderr(), id)
+			sweep := fmt.Sprintf("%d of %d finished · ", i, len(ids))
+			if len(reached) > 0 {
+				sweep = fmt.Sprintf("%d of %d finished (%s) · ", i, len(ids), tally(reached))
+			}
+			prog := newSweepProgress(cmd.ErrOrStderr(), id, sweep)
 			job, err = waitJob(ctx, svc, id, prog.event)
 			prog.close()
 		}
@@ -787,6 +792,7 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 		} else if err = notFoundError(id, err); exitCode(err) != ExitNotFound {
 			return err
 		}
+		reached = append(reached, outcome)
 		if err != nil {
 			codes[exitCode(err)] = true
 			unsuccessful = append(unsuccessful, outcome)

@@ -22,6 +22,10 @@ type progress struct {
 	tty   bool
 	id    uuid.UUID
 	start time.Time
+	// sweep, on a terminal, comes before the job on its line (a wait for
+	// several jobs: how many finished), and the line is erased rather
+	// than ended when the job finishes, so that one line shows the sweep.
+	sweep string
 
 	mu    sync.Mutex
 	last  *queue.Event
@@ -45,8 +49,12 @@ func isTerminal(w io.Writer) bool {
 // tickEvery is how often a terminal's progress line is redrawn.
 const tickEvery = time.Second
 
-func newProgress(w io.Writer, id uuid.UUID) *progress {
-	p := &progress{w: w, tty: isTerminal(w), id: id, start: time.Now()}
+func newProgress(w io.Writer, id uuid.UUID) *progress { return newSweepProgress(w, id, "") }
+
+// newSweepProgress is newProgress for one job of several: on a terminal
+// sweep leads the job's line, which is erased once the job finishes.
+func newSweepProgress(w io.Writer, id uuid.UUID, sweep string) *progress {
+	p := &progress{w: w, tty: isTerminal(w), id: id, start: time.Now(), sweep: sweep}
 	if p.tty {
 		p.stop, p.done = make(chan struct{}), make(chan struct{})
 		go p.tick()
@@ -93,10 +101,11 @@ func (p *progress) elapsed() time.Duration { return time.Since(p.start).Round(ti
 // draw rewrites the terminal's line; p.mu is held.
 func (p *progress) draw() {
 	p.drawn = true
-	fmt.Fprintf(p.w, "\r\033[K%s  %-9s attempt %d  %s  %s", shortID(p.id), p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
+	fmt.Fprintf(p.w, "\r\033[K%s%s  %-9s attempt %d  %s  %s", p.sweep, shortID(p.id), p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
 }
 
-// close stops the ticking and ends a drawn line.
+// close stops the ticking and ends a drawn line (erases it, for a job of
+// a sweep).
 func (p *progress) close() {
 	if p.tty {
 		close(p.stop)
@@ -104,7 +113,10 @@ func (p *progress) close() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.drawn {
+	switch {
+	case p.drawn && p.sweep != "":
+		fmt.Fprint(p.w, "\r\033[K")
+	case p.drawn:
 		fmt.Fprintln(p.w)
 	}
 }

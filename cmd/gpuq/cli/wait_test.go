@@ -80,7 +80,7 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	}
 
 	// The timeout bounds the whole wait; the jobs go on.
-	long := submit("--", "sleep", "300")
+	long := submit("--", "sh", "-c", "echo started; sleep 300")
 	out, errOut, err = runCLI(t, "wait", "--config", config, "--timeout", "2s", fine, long)
 	if exitCode(err) != ExitTimedOut || !strings.Contains(err.Error(), "1 of 2 jobs not finished after 2s") {
 		t.Errorf("wait --timeout with a long job: want exit %d, got %v\n%s", ExitTimedOut, err, errOut)
@@ -92,13 +92,19 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	// wait says how to follow or stop the job.
 	bin := buildGpuq(t)
 	for _, args := range [][]string{{"wait", long}, {"wait", fine, long}, {"logs", "-f", long}, {"submit", "--wait", "--label", "sweep=interrupted", "--", "sleep", "300"}} {
-		var stderr syncBuffer
+		var stdout, stderr syncBuffer
 		c := exec.Command(bin, append([]string{args[0], "--config", config}, args[1:]...)...)
-		c.Stderr = &stderr
+		c.Stdout, c.Stderr = &stdout, &stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // its signal handler is in place long before
+		// Once it shows progress or output, its signal handler is in place:
+		// a SIGINT before would be lost where the test runs with SIGINT
+		// ignored (a background job of a shell), as it would kill it in a
+		// terminal.
+		for deadline := time.Now().Add(30 * time.Second); stdout.String() == "" && stderr.String() == "" && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
 		if err := c.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
@@ -130,6 +136,26 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	}
 	if _, _, err := runCLI(t, "wait", "--config", config, fine, long); exitCode(err) != ExitCancelled {
 		t.Errorf("wait of a succeeded and a cancelled job: want exit %d, got %v", ExitCancelled, err)
+	}
+
+	// On a terminal, a wait for several jobs is one line: how many have
+	// finished, then the job waited for now, erased once all are. (Each
+	// pool has one slot here: these come once the long jobs are cancelled,
+	// not to queue behind them.)
+	first, second := submit("--", "sleep", "1"), submit("--", "sleep", "2")
+	term := &fakeTerminal{}
+	var stdout strings.Builder
+	waitCmd := New()
+	waitCmd.SetArgs([]string{"wait", "--config", config, first, second})
+	waitCmd.SetOut(&stdout)
+	waitCmd.SetErr(term)
+	if err := waitCmd.Execute(); err != nil || stdout.String() != first+" succeeded\n"+second+" succeeded\n" {
+		t.Fatalf("wait of two jobs: %v\n%s", err, stdout.String())
+	}
+	shown := term.String()
+	if !strings.Contains(shown, "\r\033[K0 of 2 finished · …"+first[24:]) || !strings.Contains(shown, "\r\033[K1 of 2 finished (1 succeeded) · …"+second[24:]) ||
+		strings.Contains(shown, "\n") || !strings.HasSuffix(shown, "\r\033[K") {
+		t.Errorf("wait of two jobs on a terminal: want one line showing the count and the job waited for, erased at the end, got %q", shown)
 	}
 
 	// A retried job's output: each attempt's after the other, where one
