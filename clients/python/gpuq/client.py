@@ -410,6 +410,12 @@ class Client:
         job_id = _id(job_id)
         if attempt is not None and attempt < 1:
             raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
+        if attempt is not None:
+            # An attempt the job has not had yields nothing: say so, unless
+            # following a job that may still come to it.
+            job = self.get(job_id)
+            if job.attempt < attempt and (not follow or job.done):
+                raise ValueError("attempt: job %s has had %d attempt(s), not %d" % (job_id, job.attempt, attempt))
         for chunk in self._logs(job_id, follow):
             if attempt is None or chunk.attempt == attempt:
                 yield chunk

@@ -272,6 +272,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([c.data for c in client.logs(job.id, follow=True, attempt=1)], ["attempt 1\n"])
         with self.assertRaises(ValueError):
             list(client.logs(job.id, attempt=0))
+        with self.assertRaisesRegex(ValueError, "has had 2 attempt"):
+            list(client.logs(job.id, attempt=3))
 
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])

@@ -599,6 +599,17 @@ func newLogsCmd() *cobra.Command {
 			if only < 0 {
 				return fmt.Errorf("--attempt: must be 1 or more (0: every attempt), got %d", only)
 			}
+			if only > 0 {
+				// An attempt the job has not had prints nothing: say so,
+				// unless following a job that may still come to it.
+				job, err := svc.Job(ctx, id)
+				if err != nil {
+					return notFoundError(id, err)
+				}
+				if job.Attempt < only && (!follow || job.State.Terminal()) {
+					return fmt.Errorf("--attempt %d: job %s has had %d attempt(s)", only, id, job.Attempt)
+				}
+			}
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {

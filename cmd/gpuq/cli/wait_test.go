@@ -183,6 +183,9 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 	if _, _, err := runCLI(t, "logs", "--config", config, "--attempt", "-1", retried); err == nil || !strings.Contains(err.Error(), "--attempt: must be 1 or more") {
 		t.Errorf("logs --attempt -1: want the flag named, got %v", err)
 	}
+	if out, _, err := runCLI(t, "logs", "--config", config, "--attempt", "3", retried); err == nil || out != "" || !strings.Contains(err.Error(), "--attempt 3: job "+retried+" has had 2 attempt(s)") {
+		t.Errorf("logs --attempt 3 of a job run twice: want an error saying it had 2, got %v %q", err, out)
+	}
 
 	for _, tc := range []struct{ args, want string }{
 		{"", "wait takes job ids or --label KEY=VALUE"},
