@@ -50,7 +50,7 @@ when there are no offers at all, it exits with status 3.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: runPlan,
 	}
-	cmd.Flags().StringP("file", "f", "", "job spec file (YAML or JSON)")
+	cmd.Flags().StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
 	cmd.Flags().String("offers", "", "offers file (YAML or JSON, key \"offers\"); default: the configured pools")
 	cmd.Flags().String("policy", "", "placement rules file (YAML or JSON); default: the config key \"policy\"")
 	cmd.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key): ask that server, with its offers, policy and budgets, unless --offers or --policy is given")
@@ -71,7 +71,7 @@ func runPlan(cmd *cobra.Command, args []string) error {
 	case file == "":
 		return errors.New("--file: the job spec file is required")
 	}
-	spec, job, err := planJobFromFile(file)
+	spec, job, err := planJobFromFile(file, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
@@ -230,10 +230,17 @@ func parseOffers(data []byte, path string) ([]policy.Offer, error) {
 	return file.Offers, nil
 }
 
-// planJobFromFile reads a job spec with the same strict parser as gpuq
-// submit and converts it into placement requirements.
-func planJobFromFile(path string) (*queue.Spec, policy.Requirements, error) {
-	data, err := readLimited(path, queue.MaxSpecBytes+1)
+// planJobFromFile reads a job spec (path "-": from stdin) with the same
+// strict parser as gpuq submit and converts it into placement
+// requirements.
+func planJobFromFile(path string, stdin io.Reader) (*queue.Spec, policy.Requirements, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(io.LimitReader(stdin, queue.MaxSpecBytes+1))
+	} else {
+		data, err = readLimited(path, queue.MaxSpecBytes+1)
+	}
 	if err != nil {
 		if _, idErr := uuid.Parse(path); idErr == nil && errors.Is(err, fs.ErrNotExist) {
 			return nil, policy.Requirements{}, fmt.Errorf("%s is a job id, not a job spec file: gpuq status --explain %s shows where that job was placed and why", path, path)

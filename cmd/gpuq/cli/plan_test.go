@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,18 @@ func TestPlanTakesTheSpecFileAsItsArgument(t *testing.T) {
 	out, _, err := runCLI(t, append([]string{"plan", job}, offers...)...)
 	if err != nil || !strings.Contains(out, "chosen:     hz-fsn-a100") {
 		t.Errorf("plan job.yaml: err %v, output:\n%s", err, out)
+	}
+	// "-" reads the spec from standard input, as gpuq submit -f - does.
+	for _, args := range [][]string{{"plan", "-"}, {"plan", "-f", "-"}} {
+		var stdout, stderr bytes.Buffer
+		cmd := New()
+		cmd.SetArgs(append(args, offers...))
+		cmd.SetIn(strings.NewReader(planJob))
+		cmd.SetOut(&stdout)
+		cmd.SetErr(&stderr)
+		if err := cmd.Execute(); err != nil || !strings.Contains(stdout.String(), "chosen:     hz-fsn-a100") {
+			t.Errorf("gpuq %s with the spec on stdin: err %v, output:\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
 	}
 	_, _, err = runCLI(t, append([]string{"plan", "-f", job, job}, offers...)...)
 	if err == nil || !strings.Contains(err.Error(), "given twice") {
