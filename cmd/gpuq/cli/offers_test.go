@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuq/gpuq/policy"
 )
 
 // hivenetCatalogue answers GET /presets as the Hive Compute API does (one
@@ -190,12 +192,17 @@ policy:
 	if out, _, err := runCLI(t, "plan", "--config", config, eu); exitCode(err) != exitPlanInfeasible || !strings.Contains(out, "us-cpu") {
 		t.Errorf("plan of an EU job through the API: want exit %d rejecting us-cpu, got %v\n%s", exitPlanInfeasible, err, out)
 	}
+	// -o json prints what a plan made here prints: the decision, or the
+	// refusal with its counted reasons.
 	out, _, err = runCLI(t, "plan", "--config", config, "-o", "json", job)
-	var plan struct {
-		Feasible bool `json:"feasible"`
+	var d policy.Decision
+	if err != nil || json.Unmarshal([]byte(out), &d) != nil || d.Chosen == nil || d.Chosen.Offer.Pool != "us-cpu" {
+		t.Errorf("plan -o json through the API: want the decision choosing us-cpu, got %v\n%s", err, out)
 	}
-	if err != nil || json.Unmarshal([]byte(out), &plan) != nil || !plan.Feasible {
-		t.Errorf("plan -o json through the API: want the API's plan document, feasible, got %v\n%s", err, out)
+	out, _, err = runCLI(t, "plan", "--config", config, "-o", "json", eu)
+	var refusal policy.NoPlacementError
+	if exitCode(err) != exitPlanInfeasible || json.Unmarshal([]byte(out), &refusal) != nil || refusal.Offers != 1 || len(refusal.Counts) != 1 || len(refusal.Decision.Rejected()) != 1 {
+		t.Errorf("plan -o json of an EU job through the API: want the refusal of the one offer with its reason counted, got %v\n%s", err, out)
 	}
 	offers := writeFile(t, "offers.yaml", `offers:
   - {provider: local, pool: what-if, region: eu-central-1, country: DE, card: cpu, vcpu: 4, memory_gb: 8, tier: on-demand, price_per_hour: "0.10 EUR"}

@@ -262,40 +262,45 @@ func planJobFromFile(path string, stdin io.Reader) (*queue.Spec, policy.Requirem
 }
 
 // planViaAPI asks the HTTP API where spec would run: the server's offers,
-// policy and budgets decide, as they would for a submission. -o json prints
-// the API's plan document as it answered.
+// policy and budgets decide, as they would for a submission. It prints
+// what a plan made here prints, -o json included.
 func planViaAPI(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string) error {
 	a, err := newAPIJobs(v)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	var plan struct {
+		Feasible   bool                 `json:"feasible"`
+		Reason     string               `json:"reason"`
+		Decision   policy.Decision      `json:"decision"`
+		Counts     []policy.ReasonCount `json:"counts"`
+		Relaxation *policy.Relaxation   `json:"relaxation"`
+	}
 	raw, err := a.raw(cmd.Context(), http.MethodPost, "/v1/plan", nil, spec)
 	if err != nil {
 		return err
-	}
-	var plan struct {
-		Feasible bool            `json:"feasible"`
-		Reason   string          `json:"reason"`
-		Decision policy.Decision `json:"decision"`
 	}
 	if err := json.Unmarshal(raw, &plan); err != nil {
 		return fmt.Errorf("POST /v1/plan: reading the answer: %w", err)
 	}
 	out := cmd.OutOrStdout()
-	if format == "json" {
-		if err := writeRawJSON(out, raw); err != nil {
-			return err
+	if plan.Feasible {
+		if format == "json" {
+			return writeJSON(out, plan.Decision)
 		}
-	} else if plan.Feasible {
 		return printDecision(out, plan.Decision)
-	} else if err := printRejected(out, plan.Decision); err != nil {
-		return err
+	}
+	refusal := &policy.NoPlacementError{Offers: len(plan.Decision.Offers), Counts: plan.Counts, Relaxation: plan.Relaxation, Decision: plan.Decision}
+	if format == "json" {
+		err = writeJSON(out, refusal)
+	} else {
+		err = printRejected(out, plan.Decision)
 	}
 	switch {
-	case plan.Feasible:
-		return nil
-	case len(plan.Decision.Offers) == 0:
+	case err != nil:
+		return err
+	case refusal.Offers == 0:
 		return &ExitError{Code: exitPlanNoOffers, Err: errors.New(plan.Reason)}
 	}
 	return &ExitError{Code: exitPlanInfeasible, Err: errors.New(plan.Reason)}

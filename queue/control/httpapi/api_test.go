@@ -250,8 +250,8 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 		t.Fatalf("an EU CPU job fits the German pool: %+v", plan)
 	}
 	call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte("command: [x]\nresources: {gpu: {count: 1}}\n"), 200).json(t, &plan)
-	if plan.Feasible || plan.Reason == "" {
-		t.Fatalf("no pool has a GPU: %+v", plan)
+	if plan.Feasible || plan.Reason == "" || len(plan.Counts) != 1 || plan.Counts[0].Offers != 1 || plan.Relaxation == nil {
+		t.Fatalf("no pool has a GPU: want the refusal with its reason counted and the relaxation, got %+v", plan)
 	}
 	r = call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte("command: [x]\nplacement: {residency: XX}\n"), 422)
 	if !strings.Contains(string(r.Body), `"location":"spec.placement.residency"`) {

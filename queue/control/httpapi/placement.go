@@ -37,6 +37,11 @@ type Plan struct {
 	Feasible bool            `json:"feasible"`
 	Reason   string          `json:"reason,omitempty"`
 	Decision json.RawMessage `json:"decision"`
+	// Counts and Relaxation, when no offer is feasible: the offers each
+	// reason rejects, and the one constraint whose relaxing would make
+	// the most offers feasible.
+	Counts     []policy.ReasonCount `json:"counts,omitempty"`
+	Relaxation *policy.Relaxation   `json:"relaxation,omitempty"`
 }
 
 // OfferList is what the providers offer now, each in its own currency,
@@ -186,6 +191,7 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	switch {
 	case errors.As(err, &refusal):
 		d, plan.Reason = refusal.Decision, refusal.Error()
+		plan.Counts, plan.Relaxation = refusal.Counts, refusal.Relaxation
 	case err != nil:
 		return nil, policyProblem(err)
 	}
