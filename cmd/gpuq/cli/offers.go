@@ -30,8 +30,8 @@ offer in a currency without a rate keeps its own price and says so. A provider t
 named on stderr and the others are still listed.
 
 With an HTTP API configured (--url, GPUQ_URL or url: in the config file, as gpuq dev writes
-it), offers lists what that server's providers offer, priced with the policy in effect there:
-a laptop sees the server's offers, not its own config's.`,
+it) and no pools or providers in the config file, offers lists what that server's providers
+offer, priced with the policy in effect there: a laptop sees the server's offers.`,
 		Args: cobra.NoArgs,
 		RunE: runOffers,
 	}
@@ -67,8 +67,9 @@ func runOffers(cmd *cobra.Command, _ []string) error {
 	defer cancel()
 	var offers []policy.Offer
 	var rules policy.Rules
-	if v.GetString("url") != "" {
-		// The server's providers and policy, not this machine's config.
+	if askServer(v, "pools", "providers") {
+		// The server's providers and policy: this machine's config names
+		// none of its own.
 		var list httpapi.OfferList
 		if _, err := getAPIDoc(ctx, v, "/v1/offers", nil, &list); err != nil {
 			return err
@@ -134,6 +135,22 @@ func runOffers(cmd *cobra.Command, _ []string) error {
 		t.row(r.Provider, r.Pool, r.Region, r.Country, r.Card, r.GPUCount, r.VCPU, r.MemoryGB, r.Tier, price, orDash(string(r.Availability)))
 	}
 	return t.flush()
+}
+
+// askServer reports whether offers or plan asks the HTTP API rather than
+// answering here: an API URL is configured, and the config file names none
+// of keys (its own pools, providers or policy, which would be what the user
+// asks about).
+func askServer(v *viper.Viper, keys ...string) bool {
+	if v.GetString("url") == "" {
+		return false
+	}
+	for _, k := range keys {
+		if v.InConfig(k) {
+			return false
+		}
+	}
+	return true
 }
 
 // collectConfiguredOffers asks each configured provider whose name matches

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -209,5 +210,19 @@ policy:
 `)
 	if out, errOut, err := runCLI(t, "plan", "--config", config, "--offers", offers, job); err != nil || !strings.Contains(out, "chosen:     what-if") {
 		t.Errorf("plan --offers: want the what-if planned here on the file's offers, got %v\n%s%s", err, out, errOut)
+	}
+	// A config file naming pools of its own is asked about, API or not.
+	devConfig, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := writeFile(t, "own.yaml", string(devConfig)+`pools:
+  - {pool: mine, region: eu-central-1, country: DE, card: cpu, vcpu: 4, memory_gb: 8, tier: on-demand, price_per_hour: "0.20", currency: EUR}
+`)
+	if out, errOut, err := runCLI(t, "offers", "--config", own); err != nil || !strings.Contains(out, "mine") || strings.Contains(out, "us-cpu") {
+		t.Errorf("offers with a config naming its own pools: want those, got %v\n%s%s", err, out, errOut)
+	}
+	if out, errOut, err := runCLI(t, "plan", "--config", own, job); err != nil || !strings.Contains(out, "chosen:     mine") {
+		t.Errorf("plan with a config naming its own pools: want those, got %v\n%s%s", err, out, errOut)
 	}
 }

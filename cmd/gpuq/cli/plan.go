@@ -43,8 +43,9 @@ alternatives, every rejected offer with every reason, and the cost breakdown.
 Offers come from --offers, or else from the configured local pools (config key
 "pools"). Rules come from --policy, or else from the config key "policy".
 With an HTTP API configured (--url, GPUQ_URL or url: in the config file, as
-gpuq dev writes it) and neither --offers nor --policy given, the server plans
-it with its own offers, policy and budgets, as it would place the job.
+gpuq dev writes it), neither --offers nor --policy given and no pools,
+providers or policy in the config file, the server plans it with its own
+offers, policy and budgets, as it would place the job.
 When no offer is feasible, plan prints the rejections and exits with status 2;
 when there are no offers at all, it exits with status 3.`,
 		Args: cobra.MaximumNArgs(1),
@@ -75,7 +76,7 @@ func runPlan(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	if v.GetString("url") != "" && !cmd.Flags().Changed("offers") && !cmd.Flags().Changed("policy") {
+	if !cmd.Flags().Changed("offers") && !cmd.Flags().Changed("policy") && askServer(v, "pools", "providers", "policy") {
 		return planViaAPI(cmd, v, spec, format)
 	}
 	rules, err := loadRules(v)
