@@ -21,6 +21,7 @@ import (
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
 )
 
 // Exit statuses of gpuq plan besides 0 and 1 (any other error).
@@ -271,32 +272,30 @@ func planViaAPI(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format str
 		return err
 	}
 	defer a.Close()
-	var plan struct {
-		Feasible   bool                 `json:"feasible"`
-		Reason     string               `json:"reason"`
-		Decision   policy.Decision      `json:"decision"`
-		Counts     []policy.ReasonCount `json:"counts"`
-		Relaxation *policy.Relaxation   `json:"relaxation"`
-	}
 	raw, err := a.raw(cmd.Context(), http.MethodPost, "/v1/plan", nil, spec)
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(raw, &plan); err != nil {
+	var plan httpapi.Plan
+	var d policy.Decision
+	if err := json.Unmarshal(raw, &plan); err == nil {
+		err = json.Unmarshal(plan.Decision, &d)
+	}
+	if err != nil {
 		return fmt.Errorf("POST /v1/plan: reading the answer: %w", err)
 	}
 	out := cmd.OutOrStdout()
 	if plan.Feasible {
 		if format == "json" {
-			return writeJSON(out, plan.Decision)
+			return writeJSON(out, d)
 		}
-		return printDecision(out, plan.Decision)
+		return printDecision(out, d)
 	}
-	refusal := &policy.NoPlacementError{Offers: len(plan.Decision.Offers), Counts: plan.Counts, Relaxation: plan.Relaxation, Decision: plan.Decision}
+	refusal := &policy.NoPlacementError{Offers: len(d.Offers), Counts: plan.Counts, Relaxation: plan.Relaxation, Decision: d}
 	if format == "json" {
 		err = writeJSON(out, refusal)
 	} else {
-		err = printRejected(out, plan.Decision)
+		err = printRejected(out, d)
 	}
 	switch {
 	case err != nil:
