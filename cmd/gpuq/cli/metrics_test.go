@@ -55,7 +55,7 @@ func TestDevServesMetricsOfJobsRunOrdersWorkersAndStartWaits(t *testing.T) {
 	t.Parallel()
 	bin := buildGpuq(t)
 	dir := t.TempDir()
-	d := startDev(t, bin, dir, "--http-addr", freeAddr(t), "--metrics-addr", "127.0.0.1:0")
+	d := startDev(t, bin, dir, "--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	if d.conn.MetricsURL == "" {
 		t.Fatal("gpuq dev -o json did not report its metrics_url")
 	}

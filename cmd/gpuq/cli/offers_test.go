@@ -166,7 +166,7 @@ policy:
   exchange_rates: {USD: 0.5}
 `)
 	dir := t.TempDir()
-	startDev(t, buildGpuq(t), dir, "--http-addr", freeAddr(t), "--config", server)
+	startDev(t, buildGpuq(t), dir, "--http-addr", "127.0.0.1:0", "--config", server)
 	config := filepath.Join(dir, devConfigFile)
 
 	out, errOut, err := runCLI(t, "offers", "--config", config, "-o", "json")

@@ -207,11 +207,13 @@ func TestWaitTakesSeveralJobsOrASweepsLabelAndLogsTellAttemptsApart(t *testing.T
 }
 
 // startDevHere starts gpuq dev as a user does (startDev), in a directory
-// of its own with its HTTP API on a free port, and returns the directory and
-// the config file dev wrote there for the client commands.
+// of its own with its HTTP API on a port the system picks (one picked here
+// could be taken by a test beside this one before dev binds it), and
+// returns the directory and the config file dev wrote there, with that
+// port, for the client commands.
 func startDevHere(t *testing.T) (dir, config string) {
 	t.Helper()
 	dir = t.TempDir()
-	startDev(t, buildGpuq(t), dir, "--http-addr", freeAddr(t))
+	startDev(t, buildGpuq(t), dir, "--http-addr", "127.0.0.1:0")
 	return dir, filepath.Join(dir, devConfigFile)
 }
