@@ -623,7 +623,8 @@ command: [/bin/sh, -c, 'echo "boom on attempt $GPUQ_ATTEMPT"; exit 3']
 		t.Fatalf("want 3 attempts (1 + max_errors 2) ending with exit code 3, got attempt %d errors %d exit %v", job.Attempt, job.Errors, job.ExitCode)
 	}
 	out := runCLI(t, 0, "status", id.String(), "--nats-url", c.n.URL)
-	for _, want := range []string{"state      failed", "exit code  3", "boom on attempt 3", "exited with status 3", "local eu-test-1 (DE), on-demand, 0.10 EUR/h", "placed on pool eu-cpu", "running on"} {
+	for _, want := range []string{"state      failed", "exit code  3", "boom on attempt 3", "exited with status 3; retry 1 of 2 in 200ms", "exited with status 3; retry 2 of 2 in 200ms",
+		"failed   3        exited with status 3\n", "local eu-test-1 (DE), on-demand, 0.10 EUR/h", "placed on pool eu-cpu", "running on"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("gpuq status must show %q; got:\n%s", want, out)
 		}

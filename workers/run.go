@@ -622,6 +622,9 @@ func (a *attempt) finishError(code *int, reason, outcome string) {
 	spec := a.job.Spec
 	if a.job.Errors < spec.MaxErrors() {
 		a.log.Info("job failed; retrying", "reason", reason, "errors", a.job.Errors+1, "max_errors", spec.MaxErrors())
+		// The trail says when the job runs again, so that the wait
+		// between the error and the retry does not look like a hang.
+		reason = fmt.Sprintf("%s; retry %d of %d in %s", reason, a.job.Errors+1, spec.MaxErrors(), spec.RetryDelay())
 		if err := a.settle("requeueing", func() error {
 			return a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason)
 		}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,21 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 		if len(full.ReasonsOf(r)) == 0 {
 			t.Fatalf("rejected offer %d has no reason", r.Offer)
 		}
+	}
+	// The trail numbers each re-placement with the attempt that was handed
+	// back, as `gpuq wait` and `gpuq status` show it.
+	events, err := store.EventsOf(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replaced []string
+	for _, e := range events {
+		if strings.HasPrefix(e.Message, "re-placed on pool") {
+			replaced = append(replaced, fmt.Sprintf("%d %s", e.Attempt, e.Message))
+		}
+	}
+	if want := []string{"1 re-placed on pool spot-b (placement 2)", "2 re-placed on pool od (placement 3)"}; !slices.Equal(replaced, want) {
+		t.Fatalf("re-placement events: got %q, want %q", replaced, want)
 	}
 }
 

@@ -456,19 +456,19 @@ func placeMany(ctx context.Context, q *db.Queries, placed []queue.PlacedJob) ([]
 		params.JobIds[i], params.Versions[i] = p.JobID, int32(p.Placement.Version)
 		byID[p.JobID] = p
 	}
-	ids, err := q.JobPlaceMany(ctx, params)
+	rows, err := q.JobPlaceMany(ctx, params)
 	if err != nil {
 		return nil, nil, fmt.Errorf("recording %d placements: %w", n, err)
 	}
-	done := make([]queue.PlacedJob, len(ids))
-	events := make([]queue.Event, len(ids))
-	for i, id := range ids {
-		p := byID[id]
+	done := make([]queue.PlacedJob, len(rows))
+	events := make([]queue.Event, len(rows))
+	for i, row := range rows {
+		p := byID[row.JobID]
 		msg := "placed on pool " + p.Placement.Pool
 		if p.Placement.Version > 1 {
 			msg = fmt.Sprintf("re-placed on pool %s (placement %d)", p.Placement.Pool, p.Placement.Version)
 		}
-		done[i], events[i] = p, eventOf(id, queue.StatePlaced, 0, msg, nil)
+		done[i], events[i] = p, eventOf(row.JobID, queue.StatePlaced, int(row.Attempt), msg, nil)
 	}
 	return done, events, nil
 }

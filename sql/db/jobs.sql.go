@@ -1125,7 +1125,7 @@ WITH u AS (
     SET state = 'placed', placement_version = l.version, pool = l.pool, updated_at = now()
     FROM l
     WHERE jobs.id = l.id
-    RETURNING jobs.id, jobs.pool, jobs.placement_version
+    RETURNING jobs.id, jobs.pool, jobs.placement_version, jobs.attempt
 ), p AS (
     INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
                             estimate_micros, estimate_currency, provider)
@@ -1142,11 +1142,11 @@ WITH u AS (
     ON CONFLICT (job_id, version) DO NOTHING
 )
 INSERT INTO job_events (job_id, state, attempt, message)
-SELECT j.id, 'placed', 0,
+SELECT j.id, 'placed', j.attempt,
        CASE WHEN j.placement_version > 1 THEN 're-placed on pool ' || j.pool || ' (placement ' || j.placement_version || ')'
             ELSE 'placed on pool ' || j.pool END
 FROM j
-RETURNING job_id
+RETURNING job_id, attempt
 `
 
 type JobPlaceManyParams struct {
@@ -1166,16 +1166,22 @@ type JobPlaceManyParams struct {
 	Recipes            []string
 }
 
+type JobPlaceManyRow struct {
+	JobID   uuid.UUID
+	Attempt int32
+}
+
 // JobPlaceMany moves a batch of waiting jobs to their next placement, records
 // the placements (with the chosen price, which the attempts under them
-// accrue) and the "placed" events, in one statement; it returns the jobs it
-// placed. A job that is running or finished, or was placed again meanwhile,
+// accrue) and the "placed" events (numbered with the job's latest attempt,
+// as the event that handed it back is), in one statement; it returns the jobs
+// it placed and their attempts. A job that is running or finished, or was placed again meanwhile,
 // is left alone and gets no placement row (nor replay recipe: snapshot ”
 // means none; its offer snapshot is stored first). countries holds each placement's
 // country codes joined by commas. estimate_micros (in estimate_currencies)
 // is the placement's estimated cost, which the job reserves against its
 // project's budgets until it finishes.
-func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]uuid.UUID, error) {
+func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]JobPlaceManyRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobPlaceMany,
 		pq.Array(arg.JobIds),
 		pq.Array(arg.Versions),
@@ -1196,13 +1202,13 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]u
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []JobPlaceManyRow
 	for rows.Next() {
-		var job_id uuid.UUID
-		if err := rows.Scan(&job_id); err != nil {
+		var i JobPlaceManyRow
+		if err := rows.Scan(&i.JobID, &i.Attempt); err != nil {
 			return nil, err
 		}
-		items = append(items, job_id)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

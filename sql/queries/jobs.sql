@@ -76,8 +76,9 @@ SELECT * FROM jobs WHERE project = @project AND idempotency_key = @idempotency_k
 -- name: JobPlaceMany :many
 -- JobPlaceMany moves a batch of waiting jobs to their next placement, records
 -- the placements (with the chosen price, which the attempts under them
--- accrue) and the "placed" events, in one statement; it returns the jobs it
--- placed. A job that is running or finished, or was placed again meanwhile,
+-- accrue) and the "placed" events (numbered with the job's latest attempt,
+-- as the event that handed it back is), in one statement; it returns the jobs
+-- it placed and their attempts. A job that is running or finished, or was placed again meanwhile,
 -- is left alone and gets no placement row (nor replay recipe: snapshot ''
 -- means none; its offer snapshot is stored first). countries holds each placement's
 -- country codes joined by commas. estimate_micros (in estimate_currencies)
@@ -102,7 +103,7 @@ WITH u AS (
     SET state = 'placed', placement_version = l.version, pool = l.pool, updated_at = now()
     FROM l
     WHERE jobs.id = l.id
-    RETURNING jobs.id, jobs.pool, jobs.placement_version
+    RETURNING jobs.id, jobs.pool, jobs.placement_version, jobs.attempt
 ), p AS (
     INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
                             estimate_micros, estimate_currency, provider)
@@ -119,11 +120,11 @@ WITH u AS (
     ON CONFLICT (job_id, version) DO NOTHING
 )
 INSERT INTO job_events (job_id, state, attempt, message)
-SELECT j.id, 'placed', 0,
+SELECT j.id, 'placed', j.attempt,
        CASE WHEN j.placement_version > 1 THEN 're-placed on pool ' || j.pool || ' (placement ' || j.placement_version || ')'
             ELSE 'placed on pool ' || j.pool END
 FROM j
-RETURNING job_id;
+RETURNING job_id, attempt;
 
 -- name: JobReject :execrows
 UPDATE jobs
