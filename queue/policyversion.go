@@ -12,9 +12,12 @@ type PolicyVersion struct {
 	Version int64           `json:"version"`
 	Rules   json.RawMessage `json:"rules"`
 	// SetBy is the id of the API token that set it, or "cli".
-	SetBy   string    `json:"set_by"`
-	SetAt   time.Time `json:"set_at"`
-	Comment string    `json:"comment,omitempty"`
+	SetBy string `json:"set_by"`
+	// SetByName is that token's name, when listed and the token is still
+	// stored.
+	SetByName string    `json:"set_by_name,omitempty"`
+	SetAt     time.Time `json:"set_at"`
+	Comment   string    `json:"comment,omitempty"`
 }
 
 // ErrPolicyChanged is returned when a policy is set on top of a version

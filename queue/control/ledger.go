@@ -2,11 +2,13 @@ package control
 
 import (
 	"context"
+	"path"
 	"sort"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 )
 
@@ -70,6 +72,85 @@ type Ledger struct {
 	// Truncated is set when the project had more than LedgerJobs jobs to
 	// list; the totals still count them all.
 	Truncated bool `json:"truncated,omitempty"`
+	// Budgets are the budgets of the policy in effect that apply to the
+	// project, each with what the project used of it in its current
+	// period (whatever the ledger's since).
+	Budgets []BudgetUsage `json:"budgets" doc:"every budget of the policy in effect that applies to the project, with its use in the budget's current period (whatever since is)"`
+}
+
+// BudgetUsage is one budget that applies to a project with what the
+// project has used of it in the current period, in the policy's base
+// currency.
+type BudgetUsage struct {
+	// Budget is the budget's project: the project's own name or a glob
+	// that matches it.
+	Budget      string    `json:"budget" doc:"the budget's project: this project's name, or a glob matching it (set in the global policy)"`
+	Cap         string    `json:"cap"`
+	Period      string    `json:"period"`
+	PeriodStart time.Time `json:"period_start" doc:"start of the current period (UTC); zero for total"`
+	// Spent is what the project's attempts started in the period accrued.
+	Spent string `json:"spent"`
+	// Reserved is what its unfinished jobs still hold of their estimates.
+	Reserved  string `json:"reserved"`
+	Remaining string `json:"remaining" doc:"cap less spent and reserved; negative when over"`
+}
+
+// BudgetUsages lists the budgets of rules that apply to project, each with
+// what the project spent in its current period at now and what its
+// unfinished jobs reserve, as placement counts them.
+func BudgetUsages(ctx context.Context, s LedgerStore, project string, rules policy.Rules, now time.Time) ([]BudgetUsage, error) {
+	out := []BudgetUsage{}
+	conv, err := rules.Converter()
+	if err != nil {
+		return nil, err
+	}
+	base := conv.Base()
+	now = now.UTC()
+	var reserved int64
+	spent := map[time.Time]int64{}
+	for _, b := range rules.Budgets {
+		if ok, _ := path.Match(b.Project, project); !ok {
+			continue
+		}
+		if len(out) == 0 {
+			r, err := s.Reserved(ctx, project)
+			if err != nil {
+				return nil, err
+			}
+			reserved = toBase(conv, r)
+		}
+		since := policy.PeriodStart(b.Period, now)
+		if _, ok := spent[since]; !ok {
+			m, err := s.Spend(ctx, project, since)
+			if err != nil {
+				return nil, err
+			}
+			spent[since] = toBase(conv, m)
+		}
+		limit, _ := conv.ToBase(b.Cap)
+		used := spent[since] + reserved
+		for _, m := range []policy.Money{b.Spent, b.Reserved} {
+			if v, ok := conv.ToBase(m); ok && m.Micros != 0 {
+				used += v
+			}
+		}
+		money := func(v int64) string { return policy.Money{Micros: v, Currency: base}.String() }
+		out = append(out, BudgetUsage{Budget: b.Project, Cap: b.Cap.String(), Period: b.Period, PeriodStart: since,
+			Spent: money(spent[since]), Reserved: money(reserved), Remaining: money(limit - used)})
+	}
+	return out, nil
+}
+
+// toBase sums micros per currency in the base currency; currencies
+// without an exchange rate are left out (placement refuses them).
+func toBase(conv policy.Converter, m map[string]int64) int64 {
+	var sum int64
+	for c, v := range m {
+		if b, ok := conv.ToBase(policy.Money{Micros: v, Currency: c}); ok {
+			sum += b
+		}
+	}
+	return sum
 }
 
 // ProjectLedger reads a project's ledger since a time.
@@ -86,7 +167,7 @@ func ProjectLedger(ctx context.Context, s LedgerStore, project string, since tim
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{Project: project, Since: since, Amounts: []LedgerAmount{}, Places: []LedgerLine{}, Jobs: []LedgerJob{}}
+	l := &Ledger{Project: project, Since: since, Amounts: []LedgerAmount{}, Places: []LedgerLine{}, Jobs: []LedgerJob{}, Budgets: []BudgetUsage{}}
 	currencies := map[string]bool{}
 	for c := range spend {
 		currencies[c] = true

@@ -60,7 +60,8 @@ func (s *Store) PolicyVersions(ctx context.Context, limit int) ([]*queue.PolicyV
 	}
 	out := make([]*queue.PolicyVersion, len(rows))
 	for i, r := range rows {
-		out[i] = policyFromRow(r)
+		out[i] = policyFromRow(r.PolicyVersion)
+		out[i].SetByName = r.SetByName
 	}
 	return out, nil
 }

@@ -80,25 +80,35 @@ func (q *Queries) PolicyVersionLatest(ctx context.Context) (PolicyVersion, error
 }
 
 const policyVersionList = `-- name: PolicyVersionList :many
-SELECT version, rules, set_by, set_at, comment FROM policy_versions ORDER BY version DESC LIMIT $1
+SELECT policy_versions.version, policy_versions.rules, policy_versions.set_by, policy_versions.set_at, policy_versions.comment, COALESCE(tokens.name, '')::text AS set_by_name
+FROM policy_versions
+LEFT JOIN tokens ON tokens.id::text = policy_versions.set_by
+ORDER BY policy_versions.version DESC LIMIT $1
 `
 
-// PolicyVersionList is the history, newest first.
-func (q *Queries) PolicyVersionList(ctx context.Context, maxRows int32) ([]PolicyVersion, error) {
+type PolicyVersionListRow struct {
+	PolicyVersion PolicyVersion
+	SetByName     string
+}
+
+// PolicyVersionList is the history, newest first, with the name of the
+// token that set each version (” for cli or a token no longer stored).
+func (q *Queries) PolicyVersionList(ctx context.Context, maxRows int32) ([]PolicyVersionListRow, error) {
 	rows, err := q.db.QueryContext(ctx, policyVersionList, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PolicyVersion
+	var items []PolicyVersionListRow
 	for rows.Next() {
-		var i PolicyVersion
+		var i PolicyVersionListRow
 		if err := rows.Scan(
-			&i.Version,
-			&i.Rules,
-			&i.SetBy,
-			&i.SetAt,
-			&i.Comment,
+			&i.PolicyVersion.Version,
+			&i.PolicyVersion.Rules,
+			&i.PolicyVersion.SetBy,
+			&i.PolicyVersion.SetAt,
+			&i.PolicyVersion.Comment,
+			&i.SetByName,
 		); err != nil {
 			return nil, err
 		}

@@ -18,5 +18,9 @@ WHERE NOT @only_if::boolean OR cur.v = @expected::bigint
 RETURNING *;
 
 -- name: PolicyVersionList :many
--- PolicyVersionList is the history, newest first.
-SELECT * FROM policy_versions ORDER BY version DESC LIMIT @max_rows;
+-- PolicyVersionList is the history, newest first, with the name of the
+-- token that set each version ('' for cli or a token no longer stored).
+SELECT sqlc.embed(policy_versions), COALESCE(tokens.name, '')::text AS set_by_name
+FROM policy_versions
+LEFT JOIN tokens ON tokens.id::text = policy_versions.set_by
+ORDER BY policy_versions.version DESC LIMIT @max_rows;

@@ -274,8 +274,9 @@ class Client:
         """The project's budget ledger (``gpuq spend --project``): what its
         attempts accrued since ``since`` (an RFC 3339 time or a datetime;
         default the start of this month) and what its unfinished jobs still
-        reserve, per currency and per job, in micros. Any token of the
-        project may read it."""
+        reserve, per currency and per job, in micros; and ``budgets``, what
+        is left of each budget that applies to the project in its current
+        period. Any token of the project may read it."""
         since = _rfc3339(since)
         path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
         return Spend.from_doc(self._get(path, {"since": since}))

@@ -240,19 +240,42 @@ class SpendJob:
 
 
 @dataclass
+class BudgetUsage:
+    """One budget of the policy in effect that applies to the project, with
+    what the project used of it in the budget's current period, as amounts
+    such as ``"3.20 EUR"`` in the policy's base currency. ``remaining`` is
+    the cap less spent and reserved: what placement still lets jobs
+    reserve; it is negative when over."""
+
+    budget: str
+    cap: str
+    period: str
+    period_start: Optional[datetime]
+    spent: str
+    reserved: str
+    remaining: str
+
+
+@dataclass
 class Spend:
-    """A project's budget ledger since a time (``gpuq spend --project``)."""
+    """A project's budget ledger since a time (``gpuq spend --project``),
+    with the budgets that apply to the project and what is left of each."""
 
     project: str
     since: Optional[datetime]
     amounts: List[SpendAmount]
     jobs: List[SpendJob]
     truncated: bool = False
+    budgets: List[BudgetUsage] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "Spend":
         return cls(project=d.get("project", ""), since=parse_time(d.get("since")),
+                   budgets=[BudgetUsage(b.get("budget", ""), b.get("cap", ""), b.get("period", ""),
+                                        parse_time(b.get("period_start")) if b.get("period") != "total" else None,
+                                        b.get("spent", ""), b.get("reserved", ""), b.get("remaining", ""))
+                            for b in d.get("budgets") or []],
                    amounts=[SpendAmount(a.get("currency", ""), int(a.get("micros", 0)), int(a.get("reserved_micros", 0)))
                             for a in d.get("amounts") or []],
                    jobs=[SpendJob(j.get("job_id", ""), j.get("name", ""), j.get("state", ""), j.get("provider", ""),

@@ -313,6 +313,23 @@ class ClientTest(unittest.TestCase):
             client.spend("default", since="last week")
         self.assertIn("query.since", caught.exception.fields)
 
+    def test_spend_lists_what_is_left_of_each_budget(self):
+        # A team's admin sets the project's budget (gpuq dev's token is an
+        # admin's of every project); a job of the project runs under it.
+        client._call("PUT", "/v1/projects/budgeted/budgets", body={"budgets": [{"cap": "2 EUR", "period": "month"}]})
+        job = client.submit(project="budgeted", command=["true"], expected_duration="30m")
+        self.assertEqual(client.wait(job, timeout=120, progress=False).state, "succeeded")
+        spend = client.spend("budgeted")
+        self.assertEqual(len(spend.budgets), 1, spend.budgets)
+        b = spend.budgets[0]
+        now = datetime.now(timezone.utc)
+        self.assertEqual((b.budget, b.cap, b.period, b.reserved), ("budgeted", "2.00 EUR", "month", "0.00 EUR"))
+        self.assertEqual(b.period_start, datetime(now.year, now.month, 1, tzinfo=timezone.utc))
+        spent, remaining = (float(v.split()[0]) for v in (b.spent, b.remaining))
+        self.assertAlmostEqual(spent + remaining, 2.0, places=6)
+        self.assertTrue(remaining > 1.99, b)
+        self.assertEqual(client.spend("default").budgets, [])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/store"
 )
 
 func newInstancesCmd() *cobra.Command {
@@ -157,9 +158,10 @@ second or hour its provider bills by) at its price, and attributes it to the job
 an attempt's share is the price over its run time divided by the instance's slots. What no job
 used is idle.
 
-With --project it shows that project's budget ledger instead: what its jobs accrued and still
-reserve per currency, and each job's estimate against what it accrued, summed per provider and
-region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
+With --project it shows that project's budget ledger instead: what is left of each budget of
+the policy in effect that applies to the project, in the budget's current period; what its jobs
+accrued and still reserve per currency; and each job's estimate against what it accrued, summed
+per provider and region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -203,7 +205,7 @@ region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 				}
 				defer c.Close()
 				if project != "" {
-					l, err = control.ProjectLedger(cmd.Context(), c.store, project, since)
+					l, err = projectLedger(cmd.Context(), v, c.store, project, since, now)
 				} else {
 					r, err = control.Spend(cmd.Context(), c.store, since, now)
 				}
@@ -242,6 +244,28 @@ region (-o json: the HTTP API's GET /v1/projects/{project}/spend document).`,
 	return cmd
 }
 
+// projectLedger reads a project's ledger from the database, with the
+// budgets of the policy in effect (the latest stored version, else the
+// config file's) that apply to it.
+func projectLedger(ctx context.Context, v *viper.Viper, s *store.Store, project string, since, now time.Time) (*control.Ledger, error) {
+	rules, err := loadRules(v)
+	if err != nil {
+		return nil, err
+	}
+	watch := &control.PolicyWatch{Store: s, Config: rules}
+	if err := watch.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	l, err := control.ProjectLedger(ctx, s, project, since)
+	if err != nil {
+		return nil, err
+	}
+	if l.Budgets, err = control.BudgetUsages(ctx, s, project, watch.Current().Rules, now); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // sinceFlag reads --since: a positive duration back from now, or an RFC
 // 3339 time.
 func sinceFlag(s string, now time.Time) (time.Time, error) {
@@ -267,6 +291,21 @@ func writeLedger(w io.Writer, l *control.Ledger) error {
 		return policy.Money{Micros: micros, Currency: cur}.String()
 	}
 	fmt.Fprintf(w, "project %s since %s\n\n", l.Project, l.Since.UTC().Format(time.RFC3339))
+	if len(l.Budgets) > 0 {
+		// What a team asks first: how much of each budget is left.
+		t := newTable(w, "BUDGET", "PERIOD", "SINCE", "CAP", "SPENT", "RESERVED", "REMAINING")
+		for _, b := range l.Budgets {
+			start := "-"
+			if !b.PeriodStart.IsZero() {
+				start = b.PeriodStart.UTC().Format(time.DateOnly)
+			}
+			t.row(b.Budget, b.Period, start, b.Cap, b.Spent, b.Reserved, b.Remaining)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	t := newTable(w, "CURRENCY", "ACCRUED", "RESERVED")
 	for _, a := range l.Amounts {
 		t.row(a.Currency, money(a.Micros, a.Currency), money(a.ReservedMicros, a.Currency))

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
@@ -66,6 +70,20 @@ func TestSpendProjectShowsTheLedgerAndItsJSONIsTheAPIDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The budgets that apply to vision: its own, and one over a glob
+	// matching it; audio's does not apply.
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(`budgets:
+  - {project: vision, period: month, cap: "1000 EUR"}
+  - {project: "vis*", period: total, cap: "500 EUR"}
+  - {project: audio, period: day, cap: "1 EUR"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := runCLI(t, "policy", "set", policyFile, "--database-url", url); err != nil {
+		t.Fatalf("policy set: %v\n%s", err, errOut)
+	}
+
 	out, errOut, err := runCLI(t, append([]string{"spend", "--project", "vision", "--since", since.Format(time.RFC3339), "-o", "json"}, conn...)...)
 	if err != nil {
 		t.Fatalf("spend --project: %v\n%s", err, errOut)
@@ -100,6 +118,20 @@ func TestSpendProjectShowsTheLedgerAndItsJSONIsTheAPIDocument(t *testing.T) {
 	}
 	if len(l.Places) != 2 || l.Places[0] != wantPlaces[0] || l.Places[1] != wantPlaces[1] {
 		t.Fatalf("places: %+v", l.Places)
+	}
+	// Each budget counts the 30 EUR accrued in its period (all of it for
+	// total; the month's start is checked by its date) and the 190 EUR
+	// reserved: 500 - 30 - 190 left of the total.
+	if len(l.Budgets) != 2 {
+		t.Fatalf("budgets: %+v", l.Budgets)
+	}
+	month, total := l.Budgets[0], l.Budgets[1]
+	if month.Budget != "vision" || month.Period != "month" || month.Cap != "1000.00 EUR" || month.Reserved != "190.00 EUR" ||
+		!month.PeriodStart.Equal(policy.PeriodStart("month", time.Now())) {
+		t.Fatalf("vision's monthly budget: %+v", month)
+	}
+	if want := (control.BudgetUsage{Budget: "vis*", Cap: "500.00 EUR", Period: "total", Spent: "30.00 EUR", Reserved: "190.00 EUR", Remaining: "280.00 EUR"}); total != want {
+		t.Fatalf("the total budget over vis*: %+v, want %+v", total, want)
 	}
 
 	// The same document from the HTTP API.
@@ -149,6 +181,11 @@ func TestSpendProjectShowsTheLedgerAndItsJSONIsTheAPIDocument(t *testing.T) {
 	out, _, err = runCLI(t, append([]string{"spend", "--project", "vision", "--since", "2h"}, conn...)...)
 	if err != nil || !strings.Contains(out, "eu-central-1") || !strings.Contains(out, "190.00 EUR") {
 		t.Fatalf("spend --project table: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^BUDGET +PERIOD +SINCE +CAP +SPENT +RESERVED +REMAINING\n` +
+		`vision +month +\d{4}-\d\d-01 +1000\.00 EUR +[\d.]+ EUR +190\.00 EUR +[\d.]+ EUR\n` +
+		`vis\* +total +- +500\.00 EUR +30\.00 EUR +190\.00 EUR +280\.00 EUR\n`).MatchString(out) {
+		t.Fatalf("spend --project must begin with what is left of each budget:\n%s", out)
 	}
 	if _, _, err := runCLI(t, append([]string{"spend", "--since", "yesterday"}, conn...)...); err == nil || !strings.Contains(err.Error(), "--since") {
 		t.Fatalf("a bad --since must name the flag: %v", err)

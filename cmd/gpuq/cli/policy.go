@@ -88,6 +88,10 @@ effect, so that two admins do not overwrite each other's change.`,
 					contentType = "application/json"
 				}
 				p, err := svc.Set(cmd.Context(), data, contentType, v.GetString("comment"), expected)
+				var moved *versionMovedError
+				if errors.As(err, &moved) {
+					return err
+				}
 				if err != nil {
 					return fmt.Errorf("policy file %s: %w", args[0], err)
 				}
@@ -120,7 +124,11 @@ effect, so that two admins do not overwrite each other's change.`,
 				}
 				t := newTable(cmd.OutOrStdout(), "VERSION", "SET AT", "SET BY", "COMMENT")
 				for _, p := range list {
-					t.row(p.Version, p.SetAt.Local().Format(time.DateTime), p.SetBy, orDash(truncate(p.Comment, 60)))
+					by := p.SetBy
+					if p.SetByName != "" {
+						by = p.SetByName + " (token " + p.SetBy + ")"
+					}
+					t.row(p.Version, p.SetAt.Local().Format(time.DateTime), by, orDash(truncate(p.Comment, 60)))
 				}
 				return t.flush()
 			})
@@ -214,7 +222,23 @@ func (a apiPolicy) Set(ctx context.Context, doc []byte, contentType, comment str
 		header = []string{"If-Match", `"` + strconv.FormatInt(*expected, 10) + `"`}
 	}
 	var p httpapi.Policy
-	return &p, a.call(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, &p, header...)
+	err := a.call(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, &p, header...)
+	var ae *APIError
+	if expected != nil && errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
+		if cur, cerr := a.Show(ctx); cerr == nil {
+			return nil, &versionMovedError{asked: *expected, current: cur.Version}
+		}
+	}
+	return &p, err
+}
+
+// versionMovedError is why gpuq policy set --if-version changed nothing:
+// another version is in effect.
+type versionMovedError struct{ asked, current int64 }
+
+func (e *versionMovedError) Error() string {
+	return fmt.Sprintf("--if-version %d: version %d is in effect, so nothing was changed; see gpuq policy show (and gpuq policy history), and retry with --if-version %d",
+		e.asked, e.current, e.current)
 }
 
 func (a apiPolicy) History(ctx context.Context, limit int) ([]httpapi.PolicyVersion, error) {
@@ -240,6 +264,11 @@ func (s *storePolicy) Show(ctx context.Context) (*httpapi.Policy, error) {
 
 func (s *storePolicy) Set(ctx context.Context, doc []byte, _, comment string, expected *int64) (*httpapi.Policy, error) {
 	p, err := s.watch.SetPolicy(ctx, doc, "yaml", "cli", comment, expected)
+	if errors.Is(err, queue.ErrPolicyChanged) && expected != nil {
+		if rerr := s.watch.Refresh(ctx); rerr == nil {
+			return nil, &versionMovedError{asked: *expected, current: s.watch.Current().Version}
+		}
+	}
 	if errors.Is(err, queue.ErrPolicyChanged) {
 		return nil, fmt.Errorf("%w: see gpuq policy show, and retry with --if-version set to its version", err)
 	}

@@ -111,6 +111,9 @@ func (s *Server) spend(ctx context.Context, in *spendInput) (*struct{ Body *Spen
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "reading spend", err)
 	}
+	if out.Budgets, err = control.BudgetUsages(ctx, s.cfg.Store, in.Project, s.policy.Current().Rules, time.Now()); err != nil {
+		return nil, internal(s.cfg.Logger, "reading budgets", err)
+	}
 	return &struct{ Body *Spend }{Body: out}, nil
 }
 

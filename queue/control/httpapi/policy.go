@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,9 +35,11 @@ type Policy struct {
 type PolicyVersion struct {
 	Version int64          `json:"version"`
 	Rules   map[string]any `json:"rules" doc:"the policy document of this version"`
-	SetBy   string         `json:"set_by"`
-	SetAt   time.Time      `json:"set_at"`
-	Comment string         `json:"comment,omitempty"`
+	SetBy   string         `json:"set_by" doc:"id of the token that set this version, or cli"`
+	// SetByName is the name of that token, while it is stored.
+	SetByName string    `json:"set_by_name,omitempty" doc:"the name of the token that set this version"`
+	SetAt     time.Time `json:"set_at"`
+	Comment   string    `json:"comment,omitempty"`
 }
 
 // BudgetEntry is one budget of a project: what it may spend in a period.
@@ -49,19 +50,7 @@ type BudgetEntry struct {
 
 // BudgetUsage is one budget that applies to a project with what the
 // project has used of it in the current period, in the base currency.
-type BudgetUsage struct {
-	// Budget is the budget's project: the project's own name or a glob
-	// that matches it.
-	Budget      string    `json:"budget" doc:"the budget's project: this project's name, or a glob matching it (set in the global policy)"`
-	Cap         string    `json:"cap"`
-	Period      string    `json:"period"`
-	PeriodStart time.Time `json:"period_start" doc:"start of the current period (UTC); zero for total"`
-	// Spent is what the project's attempts started in the period accrued.
-	Spent string `json:"spent"`
-	// Reserved is what its unfinished jobs still hold of their estimates.
-	Reserved  string `json:"reserved"`
-	Remaining string `json:"remaining" doc:"cap less spent and reserved; negative when over"`
-}
+type BudgetUsage = control.BudgetUsage
 
 // ProjectBudgets are a project's budgets in the policy in effect.
 type ProjectBudgets struct {
@@ -271,61 +260,17 @@ func replaceBudgets(budgets []policy.Budget, project string, mine []policy.Budge
 }
 
 func (s *Server) budgetsAnswer(ctx context.Context, project string, p *control.ActivePolicy) (*projectBudgetsOutput, error) {
-	out := &ProjectBudgets{Project: project, Version: p.Version, Source: p.Source, Budgets: []BudgetEntry{}, Usage: []BudgetUsage{}}
-	conv, err := p.Rules.Converter()
-	if err != nil {
-		return nil, internal(s.cfg.Logger, "reading budgets", err)
-	}
-	base := conv.Base()
-	now := time.Now().UTC()
-	var reserved int64
-	if len(p.Rules.Budgets) > 0 {
-		r, err := s.cfg.Store.Reserved(ctx, project)
-		if err != nil {
-			return nil, internal(s.cfg.Logger, "reading reservations", err)
-		}
-		reserved = toBase(conv, r)
-	}
-	spent := map[time.Time]int64{}
+	out := &ProjectBudgets{Project: project, Version: p.Version, Source: p.Source, Budgets: []BudgetEntry{}}
 	for _, b := range p.Rules.Budgets {
 		if b.Project == project {
 			out.Budgets = append(out.Budgets, BudgetEntry{Cap: b.Cap.String(), Period: b.Period})
 		}
-		if ok, _ := path.Match(b.Project, project); !ok {
-			continue
-		}
-		since := policy.PeriodStart(b.Period, now)
-		if _, ok := spent[since]; !ok {
-			m, err := s.cfg.Store.Spend(ctx, project, since)
-			if err != nil {
-				return nil, internal(s.cfg.Logger, "reading spend", err)
-			}
-			spent[since] = toBase(conv, m)
-		}
-		limit, _ := conv.ToBase(b.Cap)
-		used := spent[since] + reserved
-		for _, m := range []policy.Money{b.Spent, b.Reserved} {
-			if v, ok := conv.ToBase(m); ok && m.Micros != 0 {
-				used += v
-			}
-		}
-		money := func(v int64) string { return policy.Money{Micros: v, Currency: base}.String() }
-		out.Usage = append(out.Usage, BudgetUsage{Budget: b.Project, Cap: b.Cap.String(), Period: b.Period, PeriodStart: since,
-			Spent: money(spent[since]), Reserved: money(reserved), Remaining: money(limit - used)})
+	}
+	var err error
+	if out.Usage, err = control.BudgetUsages(ctx, s.cfg.Store, project, p.Rules, time.Now()); err != nil {
+		return nil, internal(s.cfg.Logger, "reading budgets", err)
 	}
 	return &projectBudgetsOutput{ETag: etag(p.Version), Body: out}, nil
-}
-
-// toBase sums micros per currency in the base currency; currencies
-// without an exchange rate are left out (placement refuses them).
-func toBase(conv policy.Converter, m map[string]int64) int64 {
-	var sum int64
-	for c, v := range m {
-		if b, ok := conv.ToBase(policy.Money{Micros: v, Currency: c}); ok {
-			sum += b
-		}
-	}
-	return sum
 }
 
 func (s *Server) policyAnswer(p *control.ActivePolicy) (*policyOutput, error) {
@@ -350,7 +295,7 @@ func PolicyOf(p *control.ActivePolicy) (*Policy, error) {
 
 // PolicyVersionOf is the API's document of a stored version.
 func PolicyVersionOf(v *queue.PolicyVersion) (PolicyVersion, error) {
-	out := PolicyVersion{Version: v.Version, SetBy: v.SetBy, SetAt: v.SetAt, Comment: v.Comment}
+	out := PolicyVersion{Version: v.Version, SetBy: v.SetBy, SetByName: v.SetByName, SetAt: v.SetAt, Comment: v.Comment}
 	if err := json.Unmarshal(v.Rules, &out.Rules); err != nil {
 		return out, fmt.Errorf("policy version %d: %w", v.Version, err)
 	}

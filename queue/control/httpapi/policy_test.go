@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -321,7 +322,10 @@ func TestPolicyCommandsRoundTripThroughTheAPIAndTheDatabase(t *testing.T) {
 	if out, errOut, code := gpuq(overHTTP, "policy", "set", file, "--comment", "CH only", "--if-version", "0"); code != 0 || !strings.Contains(out, "version 1") {
 		t.Fatalf("policy set: %d %s %s", code, out, errOut)
 	}
-	if _, errOut, code := gpuq(overHTTP, "policy", "set", file, "--if-version", "0"); code == 0 || !strings.Contains(errOut, "412") {
+	// On a version no longer in effect nothing changes, and the error says
+	// which version is.
+	if _, errOut, code := gpuq(overHTTP, "policy", "set", file, "--if-version", "0"); code == 0 ||
+		!strings.Contains(errOut, "--if-version 0: version 1 is in effect, so nothing was changed") || !strings.Contains(errOut, "retry with --if-version 1") {
 		t.Fatalf("policy set on an old version: %d %s", code, errOut)
 	}
 	shown, errOut, code := gpuq(overHTTP, "policy", "show")
@@ -335,6 +339,10 @@ func TestPolicyCommandsRoundTripThroughTheAPIAndTheDatabase(t *testing.T) {
 	}
 	if out, errOut, code := gpuq(overDB, "policy", "set", again, "--comment", "from the host"); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("policy set over the database: %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := gpuq(overDB, "policy", "set", again, "--if-version", "1"); code == 0 ||
+		!strings.Contains(errOut, "--if-version 1: version 2 is in effect, so nothing was changed") {
+		t.Fatalf("policy set over the database on an old version: %d %s", code, errOut)
 	}
 	// The API's server follows the version set on the host within its
 	// polling interval.
@@ -350,6 +358,10 @@ func TestPolicyCommandsRoundTripThroughTheAPIAndTheDatabase(t *testing.T) {
 	hist, errOut, code := gpuq(overHTTP, "policy", "history")
 	if code != 0 || !strings.Contains(hist, "CH only") || !strings.Contains(hist, "from the host") {
 		t.Fatalf("policy history: %d %s %s", code, hist, errOut)
+	}
+	// Who set each version: the token by its name (and id), or the host.
+	if !regexp.MustCompile(`(?m)^1 .* test \(token [0-9a-f-]{36}\) +CH only$`).MatchString(hist) || !regexp.MustCompile(`(?m)^2 .* cli +from the host$`).MatchString(hist) {
+		t.Fatalf("policy history must name who set each version:\n%s", hist)
 	}
 	v, err := e.Store.PolicyVersion(context.Background())
 	if err != nil || v.Version != 2 {
