@@ -188,6 +188,10 @@ func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*pl
 	if p.runTime == 0 {
 		p.runTime = c.DefaultExpectedDuration
 	}
+	if job.Timeout > 0 {
+		// An attempt is killed at its timeout: it never runs longer.
+		p.runTime = min(p.runTime, job.Timeout)
+	}
 	// A very short job is charged the minimum, so that its reservation
 	// against a budget is not a rounding error.
 	p.runTime = max(p.runTime, c.MinChargedDuration)

@@ -181,6 +181,33 @@ func TestPlaceAcceptsTheBaseOfferWithItsCost(t *testing.T) {
 	}
 }
 
+// An attempt is killed at its timeout, so a job is never charged for
+// longer than its timeout, whatever its expected duration or the default;
+// the least charged run time still applies.
+func TestPlaceChargesAJobAtMostItsTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		expected, timeout time.Duration
+		compute           string
+	}{
+		{10 * time.Hour, 0, "20.00 EUR"},
+		{10 * time.Hour, 2 * time.Hour, "4.00 EUR"},
+		{time.Hour, 2 * time.Hour, "2.00 EUR"},
+		{0, 90 * time.Second, "0.05 EUR"},     // the default hour, cut to 90 s
+		{0, 10 * time.Second, "0.033333 EUR"}, // the least charged minute
+	} {
+		job := baseJob()
+		job.ExpectedDuration, job.Timeout = tt.expected, tt.timeout
+		d, err := policy.Place(job, []policy.Offer{baseOffer()}, baseRules(), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Chosen.Cost.Compute.String(); got != tt.compute {
+			t.Errorf("expected %s, timeout %s: compute %s, want %s", tt.expected, tt.timeout, got, tt.compute)
+		}
+	}
+}
+
 func TestPlaceFlagsUnknownEgressAndPreemptionRate(t *testing.T) {
 	t.Parallel()
 	job := baseJob()
@@ -289,6 +316,7 @@ func TestPlaceRefusesInvalidJobsNamingTheField(t *testing.T) {
 		{"unknown tier", func(j *policy.Requirements) { j.Tier = "cheap" }, `job.tier: must be spot, on-demand or spot-then-on-demand, got "cheap"`},
 		{"malformed region glob", func(j *policy.Requirements) { j.Regions = []string{"eu-["} }, `job.regions[0]: malformed glob "eu-["`},
 		{"undefined residency", func(j *policy.Requirements) { j.Residency = "EUU" }, `job.residency: undefined residency class "EUU"`},
+		{"negative timeout", func(j *policy.Requirements) { j.Timeout = -time.Second }, "job.timeout: must not be negative, got -1s"},
 		{"cap in unknown currency", func(j *policy.Requirements) { j.MaxPricePerHour = ptr(money("2 GBP")) }, `job.max_price_per_hour: unknown currency "GBP"`},
 	}
 	for _, tt := range tests {

@@ -49,7 +49,10 @@ type Requirements struct {
 	// ExpectedDuration is the job's run time without interruptions; zero
 	// means until the deadline, or Rules.DefaultExpectedDuration.
 	ExpectedDuration time.Duration `json:"expected_duration,omitempty" yaml:"expected_duration" mapstructure:"expected_duration"`
-	Inputs           []Input       `json:"inputs,omitempty" yaml:"inputs" mapstructure:"inputs"`
+	// Timeout is the longest one attempt may run (the spec's timeout);
+	// zero means none. The run time a job is charged for never exceeds it.
+	Timeout time.Duration `json:"timeout,omitempty" yaml:"timeout" mapstructure:"timeout"`
+	Inputs  []Input       `json:"inputs,omitempty" yaml:"inputs" mapstructure:"inputs"`
 	// AllowGPUForCPU lets a CPU-only job (GPUCount 0) use GPU pools, ranked
 	// after every CPU pool. Without it, or a matching rule that allows it,
 	// a CPU-only job is placed on CPU pools only.
@@ -84,6 +87,8 @@ func (j Requirements) Validate() error {
 		return fmt.Errorf("job.memory_gb: must be 0 or more, got %d", j.MemoryGB)
 	case j.ExpectedDuration < 0:
 		return fmt.Errorf("job.expected_duration: must not be negative, got %s", j.ExpectedDuration)
+	case j.Timeout < 0:
+		return fmt.Errorf("job.timeout: must not be negative, got %s", j.Timeout)
 	}
 	switch j.Tier {
 	case "", TierSpot, TierOnDemand, TierSpotThenOnDemand:

@@ -408,7 +408,7 @@ func PolicyJob(s *queue.Spec) (policy.Requirements, error) {
 		MemoryGB:  int(math.Ceil(s.Resources.MemoryGB)),
 		Tier:      policy.Tier(s.Placement.Tier),
 		Providers: s.Placement.Providers, Regions: s.Placement.Regions, Residency: s.Placement.Residency,
-		ExpectedDuration: time.Duration(s.ExpectedDuration), AllowGPUForCPU: s.Placement.AllowGPUForCPU,
+		ExpectedDuration: time.Duration(s.ExpectedDuration), Timeout: time.Duration(s.Timeout), AllowGPUForCPU: s.Placement.AllowGPUForCPU,
 	}
 	if g := s.Resources.GPU; g != nil {
 		j.GPUCount, j.Cards, j.MinGPUMemoryGB = g.Count, g.Cards, g.MemoryGB
