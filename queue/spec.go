@@ -690,8 +690,8 @@ func (s *Spec) Validate() error {
 		sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 		return &SpecError{Problems: probs}
 	}
-	if len(s.Name) > 128 {
-		bad("spec.name", "must be at most 128 characters, got %d", len(s.Name))
+	if n := utf8.RuneCountInString(s.Name); n > 128 {
+		bad("spec.name", "must be at most 128 characters, got %d", n)
 	}
 	if !projectRe.MatchString(s.Project) {
 		bad("spec.project", "must be 1–63 lower-case letters, digits, '-' or '_', starting with a letter or digit, got %q", s.Project)
@@ -776,15 +776,15 @@ func (s *Spec) Validate() error {
 	if d := time.Duration(s.Checkpoint.Interval); d < 0 {
 		bad("spec.checkpoint.interval", "must not be negative, got %s", d)
 	}
-	if len(s.IdempotencyKey) > 256 {
-		bad("spec.idempotency_key", "must be at most 256 characters, got %d", len(s.IdempotencyKey))
+	if n := utf8.RuneCountInString(s.IdempotencyKey); n > 256 {
+		bad("spec.idempotency_key", "must be at most 256 characters, got %d", n)
 	}
 	for k, v := range s.Labels {
-		if k == "" || len(k) > 63 {
+		if k == "" || utf8.RuneCountInString(k) > 63 {
 			bad("spec.labels", "label names must be 1–63 characters, got %q", k)
 		}
-		if len(v) > 256 {
-			bad("spec.labels."+k, "must be at most 256 characters, got %d", len(v))
+		if n := utf8.RuneCountInString(v); n > 256 {
+			bad("spec.labels."+k, "must be at most 256 characters, got %d", n)
 		}
 	}
 	if d := time.Duration(s.Timeout); d < 0 || d > 30*24*time.Hour {

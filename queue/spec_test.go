@@ -35,6 +35,8 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"oversize", "command: [echo]\nenv: {A: \"" + strings.Repeat("x", 10<<20) + "\"}\n", "spec", "over the 262144-byte limit"},
 		{"unknown card", "command: [echo]\nresources: {gpu: {count: 1, cards: [H100, X100]}}\n", "spec.resources.gpu.cards[1]", `unknown card "X100"; known families: A10, A100,`},
 		{"input country", "command: [echo]\ninputs: [{region: r, bytes: 1, country: Germany}]\n", "spec.inputs[0].country", `want an ISO 3166-1 alpha-2 code such as DE, got "Germany"`},
+		{"long name", "command: [echo]\nname: " + strings.Repeat("é", 129) + "\n", "spec.name", "must be at most 128 characters, got 129"},
+		{"long label", "command: [echo]\nlabels: {team: " + strings.Repeat("ü", 257) + "}\n", "spec.labels.team", "must be at most 256 characters, got 257"},
 		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
 	}
 	for _, c := range cases {
@@ -54,6 +56,27 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 			}
 			t.Fatalf("want a problem at %s containing %q, got %v", c.field, c.msg, err)
 		})
+	}
+}
+
+// Lengths are counted in characters, as the limits say: a name in any
+// script may be as long as an ASCII one.
+func TestParseSpecCountsLengthsInCharacters(t *testing.T) {
+	t.Parallel()
+	spec := "command: [echo]\nname: " + strings.Repeat("é", 128) + "\nidempotency_key: " + strings.Repeat("日", 256) +
+		"\nlabels: {" + strings.Repeat("ß", 63) + ": " + strings.Repeat("ü", 256) + "}\n"
+	s, err := ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatalf("a spec at every limit in characters must be accepted: %v", err)
+	}
+	if s.Name != strings.Repeat("é", 128) {
+		t.Fatalf("name: %q", s.Name)
+	}
+	if _, _, err := NewTokenSecret(strings.Repeat("é", 200), []string{"p"}, RoleRead, nil); err != nil {
+		t.Fatalf("a token name of 200 characters must be accepted: %v", err)
+	}
+	if _, _, err := NewTokenSecret(strings.Repeat("é", 201), []string{"p"}, RoleRead, nil); err == nil || !strings.Contains(err.Error(), "got 201") {
+		t.Fatalf("a token name of 201 characters must be refused counting characters: %v", err)
 	}
 }
 

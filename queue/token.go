@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -124,8 +125,8 @@ func NewTokenSecret(name string, projects []string, role Role, expires *time.Tim
 	if role.rank() == 0 {
 		return "", nil, fmt.Errorf("role: must be read, submit or admin; got %q", role)
 	}
-	if len(name) > 200 {
-		return "", nil, fmt.Errorf("name: at most 200 characters, got %d", len(name))
+	if n := utf8.RuneCountInString(name); n > 200 {
+		return "", nil, fmt.Errorf("name: at most 200 characters, got %d", n)
 	}
 	var buf [40]byte
 	if _, err := rand.Read(buf[:]); err != nil {
