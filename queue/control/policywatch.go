@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,6 +201,45 @@ func (w *PolicyWatch) SetRules(ctx context.Context, rules policy.Rules, setBy, c
 		return nil, err
 	}
 	return w.setRules(ctx, rules, doc, setBy, comment, expected)
+}
+
+// SetProjectBudgets records the next version: the policy in effect with
+// the budgets naming exactly project replaced by mine (where the first of
+// them was, or at the end); budgets over globs and the rest of the policy
+// stay. With expected, only while that version is in effect; without, on
+// the version in effect now, so that a change recorded meanwhile is never
+// overwritten (ErrPolicyChanged either way).
+func (w *PolicyWatch) SetProjectBudgets(ctx context.Context, project string, mine []policy.Budget, setBy, comment string, expected *int64) (*ActivePolicy, error) {
+	cur := w.Current()
+	if expected != nil && *expected != cur.Version {
+		return nil, queue.ErrPolicyChanged
+	}
+	rules := cur.Rules
+	rules.Budgets = replaceBudgets(rules.Budgets, project, mine)
+	if expected == nil {
+		expected = &cur.Version
+	}
+	return w.SetRules(ctx, rules, setBy, comment, expected)
+}
+
+// replaceBudgets is budgets with the entries naming exactly project
+// replaced by mine, where the first of them was (or at the end).
+func replaceBudgets(budgets []policy.Budget, project string, mine []policy.Budget) []policy.Budget {
+	at := -1
+	var out []policy.Budget
+	for _, b := range budgets {
+		if b.Project == project {
+			if at < 0 {
+				at = len(out)
+			}
+			continue
+		}
+		out = append(out, b)
+	}
+	if at < 0 {
+		at = len(out)
+	}
+	return slices.Insert(out, at, mine...)
 }
 
 func (w *PolicyWatch) setRules(ctx context.Context, rules policy.Rules, doc json.RawMessage, setBy, comment string, expected *int64) (*ActivePolicy, error) {

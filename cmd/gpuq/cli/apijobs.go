@@ -82,7 +82,7 @@ func (e *APIError) Error() string {
 	for _, d := range e.Errors {
 		if d.Location != "" && !strings.HasPrefix(msg, d.Location+":") {
 			fields = append(fields, d.Location+": "+d.Message)
-		} else if d.Message != msg {
+		} else if !strings.Contains(msg, d.Message) {
 			fields = append(fields, d.Message)
 		}
 	}

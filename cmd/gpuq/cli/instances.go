@@ -293,15 +293,7 @@ func writeLedger(w io.Writer, l *control.Ledger) error {
 	fmt.Fprintf(w, "project %s since %s\n\n", l.Project, l.Since.UTC().Format(time.RFC3339))
 	if len(l.Budgets) > 0 {
 		// What a team asks first: how much of each budget is left.
-		t := newTable(w, "BUDGET", "PERIOD", "SINCE", "CAP", "SPENT", "RESERVED", "REMAINING")
-		for _, b := range l.Budgets {
-			start := "-"
-			if !b.PeriodStart.IsZero() {
-				start = b.PeriodStart.UTC().Format(time.DateOnly)
-			}
-			t.row(b.Budget, b.Period, start, b.Cap, b.Spent, b.Reserved, b.Remaining)
-		}
-		if err := t.flush(); err != nil {
+		if err := writeBudgetUsage(w, l.Budgets); err != nil {
 			return err
 		}
 		fmt.Fprintln(w)

@@ -75,13 +75,9 @@ effect, so that two admins do not overwrite each other's change.`,
 				if err != nil {
 					return err
 				}
-				var expected *int64
-				if cmd.Flags().Changed("if-version") {
-					n := v.GetInt64("if-version")
-					if n < 0 {
-						return fmt.Errorf("--if-version: must be 0 or more, got %d", n)
-					}
-					expected = &n
+				expected, err := ifVersionFlag(cmd, v)
+				if err != nil {
+					return err
 				}
 				contentType := "application/yaml"
 				if configType(args[0]) == "json" {
@@ -217,12 +213,8 @@ func (a apiPolicy) Set(ctx context.Context, doc []byte, contentType, comment str
 	if comment != "" {
 		q.Set("comment", comment)
 	}
-	var header []string
-	if expected != nil {
-		header = []string{"If-Match", `"` + strconv.FormatInt(*expected, 10) + `"`}
-	}
 	var p httpapi.Policy
-	err := a.call(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, &p, header...)
+	err := a.call(ctx, http.MethodPut, "/v1/policy", q, bytes.NewReader(doc), contentType, &p, ifMatchHeader(expected)...)
 	var ae *APIError
 	if expected != nil && errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
 		if cur, cerr := a.Show(ctx); cerr == nil {
@@ -232,13 +224,42 @@ func (a apiPolicy) Set(ctx context.Context, doc []byte, contentType, comment str
 	return &p, err
 }
 
-// versionMovedError is why gpuq policy set --if-version changed nothing:
-// another version is in effect.
-type versionMovedError struct{ asked, current int64 }
+// ifVersionFlag reads --if-version: nil when not given.
+func ifVersionFlag(cmd *cobra.Command, v *viper.Viper) (*int64, error) {
+	if !cmd.Flags().Changed("if-version") {
+		return nil, nil
+	}
+	n := v.GetInt64("if-version")
+	if n < 0 {
+		return nil, fmt.Errorf("--if-version: must be 0 or more, got %d", n)
+	}
+	return &n, nil
+}
+
+// ifMatchHeader is the If-Match header that makes a change only while the
+// expected policy version is in effect; none without one.
+func ifMatchHeader(expected *int64) []string {
+	if expected == nil {
+		return nil
+	}
+	return []string{"If-Match", `"` + strconv.FormatInt(*expected, 10) + `"`}
+}
+
+// versionMovedError is why gpuq policy set or gpuq budget set
+// --if-version changed nothing: another version is in effect. show is the
+// command that shows what is (default gpuq policy show).
+type versionMovedError struct {
+	asked, current int64
+	show           string
+}
 
 func (e *versionMovedError) Error() string {
-	return fmt.Sprintf("--if-version %d: version %d is in effect, so nothing was changed; see gpuq policy show (and gpuq policy history), and retry with --if-version %d",
-		e.asked, e.current, e.current)
+	show := e.show
+	if show == "" {
+		show = "gpuq policy show"
+	}
+	return fmt.Sprintf("--if-version %d: version %d is in effect, so nothing was changed; see %s (and gpuq policy history), and retry with --if-version %d",
+		e.asked, e.current, show, e.current)
 }
 
 func (a apiPolicy) History(ctx context.Context, limit int) ([]httpapi.PolicyVersion, error) {

@@ -100,6 +100,7 @@ func commands() []*cobra.Command {
 		newOpenAPICmd(),
 		newTokenCmd(),
 		newPolicyCmd(),
+		newBudgetCmd(),
 		newNATSAuthCmd(),
 	}
 }

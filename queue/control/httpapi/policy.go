@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -224,42 +223,24 @@ func (s *Server) setBudgets(ctx context.Context, in *setBudgetsInput) (*projectB
 		// version that is already gone.
 		return nil, huma.Error412PreconditionFailed("the policy in effect is version " + strconv.FormatInt(cur.Version, 10) + ", not " + in.IfMatch)
 	}
-	rules := cur.Rules
-	rules.Budgets = replaceBudgets(rules.Budgets, in.Project, mine)
-	conditional := expected != nil
-	if expected == nil {
-		// Budgets are edited on the version read here; another change
-		// meanwhile must not be lost.
-		expected = &cur.Version
-	}
-	p, err := s.policy.SetRules(ctx, rules, tok.ID.String(), in.Comment, expected)
+	p, err := s.policy.SetProjectBudgets(ctx, in.Project, mine, tok.ID.String(), in.Comment, expected)
 	if err != nil {
-		return nil, s.policyError(err, conditional)
+		return nil, s.policyError(err, expected != nil)
 	}
 	return s.budgetsAnswer(ctx, in.Project, p)
 }
 
-// replaceBudgets is budgets with the entries naming exactly project
-// replaced by mine, where the first of them was (or at the end).
-func replaceBudgets(budgets []policy.Budget, project string, mine []policy.Budget) []policy.Budget {
-	at := -1
-	var out []policy.Budget
-	for _, b := range budgets {
-		if b.Project == project {
-			if at < 0 {
-				at = len(out)
-			}
-			continue
-		}
-		out = append(out, b)
+func (s *Server) budgetsAnswer(ctx context.Context, project string, p *control.ActivePolicy) (*projectBudgetsOutput, error) {
+	out, err := ProjectBudgetsOf(ctx, s.cfg.Store, project, p)
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "reading budgets", err)
 	}
-	if at < 0 {
-		at = len(out)
-	}
-	return slices.Insert(out, at, mine...)
+	return &projectBudgetsOutput{ETag: etag(p.Version), Body: out}, nil
 }
 
-func (s *Server) budgetsAnswer(ctx context.Context, project string, p *control.ActivePolicy) (*projectBudgetsOutput, error) {
+// ProjectBudgetsOf is a project's budgets in policy p, with its use of
+// every budget that applies to it in the current period.
+func ProjectBudgetsOf(ctx context.Context, s control.LedgerStore, project string, p *control.ActivePolicy) (*ProjectBudgets, error) {
 	out := &ProjectBudgets{Project: project, Version: p.Version, Source: p.Source, Budgets: []BudgetEntry{}}
 	for _, b := range p.Rules.Budgets {
 		if b.Project == project {
@@ -267,10 +248,10 @@ func (s *Server) budgetsAnswer(ctx context.Context, project string, p *control.A
 		}
 	}
 	var err error
-	if out.Usage, err = control.BudgetUsages(ctx, s.cfg.Store, project, p.Rules, time.Now()); err != nil {
-		return nil, internal(s.cfg.Logger, "reading budgets", err)
+	if out.Usage, err = control.BudgetUsages(ctx, s, project, p.Rules, time.Now()); err != nil {
+		return nil, err
 	}
-	return &projectBudgetsOutput{ETag: etag(p.Version), Body: out}, nil
+	return out, nil
 }
 
 func (s *Server) policyAnswer(p *control.ActivePolicy) (*policyOutput, error) {

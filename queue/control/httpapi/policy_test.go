@@ -391,3 +391,92 @@ func TestABudgetChangeOnAStaleViewIs409(t *testing.T) {
 		t.Fatalf("the other server's version must stay in effect: %+v %v", v, err)
 	}
 }
+
+// A project's admin shows and sets the project's budgets with gpuq budget,
+// through the API; the control-plane host does the same through the
+// database, and -o json is the API's document either way.
+func TestBudgetCommandsShowAndSetAProjectsBudgetsThroughTheAPIAndTheDatabase(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	global := e.token(queue.RoleAdmin, nil, queue.AllProjects)
+	padmin := e.token(queue.RoleAdmin, nil, "p")
+	submit := e.token(queue.RoleSubmit, nil, "p")
+	if r := e.do("PUT", "/v1/policy", global, "application/yaml", []byte("budgets:\n  - {project: 'p*', cap: 1000 EUR, period: year}\n")); r.Status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", r.Status, r.Body)
+	}
+	dir := t.TempDir()
+	configWith := func(token string) string {
+		f := filepath.Join(dir, strings.ReplaceAll(token, "_", "")[:20]+".yaml")
+		if err := os.WriteFile(f, []byte("token: "+token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	gpuq := func(args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		code := cli.Main(args, &out, &errOut)
+		return out.String(), errOut.String(), code
+	}
+	asAdmin := []string{"--url", e.URL, "--config", configWith(padmin)}
+	overDB := []string{"--database-url", e.DBURL, "--config", configWith(global)}
+
+	out, errOut, code := gpuq(append([]string{"budget", "set", "--project", "p", "--month", "500 EUR", "--total", "2000 EUR", "--comment", "grant"}, asAdmin...)...)
+	if code != 0 || !strings.Contains(out, "policy version 2 is in effect") ||
+		!regexp.MustCompile(`(?m)^p +month +\d{4}-\d\d-01 +500\.00 EUR +0\.00 EUR +0\.00 EUR +500\.00 EUR$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^p +total +- +2000\.00 EUR +0\.00 EUR +0\.00 EUR +2000\.00 EUR$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^p\* +year `).MatchString(out) {
+		t.Fatalf("budget set by the project's admin: %d\n%s%s", code, out, errOut)
+	}
+	var p httpapi.Policy
+	e.do("GET", "/v1/policy", global, "", nil).json(t, &p)
+	if budgets, _ := p.Rules["budgets"].([]any); len(budgets) != 3 || p.Comment != "grant" {
+		t.Fatalf("the glob's budget must stay beside p's two: %v", p.Rules)
+	}
+	viaAPI, errOut, code := gpuq(append([]string{"budget", "show", "--project", "p", "-o", "json"}, asAdmin...)...)
+	if code != 0 {
+		t.Fatalf("budget show: %d %s", code, errOut)
+	}
+	viaDB, errOut, code := gpuq(append([]string{"budget", "show", "--project", "p", "-o", "json"}, overDB...)...)
+	if code != 0 || viaDB != viaAPI {
+		t.Fatalf("budget show -o json must be the same either way: %d %s\n%s\n%s", code, errOut, viaAPI, viaDB)
+	}
+
+	// Refusals change nothing and name the flag.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--week", "5 GBP"}, `--week: unknown currency "GBP"`},
+		{[]string{"--week", "lots"}, "--week:"},
+		{[]string{"--week", "5 EUR", "--none"}, "--none removes every budget"},
+		{nil, "give a cap for at least one period"},
+		{[]string{"--month", "5 EUR", "--if-version", "1"}, "--if-version 1: version 2 is in effect, so nothing was changed; see gpuq budget show --project p"},
+	} {
+		if _, errOut, code := gpuq(append(append([]string{"budget", "set", "--project", "p"}, c.args...), asAdmin...)...); code == 0 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "body.") {
+			t.Errorf("budget set %v: %d %s, want %q", c.args, code, errOut, c.want)
+		}
+	}
+	if _, errOut, code := gpuq(append([]string{"budget", "set", "--project", "q", "--month", "5 EUR"}, asAdmin...)...); code != cli.ExitNotFound || !strings.Contains(errOut, "project q not found") {
+		t.Errorf("another project's budgets: %d %s", code, errOut)
+	}
+	if _, errOut, code := gpuq("budget", "set", "--project", "p", "--month", "5 EUR", "--url", e.URL, "--config", configWith(submit)); code == 0 || !strings.Contains(errOut, "403") {
+		t.Errorf("a submitter setting budgets: %d %s", code, errOut)
+	}
+	if n, _ := e.Store.PolicyVersionNumber(context.Background()); n != 2 {
+		t.Fatalf("refused budget changes must set nothing: version %d", n)
+	}
+
+	// On the control-plane host, through the database.
+	out, errOut, code = gpuq(append([]string{"budget", "set", "--project", "p", "--none"}, overDB...)...)
+	if code != 0 || !strings.Contains(out, "policy version 3 is in effect") || strings.Contains(out, "month") || !strings.Contains(out, "p*") {
+		t.Fatalf("budget set --none over the database: %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := gpuq(append([]string{"budget", "set", "--project", "p", "--day", "1 EUR", "--if-version", "2"}, overDB...)...); code == 0 ||
+		!strings.Contains(errOut, "--if-version 2: version 3 is in effect") {
+		t.Errorf("budget set over the database on an old version: %d %s", code, errOut)
+	}
+	out, _, code = gpuq(append([]string{"budget", "show", "--project", "other"}, overDB...)...)
+	if code != 0 || out != "no budget applies to project other (policy version 3)\n" {
+		t.Errorf("budget show of a project no budget applies to: %d %q", code, out)
+	}
+}
