@@ -135,40 +135,23 @@ final checkpoint (README "Budgets and storage").`,
 	return cmd
 }
 
-// withBudgets reads the config and --project and runs fn with the budget
-// service.
+// withBudgets runs fn with --project and the budget service.
 func withBudgets(cmd *cobra.Command, fn func(v *viper.Viper, svc budgetService, project, format string) error) error {
-	v, format, err := loadConfigFormat(cmd)
+	project, err := requiredProject(cmd, "the project whose budgets to show or set")
 	if err != nil {
 		return err
 	}
-	project, _ := cmd.Flags().GetString("project")
-	if project == "" {
-		return errors.New("--project: required: the project whose budgets to show or set")
-	}
-	if err := queue.ValidateProject(project); err != nil {
-		return fmt.Errorf("--project: %w", err)
-	}
-	var svc budgetService
-	if viaAPI(cmd, v) {
-		a, err := newAPIJobs(v)
-		if err != nil {
-			return err
-		}
-		svc = apiBudgets{a}
-	} else {
+	return withAdmin(cmd, connectBudgets, func(v *viper.Viper, svc budgetService, format string) error { return fn(v, svc, project, format) })
+}
+
+func connectBudgets(cmd *cobra.Command, v *viper.Viper) (budgetService, error) {
+	return adminService(cmd, v, func(a *apiJobs) budgetService { return apiBudgets{a} }, func(s *store.Store) (budgetService, error) {
 		rules, err := loadRules(v)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		s, err := openStore(cmd.Context(), v)
-		if err != nil {
-			return err
-		}
-		svc = &storeBudgets{store: s, watch: &control.PolicyWatch{Store: s, Config: rules}}
-	}
-	defer svc.Close()
-	return fn(v, svc, project, format)
+		return &storeBudgets{store: s, watch: &control.PolicyWatch{Store: s, Config: rules}}, nil
+	})
 }
 
 // printBudgets prints a project's budgets as a table, or the API's

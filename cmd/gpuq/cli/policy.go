@@ -142,11 +142,17 @@ effect, so that two admins do not overwrite each other's change.`,
 
 // withPolicy runs fn with the policy service the configuration selects.
 func withPolicy(cmd *cobra.Command, fn func(v *viper.Viper, svc policyService, format string) error) error {
+	return withAdmin(cmd, connectPolicy, fn)
+}
+
+// withAdmin reads the configuration and runs fn with the service connect
+// selects, closing it afterwards.
+func withAdmin[S interface{ Close() }](cmd *cobra.Command, connect func(*cobra.Command, *viper.Viper) (S, error), fn func(v *viper.Viper, svc S, format string) error) error {
 	v, format, err := loadConfigFormat(cmd)
 	if err != nil {
 		return err
 	}
-	svc, err := connectPolicy(cmd, v)
+	svc, err := connect(cmd, v)
 	if err != nil {
 		return err
 	}
@@ -157,22 +163,38 @@ func withPolicy(cmd *cobra.Command, fn func(v *viper.Viper, svc policyService, f
 // connectPolicy returns the HTTP API client when an API URL is configured
 // and --database-url is not on the command line; else the database.
 func connectPolicy(cmd *cobra.Command, v *viper.Viper) (policyService, error) {
-	if viaAPI(cmd, v) {
-		a, err := newAPIJobs(v)
+	return adminService(cmd, v, func(a *apiJobs) policyService { return apiPolicy{a} }, func(s *store.Store) (policyService, error) {
+		rules, err := loadRules(v)
 		if err != nil {
 			return nil, err
 		}
-		return apiPolicy{a}, nil
-	}
-	rules, err := loadRules(v)
-	if err != nil {
-		return nil, err
+		return &storePolicy{store: s, watch: &control.PolicyWatch{Store: s, Config: rules}}, nil
+	})
+}
+
+// adminService is the service an admin command talks to: through the HTTP
+// API when an API URL is configured and --database-url is not on the
+// command line (viaHTTP), else through the database on the control-plane
+// host (viaDB, which owns the store it is given once it succeeds).
+func adminService[S any](cmd *cobra.Command, v *viper.Viper, viaHTTP func(*apiJobs) S, viaDB func(*store.Store) (S, error)) (S, error) {
+	var none S
+	if viaAPI(cmd, v) {
+		a, err := newAPIJobs(v)
+		if err != nil {
+			return none, err
+		}
+		return viaHTTP(a), nil
 	}
 	s, err := openStore(cmd.Context(), v)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	return &storePolicy{store: s, watch: &control.PolicyWatch{Store: s, Config: rules}}, nil
+	svc, err := viaDB(s)
+	if err != nil {
+		s.Close()
+		return none, err
+	}
+	return svc, nil
 }
 
 func printPolicy(w io.Writer, p *httpapi.Policy) error {

@@ -101,6 +101,7 @@ func commands() []*cobra.Command {
 		newTokenCmd(),
 		newPolicyCmd(),
 		newBudgetCmd(),
+		newQuotaCmd(),
 		newNATSAuthCmd(),
 	}
 }

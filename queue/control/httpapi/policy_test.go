@@ -412,11 +412,7 @@ func TestBudgetCommandsShowAndSetAProjectsBudgetsThroughTheAPIAndTheDatabase(t *
 		}
 		return f
 	}
-	gpuq := func(args ...string) (string, string, int) {
-		var out, errOut bytes.Buffer
-		code := cli.Main(args, &out, &errOut)
-		return out.String(), errOut.String(), code
-	}
+	gpuq := runCLI
 	asAdmin := []string{"--url", e.URL, "--config", configWith(padmin)}
 	overDB := []string{"--database-url", e.DBURL, "--config", configWith(global)}
 
