@@ -95,18 +95,9 @@ func Decide(q Question) (policy.Decision, error) {
 	return d, err
 }
 
-// decideQuestion is Decide, also returning the recipe that replays the decision
-// over the same offers.
+// decideQuestion is Decide, also returning the recipe that replays the
+// decision over the same offers.
 func decideQuestion(q Question) (policy.Decision, Recipe, error) {
-	d, r, err := decideOnce(q)
-	if err != nil {
-		return d, r, err
-	}
-	r.Notes = d.Notes
-	return d, r, nil
-}
-
-func decideOnce(q Question) (policy.Decision, Recipe, error) {
 	rules, err := q.Rules.ChargeBudgets(q.Job.Project, q.Now, q.Spend)
 	if err != nil {
 		return policy.Decision{}, Recipe{}, err

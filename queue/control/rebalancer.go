@@ -204,7 +204,7 @@ func (p *PolicyPlacer) AdviseMove(ctx context.Context, job *queue.Job, placement
 	}
 	q := Question{Job: pj, SubmittedAt: job.SubmittedAt, Prior: prior, Running: run, Rules: cfg.Rules, Offers: offers,
 		Strategy: cfg.Strategy, Tick: cfg.OfferTTL, Now: cfg.Now()}
-	d, recipe, err := decideOnce(q)
+	d, recipe, err := decideQuestion(q)
 	var none *policy.NoPlacementError
 	if errors.As(err, &none) {
 		return "", nil

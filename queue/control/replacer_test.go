@@ -122,6 +122,25 @@ func TestPreemptedJobIsRePlacedOnPlanBInsideItsResidency(t *testing.T) {
 	if full.Version != 3 || full.Chosen == nil || full.Chosen.Offer.Pool != "od" || full.RejectedCount() != d.Rejected {
 		t.Fatalf("explained re-placement: version %d, chosen %+v, %d rejected; want version 3 on od with %d rejected", full.Version, full.Chosen, full.RejectedCount(), d.Rejected)
 	}
+	// Its notes are the stored decision's, each once.
+	var storedNotes struct {
+		Notes []string `json:"notes"`
+	}
+	if err := json.Unmarshal(p.Decision, &storedNotes); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(full.Notes, "moved from pool spot-b to pool od") || !slices.Equal(full.Notes, storedNotes.Notes) {
+		t.Fatalf("explained notes %q, stored %q: want the move noted once, as stored", full.Notes, storedNotes.Notes)
+	}
+	// A recipe stored by an earlier version held every note of its
+	// decision: replayed, each is still shown once.
+	if _, err := store.DB.ExecContext(ctx, `UPDATE placement_recipes SET recipe = jsonb_set(recipe, '{notes}', to_jsonb($2::text[]))
+		WHERE job_id = $1 AND version = 3`, id, "{"+strings.Join(storedNotes.Notes, ",")+"}"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := control.Explain(ctx, store, id); err != nil || !slices.Equal(again.Notes, storedNotes.Notes) {
+		t.Fatalf("an earlier recipe's notes, explained: %v %v", again, err)
+	}
 	for _, r := range full.Rejected() {
 		if len(full.ReasonsOf(r)) == 0 {
 			t.Fatalf("rejected offer %d has no reason", r.Offer)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,7 +55,14 @@ func (r Recipe) place(set *policy.OfferSet) (policy.Decision, error) {
 		d, err = set.Replace(r.Job, r.Rules, previous, history, r.Now)
 	}
 	if err == nil {
-		d.Notes = append(d.Notes, r.Notes...)
+		// Recipes stored before they kept only the strategy's advice
+		// hold every note of their decision: placement's own are not
+		// repeated.
+		for _, n := range r.Notes {
+			if !slices.Contains(d.Notes, n) {
+				d.Notes = append(d.Notes, n)
+			}
+		}
 	}
 	return d, err
 }
