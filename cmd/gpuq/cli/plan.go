@@ -316,10 +316,10 @@ func printDecision(w io.Writer, d policy.Decision) error {
 		fmt.Fprintf(w, "note:       %s\n", n)
 	}
 	fmt.Fprintf(w, "feasible:   %d of %d offers\n\n", d.Feasible, d.Feasible+d.RejectedCount())
-	t := newTable(w, "RANK", "POOL", "PROVIDER", "REGION", "COUNTRY", "CARD", "TIER", "PRICE/H", "TOTAL", "AVAILABILITY")
+	t := newTable(w, "RANK", "POOL", "PROVIDER", "REGION", "COUNTRY", "MACHINE", "TIER", "PRICE/H", "TOTAL", "AVAILABILITY")
 	for _, a := range append([]policy.Candidate{*c}, d.Alternatives...) {
 		o := a.Offer
-		t.row(a.Rank, o.Pool, o.Provider, o.Region, o.Country, fmt.Sprintf("%s×%d", o.Card, o.GPUCount), o.Tier,
+		t.row(a.Rank, o.Pool, o.Provider, o.Region, o.Country, machineOf(o), o.Tier,
 			o.PricePerHour, a.Cost.Total, o.Availability)
 	}
 	if err := t.flush(); err != nil {
@@ -354,5 +354,17 @@ func describeResidency(r policy.ResidencyDecision) string {
 }
 
 func describeOffer(o policy.Offer) string {
-	return fmt.Sprintf("%s %s %s, %s×%d, %s, %s/h", o.Provider, o.Region, o.Country, o.Card, o.GPUCount, o.Tier, o.PricePerHour)
+	return fmt.Sprintf("%s %s %s, %s, %s, %s/h", o.Provider, o.Region, o.Country, machineOf(o), o.Tier, o.PricePerHour)
+}
+
+// machineOf names an offer's machine: its GPUs (H100×8), or for a CPU
+// pool its vCPUs.
+func machineOf(o policy.Offer) string {
+	switch {
+	case o.GPUCount > 0:
+		return fmt.Sprintf("%s×%d", o.Card, o.GPUCount)
+	case o.VCPU > 0:
+		return fmt.Sprintf("%d vCPU", o.VCPU)
+	}
+	return o.Card
 }

@@ -287,7 +287,9 @@ func TestPlanWithoutPoolsUsesTheSchedulersDefaultPools(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "chosen:     local-cpu (local eu-local-1 DE") {
+	// A CPU pool's machine is its vCPUs (a GPU pool's, its cards: the
+	// A100-80GB×1 above).
+	if !strings.Contains(out, "chosen:     local-cpu (local eu-local-1 DE, 64 vCPU, on-demand, 0.10 EUR/h)") {
 		t.Errorf("output:\n%s", out)
 	}
 }
