@@ -257,13 +257,18 @@ func jobOverBudget(j queue.RunningSpend, conv policy.Converter) string {
 		note = " (spend in currencies without an exchange rate not counted)"
 	}
 	return fmt.Sprintf("over budget: the job's attempts spent %s, reaching its budget.total %s%s",
-		cents(policy.Money{Micros: spent, Currency: total.Currency}), total, note)
+		reached(policy.Money{Micros: spent, Currency: total.Currency}, total.Micros), total, note)
 }
 
-// cents rounds m to a hundredth of its unit, as reasons show it.
-func cents(m policy.Money) policy.Money {
-	m.Micros = (m.Micros + 5_000) / 10_000 * 10_000
-	return m
+// reached is spent, which reached a cap of capMicros, as reasons show it:
+// rounded to a hundredth of its unit, or exactly when the rounding would
+// show less than the cap (a cap under a cent: "spent 0.00 EUR, reaching
+// cap 0.001 EUR" would say nothing).
+func reached(spent policy.Money, capMicros int64) policy.Money {
+	if r := (spent.Micros + 5_000) / 10_000 * 10_000; r >= capMicros {
+		spent.Micros = r
+	}
+	return spent
 }
 
 // projectOverBudget says which budget of project its accrued spend in the
@@ -297,7 +302,7 @@ func (b *BudgetStop) projectOverBudget(ctx context.Context, rules policy.Rules, 
 			period = "total"
 		}
 		return fmt.Sprintf("over budget: project %s spent %s (%s), reaching budgets[%d] (%s %s cap %s)",
-			project, cents(bud.Spent), period, i, bud.Project, period, bud.Cap), nil
+			project, reached(bud.Spent, limit), period, i, bud.Project, period, bud.Cap), nil
 	}
 	return "", nil
 }
