@@ -773,8 +773,9 @@ func (s *Spec) Validate() error {
 			bad(fmt.Sprintf("spec.checkpoint.paths[%d]", i), "must be a relative path inside GPUQ_CHECKPOINT_DIR, got %q", p)
 		}
 	}
-	if d := time.Duration(s.Checkpoint.Interval); d < 0 {
-		bad("spec.checkpoint.interval", "must not be negative, got %s", d)
+	if d := time.Duration(s.Checkpoint.Interval); d < 0 || d > 0 && d < time.Second {
+		// The job is handed it in whole seconds: under one it would read 0.
+		bad("spec.checkpoint.interval", "must be 0 (none) or at least 1s, got %s", d)
 	}
 	if n := utf8.RuneCountInString(s.IdempotencyKey); n > 256 {
 		bad("spec.idempotency_key", "must be at most 256 characters, got %d", n)

@@ -35,6 +35,7 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"oversize", "command: [echo]\nenv: {A: \"" + strings.Repeat("x", 10<<20) + "\"}\n", "spec", "over the 262144-byte limit"},
 		{"unknown card", "command: [echo]\nresources: {gpu: {count: 1, cards: [H100, X100]}}\n", "spec.resources.gpu.cards[1]", `unknown card "X100"; known families: A10, A100,`},
 		{"input country", "command: [echo]\ninputs: [{region: r, bytes: 1, country: Germany}]\n", "spec.inputs[0].country", `want an ISO 3166-1 alpha-2 code such as DE, got "Germany"`},
+		{"checkpoint interval under a second", "command: [echo]\ncheckpoint: {interval: 500ms}\n", "spec.checkpoint.interval", "must be 0 (none) or at least 1s, got 500ms"},
 		{"long name", "command: [echo]\nname: " + strings.Repeat("é", 129) + "\n", "spec.name", "must be at most 128 characters, got 129"},
 		{"long label", "command: [echo]\nlabels: {team: " + strings.Repeat("ü", 257) + "}\n", "spec.labels.team", "must be at most 256 characters, got 257"},
 		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
