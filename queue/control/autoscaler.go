@@ -359,6 +359,10 @@ type Autoscaler struct {
 	exhaustionsRead bool
 	// beats hears the workers' beats from the first pass on.
 	beats *beatListener
+	// wake asks Run for a pass before its next tick: the first beat of a
+	// booting instance's worker, so that the instance is ready (and its
+	// pool's supply counted) as soon as its worker is up.
+	wake chan struct{}
 }
 
 // ExhaustionStore keeps the pools the autoscaler leaves alone.
@@ -430,17 +434,32 @@ func (a *Autoscaler) listening(logger *slog.Logger, now func() time.Time, live [
 	defer a.mu.Unlock()
 	conn := a.beatConn()
 	if a.beats == nil {
-		l, err := listen(conn, now, logger)
+		l, err := listen(conn, now, a.wake, logger)
 		if err != nil {
 			return nil, false, err
 		}
 		a.beats = l
 	}
 	ids := make(map[string]bool, len(live))
+	booting := map[string]bool{}
 	for _, in := range live {
 		ids[in.ID] = true
+		if in.State == queue.InstancePending {
+			booting[in.ID] = true
+		}
 	}
-	return a.beats, a.beats.pass(conn, now(), ids), nil
+	return a.beats, a.beats.pass(conn, now(), ids, booting), nil
+}
+
+// expectBoot has the first beat of instance id's worker wake Run for a
+// pass, before the instance is launched, so that no beat comes first.
+func (a *Autoscaler) expectBoot(id string) {
+	a.mu.Lock()
+	l := a.beats
+	a.mu.Unlock()
+	if l != nil {
+		l.expect(id)
+	}
 }
 
 // stopListening stops hearing beats; the next pass starts again.
@@ -460,6 +479,12 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.stopListening()
+	a.mu.Lock()
+	if a.wake == nil {
+		a.wake = make(chan struct{}, 1)
+	}
+	wake := a.wake
+	a.mu.Unlock()
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
@@ -470,6 +495,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-wake:
 		}
 	}
 }
@@ -887,6 +913,7 @@ func (a *Autoscaler) launchRecorded(ctx context.Context, logger *slog.Logger, no
 		}
 		boot.Credential = cred
 	}
+	a.expectBoot(in.ID)
 	got, err := po.provider.Launch(ctx, adapters.LaunchRequest{Pool: in.Pool, ClientToken: in.ClientToken, Boot: boot})
 	switch {
 	case errors.Is(err, adapters.ErrCapacityUnavailable):

@@ -37,14 +37,19 @@ type beatListener struct {
 	// up; zero while it is down.
 	since time.Time
 	heard map[heardFrom]time.Time
+	// booting are the instances the last pass found pending; the first
+	// beat of one's worker is sent on wake (when not nil and not full).
+	booting map[string]bool
+	wake    chan<- struct{}
 }
 
 // heardFrom is where a beat came from: a node and its worker's pool.
 type heardFrom struct{ node, pool string }
 
-// listen subscribes to every pool's beats; now stamps each one.
-func listen(conn BeatConn, now func() time.Time, logger *slog.Logger) (*beatListener, error) {
-	l := &beatListener{heard: map[heardFrom]time.Time{}}
+// listen subscribes to every pool's beats; now stamps each one, and the
+// first beat from a booting instance is signalled on wake.
+func listen(conn BeatConn, now func() time.Time, wake chan<- struct{}, logger *slog.Logger) (*beatListener, error) {
+	l := &beatListener{heard: map[heardFrom]time.Time{}, booting: map[string]bool{}, wake: wake}
 	sub, err := conn.Subscribe(queue.AliveSubjectAll, func(m *nats.Msg) {
 		b, err := readBeatSender(m)
 		if err != nil {
@@ -58,6 +63,13 @@ func listen(conn BeatConn, now func() time.Time, logger *slog.Logger) (*beatList
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.heard[heardFrom{b.Node, b.Pool}] = at
+		if l.booting[b.Node] {
+			delete(l.booting, b.Node)
+			select {
+			case l.wake <- struct{}{}:
+			default: // a pass is due already (or nobody runs passes)
+			}
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to worker beats: %w", err)
@@ -69,12 +81,13 @@ func listen(conn BeatConn, now func() time.Time, logger *slog.Logger) (*beatList
 }
 
 // pass readies the listener for one autoscaler pass over the live
-// instances: it forgets nodes that are not among them and restarts its
-// listening time when the connection is not up. It reports whether it has
+// instances: it forgets nodes that are not among them, notes those still
+// booting, and restarts its listening time when the connection is not up. It reports whether it has
 // listened long enough for a booting instance's silence to count.
-func (l *beatListener) pass(conn BeatConn, now time.Time, live map[string]bool) bool {
+func (l *beatListener) pass(conn BeatConn, now time.Time, live, booting map[string]bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.booting = booting
 	for from := range l.heard {
 		if !live[from.node] {
 			delete(l.heard, from)
@@ -88,6 +101,13 @@ func (l *beatListener) pass(conn BeatConn, now time.Time, live map[string]bool) 
 		l.since = now
 	}
 	return now.Sub(l.since) >= beatListenFor
+}
+
+// expect notes an instance about to boot, until the next pass.
+func (l *beatListener) expect(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.booting[id] = true
 }
 
 // lastBeat is when a worker of pool on node was last heard; zero if never

@@ -562,6 +562,37 @@ func TestFreshAutoscalerReleasesASilentInstanceOnlyAfterListeningForBeats(t *tes
 	}
 }
 
+// A booting instance turns ready as soon as its worker's first beat is
+// heard, not at the autoscaler's next tick: here the tick is an hour away,
+// and the instance is ready and its job done within seconds.
+func TestABootingInstanceIsReadyAtItsWorkersFirstBeatNotAtTheNextTick(t *testing.T) {
+	t.Parallel()
+	pool := simPool("od", "DE", "on-demand", "0.10")
+	pool.BootDelay = time.Millisecond
+	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{}, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id := c.submit(t, "command: [/bin/true]\n")
+	queuetest.Eventually(t, 20*time.Second, "the job to be placed", func() bool {
+		j := c.job(t, id)
+		return j != nil && j.State == queue.StatePlaced
+	})
+	auto := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: c.s, JS: c.n.JS, Placer: c.placer,
+		Boot:   control.BootTemplate{NATSURL: c.n.Server.URL(), Credentials: control.IssuedCredentials{Issuer: c.n.Server.Issuer}},
+		Logger: c.auto.Logger, Config: control.AutoscalerConfig{Interval: time.Hour}}
+	done := make(chan error, 1)
+	go func() { done <- auto.Run(ctx) }()
+	queuetest.Eventually(t, 30*time.Second, "the instance to be ready and its job done, an hour before the next tick", func() bool {
+		ready, err := c.s.Instances(ctx, "od", queue.InstanceReady)
+		j := c.job(t, id)
+		return err == nil && len(ready) == 1 && j != nil && j.State == queue.StateSucceeded
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A job that waits longer than its pool's placement timeout with no ready
 // worker there (its machine still booting, well inside the boot timeout) is
 // re-placed on its plan B, with the reason in its audit trail.
