@@ -183,8 +183,10 @@ class Client:
     def submit(self, spec: Optional[Mapping[str, Any]] = None, *, idempotency_key: Optional[str] = None,
                **fields: Any) -> Job:
         """Submits a job spec (README "Job spec"), given as a dict or as
-        keyword fields (``command=[...]``, ``name=...``, ``resources={...}``).
-        With an idempotency key, submitting again (a re-run notebook cell)
+        keyword fields (``command=[...]``, ``name=...``, ``resources={...}``),
+        and returns the job once the scheduler placed or rejected it: a job
+        no offer fits comes back with ``state == "rejected"`` and the
+        reasons in ``reason``. With an idempotency key, submitting again (a re-run notebook cell)
         returns the same job; the same key with another spec raises
         :class:`Conflict`. An invalid spec raises :class:`InvalidRequest`
         naming each field at fault. A submission with an idempotency key is

@@ -313,6 +313,13 @@ class ClientTest(unittest.TestCase):
             client.spend("default", since="last week")
         self.assertIn("query.since", caught.exception.fields)
 
+    def test_a_job_no_offer_fits_comes_back_rejected_with_the_reasons(self):
+        # gpuq dev's pools are in Germany: none is in Switzerland.
+        job = client.submit(name="swiss", command=["true"], placement={"residency": "CH"})
+        self.assertEqual(job.state, "rejected")
+        self.assertIn("outside residency CH", job.reason)
+        self.assertEqual(client.get(job).state, "rejected")
+
     def test_spend_lists_what_is_left_of_each_budget(self):
         # A team's admin sets the project's budget (gpuq dev's token is an
         # admin's of every project); a job of the project runs under it.
