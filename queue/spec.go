@@ -611,6 +611,12 @@ func defaultName(arg string) string {
 	return strings.TrimSpace(b.String())
 }
 
+// TextProblem says what is wrong with a name or a one-line text from
+// outside (a token's name, a policy version's comment) as a spec's names
+// are checked: invalid UTF-8, NUL and control characters such as newlines
+// and terminal escapes are refused. It returns "" for a good string.
+func TextProblem(s string) string { return badText(s, false) }
+
 // badText says what is wrong with a string PostgreSQL cannot store (NUL,
 // invalid UTF-8) or, unless free is set, one carrying control characters
 // such as terminal escapes, which have no place in names, labels and keys.

@@ -128,6 +128,9 @@ func NewTokenSecret(name string, projects []string, role Role, expires *time.Tim
 	if n := utf8.RuneCountInString(name); n > 200 {
 		return "", nil, fmt.Errorf("name: at most 200 characters, got %d", n)
 	}
+	if p := TextProblem(name); p != "" {
+		return "", nil, fmt.Errorf("name: %s", p)
+	}
 	var buf [40]byte
 	if _, err := rand.Read(buf[:]); err != nil {
 		return "", nil, err

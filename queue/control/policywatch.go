@@ -243,6 +243,9 @@ func replaceBudgets(budgets []policy.Budget, project string, mine []policy.Budge
 }
 
 func (w *PolicyWatch) setRules(ctx context.Context, rules policy.Rules, doc json.RawMessage, setBy, comment string, expected *int64) (*ActivePolicy, error) {
+	if p := queue.TextProblem(comment); p != "" {
+		return nil, &PolicyError{Field: "comment", Err: errors.New(p)}
+	}
 	v, err := w.Store.SetPolicy(ctx, doc, setBy, comment, expected)
 	if err != nil {
 		return nil, err

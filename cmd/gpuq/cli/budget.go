@@ -107,6 +107,9 @@ final checkpoint (README "Budgets and storage").`,
 				if err != nil {
 					return err
 				}
+				if err := commentFlag(v); err != nil {
+					return err
+				}
 				b, err := svc.Set(cmd.Context(), project, entries, v.GetString("comment"), expected)
 				if err != nil {
 					return err

@@ -79,6 +79,9 @@ effect, so that two admins do not overwrite each other's change.`,
 				if err != nil {
 					return err
 				}
+				if err := commentFlag(v); err != nil {
+					return err
+				}
 				contentType := "application/yaml"
 				if configType(args[0]) == "json" {
 					contentType = "application/json"
@@ -256,6 +259,14 @@ func ifVersionFlag(cmd *cobra.Command, v *viper.Viper) (*int64, error) {
 		return nil, fmt.Errorf("--if-version: must be 0 or more, got %d", n)
 	}
 	return &n, nil
+}
+
+// commentFlag checks --comment as the server does: one line of text.
+func commentFlag(v *viper.Viper) error {
+	if p := queue.TextProblem(v.GetString("comment")); p != "" {
+		return errors.New("--comment: " + p)
+	}
+	return nil
 }
 
 // ifMatchHeader is the If-Match header that makes a change only while the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -162,6 +163,10 @@ func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (
 	}
 	secret, t, err := queue.NewTokenSecret(in.Body.Name, in.Body.Projects, in.Body.Role, in.Body.ExpiresAt)
 	if err != nil {
+		// "name: …": located at the body's field.
+		if key, msg, ok := strings.Cut(err.Error(), ": "); ok && !strings.ContainsAny(key, " \"") {
+			return nil, fieldProblem("body."+key, "%s", msg)
+		}
 		return nil, huma.Error422UnprocessableEntity(err.Error())
 	}
 	rec, err := s.cfg.Store.CreateToken(ctx, t)

@@ -262,6 +262,11 @@ func TestATokenForAllProjectsSeesEveryProjectAndOnlySuchAnAdminMakesOne(t *testi
 	if _, _, err := queue.NewTokenSecret("", []string{"*", "p"}, queue.RoleRead, nil); err == nil {
 		t.Error(`"*" must stand alone among a token's projects`)
 	}
+	// A token's name is shown in tables: no terminal escapes in it.
+	r := e.do("POST", "/v1/tokens", e.token(queue.RoleAdmin, nil, "p"), "application/json", []byte(`{"name": "a\u001b[2Jb", "projects": ["p"], "role": "read"}`))
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), `"location":"body.name"`) {
+		t.Errorf("a token name with a terminal escape: %d %s, want 422 naming body.name", r.Status, r.Body)
+	}
 }
 
 // While PostgreSQL cannot be reached, a token cannot be checked: the API

@@ -158,6 +158,9 @@ func (s *Server) setPolicy(ctx context.Context, in *setPolicyInput) (*policyOutp
 	if err != nil {
 		return nil, err
 	}
+	if p := queue.TextProblem(in.Comment); p != "" {
+		return nil, fieldProblem("query.comment", "%s", p)
+	}
 	p, err := s.policy.SetPolicy(ctx, in.RawBody, "yaml", tok.ID.String(), in.Comment, expected)
 	if err != nil {
 		return nil, s.policyError(err, expected != nil)
@@ -197,6 +200,9 @@ func (s *Server) setBudgets(ctx context.Context, in *setBudgetsInput) (*projectB
 	expected, err := ifMatch(in.IfMatch)
 	if err != nil {
 		return nil, err
+	}
+	if p := queue.TextProblem(in.Comment); p != "" {
+		return nil, fieldProblem("query.comment", "%s", p)
 	}
 	cur := s.policy.Current()
 	conv, err := cur.Rules.Converter()

@@ -133,6 +133,17 @@ func TestABadPolicyIs422NamingTheKeyAndChangesNothing(t *testing.T) {
 	if r.Status != http.StatusRequestEntityTooLarge {
 		t.Errorf("an oversize policy: %d, want 413", r.Status)
 	}
+	// A comment is one line of text: a terminal escape in it would act on
+	// the terminal of whoever lists the versions.
+	for _, c := range []struct{ path, contentType, body string }{
+		{"/v1/policy?comment=%1B%5B2J", "application/yaml", swissOnly},
+		{"/v1/projects/p/budgets?comment=two%0Alines", "application/json", `{"budgets": []}`},
+	} {
+		r := e.do("PUT", c.path, admin, c.contentType, []byte(c.body))
+		if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), `"location":"query.comment"`) {
+			t.Errorf("PUT %s: %d %s, want 422 naming query.comment", c.path, r.Status, r.Body)
+		}
+	}
 	var p httpapi.Policy
 	e.do("GET", "/v1/policy", admin, "", nil).json(t, &p)
 	if p.Version != 1 || p.Comment != "" {
