@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -21,13 +22,17 @@ type Money struct {
 	Currency string `json:"currency" yaml:"currency" mapstructure:"currency"`
 }
 
+// ErrNotMoney is ParseMoney's error for text that is not an amount and a
+// currency code at all ("2.50", "cheap").
+var ErrNotMoney = errors.New(`want an amount and a currency, like "2.50 EUR"`)
+
 // ParseMoney reads an amount written as "2.50 EUR" (decimal amount, a space,
 // a three-letter currency code). At most six decimals are kept exactly.
 func ParseMoney(s string) (Money, error) {
 	amount, currency, ok := strings.Cut(strings.TrimSpace(s), " ")
 	currency = strings.TrimSpace(currency)
 	if !ok || !validCurrency(currency) {
-		return Money{}, fmt.Errorf("%q: want an amount and a currency, like \"2.50 EUR\"", s)
+		return Money{}, fmt.Errorf("%q: %w", s, ErrNotMoney)
 	}
 	micros, err := parseMicros(amount)
 	if err != nil {

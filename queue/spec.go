@@ -755,15 +755,19 @@ func (s *Spec) Validate() error {
 			bad(fmt.Sprintf("spec.placement.providers[%d]", i), "must not be empty")
 		}
 	}
-	if m := s.Budget.MaxPricePerHour; m != "" {
-		if _, err := policy.ParseMoney(m); err != nil {
-			bad("spec.budget.max_price_per_hour", `must be an amount and a currency such as "2.50 EUR": %v`, err)
+	money := func(field, m, example string) {
+		switch _, err := policy.ParseMoney(m); {
+		case errors.Is(err, policy.ErrNotMoney):
+			bad(field, `must be an amount and a currency such as %q, got %q`, example, m)
+		case err != nil:
+			bad(field, `must be an amount and a currency such as %q: %v`, example, err)
 		}
 	}
+	if m := s.Budget.MaxPricePerHour; m != "" {
+		money("spec.budget.max_price_per_hour", m, "2.50 EUR")
+	}
 	if m := s.Budget.Total; m != "" {
-		if _, err := policy.ParseMoney(m); err != nil {
-			bad("spec.budget.total", `must be an amount and a currency such as "100 EUR": %v`, err)
-		}
+		money("spec.budget.total", m, "100 EUR")
 	}
 	if p := s.Retries.MaxErrors; p != nil && (*p < 0 || *p > 100) {
 		bad("spec.retries.max_errors", "must be 0–100, got %d", *p)

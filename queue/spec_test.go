@@ -25,6 +25,8 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"bad tier", "command: [echo]\nplacement: {tier: cheap}\n", "spec.placement.tier", "must be spot, on-demand or spot-then-on-demand"},
 		{"bad duration", "command: [echo]\ntimeout: soon\n", "spec.timeout", "must be a duration"},
 		{"bad money", "command: [echo]\nbudget: {max_price_per_hour: cheap}\n", "spec.budget.max_price_per_hour", "must be an amount and a currency"},
+		{"money without a currency", "command: [echo]\nbudget: {max_price_per_hour: \"2.50\"}\n", "spec.budget.max_price_per_hour", `must be an amount and a currency such as "2.50 EUR", got "2.50"`},
+		{"money with a bad amount", "command: [echo]\nbudget: {total: \"lots EUR\"}\n", "spec.budget.total", `must be an amount and a currency such as "100 EUR": "lots EUR": amount "lots" is not a non-negative decimal number`},
 		{"reserved env", "command: [echo]\nenv: {GPUQ_JOB_ID: x}\n", "spec.env.GPUQ_JOB_ID", "set by the worker"},
 		{"escaping checkpoint path", "command: [echo]\ncheckpoint: {paths: [../x]}\n", "spec.checkpoint.paths[0]", "relative path"},
 		{"bad project", "command: [echo]\nproject: My Project\n", "spec.project", "lower-case"},
