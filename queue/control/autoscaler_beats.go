@@ -82,8 +82,9 @@ func listen(conn BeatConn, now func() time.Time, wake chan<- struct{}, logger *s
 
 // pass readies the listener for one autoscaler pass over the live
 // instances: it forgets nodes that are not among them, notes those still
-// booting, and restarts its listening time when the connection is not up. It reports whether it has
-// listened long enough for a booting instance's silence to count.
+// booting, and restarts its listening time when the connection is not up.
+// It reports whether it has listened long enough for a booting instance's
+// silence to count.
 func (l *beatListener) pass(conn BeatConn, now time.Time, live, booting map[string]bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
