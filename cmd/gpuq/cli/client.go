@@ -409,7 +409,7 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		fmt.Fprintf(w, "exit code  %d\n", *j.ExitCode)
 	}
 	if j.Reason != "" {
-		fmt.Fprintf(w, "reason     %s\n", j.Reason)
+		fmt.Fprintf(w, "reason     %s\n", printable(j.Reason))
 	}
 	fmt.Fprintf(w, "attempts   %d (errors %d, preemptions %d)\n", j.Attempt, j.Errors, j.Preemptions)
 	if l := leaseLine(j, st.Attempts, time.Now()); l != "" {

@@ -122,7 +122,7 @@ func watchInstances(cmd *cobra.Command, v *viper.Viper, format, pool string, sta
 		if format == "json" {
 			_, werr = fmt.Fprintf(out, "%s\n", bytes.TrimSpace(raw))
 		} else {
-			_, werr = fmt.Fprintf(out, "%d  %s  %s  %s  %s  %s\n", seq, ev.At.Local().Format(time.DateTime), ev.InstanceID, ev.Pool, ev.State, orDash(ev.Message))
+			_, werr = fmt.Fprintf(out, "%d  %s  %s  %s  %s  %s\n", seq, ev.At.Local().Format(time.DateTime), ev.InstanceID, ev.Pool, ev.State, printable(orDash(ev.Message)))
 		}
 		return werr == nil
 	}

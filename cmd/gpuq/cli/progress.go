@@ -92,7 +92,7 @@ func (p *progress) event(ev queue.Event) {
 		return
 	}
 	if !repeat {
-		fmt.Fprintf(p.w, "%s %s attempt %d %s %s\n", p.id, ev.State, ev.Attempt, p.elapsed(), ev.Message)
+		fmt.Fprintf(p.w, "%s %s attempt %d %s %s\n", p.id, ev.State, ev.Attempt, p.elapsed(), printable(ev.Message))
 	}
 }
 
@@ -101,7 +101,7 @@ func (p *progress) elapsed() time.Duration { return time.Since(p.start).Round(ti
 // draw rewrites the terminal's line; p.mu is held.
 func (p *progress) draw() {
 	p.drawn = true
-	fmt.Fprintf(p.w, "\r\033[K%s%s  %-9s attempt %d  %s  %s", p.sweep, shortID(p.id), p.last.State, p.last.Attempt, p.elapsed(), truncate(p.last.Message, 60))
+	fmt.Fprintf(p.w, "\r\033[K%s%s  %-9s attempt %d  %s  %s", p.sweep, shortID(p.id), p.last.State, p.last.Attempt, p.elapsed(), printable(truncate(p.last.Message, 60)))
 }
 
 // close stops the ticking and ends a drawn line (erases it, for a job of
