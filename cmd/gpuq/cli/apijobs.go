@@ -126,12 +126,19 @@ func (a *apiJobs) do(ctx context.Context, method, path string, query url.Values,
 	var limited time.Duration // waited for the rate limit so far
 	var unavailable time.Time // when the server was first found unavailable
 	backoff := queue.NewBackoff(streamRetryFirst, streamRetryMax)
+	var refused error // the problem that made the request be sent again
 	for {
 		resp, err := a.send(req, method, path)
 		var p *APIError
+		if err != nil && refused != nil && ctx.Err() != nil && !errors.As(err, &p) {
+			// The caller's context ended while the request was sent
+			// again: what the server last said is the better answer.
+			return nil, refused
+		}
 		if err == nil || !errors.As(err, &p) || (body != nil && req.GetBody == nil) {
 			return resp, err
 		}
+		refused = err
 		var pause time.Duration
 		switch {
 		case p.Status == http.StatusTooManyRequests && limited < rateLimitRetry:

@@ -49,7 +49,8 @@ func TestASweepOverTheTokensRateLimitSlowsDownInsteadOfFailing(t *testing.T) {
 // The HTTP client sends a request refused with 429 again after its
 // Retry-After, whatever its method and with its body, and a GET answered
 // 503 again for a while; a POST answered 503 is not sent again, since the
-// server may have acted on it.
+// server may have acted on it. A GET whose context ends while it is sent
+// again returns the 503, not the context's error.
 func TestTheAPIClientWaitsOutTheRateLimitAndAsksAGetAgainWhileUnavailable(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -62,6 +63,11 @@ func TestTheAPIClientWaitsOutTheRateLimitAndAsksAGetAgainWhileUnavailable(t *tes
 		n := len(seen[key])
 		mu.Unlock()
 		switch {
+		case r.URL.Path == "/v1/down" && n >= 2:
+			// Still down, and this time slow to say so: the caller's
+			// context ends while the request is on its way.
+			<-r.Context().Done()
+			w.WriteHeader(http.StatusServiceUnavailable)
 		case r.URL.Path == "/v1/limited" && n <= 2:
 			w.Header().Set("Retry-After", "0")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -108,7 +114,7 @@ func TestTheAPIClientWaitsOutTheRateLimitAndAsksAGetAgainWhileUnavailable(t *tes
 	if _, err := a.Submit(ctx, spec); err != nil || len(seen["POST /v1/jobs"]) != 3 || seen["POST /v1/jobs"][2] != seen["POST /v1/jobs"][1] {
 		t.Errorf("a submission with an idempotency key answered 503 once: want it sent again, got %v after %d", err, len(seen["POST /v1/jobs"]))
 	}
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := a.call(short, http.MethodGet, "/v1/down", nil, nil, "", &out); !errors.As(err, &p) || p.Status != http.StatusServiceUnavailable {
 		t.Errorf("a GET of a server that stays down: want its 503 once the context ends, got %v", err)
