@@ -235,7 +235,7 @@ func TestHeldLaunchAnswerLeavesTheMachineAndItsTokenFindsIt(t *testing.T) {
 	}
 	req := adapters.LaunchRequest{Pool: "v100", ClientToken: "tok-1", Boot: adapters.BootSpec{InstanceID: "gq-1", Pool: "v100",
 		Region: "us-east-1c", Country: "US", NATSURL: "nats://127.0.0.1:4222"}}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_, err = p.Launch(ctx, req)
 	cancel()
 	if err == nil {
