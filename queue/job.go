@@ -92,6 +92,12 @@ const (
 	// on-demand back to spot, as the spot strategy advised). It counts as
 	// neither an error nor a preemption.
 	OutcomeMoved = "moved"
+	// OutcomeShutdown: the worker was told to stop (gpuq dev stopping,
+	// Ctrl-C, an operator's SIGINT) rather than losing its machine; it
+	// handed the job back with a final checkpoint, and the job resumes in
+	// its pool. It counts as neither an error nor a preemption, and the
+	// pool's preemption record does not count it.
+	OutcomeShutdown = "shutdown"
 )
 
 // JobInPool is a job and the pool it is placed in.

@@ -309,12 +309,16 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			if stop == nil && move == nil {
 				p := preemptionOf(cause)
 				grace = w.graceFor(p)
+				message := "preemption notice: " + p.Reason
+				if errors.Is(cause, ErrShutdown) {
+					message = shutdownReason(w.cfg.WorkerID) + "; handing the job back"
+				}
 				noticed = make(chan struct{})
 				go func() {
 					// The control plane learns of the notice now, not
 					// when the job has exited.
 					defer close(noticed)
-					if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, "preemption notice: "+p.Reason, w.cfg.AckWait); err != nil {
+					if err := w.store.RecordNotice(a.io, job.ID, job.Attempt, message, w.cfg.AckWait); err != nil {
 						a.log.Warn("recording the preemption notice", "err", err)
 					}
 				}()
@@ -348,6 +352,8 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	case cause == ErrCancelled:
 		a.w.store.EndAttempt(a.io, job.ID, job.Attempt, queue.OutcomeCancelled, code) //nolint:errcheck // informational only
 		ackDone(a.io, a.msg, a.log)
+	case errors.Is(cause, ErrShutdown):
+		a.shutdown(exitedInGrace)
 	case errors.Is(cause, ErrPreempted):
 		a.preempted(exitedInGrace, preemptionOf(cause).Reason)
 	case errors.As(cause, &stop):
@@ -664,6 +670,17 @@ func (a *attempt) preempted(exitedInGrace bool, reason string) {
 	a.finalCheckpoint(exitedInGrace)
 	a.release(queue.OutcomePreempted, nil, "preempted: "+reason, 0)
 }
+
+// shutdown hands the job back because the worker was told to stop: the
+// final checkpoint is recorded as on a notice, and the job goes back to its
+// pool at once with outcome shutdown (neither an error nor a preemption).
+func (a *attempt) shutdown(exitedInGrace bool) {
+	a.finalCheckpoint(exitedInGrace)
+	a.release(queue.OutcomeShutdown, nil, shutdownReason(a.w.cfg.WorkerID), 0)
+}
+
+// shutdownReason says on a job's trail why its attempt ended.
+func shutdownReason(worker string) string { return "shutdown: worker " + worker + " was told to stop" }
 
 // movedRedelivery is how long a job handed back to move waits before its
 // pool may run it again: the control plane re-places it meanwhile, which

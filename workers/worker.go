@@ -21,8 +21,14 @@ import (
 // Causes with which a job's context is cancelled; the worker decides between
 // ack, nak and silence from context.Cause.
 var (
-	// ErrPreempted: the worker got a preemption notice or is shutting down.
-	ErrPreempted = errors.New("worker preempted or shutting down")
+	// ErrPreempted: the worker got a preemption notice, or its machine is
+	// going away.
+	ErrPreempted = errors.New("worker preempted")
+	// ErrShutdown: the worker was told to stop. Its jobs take the
+	// preemption's path (final checkpoint, record, hand back at once),
+	// and are handed back with outcome shutdown, not preempted: the
+	// machine was not taken away.
+	ErrShutdown = fmt.Errorf("worker shutting down: %w", ErrPreempted)
 	// ErrCancelled: a user cancelled the job.
 	ErrCancelled = errors.New("job cancelled")
 	// ErrTimeout: the job ran past spec.timeout.
@@ -258,7 +264,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
-// ErrPreempted (SIGTERM) or a *Preemption (a provider's notice), the worker
+// ErrPreempted, ErrShutdown or a *Preemption (a provider's notice), the worker
 // stops pulling, records the notice against each running attempt at once,
 // hands each running job SIGTERM and Grace (cut to fit the notice's
 // deadline) to save its final checkpoint, records it, and naks the job so

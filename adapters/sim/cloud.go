@@ -423,7 +423,7 @@ func (c *Cloud) stop(in *instance, end adapters.InstanceState, reason string, no
 }
 
 // Run moves the cloud along its clock until ctx ends, then stops every
-// worker (SIGTERM, SIGKILL after the pool's grace) and returns.
+// worker (SIGINT, SIGKILL after the pool's grace) and returns.
 func (c *Cloud) Run(ctx context.Context) error {
 	// The clock starts with the cloud, whatever came between New and Run.
 	c.start.Store(time.Now().UnixNano())
@@ -515,13 +515,15 @@ func exitReason(p *local.Instance) string {
 	return "exit status 0"
 }
 
-// shutdown stops every worker: SIGTERM, then SIGKILL after the pool's grace.
+// shutdown stops every worker as the simulation ends: SIGINT, a shutdown
+// rather than a preemption (no trace took the machine), then SIGKILL
+// after the pool's grace.
 func (c *Cloud) shutdown() {
 	c.mu.Lock()
 	var procs []*instance
 	for _, in := range c.instances {
 		if in.proc != nil && !exited(in.proc) {
-			in.proc.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+			in.proc.Signal(syscall.SIGINT) //nolint:errcheck // it may have exited
 			procs = append(procs, in)
 		}
 	}

@@ -348,7 +348,8 @@ func StrategyHistory(b queue.PoolBucket, recorded, tick time.Duration) spot.Pool
 func progress(attempts []queue.Attempt) time.Duration {
 	var done time.Duration
 	for _, a := range attempts {
-		if a.Outcome == queue.OutcomePreempted || a.Outcome == queue.OutcomeLost || a.Outcome == queue.OutcomeMoved {
+		switch a.Outcome {
+		case queue.OutcomePreempted, queue.OutcomeLost, queue.OutcomeMoved, queue.OutcomeShutdown:
 			done += a.HeartbeatAt.Sub(a.StartedAt)
 		}
 	}

@@ -185,6 +185,15 @@ func (s *WorkerService) serve(ctx context.Context, op string, req micro.Request)
 	}
 }
 
+// workerOutcomes are the attempt outcomes a worker may report with each
+// operation that ends an attempt: the job ends failed, goes back to its
+// pool, or is left as it is.
+var workerOutcomes = map[string][]string{
+	queue.WorkerOpFail:     {queue.OutcomeFailed, queue.OutcomeTimeout, queue.OutcomeOverBudget},
+	queue.WorkerOpHandback: {queue.OutcomeRetry, queue.OutcomeTimeout, queue.OutcomePreempted, queue.OutcomeMoved, queue.OutcomeShutdown},
+	queue.WorkerOpEnd:      {queue.OutcomeFenced, queue.OutcomeCancelled},
+}
+
 // badRequest is a request the service cannot act on.
 type badRequest struct{ msg string }
 
@@ -215,6 +224,9 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 		if op != queue.WorkerOpJob && r.Attempt < 0 {
 			return nil, badf("attempt: must not be negative, got %d", r.Attempt)
 		}
+	}
+	if allowed, ok := workerOutcomes[op]; ok && !slices.Contains(allowed, r.Outcome) {
+		return nil, badf("outcome: %q is not an outcome of %s; want one of %s", r.Outcome, op, strings.Join(allowed, ", "))
 	}
 	if err := s.checkAttempts(ctx, op, pool, &r); err != nil {
 		return nil, err

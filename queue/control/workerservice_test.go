@@ -115,6 +115,13 @@ func TestWorkerServiceRefusesARequestForAnotherPoolNamingTheField(t *testing.T) 
 		{queue.WorkerServiceSubject("p", queue.WorkerOpHeartbeat), queue.WorkerRequest{Pool: "p", Attempt: 1}, "job_id: required"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpCheckpoint), queue.WorkerRequest{Pool: "p", JobID: id, Attempt: 1}, "archive: required"},
 		{queue.WorkerServiceSubject("p", queue.WorkerOpCanary), queue.WorkerRequest{Pool: "p", Canary: &queue.CanaryRecord{NodeID: "n", Pool: "q"}}, "canary.pool:"},
+		// An attempt ends with an outcome its operation can have: a
+		// worker cannot hand a job back as succeeded, nor store any text
+		// as an outcome.
+		{queue.WorkerServiceSubject("p", queue.WorkerOpHandback), queue.WorkerRequest{Pool: "p", JobID: id, Outcome: queue.OutcomeSucceeded}, `outcome: "succeeded" is not an outcome of handback`},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpFail), queue.WorkerRequest{Pool: "p", JobID: id, Outcome: queue.OutcomeShutdown}, `outcome: "shutdown" is not an outcome of fail`},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpEnd), queue.WorkerRequest{Pool: "p", JobID: id, Outcome: "\x1b[2J"}, `outcome: "\x1b[2J" is not an outcome of end`},
+		{queue.WorkerServiceSubject("p", queue.WorkerOpFail), queue.WorkerRequest{Pool: "p", JobID: id}, `outcome: "" is not an outcome of fail`},
 	} {
 		r := ask(t, n, c.subject, c.req)
 		if r.Error == nil || r.Error.Kind != queue.WireBadRequest || !strings.Contains(r.Error.Message, c.want) {

@@ -78,7 +78,7 @@ func TestPoolEventsCountAndObserveTheirPool(t *testing.T) {
 }
 
 // A preempted hand-back counts against the pool the attempt ran in, in the
-// same transaction that ends the attempt.
+// same transaction that ends the attempt; a worker's shutdown does not.
 func TestPreemptedHandBackCountsAgainstItsPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -98,9 +98,20 @@ func TestPreemptedHandBackCountsAgainstItsPool(t *testing.T) {
 	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeFailed, nil, "exit 1"); err != nil {
 		t.Fatal(err)
 	}
+	c, err = claim(t, s, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeShutdown, nil, "shutdown: worker w was told to stop"); err != nil {
+		t.Fatal(err)
+	}
 	got := must(s.PoolSummaries(ctx, time.Time{}))(t)["p"]
 	if got.Preemptions != 1 {
-		t.Fatalf("pool p counted %d preemptions, want 1 (a failure is not one)", got.Preemptions)
+		t.Fatalf("pool p counted %d preemptions, want 1 (neither a failure nor a worker's shutdown is one)", got.Preemptions)
+	}
+	j := must(s.Job(ctx, id))(t)
+	if j.Preemptions != 1 || j.Errors != 1 || j.State != queue.StatePlaced {
+		t.Fatalf("job after a preemption, an error and a shutdown: %d preemptions, %d errors, %s; want 1, 1, placed", j.Preemptions, j.Errors, j.State)
 	}
 }
 

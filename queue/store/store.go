@@ -553,14 +553,14 @@ func (s *Store) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome str
 }
 
 // Requeue hands a running job back to its pool after an error (errors+1), a
-// preemption (preemptions+1) or a move the control plane asked for (neither),
-// under attempt.
+// preemption (preemptions+1), a move the control plane asked for or a
+// worker's shutdown (neither), under attempt.
 func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
 	addErr, addPre := 0, 0
 	switch outcome {
 	case queue.OutcomePreempted:
 		addPre = 1
-	case queue.OutcomeMoved:
+	case queue.OutcomeMoved, queue.OutcomeShutdown:
 	default:
 		addErr = 1
 	}

@@ -386,7 +386,7 @@ class RestartTest(unittest.TestCase):
             self.assertNotIn(broken, got)
         self.assertEqual(got["job"].state, "succeeded", got["job"].reason)
         st = client.status(job.id)
-        self.assertEqual([a.outcome for a in st.attempts], ["preempted", "succeeded"],
+        self.assertEqual([a.outcome for a in st.attempts], ["shutdown", "succeeded"],
                          "\n".join("%s %s %s" % (h.state, h.attempt, h.message) for h in st.history) + "\n" + dev_log())
         self.assertIn("after\n", got["logs"])
         # Each event once, none missed: the reopened stream resumed after

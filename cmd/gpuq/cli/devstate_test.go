@@ -273,8 +273,9 @@ while :; do step=$((step+1)); sleep 0.1; done
 
 // Ctrl-C on gpuq dev stops its workers while the control plane still
 // answers them: a running job gets SIGTERM, its final checkpoint is
-// recorded and it is handed back as preempted, so that after a restart it
-// resumes from that checkpoint. Were the control plane gone first, the
+// recorded and it is handed back as shutdown, so that after a restart it
+// resumes from that checkpoint, in the same pool: stopping dev is not a
+// preemption, which would move the job off its spot pool. Were the control plane gone first, the
 // final checkpoint could not be recorded and the job would start over.
 // A `gpuq wait` on the job outlives the restart: it reopens its stream of
 // the job's events and ends with the job's success.
@@ -338,10 +339,12 @@ func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 	}
 	var status struct {
 		Job struct {
-			State string `json:"state"`
+			State       string `json:"state"`
+			Preemptions int    `json:"preemptions"`
 		} `json:"job"`
 		Attempts []struct {
 			Outcome string `json:"outcome"`
+			Pool    string `json:"pool"`
 		} `json:"attempts"`
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
@@ -353,8 +356,10 @@ func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 			t.Fatalf("the job did not succeed after dev's restart: %v\n%s", err, out)
 		}
 	}
-	if len(status.Attempts) != 2 || status.Attempts[0].Outcome != queue.OutcomePreempted {
-		t.Fatalf("want attempt 1 handed back as preempted and a second attempt, got %+v", status.Attempts)
+	if len(status.Attempts) != 2 || status.Attempts[0].Outcome != queue.OutcomeShutdown ||
+		status.Attempts[1].Pool != status.Attempts[0].Pool || status.Job.Preemptions != 0 {
+		t.Fatalf("want attempt 1 handed back as shutdown, no preemption counted, and a second attempt in the same pool, got %+v, %d preemptions",
+			status.Attempts, status.Job.Preemptions)
 	}
 	logs, _, err := runCLI(t, append([]string{"logs", id}, conf...)...)
 	if err != nil {

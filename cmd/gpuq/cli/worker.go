@@ -33,9 +33,11 @@ func newWorkerCmd() *cobra.Command {
 		Long: `worker pulls jobs from its pool's consumer, claims each one fenced by attempt number,
 restores its latest checkpoint, runs it, and acknowledges only after its completion is recorded.
 A preemption notice (--notice: the provider's metadata service, or SIGTERM on container clouds)
-or a shutdown (SIGTERM, SIGINT) stops pulling, forwards SIGTERM to the running jobs, waits up to
---grace (cut to fit the notice's deadline) for their final checkpoint, records it with the
-provider's reason and hands the jobs back at once.`,
+or a shutdown (SIGINT, and SIGTERM where it is not the notice) stops pulling, forwards SIGTERM to
+the running jobs, waits up to --grace (cut to fit the notice's deadline) for their final
+checkpoint, records it and hands the jobs back at once: after a notice as preempted, with the
+provider's reason; after a shutdown as shutdown, which counts as neither an error nor a
+preemption of the job or its pool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The worker's environment and memory hold its NATS
@@ -122,7 +124,9 @@ provider's reason and hands the jobs back at once.`,
 			// The worker ends its context itself on SIGINT and SIGTERM,
 			// with a cause that hands its jobs back after their grace:
 			// the command's context, which SIGINT ends too, would stop
-			// them without one.
+			// them without one. Unless SIGTERM is the provider's notice,
+			// either signal is someone telling the worker to stop (gpuq
+			// dev, Ctrl-C, systemctl stop), not the machine going away.
 			ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
 			defer cancel(nil)
 			stops := []os.Signal{syscall.SIGINT}
@@ -144,7 +148,7 @@ provider's reason and hands the jobs back at once.`,
 			go func() {
 				select {
 				case <-sigs:
-					cancel(workers.ErrPreempted)
+					cancel(workers.ErrShutdown)
 				case <-ctx.Done():
 				}
 			}()
