@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -446,5 +447,37 @@ func TestConcurrentClaimsOfOverlappingBatchesClaimEachJobOnce(t *testing.T) {
 				t.Fatalf("round %d: job %d claimed by %v, want exactly one worker", round, j, by)
 			}
 		}
+	}
+}
+
+// A hand-back's reason says why a job waits in its pool; once another
+// attempt claims it, the job no longer shows it (gpuq status of a running
+// job said "retry 1 of 2 in 10s"), while the attempt and the trail keep it.
+func TestAClaimClearsTheReasonOfTheHandBackBeforeIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	id := placedJob(t, s)
+	c, err := claim(t, s, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const why = "exited with status 3; retry 1 of 2 in 10s"
+	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeRetry, nil, why); err != nil {
+		t.Fatal(err)
+	}
+	if j := must(s.Job(ctx, id))(t); j.State != queue.StatePlaced || j.Reason != why {
+		t.Fatalf("a job handed back: %s with reason %q, want placed with %q", j.State, j.Reason, why)
+	}
+	c, err = claim(t, s, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := must(s.Job(ctx, id))(t); c.Job.Reason != "" || j.State != queue.StateRunning || j.Reason != "" {
+		t.Fatalf("a job claimed again: %s with reason %q (claim answered %q), want running with none", j.State, j.Reason, c.Job.Reason)
+	}
+	events := must(s.EventsOf(ctx, id))(t)
+	if !slices.ContainsFunc(events, func(ev queue.Event) bool { return ev.Message == why }) {
+		t.Fatalf("the trail lost the hand-back's reason: %+v", events)
 	}
 }

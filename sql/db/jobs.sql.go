@@ -93,6 +93,7 @@ SET attempt = c.attempt,
     state = 'running',
     preemptions = jobs.preemptions + CASE WHEN jobs.state = 'running' THEN 1 ELSE 0 END,
     lease_expires_at = now() + make_interval(secs => c.lease_seconds),
+    reason = '',
     updated_at = now()
 FROM c
 WHERE jobs.id = c.id
@@ -122,7 +123,9 @@ type JobClaimManyParams struct {
 // 1) in the claimant arrays (worker, host, pid, pool, node, canary run or 0,
 // the pool's country, lease and "running" message). It closes the attempts
 // each claim supersedes as lost, records the new attempts and their
-// "running" events, and returns the jobs it claimed. A job is claimed only
+// "running" events, and returns the jobs it claimed, their reason cleared
+// (a hand-back's reason says why a job waits, not why it runs; the trail
+// and the attempts keep it). A job is claimed only
 // for the placement its message was published under, only when no other
 // attempt holds a live lease (a running job whose lease expired was lost by
 // its worker), and only when the claiming pool's country (from the control
