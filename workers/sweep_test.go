@@ -238,6 +238,29 @@ command: [/bin/sh, -c, 'head -c 64000000 /dev/urandom > "$GPUQ_CHECKPOINT_DIR/bl
 		t.Fatal(err)
 	}
 	a.Wait() //nolint:errcheck // killed
+	// The server goes on storing what the worker sent before it died (its
+	// connection's buffered data) for a moment; the sweep rightly takes a
+	// chunk stored since it began for an upload under way, so it waits for
+	// the bucket to settle.
+	lastSeq := func() uint64 {
+		stream, err := c.n.JS.Stream(ctx, "OBJ_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	seen := lastSeq()
+	queuetest.Eventually(t, 30*time.Second, "the killed worker's chunks to stop arriving", func() bool {
+		time.Sleep(300 * time.Millisecond)
+		now := lastSeq()
+		settled := now == seen
+		seen = now
+		return settled
+	})
 	if cps := c.checkpoints(t, id); len(cps) != 0 {
 		t.Fatalf("the worker was killed after recording its checkpoint: %+v", cps)
 	}
