@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -14,7 +15,7 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
-from .errors import APIError, Conflict, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
+from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
 
@@ -198,6 +199,36 @@ class Client:
         keyed = bool(doc.get("idempotency_key"))
         return Job.from_doc(self._call("POST", "/v1/jobs", body=doc, retry_for=_UNAVAILABLE_RETRY if keyed else 0.0,
                                        idempotent=keyed))
+
+    def submit_many(self, specs: Iterable[Mapping[str, Any]]) -> List[Job]:
+        """Submits a sweep: each spec a dict as :meth:`submit` takes it,
+        500 to a request (``POST /v1/jobs/batch``), and returns the jobs in
+        the specs' order once the scheduler placed or rejected each. A
+        request is checked as a whole before any of its jobs is submitted:
+        an invalid spec raises :class:`InvalidRequest` naming it by its
+        place in ``specs`` (``body.jobs[7].resources.gpu.count``), a key
+        already used with another spec :class:`Conflict`. The requests
+        before the one refused stay submitted; with an ``idempotency_key``
+        on every spec, calling again once it is fixed submits only the
+        rest, and a request is sent again while the server answers 502,
+        503 or 504. Every ten jobs count as one request against the
+        token's rate limit."""
+        docs = []
+        for i, spec in enumerate(specs):
+            if not isinstance(spec, Mapping):
+                raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
+            docs.append(dict(spec))
+        jobs: List[Job] = []
+        for start in range(0, len(docs), _BATCH_JOBS):
+            chunk = docs[start:start + _BATCH_JOBS]
+            keyed = all(d.get("idempotency_key") for d in chunk)
+            try:
+                answer = self._call("POST", "/v1/jobs/batch", body={"jobs": chunk},
+                                    retry_for=_UNAVAILABLE_RETRY if keyed else 0.0, idempotent=keyed)
+            except APIError as e:
+                raise _shifted(e, start) from None
+            jobs.extend(Job.from_doc(item["job"]) for item in answer.get("jobs") or [])
+        return jobs
 
     def get(self, job_id: JobRef) -> Job:
         """The job as recorded now."""
@@ -554,6 +585,23 @@ def _id(job: JobRef) -> str:
 
 def _job_path(job_id: str, rest: str = "") -> str:
     return "/v1/jobs/" + urllib.parse.quote(str(job_id), safe="") + rest
+
+
+# _BATCH_JOBS is the most jobs the API takes in one batch submission.
+_BATCH_JOBS = 500
+
+
+def _shifted(err: APIError, offset: int) -> APIError:
+    """err, with the specs it names (body.jobs[i]) numbered from offset."""
+    if not offset:
+        return err
+
+    def shift(loc: str) -> str:
+        return re.sub(r"^body\.jobs\[(\d+)\]", lambda m: "body.jobs[%d]" % (int(m.group(1)) + offset), loc)
+
+    errors = [ErrorDetail(shift(e.location), e.message, e.value) for e in err.errors]
+    return type(err)(err.status, title=err.title, detail=err.detail, errors=errors, type=err.type,
+                     retry_after=err.retry_after)
 
 
 def _spec(spec: Optional[Mapping[str, Any]], fields: Dict[str, Any]) -> Dict[str, Any]:

@@ -247,6 +247,30 @@ class ClientTest(unittest.TestCase):
             self.assertEqual([j.state for j in client.wait_all([j.id for j in jobs], timeout=120)], ["cancelled"] * n)
         self.assertRegex(shown.getvalue().splitlines()[-1], r"^wait_all: %d of %d finished \(%d cancelled\), \d+s$" % (n, n, n))
 
+    def test_submit_many_submits_a_sweep_in_batches_in_order(self):
+        # 600 specs: two requests (500 jobs, then 100), well inside gpuq
+        # dev's rate limit (every ten jobs count as one request).
+        sweep = "many-%d" % time.monotonic_ns()
+        specs = [{"name": "lr-%d" % i, "command": ["true"], "labels": {"sweep": sweep},
+                  "idempotency_key": "%s-%d" % (sweep, i)} for i in range(600)]
+        jobs = client.submit_many(specs)
+        self.assertEqual([j.name for j in jobs], ["lr-%d" % i for i in range(600)])
+        self.assertEqual(len({j.id for j in jobs}), 600)
+        self.assertNotIn("pending", {j.state for j in jobs})
+        # Running the cell again names the same jobs.
+        self.assertEqual([j.id for j in client.submit_many(specs)], [j.id for j in jobs])
+        finished = client.wait_all(jobs, timeout=300, progress=False)
+        self.assertEqual({j.state for j in finished}, {"succeeded"})
+        # A bad spec in the second request is named by its place in specs;
+        # the first request's jobs (already there) stay as they are.
+        bad = specs + [{"name": "bad", "command": ["true"], "resources": {"gpu": {"count": 0}}}]
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit_many(bad)
+        self.assertIn("body.jobs[600].resources.gpu.count", caught.exception.fields)
+        self.assertEqual(len(client.list(label="sweep=" + sweep, limit=10_000)), 600)
+        with self.assertRaises(TypeError):
+            client.submit_many([{"command": ["true"]}, "echo hi"])
+
     def test_a_job_is_taken_where_its_id_is(self):
         # `job = c.submit(...)` then `c.wait(job)`: every method that names
         # one job takes the Job as well as its id.

@@ -118,7 +118,15 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (*queue
 
 // limit takes one request from the token's allowance and returns how long
 // to wait when none is left.
-func (a *authenticator) limit(id uuid.UUID) time.Duration {
+func (a *authenticator) limit(id uuid.UUID) time.Duration { return a.limitN(id, 1) }
+
+// limitN takes n requests from the token's allowance (at most its burst)
+// and returns how long to wait when they are not left; it takes nothing
+// then.
+func (a *authenticator) limitN(id uuid.UUID, n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
 	a.mu.Lock()
 	lim := a.limiters[id]
 	if lim == nil {
@@ -126,7 +134,7 @@ func (a *authenticator) limit(id uuid.UUID) time.Duration {
 		a.limiters[id] = lim
 	}
 	a.mu.Unlock()
-	r := lim.Reserve()
+	r := lim.ReserveN(time.Now(), min(n, a.burst))
 	d := r.Delay()
 	if d == 0 {
 		return 0

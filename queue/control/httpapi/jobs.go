@@ -78,6 +78,7 @@ func (s *Server) registerJobs(api huma.API) {
 		},
 		Metadata: map[string]any{metaRole: queue.RoleSubmit},
 	}, s.submit)
+	s.registerBatch(api)
 	register(api, huma.Operation{
 		OperationID: "list-jobs", Errors: []int{422}, Method: http.MethodGet, Path: "/v1/jobs", Tags: []string{"jobs"},
 		Summary:  "List jobs of the token's projects, newest first",
@@ -133,13 +134,29 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 			return nil, internal(s.cfg.Logger, "reading job", err)
 		}
 	}
+	sub, err := s.submitOne(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.answer(ctx, spec, sub)
+}
+
+// submitOne publishes a submission.
+func (s *Server) submitOne(ctx context.Context, spec *queue.Spec) (queue.Submitted, error) {
 	sub, err := queue.Submit(ctx, s.cfg.JS, spec)
 	if err != nil {
 		if errors.Is(err, queue.ErrInvalidSpec) {
-			return nil, specProblem(err)
+			return sub, specProblem(err)
 		}
-		return nil, internal(s.cfg.Logger, "submitting job", err)
+		return sub, internal(s.cfg.Logger, "submitting job", err)
 	}
+	return sub, nil
+}
+
+// answer is a published submission's answer: 201 with the job once the
+// scheduler recorded it, 200 with the job an earlier submission created,
+// 202 when it is not recorded yet.
+func (s *Server) answer(ctx context.Context, spec *queue.Spec, sub queue.Submitted) (*jobOutput, error) {
 	job, err := s.recordedJob(ctx, sub.JobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		now := time.Now().UTC()
