@@ -22,13 +22,13 @@ import (
 )
 
 // startDevWorker launches `gpuq worker` for the test pool exactly as `gpuq
-// dev` does: the pool's flags, two slots, the NATS URL and the pool's
-// worker credential in the environment, nothing else, so AckWait is the
-// default 30 s. Its temporary directory (where it keeps its attempts by
+// dev` does: the pool's flags, two slots, the NATS URL, --notice none and
+// the pool's worker credential in the environment, nothing else, so
+// AckWait is the default 30 s. Its temporary directory (where it keeps its attempts by
 // default) is the test's; its output is shown if the test fails.
 func (c *cluster) startDevWorker(t testing.TB) (*local.Instance, string) {
 	t.Helper()
-	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.natsURL()}, Env: []string{"TMPDIR=" + jobsDir(t)}}
+	l := &local.Launcher{Executable: gpuqBin, Slots: 2, Args: []string{"--nats-url", c.natsURL(), "--notice", "none"}, Env: []string{"TMPDIR=" + jobsDir(t)}}
 	return c.launch(t, l, testPool)
 }
 

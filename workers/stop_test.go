@@ -23,8 +23,8 @@ while :; do step=$((step+1)); sleep 0.1; done
 `
 
 // Ctrl-C in a terminal reaches every process of its group: a worker under
-// gpuq dev gets SIGINT from the terminal and another signal from dev, one
-// after the other. The second signal must not kill the worker while it
+// gpuq dev gets SIGINT from the terminal and SIGTERM from dev, one after
+// the other. The second signal must not kill the worker while it
 // hands its job back: the job gets its grace, its final checkpoint is
 // recorded, and the next attempt resumes from it. The worker was told to
 // stop, so the attempt ends shutdown: not a preemption of the job or of
@@ -70,17 +70,18 @@ func TestAWorkerStoppingOnCtrlCOutlivesTheSIGTERMThatFollows(t *testing.T) {
 }
 
 // Where the provider's notice comes from its metadata service (here
-// --notice aws), SIGTERM is someone stopping the worker (systemctl stop),
-// not the machine going away: the job is handed back as shutdown. Where
-// SIGTERM is the notice (a local pool, a container cloud), it is handed
-// back as preempted.
+// --notice aws), or where there is none (gpuq dev's workers run with
+// --notice none), SIGTERM is someone stopping the worker (systemctl stop,
+// gpuq dev stopping), not the machine going away: the job is handed back
+// as shutdown. Where SIGTERM is the notice (a container cloud), it is
+// handed back as preempted.
 func TestSIGTERMIsAShutdownUnlessItIsTheProvidersNotice(t *testing.T) {
 	t.Parallel()
 	c := newServerCluster(t)
 	for _, tc := range []struct {
 		notice string
 		want   string
-	}{{"aws", queue.OutcomeShutdown}, {"sigterm", queue.OutcomePreempted}} {
+	}{{"aws", queue.OutcomeShutdown}, {"none", queue.OutcomeShutdown}, {"sigterm", queue.OutcomePreempted}} {
 		// An unreachable metadata service: the aws watcher never
 		// announces anything.
 		w := c.startPoolWorker(t, testPool, 30*time.Second, 5*time.Second, "--notice", tc.notice, "--notice-endpoint", "http://127.0.0.1:1")

@@ -55,8 +55,9 @@ func (i *Instance) ID() string { return "local-" + strconv.Itoa(i.cmd.Process.Pi
 // PID of the worker process.
 func (i *Instance) PID() int { return i.cmd.Process.Pid }
 
-// Signal sends sig to the worker (SIGTERM: a preemption notice; SIGINT: a
-// shutdown; SIGKILL: a lost host).
+// Signal sends sig to the worker (SIGTERM: a preemption notice, unless the
+// worker runs with --notice none; SIGINT: a shutdown; SIGKILL: a lost
+// host).
 func (i *Instance) Signal(sig syscall.Signal) error { return i.cmd.Process.Signal(sig) }
 
 // Done is closed when the worker has exited.

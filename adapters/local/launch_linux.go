@@ -5,9 +5,9 @@ import (
 	"syscall"
 )
 
-// tieToParent has the kernel send the worker SIGINT when the process that
+// tieToParent has the kernel send the worker SIGTERM when the process that
 // started it dies, however it dies: the workers of a crashed `gpuq dev`
-// shut down, handing their jobs back, instead of outliving it.
+// hand their jobs back and stop instead of outliving it.
 func tieToParent(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGINT}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }

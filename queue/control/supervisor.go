@@ -61,8 +61,7 @@ const (
 )
 
 // Supervise keeps one worker of pool running until ctx ends; at the end it
-// stops the worker with SIGINT, a shutdown rather than a local pool's
-// preemption notice (SIGTERM), and waits for it.
+// stops the worker with SIGTERM and waits for it.
 func (s *Supervisor) Supervise(ctx context.Context, pool local.PoolConfig) error {
 	cfg := s.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -104,8 +103,8 @@ func (s *Supervisor) Supervise(ctx context.Context, pool local.PoolConfig) error
 			}
 			cfg.Logger.Warn("worker exited; launching a replacement", "pool", pool.Pool, "instance", inst.ID(), "err", err)
 		case <-ctx.Done():
-			inst.Signal(syscall.SIGINT) //nolint:errcheck // it may have exited
-			inst.Wait()                 //nolint:errcheck // shutting down
+			inst.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+			inst.Wait()                  //nolint:errcheck // shutting down
 		}
 	}
 	return nil

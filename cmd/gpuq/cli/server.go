@@ -415,7 +415,12 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				if err != nil {
 					return err
 				}
-				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL}, PoolEnv: stack.workerEnv}
+				// Nothing preempts this machine's workers: SIGTERM, from
+				// dev as it stops or from the kernel should dev die, is a
+				// shutdown (a SIGINT sent before a starting worker listens
+				// for it is lost where the shell started dev with SIGINT
+				// ignored; SIGTERM then still ends the worker).
+				launcher := &local.Launcher{Slots: v.GetInt("slots"), Args: []string{"--nats-url", stack.natsURL, "--notice", "none"}, PoolEnv: stack.workerEnv}
 				sup := &control.Supervisor{Launcher: launcher, Logger: logger, QuarantinedExit: exitQuarantined}
 				for _, p := range pools {
 					workers.Add(1)
