@@ -200,7 +200,7 @@ class Client:
         return Job.from_doc(self._call("POST", "/v1/jobs", body=doc, retry_for=_UNAVAILABLE_RETRY if keyed else 0.0,
                                        idempotent=keyed))
 
-    def submit_many(self, specs: Iterable[Mapping[str, Any]]) -> List[Job]:
+    def submit_many(self, specs: Iterable[Mapping[str, Any]], progress: bool = True) -> List[Job]:
         """Submits a sweep: each spec a dict as :meth:`submit` takes it,
         500 to a request (``POST /v1/jobs/batch``), and returns the jobs in
         the specs' order once the scheduler placed or rejected each. A
@@ -212,22 +212,31 @@ class Client:
         on every spec, calling again once it is fixed submits only the
         rest, and a request is sent again while the server answers 502,
         503 or 504. Every ten jobs count as one request against the
-        token's rate limit."""
+        token's rate limit. Once it lasts over a second it shows how many
+        jobs are submitted (Jupyter, terminal or plain lines on stderr;
+        ``progress=False`` hides it)."""
         docs = []
         for i, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
             docs.append(dict(spec))
         jobs: List[Job] = []
-        for start in range(0, len(docs), _BATCH_JOBS):
-            chunk = docs[start:start + _BATCH_JOBS]
-            keyed = all(d.get("idempotency_key") for d in chunk)
-            try:
-                answer = self._call("POST", "/v1/jobs/batch", body={"jobs": chunk},
-                                    retry_for=_UNAVAILABLE_RETRY if keyed else 0.0, idempotent=keyed)
-            except APIError as e:
-                raise _shifted(e, start) from None
-            jobs.extend(Job.from_doc(item["job"]) for item in answer.get("jobs") or [])
+        shown = Transfer("submit_many: jobs submitted", len(docs), count="{:,}".format) if progress else None
+        try:
+            for start in range(0, len(docs), _BATCH_JOBS):
+                chunk = docs[start:start + _BATCH_JOBS]
+                keyed = all(d.get("idempotency_key") for d in chunk)
+                try:
+                    answer = self._call("POST", "/v1/jobs/batch", body={"jobs": chunk},
+                                        retry_for=_UNAVAILABLE_RETRY if keyed else 0.0, idempotent=keyed)
+                except APIError as e:
+                    raise _shifted(e, start) from None
+                jobs.extend(Job.from_doc(item["job"]) for item in answer.get("jobs") or [])
+                if shown is not None:
+                    shown.add(len(chunk))
+        finally:
+            if shown is not None:
+                shown.close()
         return jobs
 
     def get(self, job_id: JobRef) -> Job:

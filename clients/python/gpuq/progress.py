@@ -125,15 +125,18 @@ class Transfer:
     """Shows a download's progress once it has lasted longer than ``QUIET``
     seconds, so that a short one shows nothing: in Jupyter one display
     updated, on a terminal one line redrawn, anywhere else one plain line
-    every ``EVERY`` seconds; ``close`` shows where it ended."""
+    every ``EVERY`` seconds; ``close`` shows where it ended. ``count``
+    writes an amount (bytes by default; ``Client.submit_many`` counts
+    jobs)."""
 
     QUIET = 1.0
     EVERY = 5.0
     EVERY_LIVE = 0.25
 
     def __init__(self, what: str, total: int, stream: Optional[IO[str]] = None, mode: Optional[str] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, count: Optional[Callable[[int], str]] = None) -> None:
         self.what = what
+        self._count = count or byte_count
         self.total = total
         self.done = 0
         self.stream = stream if stream is not None else sys.stderr
@@ -145,7 +148,7 @@ class Transfer:
         self._handle = None
 
     def add(self, n: int) -> None:
-        """Counts n more bytes downloaded."""
+        """Counts n more bytes downloaded (or jobs submitted)."""
         self.done += n
         now = self._clock()
         if now - self.start >= self.QUIET and (self._shown is None or now - self._shown >= self._every):
@@ -154,7 +157,7 @@ class Transfer:
     def _show(self, now: float) -> None:
         self._shown = now
         pct = self.done * 100 // self.total if self.total > 0 else 100
-        text = "%s: %s of %s (%d%%), %ds" % (self.what, byte_count(self.done), byte_count(self.total), pct,
+        text = "%s: %s of %s (%d%%), %ds" % (self.what, self._count(self.done), self._count(self.total), pct,
                                              round(now - self.start))
         self._handle = _put(self.mode, self.stream, self._display, self._handle, text)
 

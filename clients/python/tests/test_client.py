@@ -253,7 +253,7 @@ class ClientTest(unittest.TestCase):
         sweep = "many-%d" % time.monotonic_ns()
         specs = [{"name": "lr-%d" % i, "command": ["true"], "labels": {"sweep": sweep},
                   "idempotency_key": "%s-%d" % (sweep, i)} for i in range(600)]
-        jobs = client.submit_many(specs)
+        jobs = client.submit_many(specs, progress=False)
         self.assertEqual([j.name for j in jobs], ["lr-%d" % i for i in range(600)])
         self.assertEqual(len({j.id for j in jobs}), 600)
         self.assertNotIn("pending", {j.state for j in jobs})

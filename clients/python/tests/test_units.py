@@ -151,6 +151,20 @@ class TransferTest(unittest.TestCase):
             "downloading the outputs of j: 12 MiB of 12 MiB (100%), 12s",
         ])
 
+    def test_a_count_of_jobs_is_shown_as_a_count(self):
+        # Client.submit_many: 500 jobs a request.
+        out = io.StringIO()
+        now = [0.0]
+        t = Transfer("submit_many: jobs submitted", 1200, stream=out, clock=lambda: now[0], count="{:,}".format)
+        for n in (500, 500, 200):
+            now[0] += 0.8
+            t.add(n)
+        t.close()
+        self.assertEqual(out.getvalue().splitlines(), [
+            "submit_many: jobs submitted: 1,000 of 1,200 (83%), 2s",
+            "submit_many: jobs submitted: 1,200 of 1,200 (100%), 2s",
+        ])
+
     def test_a_terminal_gets_one_line_redrawn(self):
         out = FakeTerminal()
         self.run_transfer(out, 3, 0.5)
