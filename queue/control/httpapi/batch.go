@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -50,7 +49,8 @@ type batchOutput struct {
 	Body *Batch
 }
 
-// batchRequest documents the body of a batch submission.
+// batchRequest documents the body of a batch submission (maxItems is
+// MaxBatchJobs; a struct tag cannot name it).
 type batchRequest struct {
 	Jobs []queue.Spec `json:"jobs" minItems:"1" maxItems:"500" doc:"job specs, each as POST /v1/jobs takes one"`
 }
@@ -82,12 +82,10 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 	for i, doc := range docs {
 		spec, err := queue.ParseSpec(doc)
 		if err != nil {
-			bad = append(bad, batchSpecDetails(i, err)...)
+			bad = append(bad, specDetails(err, fmt.Sprintf("body.jobs[%d]", i))...)
 			continue
 		}
-		if !projectGiven(doc) && len(tok.Projects) == 1 && !tok.CoversAll() && spec.Project != tok.Projects[0] {
-			spec.Project = tok.Projects[0]
-		}
+		fillProject(tok, doc, spec)
 		specs[i] = spec
 	}
 	if len(bad) > 0 {
@@ -95,8 +93,7 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 	}
 	for i, spec := range specs {
 		if !tok.Sees(spec.Project) {
-			return nil, huma.Error403Forbidden("this token may not submit into project "+spec.Project+"; nothing was submitted",
-				&huma.ErrorDetail{Location: fmt.Sprintf("body.jobs[%d].project", i), Message: "not one of this token's projects: " + strings.Join(tok.Projects, ", "), Value: spec.Project})
+			return nil, projectForbidden(tok, spec, fmt.Sprintf("body.jobs[%d].project", i), "; nothing was submitted")
 		}
 	}
 	existing, err := s.batchConflicts(ctx, specs)
@@ -160,21 +157,6 @@ func batchDocs(body []byte) ([][]byte, error) {
 		docs[i] = j
 	}
 	return docs, nil
-}
-
-// batchSpecDetails names each problem of the batch's spec i by its place in
-// the batch: body.jobs[i].resources.gpu.count for spec.resources.gpu.count.
-func batchSpecDetails(i int, err error) []error {
-	at := fmt.Sprintf("body.jobs[%d]", i)
-	var se *queue.SpecError
-	if !errors.As(err, &se) {
-		return []error{&huma.ErrorDetail{Location: at, Message: err.Error()}}
-	}
-	details := make([]error, len(se.Problems))
-	for k, p := range se.Problems {
-		details[k] = &huma.ErrorDetail{Location: at + strings.TrimPrefix(p.Field, "spec"), Message: p.Message}
-	}
-	return details
 }
 
 // batchConflicts returns, for each spec whose idempotency key already names

@@ -91,6 +91,12 @@ func TestABatchSubmitsASweepInOrderOrNothingAtAll(t *testing.T) {
 	if n := jobsOf(); n != 27 {
 		t.Fatalf("refused batches submitted jobs: the project holds %d, want 27", n)
 	}
+	// The document states the bound the server holds to.
+	schemas := doc.doc["components"].(map[string]any)["schemas"].(map[string]any)
+	jobs := schemas["BatchRequest"].(map[string]any)["properties"].(map[string]any)["jobs"].(map[string]any)
+	if got := fmt.Sprint(jobs["maxItems"]); got != fmt.Sprint(httpapi.MaxBatchJobs) {
+		t.Fatalf("the OpenAPI document's BatchRequest.jobs.maxItems is %v, want %d", jobs["maxItems"], httpapi.MaxBatchJobs)
+	}
 }
 
 // Every ten jobs of a batch count as one request against the token's rate

@@ -118,12 +118,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err != nil {
 		return nil, specProblem(err)
 	}
-	if !projectGiven(in.RawBody) && len(tok.Projects) == 1 && !tok.CoversAll() && spec.Project != tok.Projects[0] {
-		spec.Project = tok.Projects[0]
-	}
+	fillProject(tok, in.RawBody, spec)
 	if !tok.Sees(spec.Project) {
-		return nil, huma.Error403Forbidden("this token may not submit into project "+spec.Project,
-			&huma.ErrorDetail{Location: "spec.project", Message: "not one of this token's projects: " + strings.Join(tok.Projects, ", "), Value: spec.Project})
+		return nil, projectForbidden(tok, spec, "spec.project", "")
 	}
 	if spec.IdempotencyKey != "" {
 		existing, err := s.cfg.Store.Job(ctx, queue.JobIDFor(spec))
@@ -211,6 +208,21 @@ func sameSpec(a, b *queue.Spec) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+// fillProject gives a spec whose document names no project the project of
+// a token of one project.
+func fillProject(tok *queue.Token, doc []byte, spec *queue.Spec) {
+	if !projectGiven(doc) && len(tok.Projects) == 1 && !tok.CoversAll() && spec.Project != tok.Projects[0] {
+		spec.Project = tok.Projects[0]
+	}
+}
+
+// projectForbidden is the 403 for a spec whose project the token does not
+// cover, located at location; more ends its message.
+func projectForbidden(tok *queue.Token, spec *queue.Spec, location, more string) error {
+	return huma.Error403Forbidden("this token may not submit into project "+spec.Project+more,
+		&huma.ErrorDetail{Location: location, Message: "not one of this token's projects: " + strings.Join(tok.Projects, ", "), Value: spec.Project})
 }
 
 // projectGiven reports whether a spec document names its project; a token

@@ -27,11 +27,27 @@ func specProblem(err error) error {
 	if !errors.As(err, &se) {
 		return huma.Error422UnprocessableEntity(err.Error())
 	}
+	return huma.Error422UnprocessableEntity("invalid job spec", specDetails(err, "spec")...)
+}
+
+// specDetails is a problem detail for each problem of a spec error, each
+// field located under at (spec.resources.gpu.count, or in a batch
+// body.jobs[3].resources.gpu.count); an error of another kind is one
+// detail at at.
+func specDetails(err error, at string) []error {
+	var se *queue.SpecError
+	if !errors.As(err, &se) {
+		return []error{&huma.ErrorDetail{Location: at, Message: err.Error()}}
+	}
 	details := make([]error, len(se.Problems))
 	for i, p := range se.Problems {
-		details[i] = &huma.ErrorDetail{Message: p.Message, Location: p.Field}
+		loc := p.Field
+		if rest, ok := strings.CutPrefix(p.Field, "spec"); ok {
+			loc = at + rest
+		}
+		details[i] = &huma.ErrorDetail{Location: loc, Message: p.Message}
 	}
-	return huma.Error422UnprocessableEntity("invalid job spec", details...)
+	return details
 }
 
 // jobNotFound is the answer for a job that does not exist or belongs to a
