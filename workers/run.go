@@ -46,7 +46,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		msg.NakWithDelay(handBackDelay(w.cfg.AckWait)) //nolint:errcheck // redelivered after AckWait otherwise
 		return
 	}
-	res, err := w.claims.call(io, queue.ClaimRequest{
+	res, err := w.claims.Call(io, queue.ClaimRequest{
 		JobID: order.JobID, PlacementVersion: order.PlacementVersion, Lease: w.cfg.AckWait,
 		WorkerID: w.cfg.WorkerID, Host: w.host, PID: w.pid, Pool: w.cfg.Pool,
 		NodeID: w.cfg.NodeID, CanaryRunID: w.canaryRunID(), ClaimID: uuid.New(), Reply: msg.Reply(),
@@ -553,7 +553,7 @@ func (a *attempt) complete(rec *queue.ArchiveRecord) {
 		if rec != nil {
 			return a.w.store.Succeed(a.io, a.job.ID, a.job.Attempt, rec)
 		}
-		recorded, err := a.w.successes.call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
+		recorded, err := a.w.successes.Call(a.io, queue.AttemptRef{JobID: a.job.ID, Attempt: a.job.Attempt})
 		if err == nil && !recorded {
 			err = queue.ErrFenced
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/batch"
 	"github.com/gpuq/gpuq/workers/canary"
 )
 
@@ -215,8 +216,8 @@ type Worker struct {
 	// running holds the attempts whose job process is up, for Warn.
 	runningMu sync.Mutex
 	running   map[*attempt]struct{}
-	claims    *batcher[queue.ClaimRequest, queue.ClaimResult]
-	successes *batcher[queue.AttemptRef, bool]
+	claims    *batch.Batcher[queue.ClaimRequest, queue.ClaimResult]
+	successes *batch.Batcher[queue.AttemptRef, bool]
 	beats     *beats
 }
 
@@ -260,7 +261,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 		sr.WorkerID = cfg.WorkerID
 	}
 	return &Worker{cfg: cfg, host: host, pid: os.Getpid(), js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir, uids: uids,
-		claims: newBatcher(store.ClaimMany), successes: newBatcher(store.SucceedMany), beats: newBeats()}, nil
+		claims: batch.New(store.ClaimMany), successes: batch.New(store.SucceedMany), beats: newBeats()}, nil
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
@@ -284,8 +285,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The batchers outlive every attempt: they stop after running.Wait.
 	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBatchers()
-	go w.claims.run(batchCtx)
-	go w.successes.run(batchCtx)
+	go w.claims.Run(batchCtx)
+	go w.successes.Run(batchCtx)
 	// The first beat goes before the first pull, so that the liveness
 	// monitor knows the worker before it claims anything: a worker lost
 	// with its first job has that job handed back like any other.

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/batch"
 )
 
 // WorkerStore is what the worker service needs from the system of record:
@@ -90,8 +91,8 @@ type WorkerService struct {
 	// Metrics, when set, observes how long each job it starts waited.
 	Metrics *Metrics
 
-	claims    *batcher[[]queue.ClaimRequest, []queue.ClaimResult]
-	successes *batcher[queue.PoolAttemptRef, bool]
+	claims    *batch.Batcher[[]queue.ClaimRequest, []queue.ClaimResult]
+	successes *batch.Batcher[queue.PoolAttemptRef, bool]
 	slots     chan struct{}
 }
 
@@ -122,8 +123,8 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 		s.Concurrency = 64
 	}
 	s.slots = make(chan struct{}, s.Concurrency)
-	s.successes = newBatcher(s.Store.SucceedInPools)
-	s.claims = newBatcher(s.claimMerged)
+	s.successes = batch.New(s.Store.SucceedInPools)
+	s.claims = batch.New(s.claimMerged)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.WorkerServiceName, Version: "1.0.0", QueueGroup: queue.ControlQueueGroup,
 		Description: "gpuq workers' claims, leases, checkpoint records and completions",
@@ -140,8 +141,8 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	// would not get around a slow one; it would only halve both batches,
 	// and what a small batch costs PostgreSQL is mostly per statement
 	// (parsing, planning, commit), not per row.
-	go s.successes.run(batchCtx)
-	go s.claims.run(batchCtx)
+	go s.successes.Run(batchCtx)
+	go s.claims.Run(batchCtx)
 	var inflight sync.WaitGroup
 	for _, op := range queue.WorkerOps {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
@@ -331,7 +332,7 @@ func (s *WorkerService) claim(ctx context.Context, pool string, claims []queue.C
 	for i := range claims {
 		claims[i].Country = loc.Country
 	}
-	results, err := s.claims.call(ctx, claims)
+	results, err := s.claims.Call(ctx, claims)
 	if err != nil {
 		return nil, err
 	}
@@ -648,7 +649,7 @@ func (s *WorkerService) complete(ctx context.Context, pool string, cs []queue.Co
 			defer wg.Done()
 			if c.Outputs == nil {
 				ref := queue.PoolAttemptRef{AttemptRef: queue.AttemptRef{JobID: c.JobID, Attempt: c.Attempt}, Pool: pool}
-				recorded[i], errs[i] = s.successes.call(ctx, ref)
+				recorded[i], errs[i] = s.successes.Call(ctx, ref)
 				return
 			}
 			err := s.Store.Succeed(ctx, c.JobID, c.Attempt, c.Outputs)

@@ -1,4 +1,4 @@
-package workers
+package batch
 
 import (
 	"context"
@@ -14,7 +14,7 @@ func TestBatcherGivesEachCallItsOwnResultAndBatchesWhatArrivesMeanwhile(t *testi
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
-	b := newBatcher(func(_ context.Context, batch []int) ([]int, error) {
+	b := New(func(_ context.Context, batch []int) ([]int, error) {
 		mu.Lock()
 		sizes = append(sizes, len(batch))
 		first := len(sizes) == 1
@@ -31,11 +31,11 @@ func TestBatcherGivesEachCallItsOwnResultAndBatchesWhatArrivesMeanwhile(t *testi
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go b.run(ctx)
+	go b.Run(ctx)
 	const n = 20
 	errs := make(chan error, n+1)
 	call := func(v int) {
-		got, err := b.call(ctx, v)
+		got, err := b.Call(ctx, v)
 		if err == nil && got != v*10 {
 			err = fmt.Errorf("call %d got %d, another call's result", v, got)
 		}
@@ -47,7 +47,7 @@ func TestBatcherGivesEachCallItsOwnResultAndBatchesWhatArrivesMeanwhile(t *testi
 	for i := 1; i <= n; i++ {
 		go call(i)
 	}
-	for len(b.reqs) < n {
+	for b.Queued() < n {
 		runtime.Gosched()
 	}
 	close(release)
@@ -66,11 +66,11 @@ func TestBatcherGivesEachCallItsOwnResultAndBatchesWhatArrivesMeanwhile(t *testi
 func TestBatcherReturnsABatchErrorToEveryCall(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("database gone")
-	b := newBatcher(func(context.Context, []string) ([]bool, error) { return nil, boom })
+	b := New(func(context.Context, []string) ([]bool, error) { return nil, boom })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go b.run(ctx)
-	if _, err := b.call(ctx, "x"); !errors.Is(err, boom) {
+	go b.Run(ctx)
+	if _, err := b.Call(ctx, "x"); !errors.Is(err, boom) {
 		t.Fatalf("want the batch error, got %v", err)
 	}
 }
