@@ -58,6 +58,19 @@ type Job struct {
 	FinalizedAt      *time.Time `json:"finalized_at,omitempty"`
 }
 
+// PoolLine is where a placed job stands in its pool's line. The pool's
+// workers take its run messages in the order they were placed, so Ahead is
+// a count of jobs, not a promise of order: a job handed back with a retry
+// delay waits out the delay wherever it stands.
+type PoolLine struct {
+	Pool string `json:"pool"`
+	// Ahead counts the pool's placed jobs that have waited longer: placed
+	// or handed back before it.
+	Ahead int `json:"ahead"`
+	// Running counts the pool's jobs running now.
+	Running int `json:"running"`
+}
+
 // Attempt is one claim of a job by a worker.
 type Attempt struct {
 	Attempt     int        `json:"attempt"`

@@ -20,6 +20,7 @@ type ClientStore interface {
 	EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, error)
 	Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	PoolLine(ctx context.Context, job *queue.Job) (*queue.PoolLine, error)
 	Cancel(ctx context.Context, id uuid.UUID, reason string) error
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
@@ -44,13 +45,15 @@ type JobStatus struct {
 	LastCheckpoint *queue.Checkpoint `json:"last_checkpoint,omitempty"`
 	Placement      json.RawMessage   `json:"placement,omitempty"`
 	Pool           string            `json:"pool,omitempty"`
-	LastLogLines   []string          `json:"last_log_lines,omitempty"`
+	// Waiting is where a placed job stands in its pool's line.
+	Waiting      *queue.PoolLine `json:"waiting,omitempty"`
+	LastLogLines []string        `json:"last_log_lines,omitempty"`
 	// History is the job's audit trail: every state change, oldest first.
 	History []queue.Event `json:"history"`
 }
 
-// Status returns a job's status; a failed or dead job carries its last 20
-// lines of output.
+// Status returns a job's status; a placed job carries where it stands in
+// its pool's line, a failed or dead job its last 20 lines of output.
 func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	job, err := c.Store.Job(ctx, id)
 	if err != nil {
@@ -74,6 +77,11 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 		st.Placement, st.Pool = p.Decision, p.Pool
 	} else if !errors.Is(err, queue.ErrNotFound) {
 		return nil, err
+	}
+	if job.State == queue.StatePlaced && job.Pool != "" {
+		if st.Waiting, err = c.Store.PoolLine(ctx, job); err != nil {
+			return nil, err
+		}
 	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {
 		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {

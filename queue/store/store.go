@@ -720,6 +720,15 @@ func (s *Store) LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Place
 		EstimateMicros: r.EstimateMicros, EstimateCurrency: r.EstimateCurrency, Provider: r.Provider}, nil
 }
 
+// PoolLine says where a placed job stands in its pool's line.
+func (s *Store) PoolLine(ctx context.Context, job *queue.Job) (*queue.PoolLine, error) {
+	r, err := s.q.JobPoolLine(ctx, db.JobPoolLineParams{Pool: job.Pool, Since: job.UpdatedAt, ID: job.ID})
+	if err != nil {
+		return nil, fmt.Errorf("reading the line of pool %s: %w", job.Pool, err)
+	}
+	return &queue.PoolLine{Pool: job.Pool, Ahead: int(r.Ahead), Running: int(r.Running)}, nil
+}
+
 // Result returns where the job's outputs were stored.
 func (s *Store) Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error) {
 	r, err := s.q.ResultGet(ctx, id)

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -479,5 +480,56 @@ func TestAClaimClearsTheReasonOfTheHandBackBeforeIt(t *testing.T) {
 	events := must(s.EventsOf(ctx, id))(t)
 	if !slices.ContainsFunc(events, func(ev queue.Event) bool { return ev.Message == why }) {
 		t.Fatalf("the trail lost the hand-back's reason: %+v", events)
+	}
+}
+
+func TestAPlacedJobsLineCountsThePoolsJobsThatWaitedLongerAndThoseRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := queuetest.Store(t, nil)
+	place := func(pool string) *queue.Job {
+		t.Helper()
+		id := uuid.New()
+		must(s.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: mustSpec(t, "command: [/bin/true]")}}))(t)
+		must(s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: pool, Region: "r"}}}))(t)
+		return must(s.Job(ctx, id))(t)
+	}
+	line := func(j *queue.Job) queue.PoolLine {
+		t.Helper()
+		j = must(s.Job(ctx, j.ID))(t)
+		return *must(s.PoolLine(ctx, j))(t)
+	}
+	first, second, third := place("p"), place("p"), place("p")
+	place("q") // another pool's job is in another line
+	if got, want := line(third), (queue.PoolLine{Pool: "p", Ahead: 2}); got != want {
+		t.Fatalf("the third job placed: %+v, want %+v", got, want)
+	}
+	c, err := claim(t, s, first.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := line(third), (queue.PoolLine{Pool: "p", Ahead: 1, Running: 1}); got != want {
+		t.Fatalf("with the first job running: %+v, want %+v", got, want)
+	}
+	// A job handed back joins the end of the line.
+	if err := s.Requeue(ctx, first.ID, c.Job.Attempt, queue.OutcomeRetry, nil, "exited with status 3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := line(first), (queue.PoolLine{Pool: "p", Ahead: 2}); got != want {
+		t.Fatalf("the first job handed back: %+v, want %+v", got, want)
+	}
+	if got, want := line(second), (queue.PoolLine{Pool: "p"}); got != want {
+		t.Fatalf("the job at the head of the line: %+v, want %+v", got, want)
+	}
+	// Jobs placed in the same instant stand in the order of their ids.
+	if _, err := s.DB.Exec(`UPDATE jobs SET updated_at = $1 WHERE pool = 'p'`, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{first.ID, second.ID, third.ID}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	for i, id := range ids {
+		if got := line(&queue.Job{ID: id}); got.Ahead != i {
+			t.Fatalf("job %d of three by id, all placed at once: %d ahead, want %d", i+1, got.Ahead, i)
+		}
 	}
 }

@@ -1222,6 +1222,34 @@ func (q *Queries) JobPlaceMany(ctx context.Context, arg JobPlaceManyParams) ([]J
 	return items, nil
 }
 
+const jobPoolLine = `-- name: JobPoolLine :one
+SELECT
+    (SELECT count(*) FROM jobs w
+     WHERE w.state = 'placed' AND w.pool = $1::text AND (w.updated_at, w.id) < ($2::timestamptz, $3::uuid)) AS ahead,
+    (SELECT count(*) FROM jobs r WHERE r.state = 'running' AND r.pool = $1::text) AS running
+`
+
+type JobPoolLineParams struct {
+	Pool  string
+	Since time.Time
+	ID    uuid.UUID
+}
+
+type JobPoolLineRow struct {
+	Ahead   int64
+	Running int64
+}
+
+// JobPoolLine says where a placed job stands in its pool: how many of the
+// pool's placed jobs have waited longer (placed or handed back before it, or
+// at the same moment with a lower id) and how many of its jobs run now.
+func (q *Queries) JobPoolLine(ctx context.Context, arg JobPoolLineParams) (JobPoolLineRow, error) {
+	row := q.db.QueryRowContext(ctx, jobPoolLine, arg.Pool, arg.Since, arg.ID)
+	var i JobPoolLineRow
+	err := row.Scan(&i.Ahead, &i.Running)
+	return i, err
+}
+
 const jobRefuseClaim = `-- name: JobRefuseClaim :execrows
 
 UPDATE jobs SET claim_refusals = claim_refusals + 1, updated_at = now()

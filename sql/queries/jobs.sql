@@ -431,3 +431,12 @@ FROM projects p
 CROSS JOIN unnest('{pending,placed,running}'::job_state[]) AS s(state)
 LEFT JOIN jobs j ON j.project = p.name AND j.finalized_at IS NULL AND j.state = s.state
 GROUP BY p.name, s.state;
+
+-- name: JobPoolLine :one
+-- JobPoolLine says where a placed job stands in its pool: how many of the
+-- pool's placed jobs have waited longer (placed or handed back before it, or
+-- at the same moment with a lower id) and how many of its jobs run now.
+SELECT
+    (SELECT count(*) FROM jobs w
+     WHERE w.state = 'placed' AND w.pool = @pool::text AND (w.updated_at, w.id) < (@since::timestamptz, @id::uuid)) AS ahead,
+    (SELECT count(*) FROM jobs r WHERE r.state = 'running' AND r.pool = @pool::text) AS running;

@@ -13,7 +13,7 @@ from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, Unreachable, WaitTimeout)
 from .types import (TERMINAL_STATES, Attempt, BudgetUsage, Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan,
-                    ResultFile, Results, Spend, SpendAmount, SpendJob)
+                    PoolLine, ResultFile, Results, Spend, SpendAmount, SpendJob)
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,6 @@ __all__ = [
     "Client", "checkpoint",
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
     "RateLimited", "Unauthorized", "Unreachable", "WaitTimeout",
-    "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Offer", "Plan", "ResultFile",
-    "Results", "Spend", "SpendAmount", "SpendJob",
+    "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Event", "Job", "JobStatus", "LogChunk", "Offer", "Plan",
+    "PoolLine", "ResultFile", "Results", "Spend", "SpendAmount", "SpendJob",
 ]

@@ -135,6 +135,20 @@ class Checkpoint:
 
 
 @dataclass
+class PoolLine:
+    """Where a placed job stands in its pool's line: ``ahead`` jobs of the pool have waited longer, ``running`` of
+    its jobs run now."""
+
+    pool: str
+    ahead: int
+    running: int
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "PoolLine":
+        return cls(pool=d.get("pool", ""), ahead=int(d.get("ahead", 0)), running=int(d.get("running", 0)))
+
+
+@dataclass
 class JobStatus:
     """A job with its attempts, latest checkpoint, placement and history."""
 
@@ -145,15 +159,17 @@ class JobStatus:
     pool: str = ""
     placement: Optional[Dict[str, Any]] = None
     last_log_lines: List[str] = field(default_factory=list)
+    waiting: Optional[PoolLine] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "JobStatus":
-        cp = d.get("last_checkpoint")
+        cp, line = d.get("last_checkpoint"), d.get("waiting")
         return cls(job=Job.from_doc(d["job"]), attempts=[Attempt.from_doc(a) for a in d.get("attempts") or []],
                    history=[Event.from_doc(e) for e in d.get("history") or []],
                    last_checkpoint=Checkpoint.from_doc(cp) if cp else None, pool=d.get("pool", ""),
-                   placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []), raw=d)
+                   placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []),
+                   waiting=PoolLine.from_doc(line) if line else None, raw=d)
 
 
 @dataclass

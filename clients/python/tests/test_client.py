@@ -227,6 +227,27 @@ class ClientTest(unittest.TestCase):
         self.assertIn(caught.exception.state, ("pending", "placed", "running"))
         client.cancel(long.id)
 
+    def test_the_status_of_a_placed_job_says_where_it_stands_in_its_pools_line(self):
+        sweep = "line-%d" % time.monotonic_ns()
+        spot = {"tier": "spot"}  # gpuq dev's local-cpu-spot pool: one worker with two slots
+        jobs = [client.submit(name="line", command=["sleep", "60"], placement=spot, labels={"sweep": sweep})
+                for _ in range(4)]
+        try:
+            deadline = time.monotonic() + 60
+            while client.get(jobs[1].id).state != "running" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(client.get(jobs[1].id).state, "running")
+            st = client.status(jobs[3].id)
+            self.assertEqual(st.job.state, "placed")
+            self.assertIsInstance(st.waiting, gpuq.PoolLine)
+            self.assertEqual((st.waiting.pool, st.waiting.running), ("local-cpu-spot", 2))
+            # The third job waited longer; jobs other tests left may too.
+            self.assertGreaterEqual(st.waiting.ahead, 1)
+            self.assertEqual(client.status(jobs[2].id).waiting.ahead, st.waiting.ahead - 1)
+            self.assertIsNone(client.status(jobs[0].id).waiting)
+        finally:
+            client.cancel_label("sweep=" + sweep)
+
     def test_a_sweep_over_the_tokens_rate_limit_slows_down_instead_of_failing(self):
         # gpuq dev's token may make 50 requests a second in bursts of 100: a
         # notebook loop submitting a sweep, then cancelling and waiting for

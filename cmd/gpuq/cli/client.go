@@ -402,6 +402,19 @@ func exampleOf(r policy.ReasonTally) string {
 	return r.Examples[0].Pool + ": " + r.Examples[0].Message
 }
 
+// waitingLine says where a placed job stands in its pool's line.
+func waitingLine(l *queue.PoolLine) string {
+	ahead := "no job of pool " + l.Pool + " has waited longer"
+	switch l.Ahead {
+	case 0:
+	case 1:
+		ahead = "1 job of pool " + l.Pool + " has waited longer"
+	default:
+		ahead = fmt.Sprintf("%d jobs of pool %s have waited longer", l.Ahead, l.Pool)
+	}
+	return fmt.Sprintf("%s; %d running there", ahead, l.Running)
+}
+
 func printStatus(w io.Writer, st *JobStatus) error {
 	j := st.Job
 	fmt.Fprintf(w, "job        %s (%s)\nproject    %s\nstate      %s\n", j.ID, j.Name, j.Project, j.State)
@@ -432,6 +445,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 				fmt.Fprintf(w, "note       %s\n", n)
 			}
 		}
+	}
+	if l := st.Waiting; l != nil {
+		fmt.Fprintf(w, "waiting    %s\n", waitingLine(l))
 	}
 	if cp := st.LastCheckpoint; cp != nil {
 		fmt.Fprintf(w, "checkpoint seq %d, %d bytes, attempt %d, region %s, %s\n", cp.Seq, cp.Bytes, cp.Attempt, cp.Region, cp.CreatedAt.Format(time.RFC3339))

@@ -36,3 +36,23 @@ func TestStatusSaysWhenARunningJobsHeartbeatIsLateAndWhenItsLeaseRunsOut(t *test
 		t.Errorf("a finished job has no heartbeat line, got %q", got)
 	}
 }
+
+func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
+	for _, tc := range []struct {
+		line queue.PoolLine
+		want string
+	}{
+		{queue.PoolLine{Pool: "local-cpu-spot", Ahead: 3, Running: 2}, "waiting    3 jobs of pool local-cpu-spot have waited longer; 2 running there\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Ahead: 1}, "waiting    1 job of pool gpu-h100 has waited longer; 0 running there\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Running: 4}, "waiting    no job of pool gpu-h100 has waited longer; 4 running there\n"},
+	} {
+		var out strings.Builder
+		st := &JobStatus{Job: &queue.Job{State: queue.StatePlaced, Pool: tc.line.Pool, PlacementVersion: 1}, Pool: tc.line.Pool, Waiting: &tc.line}
+		if err := printStatus(&out, st); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%+v: status printed\n%s\nwant the line %q", tc.line, out.String(), tc.want)
+		}
+	}
+}
