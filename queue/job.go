@@ -24,7 +24,8 @@ const (
 	StateCancelled JobState = "cancelled"
 	// StateRejected: no placement satisfies it (residency, budget, cards). Terminal.
 	StateRejected JobState = "rejected"
-	// StateDead: preempted or lost more often than retries.max_preemptions allow. Terminal.
+	// StateDead: preempted, lost or handed back after a host error more often
+	// than retries.max_preemptions allow. Terminal.
 	StateDead JobState = "dead"
 )
 
@@ -111,6 +112,14 @@ const (
 	// its pool. It counts as neither an error nor a preemption, and the
 	// pool's preemption record does not count it.
 	OutcomeShutdown = "shutdown"
+	// OutcomeHostError: something on the worker's own machine failed
+	// around the run (preparing the attempt's directories, choosing its
+	// uid, restoring its checkpoint, uploading its outputs); the job did
+	// nothing wrong and its machine was not taken away. It counts against
+	// the job's retries.max_preemptions, which bounds a job that breaks
+	// every worker, but not in the pool's preemption record, and the job
+	// stays in its pool.
+	OutcomeHostError = "host_error"
 )
 
 // JobInPool is a job and the pool it is placed in.

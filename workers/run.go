@@ -87,7 +87,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	job := claimed.Job
 	log = log.With("attempt", job.Attempt)
 	if job.Preemptions > job.Spec.MaxPreemptions() {
-		reason := fmt.Sprintf("preempted or lost %d times, over retries.max_preemptions %d", job.Preemptions, job.Spec.MaxPreemptions())
+		reason := fmt.Sprintf("preempted, lost or handed back after a host error %d times, over retries.max_preemptions %d", job.Preemptions, job.Spec.MaxPreemptions())
 		if err := w.store.MarkDead(io, job.ID, job.Attempt, reason); err != nil {
 			log.Error("declaring job dead", "err", err)
 			return
@@ -151,7 +151,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	defer os.RemoveAll(a.base)
 	for _, d := range []string{a.ckptDir, a.outDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
+			a.hostError("preparing directories: " + err.Error())
 			return
 		}
 	}
@@ -162,7 +162,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		// job left running) before its directory is removed.
 		u, giveBack, err := w.uids.take(ctx)
 		if err != nil {
-			a.release(queue.OutcomePreempted, nil, "choosing the job's uid: "+err.Error(), 5*time.Second)
+			a.hostError("choosing the job's uid: " + err.Error())
 			return
 		}
 		defer giveBack()
@@ -177,7 +177,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			err = user.chown(a.base, a.ckptDir, a.outDir)
 		}
 		if err != nil {
-			a.release(queue.OutcomePreempted, nil, "preparing directories: "+err.Error(), 5*time.Second)
+			a.hostError("preparing directories: " + err.Error())
 			return
 		}
 	}
@@ -194,7 +194,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 					a.fail(nil, reason+"; the job was not run")
 					return
 				}
-				a.release(queue.OutcomePreempted, nil, reason, 5*time.Second)
+				a.hostError(reason)
 				return
 			}
 			from = cp
@@ -211,12 +211,12 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 				a.fail(nil, reason+"; the job was not run")
 				return
 			}
-			a.release(queue.OutcomePreempted, nil, reason, 5*time.Second)
+			a.hostError(reason)
 			return
 		}
 		if user != nil {
 			if err := user.chownTree(a.ckptDir); err != nil {
-				a.release(queue.OutcomePreempted, nil, "restoring: "+err.Error(), 5*time.Second)
+				a.hostError("restoring: " + err.Error())
 				return
 			}
 		}
@@ -252,13 +252,13 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	}
 	ctl, err := listenControl(a.base, a.save)
 	if err != nil {
-		a.release(queue.OutcomePreempted, nil, err.Error(), 5*time.Second)
+		a.hostError("opening the job's control socket: " + err.Error())
 		return
 	}
 	defer ctl.Close()
 	if user != nil {
 		if err := user.chown(ctl.path); err != nil {
-			a.release(queue.OutcomePreempted, nil, err.Error(), 5*time.Second)
+			a.hostError("opening the job's control socket: " + err.Error())
 			return
 		}
 	}
@@ -539,7 +539,7 @@ func (a *attempt) succeed() {
 		rec, err = a.pack(a.outDir, nil, fmt.Sprintf("jobs/%s/outputs-a%d.tar.zst", a.job.ID, a.job.Attempt))
 		if err != nil {
 			a.log.Error("uploading outputs", "err", err)
-			a.release(queue.OutcomePreempted, nil, "uploading outputs: "+err.Error(), 5*time.Second)
+			a.hostError("uploading outputs: " + err.Error())
 			return
 		}
 	}
@@ -660,6 +660,13 @@ func (a *attempt) failAs(outcome string, code *int, reason string) {
 		return
 	}
 	ackDone(a.io, a.msg, a.log)
+}
+
+// hostError hands the job back after something on this machine failed
+// around the run: the job resumes on a worker of its pool, after a pause
+// that spares a broken machine a tight loop.
+func (a *attempt) hostError(reason string) {
+	a.release(queue.OutcomeHostError, nil, fmt.Sprintf("host error on %s: %s", a.w.cfg.WorkerID, reason), 5*time.Second)
 }
 
 // preempted hands the job back after a notice: the final checkpoint the job

@@ -349,7 +349,7 @@ func progress(attempts []queue.Attempt) time.Duration {
 	var done time.Duration
 	for _, a := range attempts {
 		switch a.Outcome {
-		case queue.OutcomePreempted, queue.OutcomeLost, queue.OutcomeMoved, queue.OutcomeShutdown:
+		case queue.OutcomePreempted, queue.OutcomeLost, queue.OutcomeMoved, queue.OutcomeShutdown, queue.OutcomeHostError:
 			done += a.HeartbeatAt.Sub(a.StartedAt)
 		}
 	}

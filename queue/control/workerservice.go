@@ -190,9 +190,10 @@ func (s *WorkerService) serve(ctx context.Context, op string, req micro.Request)
 // operation that ends an attempt: the job ends failed, goes back to its
 // pool, or is left as it is.
 var workerOutcomes = map[string][]string{
-	queue.WorkerOpFail:     {queue.OutcomeFailed, queue.OutcomeTimeout, queue.OutcomeOverBudget},
-	queue.WorkerOpHandback: {queue.OutcomeRetry, queue.OutcomeTimeout, queue.OutcomePreempted, queue.OutcomeMoved, queue.OutcomeShutdown},
-	queue.WorkerOpEnd:      {queue.OutcomeFenced, queue.OutcomeCancelled},
+	queue.WorkerOpFail: {queue.OutcomeFailed, queue.OutcomeTimeout, queue.OutcomeOverBudget},
+	queue.WorkerOpHandback: {queue.OutcomeRetry, queue.OutcomeTimeout, queue.OutcomePreempted, queue.OutcomeMoved, queue.OutcomeShutdown,
+		queue.OutcomeHostError},
+	queue.WorkerOpEnd: {queue.OutcomeFenced, queue.OutcomeCancelled},
 }
 
 // badRequest is a request the service cannot act on.

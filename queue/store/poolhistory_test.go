@@ -105,13 +105,22 @@ func TestPreemptedHandBackCountsAgainstItsPool(t *testing.T) {
 	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeShutdown, nil, "shutdown: worker w was told to stop"); err != nil {
 		t.Fatal(err)
 	}
+	c, err = claim(t, s, id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeHostError, nil, "host error on w: uploading outputs: connection refused"); err != nil {
+		t.Fatal(err)
+	}
 	got := must(s.PoolSummaries(ctx, time.Time{}))(t)["p"]
 	if got.Preemptions != 1 {
-		t.Fatalf("pool p counted %d preemptions, want 1 (neither a failure nor a worker's shutdown is one)", got.Preemptions)
+		t.Fatalf("pool p counted %d preemptions, want 1 (neither a failure, a worker's shutdown nor a host error is one)", got.Preemptions)
 	}
+	// A host error counts against the job's retries.max_preemptions, which
+	// bounds a job that breaks every worker.
 	j := must(s.Job(ctx, id))(t)
-	if j.Preemptions != 1 || j.Errors != 1 || j.State != queue.StatePlaced {
-		t.Fatalf("job after a preemption, an error and a shutdown: %d preemptions, %d errors, %s; want 1, 1, placed", j.Preemptions, j.Errors, j.State)
+	if j.Preemptions != 2 || j.Errors != 1 || j.State != queue.StatePlaced {
+		t.Fatalf("job after a preemption, an error, a shutdown and a host error: %d preemptions, %d errors, %s; want 2, 1, placed", j.Preemptions, j.Errors, j.State)
 	}
 }
 

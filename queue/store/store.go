@@ -553,12 +553,13 @@ func (s *Store) Fail(ctx context.Context, id uuid.UUID, attempt int, outcome str
 }
 
 // Requeue hands a running job back to its pool after an error (errors+1), a
-// preemption (preemptions+1), a move the control plane asked for or a
-// worker's shutdown (neither), under attempt.
+// preemption or a host error (preemptions+1; only a preemption counts in the
+// pool's record), a move the control plane asked for or a worker's shutdown
+// (neither), under attempt.
 func (s *Store) Requeue(ctx context.Context, id uuid.UUID, attempt int, outcome string, exit *int, reason string) error {
 	addErr, addPre := 0, 0
 	switch outcome {
-	case queue.OutcomePreempted:
+	case queue.OutcomePreempted, queue.OutcomeHostError:
 		addPre = 1
 	case queue.OutcomeMoved, queue.OutcomeShutdown:
 	default:

@@ -22,7 +22,8 @@ const (
 	ExitFailed = 3
 	// ExitCancelled: the job was cancelled.
 	ExitCancelled = 4
-	// ExitDead: the job was preempted or lost more often than allowed.
+	// ExitDead: the job was preempted, lost or handed back after a host error
+	// more often than allowed.
 	ExitDead = 5
 	// ExitNotFound: no such job (or not one the caller may see).
 	ExitNotFound = 6

@@ -1,0 +1,52 @@
+package workers_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// A worker whose own machine fails around a run (here it cannot make the
+// attempt's directory) hands the job back as a host error: the job resumes
+// in its pool, its placement stands, and the pool's preemption record,
+// which placement and the spot strategy read, counts nothing.
+func TestAHostErrorHandsTheJobBackInItsPoolWithoutCountingAPreemptionThere(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	id := c.submit(t, "name: host-error\ncommand: [/bin/true]\n")
+	c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+	// The worker's data directory is given so that the test can put a file
+	// where attempt 1's directory goes before any worker claims the job.
+	dataDir := jobsDir(t)
+	if err := os.WriteFile(filepath.Join(dataDir, id.String()+"-a1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.startWorker(t, 30*time.Second, 2*time.Second, "--data-dir", dataDir)
+	job := c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	attempts := c.attempts(t, id)
+	if len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeHostError || attempts[1].Outcome != queue.OutcomeSucceeded {
+		t.Fatalf("want attempt 1 a host error and attempt 2 succeeded, got %+v", attempts)
+	}
+	if attempts[1].Pool != attempts[0].Pool || job.PlacementVersion != 1 {
+		t.Fatalf("a host error must leave the job in its pool under its placement: attempts in %s then %s, placement v%d",
+			attempts[0].Pool, attempts[1].Pool, job.PlacementVersion)
+	}
+	if job.Preemptions != 1 || job.Errors != 0 {
+		t.Fatalf("a host error counts against retries.max_preemptions and not max_errors: %d preemptions, %d errors", job.Preemptions, job.Errors)
+	}
+	if tr := trail(t, c, id); !strings.Contains(tr, "1 host error on ") || !strings.Contains(tr, "preparing directories: ") {
+		t.Fatalf("the trail must say the worker's machine failed, and how:\n%s", tr)
+	}
+	pools, err := c.store.PoolSummaries(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := pools[attempts[0].Pool]; p.Preemptions != 0 {
+		t.Fatalf("pool %s counted %d preemptions for a host error", attempts[0].Pool, p.Preemptions)
+	}
+}
