@@ -786,6 +786,7 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	started := time.Now()
 	page := &JobPage{Jobs: []*queue.Job{}}
 	codes := map[int]bool{}
 	var reached []string      // each job's outcome so far: its state, or "not found"
@@ -798,7 +799,7 @@ func waitEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, finished map[
 			if len(reached) > 0 {
 				sweep = fmt.Sprintf("%d of %d finished (%s) · ", i, len(ids), tally(reached))
 			}
-			prog := newSweepProgress(cmd.ErrOrStderr(), id, sweep)
+			prog := newSweepProgress(cmd.ErrOrStderr(), id, sweep, started)
 			job, err = waitJob(ctx, svc, id, prog.event)
 			prog.close()
 		}

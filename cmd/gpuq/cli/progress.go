@@ -49,12 +49,17 @@ func isTerminal(w io.Writer) bool {
 // tickEvery is how often a terminal's progress line is redrawn.
 const tickEvery = time.Second
 
-func newProgress(w io.Writer, id uuid.UUID) *progress { return newSweepProgress(w, id, "") }
+func newProgress(w io.Writer, id uuid.UUID) *progress {
+	return newSweepProgress(w, id, "", time.Now())
+}
 
-// newSweepProgress is newProgress for one job of several: on a terminal
-// sweep leads the job's line, which is erased once the job finishes.
-func newSweepProgress(w io.Writer, id uuid.UUID, sweep string) *progress {
-	p := &progress{w: w, tty: isTerminal(w), id: id, start: time.Now(), sweep: sweep}
+// newSweepProgress is newProgress for one job of several, waited for in
+// turn: on a terminal sweep leads the job's line, which is erased once the
+// job finishes. Its elapsed time counts from start, when the wait for the
+// whole sweep began, so that a job that finished while an earlier one was
+// waited for shows when the wait saw it rather than 0s.
+func newSweepProgress(w io.Writer, id uuid.UUID, sweep string, start time.Time) *progress {
+	p := &progress{w: w, tty: isTerminal(w), id: id, start: start, sweep: sweep}
 	if p.tty {
 		p.stop, p.done = make(chan struct{}), make(chan struct{})
 		go p.tick()

@@ -60,6 +60,20 @@ func TestWaitProgressOnAPipeIsOneLinePerStateChange(t *testing.T) {
 	}
 }
 
+func TestASweepsProgressCountsItsElapsedTimeFromTheStartOfTheWait(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	id := uuid.New()
+	// The third job of a sweep, reached 7 s into the wait: it finished
+	// while the jobs before it were waited for.
+	p := newSweepProgress(&out, id, "2 of 3 finished · ", time.Now().Add(-7*time.Second))
+	p.event(queue.Event{State: queue.StateSucceeded, Attempt: 1, Message: "succeeded"})
+	p.close()
+	if want := id.String() + " succeeded attempt 1 7s succeeded\n"; out.String() != want {
+		t.Fatalf("got %q, want %q", out.String(), want)
+	}
+}
+
 func TestWaitProgressOnATerminalRedrawsOneLineWithElapsedTimeTicking(t *testing.T) {
 	t.Parallel()
 	term := &fakeTerminal{}
