@@ -70,6 +70,9 @@ type PoolLine struct {
 	Ahead int `json:"ahead"`
 	// Running counts the pool's jobs running now.
 	Running int `json:"running"`
+	// Workers counts the pool's live workers the control plane hears;
+	// absent where no liveness monitor listens.
+	Workers *int `json:"workers,omitempty"`
 }
 
 // Attempt is one claim of a job by a worker.

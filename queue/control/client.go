@@ -35,6 +35,9 @@ type Client struct {
 	// RecordWait is how long Job waits for a just-submitted job to be
 	// recorded. Default 30s.
 	RecordWait time.Duration
+	// Workers, when set, counts the live workers of each pool, for the
+	// line of a placed job.
+	Workers *LiveWorkers
 }
 
 // JobStatus is a job with its attempts, latest checkpoint, placement and
@@ -81,6 +84,10 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	if job.State == queue.StatePlaced && job.Pool != "" {
 		if st.Waiting, err = c.Store.PoolLine(ctx, job); err != nil {
 			return nil, err
+		}
+		if pools := c.Workers.Pools(); pools != nil {
+			n := pools[job.Pool]
+			st.Waiting.Workers = &n
 		}
 	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {

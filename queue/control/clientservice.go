@@ -57,6 +57,9 @@ type ClientService struct {
 	// of record again, so that a lost event delays a waiter by at most
 	// Quiet. Default 5s.
 	Quiet time.Duration
+	// Workers, when set, counts the live workers of each pool, for the
+	// status of a placed job.
+	Workers *LiveWorkers
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
@@ -78,7 +81,7 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 	if s.Quiet <= 0 {
 		s.Quiet = 5 * time.Second
 	}
-	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS}
+	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS, Workers: s.Workers}
 	s.slots = make(chan struct{}, s.Concurrency)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.ClientServiceName, Version: "1.0.0", QueueGroup: queue.ClientQueueGroup,

@@ -43,8 +43,11 @@ func (w *LiveWorkers) serve(count func() map[string]int) {
 }
 
 // Pools returns the number of live workers per pool; none while no
-// liveness monitor runs.
+// liveness monitor runs (or w is nil).
 func (w *LiveWorkers) Pools() map[string]int {
+	if w == nil {
+		return nil
+	}
 	w.mu.Lock()
 	count := w.count
 	w.mu.Unlock()

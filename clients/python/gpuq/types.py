@@ -137,15 +137,18 @@ class Checkpoint:
 @dataclass
 class PoolLine:
     """Where a placed job stands in its pool's line: ``ahead`` jobs of the pool have waited longer, ``running`` of
-    its jobs run now."""
+    its jobs run now, on ``workers`` live workers (None where the server does not count them)."""
 
     pool: str
     ahead: int
     running: int
+    workers: Optional[int] = None
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "PoolLine":
-        return cls(pool=d.get("pool", ""), ahead=int(d.get("ahead", 0)), running=int(d.get("running", 0)))
+        workers = d.get("workers")
+        return cls(pool=d.get("pool", ""), ahead=int(d.get("ahead", 0)), running=int(d.get("running", 0)),
+                   workers=None if workers is None else int(workers))
 
 
 @dataclass

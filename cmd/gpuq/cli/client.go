@@ -412,7 +412,15 @@ func waitingLine(l *queue.PoolLine) string {
 	default:
 		ahead = fmt.Sprintf("%d jobs of pool %s have waited longer", l.Ahead, l.Pool)
 	}
-	return fmt.Sprintf("%s; %d running there", ahead, l.Running)
+	switch {
+	case l.Workers == nil:
+		return fmt.Sprintf("%s; %d running there", ahead, l.Running)
+	case *l.Workers == 0:
+		return fmt.Sprintf("%s; %d running there; no live worker of the pool", ahead, l.Running)
+	case *l.Workers == 1:
+		return fmt.Sprintf("%s; %d running there on 1 live worker", ahead, l.Running)
+	}
+	return fmt.Sprintf("%s; %d running there on %d live workers", ahead, l.Running, *l.Workers)
 }
 
 func printStatus(w io.Writer, st *JobStatus) error {

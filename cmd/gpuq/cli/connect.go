@@ -189,6 +189,9 @@ type clients struct {
 	// metrics is the control plane's collector; nil outside
 	// startControlPlane.
 	metrics *control.Metrics
+	// workers counts the live workers of each pool its liveness monitor
+	// hears; nil outside startControlPlane.
+	workers *control.LiveWorkers
 	// serving counts what serves from the store in the background (the
 	// HTTP API), stopped by stopServing before the store is closed.
 	serving     sync.WaitGroup
@@ -312,6 +315,7 @@ func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer,
 	// before the workers' beats announce them.
 	claims := &control.RecentClaims{}
 	workers := &control.LiveWorkers{}
+	c.workers = workers
 	c.metrics = control.NewMetrics(c.store, c.js, workers, logger)
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
 		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger, Claims: claims, Metrics: c.metrics}

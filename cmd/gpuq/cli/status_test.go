@@ -45,6 +45,9 @@ func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
 		{queue.PoolLine{Pool: "local-cpu-spot", Ahead: 3, Running: 2}, "waiting    3 jobs of pool local-cpu-spot have waited longer; 2 running there\n"},
 		{queue.PoolLine{Pool: "gpu-h100", Ahead: 1}, "waiting    1 job of pool gpu-h100 has waited longer; 0 running there\n"},
 		{queue.PoolLine{Pool: "gpu-h100", Running: 4}, "waiting    no job of pool gpu-h100 has waited longer; 4 running there\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Running: 4, Workers: ptr(2)}, "waiting    no job of pool gpu-h100 has waited longer; 4 running there on 2 live workers\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Running: 1, Workers: ptr(1)}, "waiting    no job of pool gpu-h100 has waited longer; 1 running there on 1 live worker\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Ahead: 5, Workers: ptr(0)}, "waiting    5 jobs of pool gpu-h100 have waited longer; 0 running there; no live worker of the pool\n"},
 	} {
 		var out strings.Builder
 		st := &JobStatus{Job: &queue.Job{State: queue.StatePlaced, Pool: tc.line.Pool, PlacementVersion: 1}, Pool: tc.line.Pool, Waiting: &tc.line}
@@ -56,3 +59,5 @@ func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

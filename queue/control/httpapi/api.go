@@ -87,6 +87,9 @@ type Config struct {
 	// RecordWait is how long a submission waits for the scheduler to record
 	// its job. Default 30s.
 	RecordWait time.Duration
+	// Workers, when set, counts the live workers of each pool, for the
+	// status of a placed job.
+	Workers *control.LiveWorkers
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -155,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait},
+	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait, Workers: cfg.Workers},
 		policy: cfg.Policy}
 	if s.policy == nil {
 		s.policy, s.ownPolicy = &control.PolicyWatch{Store: cfg.Store, Config: cfg.Rules, Logger: cfg.Logger}, true
