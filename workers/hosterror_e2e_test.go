@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
 // A worker whose own machine fails around a run (here it cannot make the
@@ -48,5 +52,43 @@ func TestAHostErrorHandsTheJobBackInItsPoolWithoutCountingAPreemptionThere(t *te
 	}
 	if p := pools[attempts[0].Pool]; p.Preemptions != 0 {
 		t.Fatalf("pool %s counted %d preemptions for a host error", attempts[0].Pool, p.Preemptions)
+	}
+}
+
+// A worker whose machine fails three jobs in a row takes no work for a
+// while, rather than be the first free for every job of its pool and hand
+// each back.
+func TestAWorkerWhoseMachineFailsJobsInARowTakesNoWorkForAWhile(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	dataDir := jobsDir(t)
+	var broken []uuid.UUID
+	for range 3 {
+		id := c.submit(t, "name: host-error\ncommand: [/bin/true]\n")
+		c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+		if err := os.WriteFile(filepath.Join(dataDir, id.String()+"-a1"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		broken = append(broken, id)
+	}
+	// As startWorker starts one, with the data directory the test filled.
+	_, logPath := c.launch(t, &local.Launcher{Executable: gpuqBin,
+		Args: []string{"--nats-url", c.natsURL(), "--ack-wait", "30s", "--grace", "2s", "--data-dir", dataDir}}, testPool)
+	queuetest.Eventually(t, 30*time.Second, "the worker to pause after three host errors", func() bool {
+		out, _ := os.ReadFile(logPath)
+		return strings.Contains(string(out), "this worker takes no work for a while")
+	})
+	for _, id := range broken {
+		if a := c.attempts(t, id); len(a) != 1 || a[0].Outcome != queue.OutcomeHostError {
+			t.Fatalf("job %s: want one attempt, a host error, got %+v", id, a)
+		}
+	}
+	id := c.submit(t, "name: healthy\ncommand: [/bin/true]\n")
+	c.waitState(t, id, queue.StatePlaced, 30*time.Second)
+	// The pause lasts hostPauseFirst (30 s); without it the worker, idle,
+	// claims a job within milliseconds.
+	time.Sleep(2 * time.Second)
+	if a := c.attempts(t, id); len(a) != 0 {
+		t.Fatalf("a paused worker claimed a job: %+v", a)
 	}
 }

@@ -285,6 +285,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		return
 	}
 	a.log.Info("job started", "pid", cmd.Process.Pid, "resumed", from != nil)
+	w.health.started()
 	w.track(a, true)
 	defer w.track(a, false)
 	hbDone := make(chan struct{})
@@ -663,10 +664,18 @@ func (a *attempt) failAs(outcome string, code *int, reason string) {
 }
 
 // hostError hands the job back after something on this machine failed
-// around the run: the job resumes on a worker of its pool, after a pause
-// that spares a broken machine a tight loop.
+// around the run: the job resumes on a worker of its pool after 5 s, and
+// host errors in a row pause this worker (hostHealth).
 func (a *attempt) hostError(reason string) {
-	a.release(queue.OutcomeHostError, nil, fmt.Sprintf("host error on %s: %s", a.w.cfg.WorkerID, reason), 5*time.Second)
+	if !a.release(queue.OutcomeHostError, nil, fmt.Sprintf("host error on %s: %s", a.w.cfg.WorkerID, reason), 5*time.Second) {
+		// The control plane is out of reach too: not this machine's
+		// fault alone, and no reason to pause once it is back.
+		return
+	}
+	if d := a.w.health.failed(); d > 0 {
+		a.log.Error("host errors in a row: this worker takes no work for a while", "in_a_row", hostErrorsBeforePause,
+			"pause", d, "last", reason)
+	}
 }
 
 // preempted hands the job back after a notice: the final checkpoint the job
@@ -736,11 +745,12 @@ func handBackDelay(d time.Duration) time.Duration {
 	return d + rand.N(pullExpiry)
 }
 
-// release hands the job back to its pool for another attempt.
-func (a *attempt) release(outcome string, code *int, reason string, delay time.Duration) {
+// release hands the job back to its pool for another attempt; it reports
+// whether the control plane recorded the hand-back.
+func (a *attempt) release(outcome string, code *int, reason string, delay time.Duration) bool {
 	if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
 		a.log.Error("handing the job back", "err", err)
-		return
+		return false
 	}
 	var err error
 	if delay > 0 {
@@ -751,6 +761,7 @@ func (a *attempt) release(outcome string, code *int, reason string, delay time.D
 	if err != nil {
 		a.log.Warn("naking; the job is redelivered after AckWait", "err", err)
 	}
+	return true
 }
 
 func exitCode(err error) *int {

@@ -219,6 +219,8 @@ type Worker struct {
 	claims    *batch.Batcher[queue.ClaimRequest, queue.ClaimResult]
 	successes *batch.Batcher[queue.AttemptRef, bool]
 	beats     *beats
+	// health pauses the worker after host errors in a row.
+	health *hostHealth
 }
 
 // New returns a worker; nc carries cancellation notices and must belong to js.
@@ -261,7 +263,7 @@ func New(cfg Config, nc *nats.Conn, js jetstream.JetStream, store Records, archi
 		sr.WorkerID = cfg.WorkerID
 	}
 	return &Worker{cfg: cfg, host: host, pid: os.Getpid(), js: js, nc: nc, store: store, archives: archives, ownDataDir: ownDataDir, uids: uids,
-		claims: batch.New(store.ClaimMany), successes: batch.New(store.SucceedMany), beats: newBeats()}, nil
+		claims: batch.New(store.ClaimMany), successes: batch.New(store.SucceedMany), beats: newBeats(), health: newHostHealth()}, nil
 }
 
 // Run pulls and runs jobs until ctx ends. When ctx is cancelled with cause
@@ -307,6 +309,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	// workers do not come back in step, up to pullRetryMax.
 	retry := queue.NewBackoff(pullRetryFirst, pullRetryMax)
 	for ctx.Err() == nil {
+		if d := w.health.pause(); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if w.canary != nil {
 			ready, err := w.canaryReady(ctx)
 			if err != nil {
@@ -376,6 +385,13 @@ func (w *Worker) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					// Pulled after the notice: hand it straight back.
 					msg.Nak() //nolint:errcheck // redelivered after AckWait otherwise
+					<-slots
+					continue
+				}
+				if w.health.pause() > 0 {
+					// Pulled as host errors paused the worker: another
+					// worker takes it once this pull has ended.
+					msg.NakWithDelay(pullExpiry) //nolint:errcheck // redelivered after AckWait otherwise
 					<-slots
 					continue
 				}
