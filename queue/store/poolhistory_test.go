@@ -84,33 +84,19 @@ func TestPreemptedHandBackCountsAgainstItsPool(t *testing.T) {
 	ctx := context.Background()
 	s, _ := queuetest.Store(t, nil)
 	id := placedJob(t, s)
-	c, err := claim(t, s, id, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomePreempted, nil, "spot notice"); err != nil {
-		t.Fatal(err)
-	}
-	c, err = claim(t, s, id, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeFailed, nil, "exit 1"); err != nil {
-		t.Fatal(err)
-	}
-	c, err = claim(t, s, id, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeShutdown, nil, "shutdown: worker w was told to stop"); err != nil {
-		t.Fatal(err)
-	}
-	c, err = claim(t, s, id, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Requeue(ctx, id, c.Job.Attempt, queue.OutcomeHostError, nil, "host error on w: uploading outputs: connection refused"); err != nil {
-		t.Fatal(err)
+	for _, h := range []struct{ outcome, reason string }{
+		{queue.OutcomePreempted, "spot notice"},
+		{queue.OutcomeFailed, "exit 1"},
+		{queue.OutcomeShutdown, "shutdown: worker w was told to stop"},
+		{queue.OutcomeHostError, "host error on w: uploading outputs: connection refused"},
+	} {
+		c, err := claim(t, s, id, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Requeue(ctx, id, c.Job.Attempt, h.outcome, nil, h.reason); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := must(s.PoolSummaries(ctx, time.Time{}))(t)["p"]
 	if got.Preemptions != 1 {
