@@ -194,7 +194,10 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 					a.fail(nil, reason+"; the job was not run")
 					return
 				}
-				a.hostError(reason)
+				// The control plane's copy failed, not this machine: the
+				// job goes back as after a host error, which does not
+				// count towards pausing this worker.
+				a.release(queue.OutcomeHostError, nil, reason, 5*time.Second)
 				return
 			}
 			from = cp
