@@ -24,13 +24,9 @@ func TestAHostErrorHandsTheJobBackInItsPoolWithoutCountingAPreemptionThere(t *te
 	c := newCluster(t)
 	id := c.submit(t, "name: host-error\ncommand: [/bin/true]\n")
 	c.waitState(t, id, queue.StatePlaced, 30*time.Second)
-	// The worker's data directory is given so that the test can put a file
-	// where attempt 1's directory goes before any worker claims the job.
 	dataDir := jobsDir(t)
-	if err := os.WriteFile(filepath.Join(dataDir, id.String()+"-a1"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.startWorker(t, 30*time.Second, 2*time.Second, "--data-dir", dataDir)
+	blockFirstAttempt(t, dataDir, id)
+	c.startWorkerIn(t, dataDir)
 	job := c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
 	attempts := c.attempts(t, id)
 	if len(attempts) != 2 || attempts[0].Outcome != queue.OutcomeHostError || attempts[1].Outcome != queue.OutcomeSucceeded {
@@ -66,14 +62,10 @@ func TestAWorkerWhoseMachineFailsJobsInARowTakesNoWorkForAWhile(t *testing.T) {
 	for range 3 {
 		id := c.submit(t, "name: host-error\ncommand: [/bin/true]\n")
 		c.waitState(t, id, queue.StatePlaced, 30*time.Second)
-		if err := os.WriteFile(filepath.Join(dataDir, id.String()+"-a1"), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		blockFirstAttempt(t, dataDir, id)
 		broken = append(broken, id)
 	}
-	// As startWorker starts one, with the data directory the test filled.
-	_, logPath := c.launch(t, &local.Launcher{Executable: gpuqBin,
-		Args: []string{"--nats-url", c.natsURL(), "--ack-wait", "30s", "--grace", "2s", "--data-dir", dataDir}}, testPool)
+	logPath := c.startWorkerIn(t, dataDir)
 	queuetest.Eventually(t, 30*time.Second, "the worker to pause after three host errors", func() bool {
 		out, _ := os.ReadFile(logPath)
 		return strings.Contains(string(out), "this worker takes no work for a while")
@@ -91,4 +83,23 @@ func TestAWorkerWhoseMachineFailsJobsInARowTakesNoWorkForAWhile(t *testing.T) {
 	if a := c.attempts(t, id); len(a) != 0 {
 		t.Fatalf("a paused worker claimed a job: %+v", a)
 	}
+}
+
+// blockFirstAttempt puts a file where the job's attempt 1 makes its
+// directory in dataDir, so that the worker cannot prepare it.
+func blockFirstAttempt(t *testing.T, dataDir string, id uuid.UUID) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dataDir, id.String()+"-a1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startWorkerIn starts a worker of the test pool as startWorker does, with
+// dataDir as its data directory (the test must know where attempts'
+// directories go), and returns the path of its log.
+func (c *cluster) startWorkerIn(t *testing.T, dataDir string) string {
+	t.Helper()
+	_, logPath := c.launch(t, &local.Launcher{Executable: gpuqBin,
+		Args: []string{"--nats-url", c.natsURL(), "--ack-wait", "30s", "--grace", "2s", "--data-dir", dataDir}}, testPool)
+	return logPath
 }
