@@ -73,6 +73,10 @@ type PoolLine struct {
 	// Workers counts the pool's live workers the control plane hears;
 	// absent where no liveness monitor listens.
 	Workers *int `json:"workers,omitempty"`
+	// Paused counts those of the Workers that take no work for a while
+	// after host errors in a row (their machine failed jobs around their
+	// runs); absent with Workers.
+	Paused *int `json:"paused,omitempty"`
 }
 
 // Attempt is one claim of a job by a worker.

@@ -28,6 +28,8 @@ const (
 	MaxBeatHeld      = 1024
 	maxBeatWorkerLen = 200
 	maxAckReplyLen   = 512
+	// MaxPauseReason bounds the host error a paused worker names.
+	MaxPauseReason = 1024
 )
 
 // AliveSubject is where pool's workers publish their beats.
@@ -72,6 +74,13 @@ type BeatSender struct {
 	Node string `json:"node,omitempty"`
 	// Pool is the pool the worker pulls from; it must equal the subject's.
 	Pool string `json:"pool"`
+	// PausedUntil is set while the worker takes no work after host errors
+	// in a row (its machine failed jobs around their runs), with the last
+	// of them in PauseReason. It is the worker's clock: a listener takes a
+	// worker whose latest beat carries it to be paused, and one whose
+	// latest beat does not to take work.
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	PauseReason string     `json:"pause_reason,omitempty"`
 }
 
 // DecodeBeatSender decodes who sent a beat without decoding, or even
@@ -101,6 +110,10 @@ func DecodeBeatSender(data []byte) (BeatSender, error) {
 			dst = &s.Node
 		case "pool":
 			dst = &s.Pool
+		case "paused_until":
+			dst = &s.PausedUntil
+		case "pause_reason":
+			dst = &s.PauseReason
 		case "held":
 			if s.Worker != "" && s.Pool != "" {
 				return s, nil
@@ -128,6 +141,10 @@ func (s *BeatSender) Validate(pool string) error {
 		return fmt.Errorf("beat.worker: must be 1–%d bytes, got %d", maxBeatWorkerLen, len(s.Worker))
 	case len(s.Node) > maxBeatWorkerLen:
 		return fmt.Errorf("beat.node: must be at most %d bytes, got %d", maxBeatWorkerLen, len(s.Node))
+	case len(s.PauseReason) > MaxPauseReason:
+		return fmt.Errorf("beat.pause_reason: must be at most %d bytes, got %d", MaxPauseReason, len(s.PauseReason))
+	case s.PauseReason != "" && s.PausedUntil == nil:
+		return errors.New("beat.pause_reason: given without paused_until")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -35,6 +36,9 @@ func TestBeatValidateAcceptsOnlyItsPoolsRunAcknowledgements(t *testing.T) {
 		"beat.held[0].attempt":   {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 0, Reply: ok[0]}}},
 		"beat.held[0].job_id":    {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: []queue.HeldAttempt{{Attempt: 1, Reply: ok[0]}}},
 		"beat.held":              {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a"}, Held: make([]queue.HeldAttempt, queue.MaxBeatHeld+1)},
+		"beat.pause_reason": {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a", PausedUntil: new(time.Now()),
+			PauseReason: strings.Repeat("x", queue.MaxPauseReason+1)}},
+		"beat.pause_reason ": {BeatSender: queue.BeatSender{Worker: "w", Pool: "gpu-a", PauseReason: "disk full"}},
 	}
 	for field, b := range bad {
 		err := b.Validate("gpu-a")
@@ -83,5 +87,24 @@ func TestDecodeBeatSenderReadsTheSenderWhereverItsFieldsAre(t *testing.T) {
 		if got, err := queue.DecodeBeatSender([]byte(body)); err == nil {
 			t.Errorf("%s: decoded %+v, want an error", name, got)
 		}
+	}
+}
+
+// A paused worker's beat says until when and why, before the attempts it
+// holds, so that a listener reading only the sender learns it.
+func TestDecodeBeatSenderReadsAWorkersPause(t *testing.T) {
+	t.Parallel()
+	until := time.Date(2026, 12, 6, 17, 0, 30, 0, time.UTC)
+	body := `{"worker":"w-1","node":"node-a","pool":"gpu-a","paused_until":"2026-12-06T17:00:30Z",` +
+		`"pause_reason":"preparing directories: no space left on device","held":[{"job_id":`
+	got, err := queue.DecodeBeatSender([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PausedUntil == nil || !got.PausedUntil.Equal(until) || got.PauseReason != "preparing directories: no space left on device" {
+		t.Fatalf("got %+v", got)
+	}
+	if err := got.Validate("gpu-a"); err != nil {
+		t.Fatal(err)
 	}
 }

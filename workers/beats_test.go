@@ -2,6 +2,7 @@ package workers
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func (m heldMsg) Reply() string { return m.reply }
 
 func TestABeatNamesItsSenderFirstAndEveryAttemptHeldUntilReleased(t *testing.T) {
 	t.Parallel()
-	w := &Worker{cfg: Config{WorkerID: "w-1", NodeID: "node-a", Pool: "gpu-a"}}
+	w := &Worker{cfg: Config{WorkerID: "w-1", NodeID: "node-a", Pool: "gpu-a"}, health: newHostHealth()}
 	b := newBeats()
 	decode := func() queue.Beat {
 		t.Helper()
@@ -38,7 +39,7 @@ func TestABeatNamesItsSenderFirstAndEveryAttemptHeldUntilReleased(t *testing.T) 
 			t.Fatalf("beat %s: %v", body, err)
 		}
 		sender, err := queue.DecodeBeatSender(body)
-		if err != nil || sender != got.BeatSender {
+		if err != nil || !reflect.DeepEqual(sender, got.BeatSender) {
 			t.Fatalf("beat %s: sender decoded alone %+v, %v; want %+v", body, sender, err, got.BeatSender)
 		}
 		if !strings.HasPrefix(string(body), `{"worker":"w-1","node":"node-a","pool":"gpu-a"`) {
@@ -68,5 +69,13 @@ func TestABeatNamesItsSenderFirstAndEveryAttemptHeldUntilReleased(t *testing.T) 
 	releases[1]()
 	if got := decode().Held; len(got) != 2 || slices.Contains(got, released) {
 		t.Fatalf("after a release: held %+v", got)
+	}
+	// A worker paused after host errors says so among the sender's fields,
+	// before the attempts it still holds.
+	for range hostErrorsBeforePause {
+		w.health.failed("preparing directories: no space left on device")
+	}
+	if got := decode(); got.PausedUntil == nil || got.PauseReason != "preparing directories: no space left on device" || len(got.Held) != 2 {
+		t.Fatalf("a paused worker's beat: %+v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
@@ -70,6 +71,32 @@ func TestAWorkerWhoseMachineFailsJobsInARowTakesNoWorkForAWhile(t *testing.T) {
 		out, _ := os.ReadFile(logPath)
 		return strings.Contains(string(out), "this worker takes no work for a while")
 	})
+	beats := make(chan *nats.Msg, 64)
+	sub, err := c.n.NC.ChanSubscribe(queue.AliveSubject(testPool.Pool), beats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // the test ends
+	// Its beats say so, naming the last host error, for the control plane
+	// to count it apart and the autoscaler to replace its machine.
+	var paused queue.BeatSender
+	queuetest.Eventually(t, 5*time.Second, "a beat saying the worker is paused", func() bool {
+		for {
+			select {
+			case m := <-beats:
+				s, err := queue.DecodeBeatSender(m.Data)
+				if err == nil && s.PausedUntil != nil {
+					paused = s
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	if left := time.Until(*paused.PausedUntil); left <= 0 || left > 30*time.Second || !strings.Contains(paused.PauseReason, "preparing directories: ") {
+		t.Fatalf("a paused worker's beat: paused for %s more, because %q; want at most 30 s and the last host error", left, paused.PauseReason)
+	}
 	for _, id := range broken {
 		if a := c.attempts(t, id); len(a) != 1 || a[0].Outcome != queue.OutcomeHostError {
 			t.Fatalf("job %s: want one attempt, a host error, got %+v", id, a)

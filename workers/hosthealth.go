@@ -3,6 +3,9 @@ package workers
 import (
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // hostErrorsBeforePause is how many host errors in a row, with no job
@@ -29,14 +32,18 @@ type hostHealth struct {
 	inARow int
 	pauses int
 	until  time.Time
+	// last is the latest host error, which the worker's beats name while
+	// it pauses.
+	last string
 }
 
 func newHostHealth() *hostHealth { return &hostHealth{now: time.Now} }
 
 // failed counts a host error and returns the pause it starts, or 0.
-func (h *hostHealth) failed() time.Duration {
+func (h *hostHealth) failed(reason string) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.last = clip(reason, queue.MaxPauseReason)
 	h.inARow++
 	if h.inARow < hostErrorsBeforePause {
 		return 0
@@ -67,4 +74,30 @@ func (h *hostHealth) pause() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return max(0, h.until.Sub(h.now()))
+}
+
+// paused returns until when the worker takes no work and the host error
+// that paused it, or nil while it takes work.
+func (h *hostHealth) paused() (*time.Time, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.until.After(h.now()) {
+		return nil, ""
+	}
+	until := h.until
+	return &until, h.last
+}
+
+// clip cuts s to at most n bytes, at a character's start, marking the cut
+// with an ellipsis.
+func clip(s string, n int) string {
+	const more = "…"
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
 }

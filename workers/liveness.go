@@ -68,7 +68,9 @@ func (b *beats) hold(a *attempt) (release func()) {
 // its sender first, so that a listener that needs only the sender stops
 // reading before the attempts (queue.DecodeBeatSender).
 func (b *beats) beat(w *Worker) ([]byte, error) {
-	sender, err := json.Marshal(queue.BeatSender{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool})
+	s := queue.BeatSender{Worker: w.cfg.WorkerID, Node: w.cfg.NodeID, Pool: w.cfg.Pool}
+	s.PausedUntil, s.PauseReason = w.health.paused()
+	sender, err := json.Marshal(s)
 	if err != nil {
 		return nil, err
 	}

@@ -675,7 +675,7 @@ func (a *attempt) hostError(reason string) {
 		// fault alone, and no reason to pause once it is back.
 		return
 	}
-	if d := a.w.health.failed(); d > 0 {
+	if d := a.w.health.failed(reason); d > 0 {
 		a.log.Error("host errors in a row: this worker takes no work for a while", "in_a_row", hostErrorsBeforePause,
 			"pause", d, "last", reason)
 	}

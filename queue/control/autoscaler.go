@@ -319,7 +319,8 @@ func (c IssuedCredentials) WorkerCredential(pool, region, instanceID string) (ad
 // or busy), launches through the pool's provider within the pool's and the
 // project's bounds, and releases instances whose worker stayed idle for the
 // pool's idle timeout, whose worker was never heard from within the boot
-// timeout or was quarantined by its canary. An instance is ready once its
+// timeout or was quarantined by its canary, and those whose worker, running
+// no job, takes no work after host errors in a row. An instance is ready once its
 // worker is heard from (its beats name the instance), not when the provider
 // reports the machine running: a machine that runs without a worker serves
 // no job. A pool with no capacity is left alone for its back-off and its
@@ -529,7 +530,8 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	byPool := map[string][]*queue.Instance{}
 	var errs []error
 	for _, in := range live {
-		w := workerSign{WorkerActivity: activity[in.ID], beat: beats.lastBeat(in.ID, in.Pool), heardLong: heardLong}
+		beat := beats.lastBeat(in.ID, in.Pool)
+		w := workerSign{WorkerActivity: activity[in.ID], beat: beat.at, paused: beat.paused, pauseReason: beat.reason, heardLong: heardLong}
 		in, err := a.watch(ctx, cfg, logger, now(), pools, in, w)
 		if err != nil {
 			errs = append(errs, err)
@@ -607,6 +609,10 @@ type workerSign struct {
 	queue.WorkerActivity
 	// beat is when its latest beat was heard; zero if none.
 	beat time.Time
+	// paused: that beat said the worker takes no work after host errors
+	// in a row, the last of them pauseReason.
+	paused      bool
+	pauseReason string
 	// heardLong: the autoscaler has listened to beats long enough for
 	// silence to mean that the worker is not up.
 	heardLong bool
@@ -633,8 +639,9 @@ func workerUp(in *queue.Instance) bool {
 }
 
 // watch brings one live instance's record up to date with its provider and
-// its worker, and releases it when it timed out booting, was quarantined or
-// stayed idle; it returns the instance as recorded afterwards.
+// its worker, and releases it when it timed out booting, was quarantined,
+// or its worker, idle, pauses after host errors; it returns the instance as
+// recorded afterwards.
 func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *slog.Logger, now time.Time,
 	pools map[string]poolOffer, in *queue.Instance, w workerSign) (*queue.Instance, error) {
 	act := w.WorkerActivity
@@ -693,6 +700,13 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 		reason := "canary quarantined the node: " + act.QuarantineReason
 		a.exhaust(ctx, logger, in.Pool, now, l.Backoff, reason)
 		return a.release(ctx, p, in, reason)
+	}
+	if w.paused && act.Busy == 0 {
+		// Its machine failed jobs around their runs (a full disk, a
+		// broken mount): another machine of the pool takes its place as
+		// the pool's demand calls for one. The pool is not left alone,
+		// since one machine's fault says nothing of the others.
+		return a.release(ctx, p, in, "its worker took no work after host errors in a row: "+w.pauseReason)
 	}
 	if in.State == queue.InstancePending {
 		if workerUp(in) {

@@ -36,7 +36,7 @@ type beatListener struct {
 	// since is when the listener last started hearing with its connection
 	// up; zero while it is down.
 	since time.Time
-	heard map[heardFrom]time.Time
+	heard map[heardFrom]heardBeat
 	// booting are the instances the last pass found pending; the first
 	// beat of one's worker is sent on wake (when not nil and not full).
 	booting map[string]bool
@@ -46,10 +46,19 @@ type beatListener struct {
 // heardFrom is where a beat came from: a node and its worker's pool.
 type heardFrom struct{ node, pool string }
 
+// heardBeat is the latest beat heard from a node's worker of a pool: when,
+// and whether it said the worker takes no work after host errors in a row,
+// naming the last of them.
+type heardBeat struct {
+	at     time.Time
+	paused bool
+	reason string
+}
+
 // listen subscribes to every pool's beats; now stamps each one, and the
 // first beat from a booting instance is signalled on wake.
 func listen(conn BeatConn, now func() time.Time, wake chan<- struct{}, logger *slog.Logger) (*beatListener, error) {
-	l := &beatListener{heard: map[heardFrom]time.Time{}, booting: map[string]bool{}, wake: wake}
+	l := &beatListener{heard: map[heardFrom]heardBeat{}, booting: map[string]bool{}, wake: wake}
 	sub, err := conn.Subscribe(queue.AliveSubjectAll, func(m *nats.Msg) {
 		b, err := readBeatSender(m)
 		if err != nil {
@@ -62,7 +71,7 @@ func listen(conn BeatConn, now func() time.Time, wake chan<- struct{}, logger *s
 		at := now()
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.heard[heardFrom{b.Node, b.Pool}] = at
+		l.heard[heardFrom{b.Node, b.Pool}] = heardBeat{at: at, paused: b.PausedUntil != nil, reason: b.PauseReason}
 		if l.booting[b.Node] {
 			delete(l.booting, b.Node)
 			select {
@@ -111,9 +120,9 @@ func (l *beatListener) expect(id string) {
 	l.booting[id] = true
 }
 
-// lastBeat is when a worker of pool on node was last heard; zero if never
-// since the listener started.
-func (l *beatListener) lastBeat(node, pool string) time.Time {
+// lastBeat is the latest beat of a worker of pool on node; its time is zero
+// if none was heard since the listener started.
+func (l *beatListener) lastBeat(node, pool string) heardBeat {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.heard[heardFrom{node, pool}]

@@ -666,6 +666,59 @@ func TestQuarantinedInstanceIsTerminatedAndCountedAgainstItsPool(t *testing.T) {
 	}
 }
 
+// An instance whose worker takes no work after host errors in a row (its
+// machine fails jobs around their runs) is released once it runs none, and
+// another machine of the pool takes its place: the pool is not left alone,
+// since one machine's fault says nothing of the others. The simulated
+// machines boot no worker here; the test beats as the instance's worker.
+func TestAnInstanceWhoseWorkerPausesAfterHostErrorsIsReleasedAndReplaced(t *testing.T) {
+	t.Parallel()
+	pool := simPool("od", "DE", "on-demand", "0.10")
+	pool.BootDelay = 24 * time.Hour
+	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
+		Defaults: control.PoolLimits{Max: 2, IdleTimeout: time.Hour, BootTimeout: time.Hour, PlacementTimeout: time.Hour, Backoff: time.Minute}}, false)
+	ctx := context.Background()
+	c.submit(t, "name: waits\ncommand: [/bin/true]\n")
+	var launched *queue.Instance
+	queuetest.Eventually(t, 30*time.Second, "an instance of od to launch", func() bool {
+		ins, err := c.s.Instances(ctx, "od", queue.InstancePending)
+		if err == nil && len(ins) == 1 {
+			launched = ins[0]
+		}
+		return launched != nil
+	})
+	beat := queue.Beat{BeatSender: queue.BeatSender{Worker: "worker-" + launched.ID, Node: launched.ID, Pool: "od"}}
+	queuetest.Eventually(t, 30*time.Second, "the instance to be ready at its worker's beats", func() bool {
+		publishBeat(t, c.n.NC, "od", beat)
+		in, err := c.s.Instance(ctx, launched.ID)
+		return err == nil && in.State == queue.InstanceReady
+	})
+	// Beating as a worker that takes work, it stays, the job waiting on it.
+	for range 10 {
+		publishBeat(t, c.n.NC, "od", beat)
+		time.Sleep(queue.BeatInterval)
+	}
+	if in, err := c.s.Instance(ctx, launched.ID); err != nil || in.State != queue.InstanceReady {
+		t.Fatalf("an instance whose worker takes work: %+v (%v), want ready", in, err)
+	}
+	until := time.Now().Add(30 * time.Second)
+	beat.PausedUntil, beat.PauseReason = &until, "preparing directories: mkdir /var/lib/gpuq/jobs/x: no space left on device"
+	queuetest.Eventually(t, 30*time.Second, "the paused worker's instance to be released", func() bool {
+		publishBeat(t, c.n.NC, "od", beat)
+		in, err := c.s.Instance(ctx, launched.ID)
+		return err == nil && (in.State == queue.InstanceDraining || !in.State.Live())
+	})
+	if in, _ := c.s.Instance(ctx, launched.ID); !containsAll(in.Reason, "host errors in a row", "no space left on device") {
+		t.Fatalf("the instance was released with %q, want the host errors and the last of them", in.Reason)
+	}
+	queuetest.Eventually(t, 30*time.Second, "another machine of od to take its place", func() bool {
+		return c.cloud.Created() == 2
+	})
+	if got := c.auto.Exhausted(time.Now()); got["od"] != "" {
+		t.Fatalf("od left alone after one machine's host errors: %q", got["od"])
+	}
+}
+
 // crashingLauncher rents the machine and then never records it, as a
 // server killed between the provider's answer and its record.
 type crashingLauncher struct {

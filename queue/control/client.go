@@ -87,7 +87,7 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 		}
 		if pools := c.Workers.Pools(); pools != nil {
 			n := pools[job.Pool]
-			st.Waiting.Workers = &n
+			st.Waiting.Workers, st.Waiting.Paused = &n.Live, &n.Paused
 		}
 	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {

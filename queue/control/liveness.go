@@ -97,8 +97,10 @@ func CheckLostAfter(d time.Duration) error {
 type seenWorker struct {
 	pool, worker string
 	last         time.Time
-	subject      string
-	beat         []byte
+	// paused: its latest beat said it takes no work after host errors.
+	paused  bool
+	subject string
+	beat    []byte
 }
 
 // Run watches beats until ctx ends.
@@ -124,19 +126,24 @@ func (l *Liveness) Run(ctx context.Context) error {
 			w = &seenWorker{pool: b.Pool, worker: b.Worker}
 			seen[key] = w
 		}
-		w.last, w.subject, w.beat = at, m.Subject, m.Data
+		w.last, w.subject, w.beat, w.paused = at, m.Subject, m.Data, b.PausedUntil != nil
 		cfg.Claims.heard(b.Pool, b.Worker, at)
 	})
 	if err != nil {
 		return fmt.Errorf("subscribing to worker beats: %w", err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // the connection may be closing
-	cfg.Workers.serve(func() map[string]int {
+	cfg.Workers.serve(func() map[string]PoolWorkers {
 		mu.Lock()
 		defer mu.Unlock()
-		pools := map[string]int{}
+		pools := map[string]PoolWorkers{}
 		for _, w := range seen {
-			pools[w.pool]++
+			n := pools[w.pool]
+			n.Live++
+			if w.paused {
+				n.Paused++
+			}
+			pools[w.pool] = n
 		}
 		return pools
 	})

@@ -290,3 +290,57 @@ func TestLivenessHearsOfClaimsFromTheWorkerServiceAndNaksOnlyThePoolsMessages(t 
 		t.Fatalf("the claim whose reply was left out: want it running under attempt 1, got %+v, %v", j, err)
 	}
 }
+
+// The monitor counts each pool's live workers, and those whose latest beat
+// says they take no work after host errors in a row; a paused worker that
+// beats again without a pause takes work again.
+func TestLivenessCountsEachPoolsLiveWorkersAndThosePausedAfterHostErrors(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	workers := &control.LiveWorkers{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&control.Liveness{NATS: n.NC, Store: &fenceRecorder{}, Workers: workers, LostAfter: 500 * time.Millisecond}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	until := time.Now().Add(time.Minute)
+	paused := func(worker, pool string) queue.Beat {
+		return queue.Beat{BeatSender: queue.BeatSender{Worker: worker, Pool: pool, PausedUntil: &until, PauseReason: "preparing directories: no space left on device"}}
+	}
+	beating := func(worker, pool string) queue.Beat {
+		return queue.Beat{BeatSender: queue.BeatSender{Worker: worker, Pool: pool}}
+	}
+	counts := func(beats []queue.Beat, want map[string]control.PoolWorkers) {
+		t.Helper()
+		queuetest.Eventually(t, 10*time.Second, fmt.Sprintf("the monitor to count %v", want), func() bool {
+			for _, b := range beats {
+				publishBeat(t, n.NC, b.Pool, b)
+			}
+			n.NC.Flush() //nolint:errcheck // a lost flush is asked again
+			got := workers.Pools()
+			if len(got) != len(want) {
+				return false
+			}
+			for pool, w := range want {
+				if got[pool] != w {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if workers.Pools() == nil {
+		queuetest.Eventually(t, 10*time.Second, "the monitor to start counting", func() bool { return workers.Pools() != nil })
+	}
+	counts([]queue.Beat{beating("w1", "p"), paused("w2", "p"), paused("w3", "q")},
+		map[string]control.PoolWorkers{"p": {Live: 2, Paused: 1}, "q": {Live: 1, Paused: 1}})
+	// w2's pause is over; w3 falls silent and is gone after LostAfter.
+	counts([]queue.Beat{beating("w1", "p"), beating("w2", "p")},
+		map[string]control.PoolWorkers{"p": {Live: 2}})
+}

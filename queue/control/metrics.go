@@ -29,11 +29,18 @@ type MetricsStreams interface {
 // scrapes.
 type LiveWorkers struct {
 	mu    sync.Mutex
-	count func() map[string]int
+	count func() map[string]PoolWorkers
+}
+
+// PoolWorkers counts a pool's live workers, and those of them that take no
+// work for a while after host errors in a row (their machine failed jobs
+// around their runs).
+type PoolWorkers struct {
+	Live, Paused int
 }
 
 // serve makes count answer Pools; nil while no monitor runs.
-func (w *LiveWorkers) serve(count func() map[string]int) {
+func (w *LiveWorkers) serve(count func() map[string]PoolWorkers) {
 	if w == nil {
 		return
 	}
@@ -42,9 +49,9 @@ func (w *LiveWorkers) serve(count func() map[string]int) {
 	w.mu.Unlock()
 }
 
-// Pools returns the number of live workers per pool; none while no
-// liveness monitor runs (or w is nil).
-func (w *LiveWorkers) Pools() map[string]int {
+// Pools returns the live workers per pool; none while no liveness monitor
+// runs (or w is nil).
+func (w *LiveWorkers) Pools() map[string]PoolWorkers {
 	if w == nil {
 		return nil
 	}
@@ -90,6 +97,9 @@ var (
 	instancesDesc = prometheus.NewDesc("gpuq_instances", "Machines the autoscaler rented that are not terminated, by pool and state.",
 		[]string{"pool", "state"}, nil)
 	workersDesc = prometheus.NewDesc("gpuq_workers", "Workers this server's liveness monitor hears, by pool.",
+		[]string{"pool"}, nil)
+	pausedWorkersDesc = prometheus.NewDesc("gpuq_workers_paused",
+		"Workers this server's liveness monitor hears that take no work for a while after host errors in a row (their machine failed jobs around their runs), by pool; gpuq_workers counts them too.",
 		[]string{"pool"}, nil)
 	readErrorsDesc = prometheus.NewDesc("gpuq_metrics_read_failed", "1 when the last reading of a source (jobs, instances, run_orders) failed and its series are missing, else 0.",
 		[]string{"source"}, nil)
@@ -139,7 +149,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.Workers != nil {
 		for pool, n := range m.Workers.Pools() {
-			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), pool)
+			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n.Live), pool)
+			ch <- prometheus.MustNewConstMetric(pausedWorkersDesc, prometheus.GaugeValue, float64(n.Paused), pool)
 		}
 	}
 }

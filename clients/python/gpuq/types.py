@@ -137,18 +137,20 @@ class Checkpoint:
 @dataclass
 class PoolLine:
     """Where a placed job stands in its pool's line: ``ahead`` jobs of the pool have waited longer, ``running`` of
-    its jobs run now, on ``workers`` live workers (None where the server does not count them)."""
+    its jobs run now, on ``workers`` live workers, ``paused`` of which take no work for a while after host errors in a
+    row (both None where the server does not count them)."""
 
     pool: str
     ahead: int
     running: int
     workers: Optional[int] = None
+    paused: Optional[int] = None
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "PoolLine":
-        workers = d.get("workers")
+        workers, paused = d.get("workers"), d.get("paused")
         return cls(pool=d.get("pool", ""), ahead=int(d.get("ahead", 0)), running=int(d.get("running", 0)),
-                   workers=None if workers is None else int(workers))
+                   workers=None if workers is None else int(workers), paused=None if paused is None else int(paused))
 
 
 @dataclass

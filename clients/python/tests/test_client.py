@@ -240,7 +240,8 @@ class ClientTest(unittest.TestCase):
             st = client.status(jobs[3].id)
             self.assertEqual(st.job.state, "placed")
             self.assertIsInstance(st.waiting, gpuq.PoolLine)
-            self.assertEqual((st.waiting.pool, st.waiting.running, st.waiting.workers), ("local-cpu-spot", 2, 1))
+            self.assertEqual((st.waiting.pool, st.waiting.running, st.waiting.workers, st.waiting.paused),
+                             ("local-cpu-spot", 2, 1, 0))
             # The third job waited longer; jobs other tests left may too.
             self.assertGreaterEqual(st.waiting.ahead, 1)
             self.assertEqual(client.status(jobs[2].id).waiting.ahead, st.waiting.ahead - 1)

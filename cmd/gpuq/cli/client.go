@@ -417,10 +417,21 @@ func waitingLine(l *queue.PoolLine) string {
 		return fmt.Sprintf("%s; %d running there", ahead, l.Running)
 	case *l.Workers == 0:
 		return fmt.Sprintf("%s; %d running there; no live worker of the pool", ahead, l.Running)
-	case *l.Workers == 1:
-		return fmt.Sprintf("%s; %d running there on 1 live worker", ahead, l.Running)
 	}
-	return fmt.Sprintf("%s; %d running there on %d live workers", ahead, l.Running, *l.Workers)
+	workers := "1 live worker"
+	if *l.Workers > 1 {
+		workers = fmt.Sprintf("%d live workers", *l.Workers)
+	}
+	switch paused := l.Paused; {
+	case paused == nil || *paused == 0:
+	case *l.Workers == 1:
+		workers += ", paused after host errors"
+	case *paused == *l.Workers:
+		workers += ", all paused after host errors"
+	default:
+		workers += fmt.Sprintf(", %d of them paused after host errors", *paused)
+	}
+	return fmt.Sprintf("%s; %d running there on %s", ahead, l.Running, workers)
 }
 
 func printStatus(w io.Writer, st *JobStatus) error {

@@ -79,6 +79,7 @@ func TestDevServesMetricsOfJobsRunOrdersWorkersAndStartWaits(t *testing.T) {
 		`gpuq_run_orders{pool="` + job.Pool + `",status="waiting"}`:             0,
 		`gpuq_workers{pool="local-cpu"}`:                                        1,
 		`gpuq_workers{pool="local-cpu-spot"}`:                                   1,
+		`gpuq_workers_paused{pool="local-cpu"}`:                                 0,
 		`gpuq_job_start_wait_seconds_count{pool="` + job.Pool + `"}`:            1,
 		`gpuq_job_start_wait_seconds_bucket{pool="` + job.Pool + `",le="+Inf"}`: 1,
 		`gpuq_metrics_read_failed{source="jobs"}`:                               0,

@@ -48,6 +48,10 @@ func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
 		{queue.PoolLine{Pool: "gpu-h100", Running: 4, Workers: ptr(2)}, "waiting    no job of pool gpu-h100 has waited longer; 4 running there on 2 live workers\n"},
 		{queue.PoolLine{Pool: "gpu-h100", Running: 1, Workers: ptr(1)}, "waiting    no job of pool gpu-h100 has waited longer; 1 running there on 1 live worker\n"},
 		{queue.PoolLine{Pool: "gpu-h100", Ahead: 5, Workers: ptr(0)}, "waiting    5 jobs of pool gpu-h100 have waited longer; 0 running there; no live worker of the pool\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Running: 1, Workers: ptr(1), Paused: ptr(0)}, "waiting    no job of pool gpu-h100 has waited longer; 1 running there on 1 live worker\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Ahead: 2, Workers: ptr(1), Paused: ptr(1)}, "waiting    2 jobs of pool gpu-h100 have waited longer; 0 running there on 1 live worker, paused after host errors\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Ahead: 2, Workers: ptr(2), Paused: ptr(2)}, "waiting    2 jobs of pool gpu-h100 have waited longer; 0 running there on 2 live workers, all paused after host errors\n"},
+		{queue.PoolLine{Pool: "gpu-h100", Ahead: 2, Running: 3, Workers: ptr(3), Paused: ptr(1)}, "waiting    2 jobs of pool gpu-h100 have waited longer; 3 running there on 3 live workers, 1 of them paused after host errors\n"},
 	} {
 		var out strings.Builder
 		st := &JobStatus{Job: &queue.Job{State: queue.StatePlaced, Pool: tc.line.Pool, PlacementVersion: 1}, Pool: tc.line.Pool, Waiting: &tc.line}
