@@ -358,6 +358,9 @@ type Autoscaler struct {
 	// were read.
 	exhausted       map[string]exhaustion
 	exhaustionsRead bool
+	// pausedReleases holds, per pool, when it last released an instance
+	// whose worker paused after host errors.
+	pausedReleases map[string]time.Time
 	// beats hears the workers' beats from the first pass on.
 	beats *beatListener
 	// wake asks Run for a pass before its next tick: the first beat of a
@@ -704,9 +707,20 @@ func (a *Autoscaler) watch(ctx context.Context, cfg AutoscalerConfig, logger *sl
 	if w.paused && act.Busy == 0 {
 		// Its machine failed jobs around their runs (a full disk, a
 		// broken mount): another machine of the pool takes its place as
-		// the pool's demand calls for one. The pool is not left alone,
-		// since one machine's fault says nothing of the others.
-		return a.release(ctx, p, in, "its worker took no work after host errors in a row: "+w.pauseReason)
+		// the pool's demand calls for one. One machine's fault says
+		// nothing of the others, but a second within the pool's back-off
+		// says the pool's machines fail alike (its image, its region's
+		// store): the pool is left alone and its waiting jobs move.
+		reason := "its worker took no work after host errors in a row: " + w.pauseReason
+		out, err := a.release(ctx, p, in, reason)
+		if err != nil {
+			return out, err
+		}
+		if since, again := a.releasedPaused(in.Pool, now, l.Backoff); again {
+			a.exhaust(ctx, logger, in.Pool, now, l.Backoff, fmt.Sprintf("instance %s: %s; the second machine of the pool to fail so within %s",
+				in.ID, reason, since.Round(time.Second)))
+		}
+		return out, nil
 	}
 	if in.State == queue.InstancePending {
 		if workerUp(in) {
@@ -1033,6 +1047,20 @@ func (a *Autoscaler) exhaust(ctx context.Context, logger *slog.Logger, pool stri
 		// not know to.
 		logger.Warn("recording an exhausted pool", "pool", pool, "err", err)
 	}
+}
+
+// releasedPaused notes a release of one of pool's instances whose worker
+// paused after host errors, and reports how long ago the previous one was
+// when that is within backoff.
+func (a *Autoscaler) releasedPaused(pool string, now time.Time, backoff time.Duration) (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pausedReleases == nil {
+		a.pausedReleases = map[string]time.Time{}
+	}
+	last, ok := a.pausedReleases[pool]
+	a.pausedReleases[pool] = now
+	return now.Sub(last), ok && now.Sub(last) < backoff
 }
 
 // readExhaustions takes in, once, the pools a former leader left alone.

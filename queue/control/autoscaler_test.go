@@ -669,8 +669,9 @@ func TestQuarantinedInstanceIsTerminatedAndCountedAgainstItsPool(t *testing.T) {
 // An instance whose worker takes no work after host errors in a row (its
 // machine fails jobs around their runs) is released once it runs none, and
 // another machine of the pool takes its place: the pool is not left alone,
-// since one machine's fault says nothing of the others. The simulated
-// machines boot no worker here; the test beats as the instance's worker.
+// since one machine's fault says nothing of the others, until a second
+// machine fails alike within the pool's back-off. The simulated machines
+// boot no worker here; the test beats as the instance's worker.
 func TestAnInstanceWhoseWorkerPausesAfterHostErrorsIsReleasedAndReplaced(t *testing.T) {
 	t.Parallel()
 	pool := simPool("od", "DE", "on-demand", "0.10")
@@ -711,11 +712,30 @@ func TestAnInstanceWhoseWorkerPausesAfterHostErrorsIsReleasedAndReplaced(t *test
 	if in, _ := c.s.Instance(ctx, launched.ID); !containsAll(in.Reason, "host errors in a row", "no space left on device") {
 		t.Fatalf("the instance was released with %q, want the host errors and the last of them", in.Reason)
 	}
+	var second *queue.Instance
 	queuetest.Eventually(t, 30*time.Second, "another machine of od to take its place", func() bool {
-		return c.cloud.Created() == 2
+		ins, err := c.s.Instances(ctx, "od", queue.InstancePending)
+		if err == nil && len(ins) == 1 && ins[0].ID != launched.ID {
+			second = ins[0]
+		}
+		return second != nil
 	})
 	if got := c.auto.Exhausted(time.Now()); got["od"] != "" {
 		t.Fatalf("od left alone after one machine's host errors: %q", got["od"])
+	}
+	// A second machine of the pool failing alike within its back-off says
+	// the pool's machines do: the pool is left alone.
+	beat.Worker, beat.Node = "worker-"+second.ID, second.ID
+	queuetest.Eventually(t, 30*time.Second, "the second paused worker's instance to be released", func() bool {
+		publishBeat(t, c.n.NC, "od", beat)
+		in, err := c.s.Instance(ctx, second.ID)
+		return err == nil && (in.State == queue.InstanceDraining || !in.State.Live())
+	})
+	if got := c.auto.Exhausted(time.Now()); !containsAll(got["od"], "second machine of the pool", "no space left on device") {
+		t.Fatalf("od not left alone after a second machine's host errors: %q", got["od"])
+	}
+	if got := c.cloud.Created(); got != 2 {
+		t.Fatalf("the cloud rented %d machines, want 2: a pool left alone launches none", got)
 	}
 }
 
