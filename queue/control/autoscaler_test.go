@@ -679,7 +679,7 @@ func TestAnInstanceWhoseWorkerPausesAfterHostErrorsIsReleasedAndReplaced(t *test
 	c := startScaled(t, []sim.PoolConfig{pool}, control.AutoscalerConfig{Interval: 200 * time.Millisecond,
 		Defaults: control.PoolLimits{Max: 2, IdleTimeout: time.Hour, BootTimeout: time.Hour, PlacementTimeout: time.Hour, Backoff: time.Minute}}, false)
 	ctx := context.Background()
-	c.submit(t, "name: waits\ncommand: [/bin/true]\n")
+	id := c.submit(t, "name: waits\ncommand: [/bin/true]\n")
 	var launched *queue.Instance
 	queuetest.Eventually(t, 30*time.Second, "an instance of od to launch", func() bool {
 		ins, err := c.s.Instances(ctx, "od", queue.InstancePending)
@@ -702,8 +702,25 @@ func TestAnInstanceWhoseWorkerPausesAfterHostErrorsIsReleasedAndReplaced(t *test
 	if in, err := c.s.Instance(ctx, launched.ID); err != nil || in.State != queue.InstanceReady {
 		t.Fatalf("an instance whose worker takes work: %+v (%v), want ready", in, err)
 	}
+	// A paused worker still running a job (started before the host errors)
+	// keeps its machine until the job is done.
+	claim, err := c.s.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Hour, WorkerID: beat.Worker, Host: "h", PID: 1,
+		Pool: "od", Country: "DE", NodeID: launched.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
 	until := time.Now().Add(30 * time.Second)
 	beat.PausedUntil, beat.PauseReason = &until, "preparing directories: mkdir /var/lib/gpuq/jobs/x: no space left on device"
+	for range 10 {
+		publishBeat(t, c.n.NC, "od", beat)
+		time.Sleep(queue.BeatInterval)
+	}
+	if in, err := c.s.Instance(ctx, launched.ID); err != nil || in.State != queue.InstanceReady {
+		t.Fatalf("an instance whose paused worker runs a job: %+v (%v), want ready", in, err)
+	}
+	if err := c.s.Requeue(ctx, id, claim.Job.Attempt, queue.OutcomeHostError, nil, "host error on h: preparing directories"); err != nil {
+		t.Fatal(err)
+	}
 	queuetest.Eventually(t, 30*time.Second, "the paused worker's instance to be released", func() bool {
 		publishBeat(t, c.n.NC, "od", beat)
 		in, err := c.s.Instance(ctx, launched.ID)
