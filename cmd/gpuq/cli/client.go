@@ -36,16 +36,32 @@ the file, --env and --label add to its entries, and the command after --
 replaces its command, so a file may hold what a sweep's jobs share and leave
 the command to each submission. A lone argument ending in .yaml, .yml or
 .json, given without --, is the spec file (gpuq submit job.yaml is gpuq submit
--f job.yaml); to run a program with such a name, put it after --.`,
+-f job.yaml); to run a program with such a name, put it after --.
+
+--batch FILE submits many jobs at once (a sweep): FILE holds {"jobs": [spec,
+…]} as POST /v1/jobs/batch takes it, and the spec flags complete every job
+(--label sweep=lr gives each the label gpuq wait --label follows). Every spec
+is checked before any job is submitted; an error names the job (jobs[7]) and
+its field. It prints each job's id in the batch's order (-o json: {"jobs":
+[…]}), names each rejected job on stderr and then exits 2; with --wait it waits
+for every job as gpuq wait of their ids does.`,
 		Example: `  gpuq submit -f job.yaml
   gpuq submit job.yaml
   gpuq submit --name hello --cpu 1 -- echo hello
   gpuq submit -f sweep.yaml --label lr=0.1 -- python train.py --lr 0.1
+  gpuq submit --batch sweep-jobs.yaml --label sweep=lr-search --wait
   gpuq submit --gpu-count 1 --card H100 --residency EU --max-price "2.50 EUR" --wait -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, format, err := loadConfigFormat(cmd)
 			if err != nil {
 				return err
+			}
+			if v.GetString("batch") != "" {
+				specs, err := batchFromFile(cmd, v, args)
+				if err != nil {
+					return err
+				}
+				return submitBatch(cmd, v, specs, format)
 			}
 			spec, err := specFromFlags(cmd, v, args)
 			if err != nil {
@@ -64,6 +80,7 @@ the command to each submission. A lone argument ending in .yaml, .yml or
 	jobFlags(cmd)
 	f := cmd.Flags()
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
+	f.String("batch", "", `batch file: {"jobs": [spec, …]} in YAML or JSON, as POST /v1/jobs/batch takes it (- for standard input); the spec flags complete every job`)
 	f.String("name", "", "spec.name")
 	f.String("project", "", "spec.project")
 	f.Int("gpu-count", 0, "spec.resources.gpu.count (0: CPU-only; 1 when only --card is given)")
@@ -111,13 +128,7 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		path, args = args[0], nil
 	}
 	if path != "" {
-		var data []byte
-		var err error
-		if path == "-" {
-			data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), queue.MaxSpecBytes+1))
-		} else {
-			data, err = readLimited(path, queue.MaxSpecBytes+1)
-		}
+		data, err := readInput(cmd, path, queue.MaxSpecBytes+1)
 		if err != nil {
 			return nil, err
 		}
@@ -131,6 +142,26 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 			return nil, err
 		}
 	}
+	return completeSpec(cmd, v, doc, args)
+}
+
+// completeSpec completes doc with the spec flags and args (applySpecFlags)
+// and checks the whole spec.
+func completeSpec(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args []string) (*queue.Spec, error) {
+	if err := applySpecFlags(cmd, v, doc, args); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return queue.ParseSpec(data)
+}
+
+// applySpecFlags puts the spec fields given on the command line into doc,
+// a spec's fields as written: flags override its fields, --env and --label
+// add to its entries, and args, when given, are its command.
+func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args []string) error {
 	// set puts val at path, making the maps above it, and returns the map
 	// it put val in.
 	set := func(path string, val any) map[string]any {
@@ -193,7 +224,7 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		for _, kv := range vals {
 			k, val, ok := strings.Cut(kv, "=")
 			if !ok {
-				return nil, fmt.Errorf("--%s: want KEY=VALUE, got %q", flag, kv)
+				return fmt.Errorf("--%s: want KEY=VALUE, got %q", flag, kv)
 			}
 			m[k] = val
 		}
@@ -202,23 +233,28 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 	if len(args) > 0 {
 		set("command", args)
 	}
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	return queue.ParseSpec(data)
+	return nil
 }
 
 func anyFlagChanged(cmd *cobra.Command) bool {
 	changed := false
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "file", "wait", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
+		case "file", "batch", "wait", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
 		default:
 			changed = true
 		}
 	})
 	return changed
+}
+
+// readInput reads at most limit bytes of the file at path, or of standard
+// input when path is "-".
+func readInput(cmd *cobra.Command, path string, limit int64) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(cmd.InOrStdin(), limit))
+	}
+	return readLimited(path, limit)
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {

@@ -24,6 +24,10 @@ type jobService interface {
 	// Submit submits a validated spec and returns the job as far as it is
 	// known: only its id and state pending when not yet recorded.
 	Submit(ctx context.Context, spec *queue.Spec) (*queue.Job, error)
+	// SubmitMany submits validated specs in their order, counting each
+	// submitted on done; on an error it returns the jobs submitted before
+	// it, which go on.
+	SubmitMany(ctx context.Context, specs []*queue.Spec, done func(n int)) ([]*queue.Job, error)
 	// Job returns a job; queue.ErrNotFound when there is none.
 	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	Status(ctx context.Context, id uuid.UUID) (*control.JobStatus, error)

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -11,11 +12,13 @@ import (
 // transfer shows a download's progress on stderr once it has lasted longer
 // than quiet, so that a short one shows nothing: on a terminal one line
 // redrawn in place, anywhere else one plain line every few seconds. A nil
-// transfer shows nothing.
+// transfer shows nothing. With a unit it counts things (jobs submitted)
+// instead of bytes.
 type transfer struct {
 	w     io.Writer
 	tty   bool
 	what  string
+	unit  string
 	quiet time.Duration // shown only after this long
 	every time.Duration // at most one line per this long
 	now   func() time.Time
@@ -43,11 +46,22 @@ func (t *transfer) writer(total int64) io.Writer {
 }
 
 func (t *transfer) Write(p []byte) (int, error) {
-	t.done += int64(len(p))
+	t.add(int64(len(p)))
+	return len(p), nil
+}
+
+// count starts a count of total things and returns the function that
+// counts n more of them done.
+func (t *transfer) count(total int64) func(n int) {
+	t.writer(total)
+	return func(n int) { t.add(int64(n)) }
+}
+
+func (t *transfer) add(n int64) {
+	t.done += n
 	if now := t.now(); now.Sub(t.start) >= t.quiet && now.Sub(t.shown) >= t.every {
 		t.show(now)
 	}
-	return len(p), nil
 }
 
 func (t *transfer) show(now time.Time) {
@@ -56,7 +70,11 @@ func (t *transfer) show(now time.Time) {
 	if t.total > 0 {
 		pct = int(t.done * 100 / t.total)
 	}
-	line := fmt.Sprintf("%s: %s of %s (%d%%), %s", t.what, humanize.IBytes(uint64(t.done)), humanize.IBytes(uint64(t.total)), pct, now.Sub(t.start).Round(time.Second))
+	done, total := humanize.IBytes(uint64(t.done)), humanize.IBytes(uint64(t.total))
+	if t.unit != "" {
+		done, total = strconv.FormatInt(t.done, 10), strconv.FormatInt(t.total, 10)+" "+t.unit
+	}
+	line := fmt.Sprintf("%s: %s of %s (%d%%), %s", t.what, done, total, pct, now.Sub(t.start).Round(time.Second))
 	if t.tty {
 		fmt.Fprintf(t.w, "\r\033[K%s", line)
 		return

@@ -115,3 +115,22 @@ func TestResultsCountWhatTheyDownloadOverHTTPAndNATS(t *testing.T) {
 		}
 	}
 }
+
+// Counting jobs (gpuq submit --batch), the line counts them, not bytes.
+func TestTransferCountsJobsAsJobs(t *testing.T) {
+	t.Parallel()
+	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	tr := newTransfer(&out, "submitting")
+	tr.unit = "jobs"
+	tr.now = func() time.Time { return clock }
+	done := tr.count(1000)
+	for range 10 {
+		clock = clock.Add(300 * time.Millisecond)
+		done(30)
+	}
+	tr.close()
+	if got := out.String(); !strings.Contains(got, "submitting: 120 of 1000 jobs (12%), 1s\n") || !strings.HasSuffix(got, "submitting: 300 of 1000 jobs (30%), 3s\n") {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+)
+
+// Bounds of a batch file: gpuq submit --batch sends it to the HTTP API in
+// requests of at most httpapi.MaxBatchJobs jobs and batchRequestBytes.
+const (
+	maxBatchFileBytes = 64 << 20
+	maxBatchFileJobs  = 10000
+	batchRequestBytes = httpapi.MaxBatchBytes - 64<<10
+)
+
+// batchFromFile reads the batch file --batch names ("-": standard input),
+// {"jobs": [spec, …]} in JSON or YAML as POST /v1/jobs/batch takes it, and
+// completes each spec with the spec flags given, as -f's spec is completed.
+// Every spec is checked before anything is submitted; an error names the
+// job (jobs[7]) and its field.
+func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string) ([]*queue.Spec, error) {
+	switch {
+	case v.GetString("file") != "":
+		return nil, errors.New("--batch and -f: give one; each job of a batch is a spec of the batch file")
+	case len(args) > 0:
+		return nil, errors.New("--batch: each job of a batch names its own command in the batch file; give no command")
+	case cmd.Flags().Changed("idempotency-key"):
+		return nil, errors.New("--idempotency-key: each job of a batch has its own, as idempotency_key in its spec")
+	}
+	data, err := readInput(cmd, v.GetString("batch"), maxBatchFileBytes+1)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxBatchFileBytes {
+		return nil, fmt.Errorf("--batch: the file is over %d MiB", maxBatchFileBytes>>20)
+	}
+	if data, err = yaml.YAMLToJSON(data); err != nil {
+		return nil, fmt.Errorf("--batch: the file is neither JSON nor YAML: %w", err)
+	}
+	var doc struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf(`--batch: the file must be an object holding jobs, a list of job specs ({"jobs": [spec, …]}): %w`, err)
+	}
+	if len(doc.Jobs) == 0 || len(doc.Jobs) > maxBatchFileJobs {
+		return nil, fmt.Errorf("--batch: jobs must hold 1–%d job specs, got %d", maxBatchFileJobs, len(doc.Jobs))
+	}
+	specs := make([]*queue.Spec, len(doc.Jobs))
+	for i, raw := range doc.Jobs {
+		if specs[i], err = batchSpec(cmd, v, raw); err != nil {
+			return nil, fmt.Errorf("jobs[%d]: %w; nothing was submitted", i, err)
+		}
+	}
+	return specs, nil
+}
+
+// batchSpec completes one spec of a batch with the spec flags given.
+func batchSpec(cmd *cobra.Command, v *viper.Viper, raw json.RawMessage) (*queue.Spec, error) {
+	if !anyFlagChanged(cmd) {
+		return queue.ParseSpec(raw)
+	}
+	doc, err := queue.SpecDocument(raw)
+	if err != nil {
+		return nil, err
+	}
+	return completeSpec(cmd, v, doc, nil)
+}
+
+// submitBatch submits specs, waits for the scheduler's answer for each
+// unless --no-wait-accept, and with --wait for every job's outcome, as
+// gpuq wait of their ids does. Without --wait it prints each job's id, in
+// the batch's order (-o json: {"jobs": […]}), names each rejected job on
+// stderr with its reasons and exits 2 when any was.
+func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format string) error {
+	ctx := cmd.Context()
+	svc, err := connectJobs(cmd, v)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	shown := newTransfer(cmd.ErrOrStderr(), "submitting")
+	shown.unit = "jobs"
+	jobs, err := svc.SubmitMany(ctx, specs, shown.count(int64(len(specs))))
+	shown.close()
+	if err != nil {
+		if len(jobs) > 0 {
+			// Those are submitted and go on: say which, so that the rest
+			// can be submitted on their own.
+			for _, job := range jobs {
+				fmt.Fprintln(cmd.OutOrStdout(), job.ID)
+			}
+			return fmt.Errorf("jobs[%d] onwards: %w; jobs[0] to jobs[%d] were submitted (their ids above) and go on", len(jobs), err, len(jobs)-1)
+		}
+		return err
+	}
+	if !v.GetBool("no-wait-accept") {
+		accepting := newTransfer(cmd.ErrOrStderr(), "accepted by the scheduler")
+		accepting.unit = "jobs"
+		done := accepting.count(int64(len(jobs)))
+		for i, job := range jobs {
+			if jobs[i], err = waitAccepted(ctx, svc, job, v.GetDuration("accept-timeout")); err != nil {
+				accepting.close()
+				return err
+			}
+			done(1)
+		}
+		accepting.close()
+	}
+	finished := map[uuid.UUID]*queue.Job{}
+	ids := make([]uuid.UUID, len(jobs))
+	for i, job := range jobs {
+		ids[i] = job.ID
+		if job.State == queue.StateRejected {
+			finished[job.ID] = job
+		}
+	}
+	if v.GetBool("wait") {
+		return waitEach(cmd, svc, ids, finished, format, v.GetDuration("wait-timeout"))
+	}
+	out := cmd.OutOrStdout()
+	if format == "json" {
+		if err := writeJSON(out, &JobPage{Jobs: jobs}); err != nil {
+			return err
+		}
+	} else {
+		for _, job := range jobs {
+			fmt.Fprintln(out, job.ID)
+		}
+	}
+	var rejected int
+	for i, job := range jobs {
+		if job.State == queue.StateRejected {
+			rejected++
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: jobs[%d] (%s) rejected: %s\n", i, job.ID, printable(job.Reason))
+		}
+	}
+	if rejected > 0 {
+		return &ExitError{Code: ExitRejected, Err: fmt.Errorf("%d of %d jobs rejected", rejected, len(jobs))}
+	}
+	return nil
+}
+
+// SubmitMany submits each spec in turn; on an error it returns the jobs
+// submitted before it.
+func (n *natsJobs) SubmitMany(ctx context.Context, specs []*queue.Spec, done func(int)) ([]*queue.Job, error) {
+	jobs := make([]*queue.Job, 0, len(specs))
+	for _, spec := range specs {
+		job, err := n.Submit(ctx, spec)
+		if err != nil {
+			return jobs, err
+		}
+		jobs = append(jobs, job)
+		done(1)
+	}
+	return jobs, nil
+}
+
+// SubmitMany posts the specs to POST /v1/jobs/batch in requests of at most
+// httpapi.MaxBatchJobs jobs and batchRequestBytes; on an error it returns
+// the jobs of the requests answered before it. Each request is checked as
+// a whole by the server, so a refused one submitted none of its jobs.
+func (a *apiJobs) SubmitMany(ctx context.Context, specs []*queue.Spec, done func(int)) ([]*queue.Job, error) {
+	jobs := make([]*queue.Job, 0, len(specs))
+	for start := 0; start < len(specs); {
+		var body bytes.Buffer
+		body.WriteString(`{"jobs":[`)
+		end, keyed := start, true
+		for end < len(specs) && end-start < httpapi.MaxBatchJobs {
+			b, err := json.Marshal(specs[end])
+			if err != nil {
+				return jobs, err
+			}
+			if end > start && body.Len()+len(b)+3 > batchRequestBytes {
+				break
+			}
+			if end > start {
+				body.WriteByte(',')
+			}
+			body.Write(b)
+			keyed = keyed && specs[end].IdempotencyKey != ""
+			end++
+		}
+		body.WriteString("]}")
+		rctx := ctx
+		if keyed {
+			// Asking again submits nothing twice: every job has a key.
+			rctx = context.WithValue(ctx, idempotent{}, true)
+		}
+		var batch httpapi.Batch
+		if err := a.call(rctx, http.MethodPost, "/v1/jobs/batch", nil, bytes.NewReader(body.Bytes()), "application/json", &batch); err != nil {
+			return jobs, err
+		}
+		if len(batch.Jobs) != end-start {
+			return jobs, fmt.Errorf("POST /v1/jobs/batch: %d jobs answered for %d submitted", len(batch.Jobs), end-start)
+		}
+		for i, item := range batch.Jobs {
+			if item.Job == nil {
+				return jobs, fmt.Errorf("POST /v1/jobs/batch: no job answered for jobs[%d]", start+i)
+			}
+			jobs = append(jobs, item.Job)
+		}
+		done(end - start)
+		start = end
+	}
+	return jobs, nil
+}

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+)
+
+// writeBatch writes a batch file into a fresh directory.
+func writeBatch(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sweep.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A batch is checked whole before anything is submitted: a bad spec, a bad
+// file or a flag that cannot apply to every job is an error before any
+// connection, naming the job and its field.
+func TestSubmitBatchRefusesABadBatchBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	good := "  - {name: a, command: [echo, a]}\n"
+	for name, c := range map[string]struct {
+		batch string
+		args  []string
+		want  string
+	}{
+		"a bad spec":            {batch: "jobs:\n" + good + "  - {name: b, command: [echo], resources: {gpu: {count: 0}}}\n", want: "jobs[1]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 0"},
+		"an unknown field":      {batch: "jobs:\n" + good + "  - {name: b, command: [echo], gpus: 1}\n", want: "jobs[1]: invalid job spec: spec.gpus: unknown field"},
+		"no jobs":               {batch: "jobs: []\n", want: "--batch: jobs must hold 1–10000 job specs, got 0"},
+		"a list, not a batch":   {batch: good, want: `--batch: the file must be an object holding jobs`},
+		"a field beside jobs":   {batch: "jobs:\n" + good + "sweep: lr\n", want: `unknown field "sweep"`},
+		"a bad flag":            {batch: "jobs:\n" + good, args: []string{"--label", "sweep"}, want: `jobs[0]: --label: want KEY=VALUE, got "sweep"`},
+		"a flag breaking a job": {batch: "jobs:\n" + good, args: []string{"--gpu-count", "99"}, want: "jobs[0]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 99"},
+		"a command":             {batch: "jobs:\n" + good, args: []string{"--", "echo"}, want: "--batch: each job of a batch names its own command"},
+		"a shared key":          {batch: "jobs:\n" + good, args: []string{"--idempotency-key", "k"}, want: "--idempotency-key: each job of a batch has its own"},
+		"-f beside it":          {batch: "jobs:\n" + good, args: []string{"-f", "job.yaml"}, want: "--batch and -f: give one"},
+	} {
+		path := writeBatch(t, c.batch)
+		// An unreachable server: nothing can have been published.
+		args := append([]string{"submit", "--batch", path, "--nats-url", "nats://127.0.0.1:1"}, c.args...)
+		_, _, err := runCLI(t, args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want an error containing %q, got %v", name, c.want, err)
+		}
+		if strings.HasPrefix(c.want, "jobs[") && !strings.HasSuffix(err.Error(), "; nothing was submitted") {
+			t.Errorf("%s: want the error to say nothing was submitted, got %v", name, err)
+		}
+	}
+}
+
+// Through the HTTP API, as gpuq dev's config file points the CLI: the spec
+// flags complete every job of the batch, --wait waits for each, and a
+// re-run with the same idempotency keys answers the same jobs.
+func TestSubmitBatchSubmitsASweepOverHTTPAndWaitsForEveryJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	_, config := startDevHere(t)
+	path := writeBatch(t, `jobs:
+  - {name: lr-0.1, idempotency_key: lr-0.1, command: [sh, -c, 'echo 0.1 > $GPUQ_OUTPUT_DIR/lr'], labels: {lr: "0.1"}}
+  - {name: lr-0.01, idempotency_key: lr-0.01, command: [sh, -c, 'echo 0.01 > $GPUQ_OUTPUT_DIR/lr'], labels: {lr: "0.01"}}
+  - {name: lr-0.001, idempotency_key: lr-0.001, command: [sh, -c, 'echo 0.001 > $GPUQ_OUTPUT_DIR/lr'], labels: {lr: "0.001"}}
+`)
+	out, errOut, err := runCLI(t, "submit", "--config", config, "--batch", path, "--label", "sweep=lr", "--cpu", "1", "--wait")
+	if err != nil {
+		t.Fatalf("submit --batch --wait: %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("submit --batch --wait: want a line per job, got\n%s", out)
+	}
+	var ids []string
+	for _, l := range lines {
+		id, state, _ := strings.Cut(l, " ")
+		if state != "succeeded" {
+			t.Fatalf("submit --batch --wait: want every job succeeded, got\n%s", out)
+		}
+		ids = append(ids, id)
+	}
+	// Each job is its spec completed by the flags.
+	for i, lr := range []string{"0.1", "0.01", "0.001"} {
+		js, errOut, err := runCLI(t, "status", "--config", config, ids[i], "-o", "json")
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, errOut)
+		}
+		var st struct {
+			Job queue.Job `json:"job"`
+		}
+		if err := json.Unmarshal([]byte(js), &st); err != nil {
+			t.Fatal(err)
+		}
+		if s := st.Job.Spec; s.Name != "lr-"+lr || s.Labels["lr"] != lr || s.Labels["sweep"] != "lr" || s.Resources.CPU != 1 {
+			t.Fatalf("jobs[%d]: spec %+v, want its own name and label, and the flags' label and cpu", i, s)
+		}
+	}
+	if out, _, err := runCLI(t, "wait", "--config", config, "--label", "sweep=lr"); err != nil || strings.Count(out, " succeeded") != 3 {
+		t.Fatalf("wait --label sweep=lr: %v\n%s", err, out)
+	}
+	// More jobs than one request of the API takes go in several, in order.
+	var big strings.Builder
+	big.WriteString("jobs:\n")
+	for i := range httpapi.MaxBatchJobs + 1 {
+		fmt.Fprintf(&big, "  - {name: n-%d, command: [\"gpuq:noop\"]}\n", i)
+	}
+	js, errOut, err := runCLI(t, "submit", "--config", config, "--batch", writeBatch(t, big.String()), "--label", "sweep=big", "-o", "json")
+	if err != nil {
+		t.Fatalf("submit --batch of %d jobs: %v\n%s", httpapi.MaxBatchJobs+1, err, errOut)
+	}
+	var page struct {
+		Jobs []queue.Job `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(js), &page); err != nil || len(page.Jobs) != httpapi.MaxBatchJobs+1 {
+		t.Fatalf("submit --batch -o json: %v, %d jobs", err, len(page.Jobs))
+	}
+	seen := map[uuid.UUID]bool{}
+	for i, j := range page.Jobs {
+		if j.Name != fmt.Sprintf("n-%d", i) || seen[j.ID] || j.State == queue.StatePending {
+			t.Fatalf("jobs[%d]: %s %s %s, want n-%d, a job of its own, accepted", i, j.ID, j.Name, j.State, i)
+		}
+		seen[j.ID] = true
+	}
+	// Submitted again with the same keys: the same jobs, nothing new.
+	again, errOut, err := runCLI(t, "submit", "--config", config, "--batch", path, "--label", "sweep=lr", "--cpu", "1")
+	if err != nil || strings.Fields(again)[0] != ids[0] || len(strings.Fields(again)) != 3 || strings.Fields(again)[2] != ids[2] {
+		t.Fatalf("the batch submitted again: %v, got\n%s\nwant %v\n%s", err, again, ids, errOut)
+	}
+}
+
+// Over NATS, as a submitter credential reaches the control plane: every job
+// of the batch is submitted and its id printed in the batch's order; a job
+// no pool can take is named on stderr and the command exits 2, the others
+// going on.
+func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	natsURL, cred := startDevNATS(t, bin)
+	home := t.TempDir()
+	path := filepath.Join(home, "sweep.json")
+	if err := os.WriteFile(path, []byte(`{"jobs": [
+		{"name": "one", "command": ["true"]},
+		{"name": "nowhere", "command": ["true"], "placement": {"residency": "CH"}},
+		{"name": "three", "command": ["true"]}
+	]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := string(runBinary(t, bin, home, clientEnv(natsURL, cred), ExitRejected, "submit", "--batch", path, "--label", "sweep=nats"))
+	var ids []string
+	for _, l := range strings.Split(out, "\n") {
+		if _, err := uuid.Parse(l); err == nil {
+			ids = append(ids, l)
+		}
+	}
+	if len(ids) != 3 || !strings.Contains(out, "gpuq: jobs[1] ("+ids[1]+") rejected: ") || !strings.Contains(out, "1 of 3 jobs rejected") {
+		t.Fatalf("submit --batch: want three ids and jobs[1] named as rejected, got\n%s", out)
+	}
+	st := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "status", ids[1]))
+	if !strings.Contains(st, "state      rejected") {
+		t.Fatalf("jobs[1]: %s", st)
+	}
+	for _, i := range []int{0, 2} {
+		if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "wait", ids[i])); !strings.Contains(got, ids[i]+" succeeded") {
+			t.Fatalf("jobs[%d]: %s", i, got)
+		}
+	}
+}
