@@ -266,8 +266,15 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		}
 	}
 
+	path, err := commandPath(job.Spec.Command[0], user)
+	if err != nil {
+		code := 127
+		a.finishError(&code, fmt.Sprintf("starting %q: %v", job.Spec.Command[0], err), queue.OutcomeRetry)
+		return
+	}
 	logs := newLogShipper(w.js, w.cfg.Pool, job.ID, job.Attempt)
-	cmd := exec.Command(job.Spec.Command[0], job.Spec.Command[1:]...)
+	cmd := exec.Command(path, job.Spec.Command[1:]...)
+	cmd.Args[0] = job.Spec.Command[0] // the program sees the name it was given
 	cmd.Dir = a.base
 	cmd.Env = a.env(from != nil, ctl.path)
 	cmd.Stdout = logs.writer("stdout")
