@@ -60,9 +60,10 @@ func TestSubmitBatchRefusesABadBatchBeforeConnecting(t *testing.T) {
 }
 
 // Through the HTTP API, as gpuq dev's config file points the CLI: the spec
-// flags complete every job of the batch, --wait waits for each, and a
-// re-run with the same idempotency keys answers the same jobs.
-func TestSubmitBatchSubmitsASweepOverHTTPAndWaitsForEveryJob(t *testing.T) {
+// flags complete every job of the batch, --wait waits for each, gpuq
+// results --label downloads each one's outputs, and a re-run with the same
+// idempotency keys answers the same jobs.
+func TestASweepSubmittedAsABatchIsWaitedForAndItsResultsDownloadedOverHTTP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs gpuq dev with worker processes")
 	}
@@ -107,6 +108,25 @@ func TestSubmitBatchSubmitsASweepOverHTTPAndWaitsForEveryJob(t *testing.T) {
 	}
 	if out, _, err := runCLI(t, "wait", "--config", config, "--label", "sweep=lr"); err != nil || strings.Count(out, " succeeded") != 3 {
 		t.Fatalf("wait --label sweep=lr: %v\n%s", err, out)
+	}
+	// The sweep's outputs, each job's under its id.
+	results := t.TempDir()
+	if out, errOut, err := runCLI(t, "results", "--config", config, "--label", "sweep=lr", "--dir", results); err != nil || strings.Count(out, "1 files of ") != 3 {
+		t.Fatalf("results --label sweep=lr: %v\n%s%s", err, out, errOut)
+	}
+	for i, lr := range []string{"0.1", "0.01", "0.001"} {
+		if b, err := os.ReadFile(filepath.Join(results, ids[i], "lr")); err != nil || string(b) != lr+"\n" {
+			t.Fatalf("jobs[%d]'s outputs: %q, %v; want %s", i, b, err, lr)
+		}
+	}
+	// Of two jobs, one unknown: the other's outputs all the same, exit 1.
+	unknown := uuid.New().String()
+	out, errOut, err = runCLI(t, "results", "--config", config, ids[0], unknown, "--dir", t.TempDir())
+	if exitCode(err) != ExitGeneral || !strings.Contains(out, "1 files of "+ids[0]) || !strings.Contains(errOut, "job "+unknown+" not found") {
+		t.Fatalf("results of a job and an unknown one: %v\n%s%s", err, out, errOut)
+	}
+	if _, _, err := runCLI(t, "results", "--config", config, unknown, uuid.New().String()); exitCode(err) != ExitNotFound {
+		t.Fatalf("results of two unknown jobs: want exit %d, got %v", ExitNotFound, err)
 	}
 	// More jobs than one request of the API takes go in several, in order.
 	var big strings.Builder

@@ -1079,33 +1079,106 @@ func exitCode(err error) int {
 }
 
 func newResultsCmd() *cobra.Command {
-	cmd := jobCommand("results JOB_ID", "Download a succeeded job's outputs ($GPUQ_OUTPUT_DIR) into --dir",
-		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
-			dir := v.GetString("dir")
-			if dir == "" {
-				dir = id.String()
-			}
-			storage, err := storageConfig(v)
-			if err != nil {
+	cmd := jobsCommand(&cobra.Command{
+		Use:   "results JOB_ID… | --label KEY=VALUE",
+		Short: "Download succeeded jobs' outputs ($GPUQ_OUTPUT_DIR) into --dir",
+		Long: `Download succeeded jobs' outputs ($GPUQ_OUTPUT_DIR) into --dir.
+
+With one job id, its outputs are unpacked into --dir (default: the job id).
+With several ids, or --label KEY=VALUE for every job whose labels hold that
+entry (a sweep), each job's outputs go into a directory named by its id under
+--dir (default: the current directory); a job with no outputs to download (not
+succeeded, or not found) is named on stderr, the others are downloaded all
+the same, and the command then exits 1.`,
+		Example: `  gpuq results 01a2490c-414b-74a6-950b-948f7b68feb6 --dir out
+  gpuq results --label sweep=lr-search --dir sweep-results`,
+	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
+		storage, err := storageConfig(v)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 1 {
+			return notFoundError(ids[0], oneResults(cmd, v, svc, ids[0], storage.Unpack, format))
+		}
+		if label != "" {
+			if ids, _, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
 				return err
 			}
-			shown := newTransfer(cmd.ErrOrStderr(), "downloading the outputs of "+id.String())
-			res, err := svc.Results(cmd.Context(), id, dir, storage.Unpack, shown)
-			if err != nil {
-				return err
-			}
-			if format == "json" {
-				return writeJSON(cmd.OutOrStdout(), res)
-			}
-			if len(res.Files) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "job %s succeeded with no outputs (it left $GPUQ_OUTPUT_DIR empty)\n", id)
-				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%d files of %s in %s\n", len(res.Files), id, dir)
-			return nil
-		})
-	cmd.Flags().String("dir", "", "directory to unpack into (default: the job id)")
+		}
+		return resultsEach(cmd, v, svc, ids, storage.Unpack, format)
+	})
+	cmd.Flags().String("dir", "", "directory to unpack into (default: the job id; with several jobs, the current directory, each job under its id)")
+	cmd.Flags().String("label", "", "download the outputs of every job whose spec.labels has this `entry`, key=value")
 	return cmd
+}
+
+// oneResults downloads one job's outputs into --dir, the job id by default.
+func oneResults(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, lim queue.ArchiveLimits, format string) error {
+	dir := v.GetString("dir")
+	if dir == "" {
+		dir = id.String()
+	}
+	shown := newTransfer(cmd.ErrOrStderr(), "downloading the outputs of "+id.String())
+	res, err := svc.Results(cmd.Context(), id, dir, lim, shown)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(cmd.OutOrStdout(), res)
+	}
+	printResults(cmd.OutOrStdout(), res, dir)
+	return nil
+}
+
+func printResults(w io.Writer, res *Results, dir string) {
+	if len(res.Files) == 0 {
+		fmt.Fprintf(w, "job %s succeeded with no outputs (it left $GPUQ_OUTPUT_DIR empty)\n", res.JobID)
+		return
+	}
+	fmt.Fprintf(w, "%d files of %s in %s\n", len(res.Files), res.JobID, dir)
+}
+
+// resultsEach downloads each job's outputs into a directory named by its id
+// under --dir, printing each as it is done (-o json: {"results": […]} at
+// the end); a job whose outputs cannot be had is named on stderr, and the
+// command then fails: with ExitNotFound when none of the jobs was found.
+func resultsEach(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, lim queue.ArchiveLimits, format string) error {
+	ctx := cmd.Context()
+	all := []*Results{}
+	var missing, notFound int
+	for _, id := range ids {
+		dir := filepath.Join(v.GetString("dir"), id.String())
+		shown := newTransfer(cmd.ErrOrStderr(), "downloading the outputs of "+id.String())
+		res, err := svc.Results(ctx, id, dir, lim, shown)
+		if err != nil {
+			if ctx.Err() != nil {
+				return &ExitError{Code: ExitInterrupted, Err: errors.New("interrupted")}
+			}
+			missing++
+			if exitCode(notFoundError(id, err)) == ExitNotFound {
+				notFound++
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", notFoundError(id, err))
+			continue
+		}
+		res.JobID = id
+		all = append(all, res)
+		if format != "json" {
+			printResults(cmd.OutOrStdout(), res, dir)
+		}
+	}
+	if format == "json" {
+		if err := writeJSON(cmd.OutOrStdout(), map[string]any{"results": all}); err != nil {
+			return err
+		}
+	}
+	switch {
+	case missing == 0:
+		return nil
+	case notFound == len(ids):
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("none of the %d jobs was found", len(ids))}
+	}
+	return fmt.Errorf("the outputs of %d of %d jobs were not downloaded", missing, len(ids))
 }
 
 // fetchArchive downloads an archive, checks its hash and unpacks it under
