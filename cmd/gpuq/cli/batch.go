@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuq/gpuq/queue"
@@ -109,17 +112,9 @@ func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format
 		return err
 	}
 	if !v.GetBool("no-wait-accept") {
-		accepting := newTransfer(cmd.ErrOrStderr(), "accepted by the scheduler")
-		accepting.unit = "jobs"
-		done := accepting.count(int64(len(jobs)))
-		for i, job := range jobs {
-			if jobs[i], err = waitAccepted(ctx, svc, job, v.GetDuration("accept-timeout")); err != nil {
-				accepting.close()
-				return err
-			}
-			done(1)
+		if err := waitAllAccepted(cmd, svc, jobs, v.GetDuration("accept-timeout")); err != nil {
+			return err
 		}
-		accepting.close()
 	}
 	finished := map[uuid.UUID]*queue.Job{}
 	ids := make([]uuid.UUID, len(jobs))
@@ -153,6 +148,38 @@ func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format
 		return &ExitError{Code: ExitRejected, Err: fmt.Errorf("%d of %d jobs rejected", rejected, len(jobs))}
 	}
 	return nil
+}
+
+// acceptWaiters bounds the jobs of a batch whose acceptance is waited for
+// at once: over NATS each wait is a request of its own.
+const acceptWaiters = 16
+
+// waitAllAccepted waits until the scheduler has placed or rejected each
+// job (waitAccepted), acceptWaiters at a time, and puts each one's latest
+// record in its place in jobs.
+func waitAllAccepted(cmd *cobra.Command, svc jobService, jobs []*queue.Job, timeout time.Duration) error {
+	shown := newTransfer(cmd.ErrOrStderr(), "accepted by the scheduler")
+	shown.unit = "jobs"
+	var mu sync.Mutex
+	done := shown.count(int64(len(jobs)))
+	g := errgroup.Group{}
+	g.SetLimit(acceptWaiters)
+	for i, job := range jobs {
+		g.Go(func() error {
+			got, err := waitAccepted(cmd.Context(), svc, job, timeout)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			jobs[i] = got
+			done(1)
+			return nil
+		})
+	}
+	err := g.Wait()
+	shown.close()
+	return err
 }
 
 // SubmitMany submits each spec in turn; on an error it returns the jobs
