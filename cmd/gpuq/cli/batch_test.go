@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -195,6 +196,49 @@ func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
 	for _, i := range []int{0, 2} {
 		if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "wait", ids[i])); !strings.Contains(got, ids[i]+" succeeded") {
 			t.Fatalf("jobs[%d]: %s", i, got)
+		}
+	}
+}
+
+// readmeSweep is the README's sweep.yaml.
+var readmeSweep = regexp.MustCompile("(?s)```yaml\n# sweep.yaml\n(.*?)```")
+
+// The README's sweep runs as written: its batch file, then its three
+// commands against gpuq dev.
+func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	m := readmeSweep.FindStringSubmatch(readme(t))
+	if m == nil {
+		t.Fatal("README.md has no sweep.yaml")
+	}
+	dir, config := startDevHere(t)
+	path := filepath.Join(dir, "sweep.yaml")
+	if err := os.WriteFile(path, []byte(m[1]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gpuq := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, append(args, "--config", config)...)
+		if err != nil {
+			t.Fatalf("gpuq %v: %v\n%s%s", args, err, out, errOut)
+		}
+		return out
+	}
+	ids := strings.Fields(gpuq("submit", "--batch", path, "--label", "sweep=lr"))
+	if len(ids) != 3 {
+		t.Fatalf("submit --batch: want three ids, got %v", ids)
+	}
+	if out := gpuq("wait", "--label", "sweep=lr"); strings.Count(out, " succeeded") != 3 {
+		t.Fatalf("wait --label: %s", out)
+	}
+	results := filepath.Join(dir, "sweep")
+	gpuq("results", "--label", "sweep=lr", "--dir", results)
+	for i, lr := range []string{"0.1", "0.01", "0.001"} {
+		if b, err := os.ReadFile(filepath.Join(results, ids[i], "result.txt")); err != nil || string(b) != "lr "+lr+"\n" {
+			t.Fatalf("%s/%s/result.txt: %q, %v", results, ids[i], b, err)
 		}
 	}
 }
