@@ -38,12 +38,13 @@ const (
 	ClientOpCancel      = "cancel"
 	ClientOpWait        = "wait"
 	ClientOpNodes       = "nodes"
+	ClientOpWorkers     = "workers"
 	ClientOpCheckpoints = "checkpoints"
 )
 
 // ClientOps are the operations the client service serves.
 var ClientOps = []string{ClientOpJob, ClientOpStatus, ClientOpExplain, ClientOpList, ClientOpLogs, ClientOpResults,
-	ClientOpArchive, ClientOpCancel, ClientOpWait, ClientOpNodes, ClientOpCheckpoints}
+	ClientOpArchive, ClientOpCancel, ClientOpWait, ClientOpNodes, ClientOpWorkers, ClientOpCheckpoints}
 
 // ClientServiceSubject is the subject of op for a caller of project.
 func ClientServiceSubject(project, op string) string {

@@ -83,6 +83,19 @@ type BeatSender struct {
 	PauseReason string     `json:"pause_reason,omitempty"`
 }
 
+// LiveWorker is a worker the control plane's liveness monitor hears: who it
+// is, when it last beat, how many attempts that beat held, and whether it
+// takes no work for a while after host errors in a row.
+type LiveWorker struct {
+	Worker      string     `json:"worker"`
+	Node        string     `json:"node,omitempty"`
+	Pool        string     `json:"pool"`
+	LastBeatAt  time.Time  `json:"last_beat_at"`
+	Held        int        `json:"held"`
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	PauseReason string     `json:"pause_reason,omitempty"`
+}
+
 // DecodeBeatSender decodes who sent a beat without decoding, or even
 // scanning, the attempts it holds when they come after the sender's fields,
 // as a worker sends them: a listener that only needs to know who is alive

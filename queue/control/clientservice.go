@@ -218,6 +218,8 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 			nodes = []*queue.Node{}
 		}
 		return nodes, err
+	case queue.ClientOpWorkers:
+		return s.Workers.List(r.Pool), nil
 	}
 	if r.JobID == uuid.Nil {
 		return nil, clientErr("400", "job_id: required")

@@ -97,8 +97,9 @@ func CheckLostAfter(d time.Duration) error {
 type seenWorker struct {
 	pool, worker string
 	last         time.Time
-	// paused: its latest beat said it takes no work after host errors.
-	paused  bool
+	// sender is who its latest beat said it is, and whether it takes no
+	// work after host errors.
+	sender  queue.BeatSender
 	subject string
 	beat    []byte
 }
@@ -126,7 +127,7 @@ func (l *Liveness) Run(ctx context.Context) error {
 			w = &seenWorker{pool: b.Pool, worker: b.Worker}
 			seen[key] = w
 		}
-		w.last, w.subject, w.beat, w.paused = at, m.Subject, m.Data, b.PausedUntil != nil
+		w.last, w.subject, w.beat, w.sender = at, m.Subject, m.Data, b
 		cfg.Claims.heard(b.Pool, b.Worker, at)
 	})
 	if err != nil {
@@ -140,14 +141,32 @@ func (l *Liveness) Run(ctx context.Context) error {
 		for _, w := range seen {
 			n := pools[w.pool]
 			n.Live++
-			if w.paused {
+			if w.sender.PausedUntil != nil {
 				n.Paused++
 			}
 			pools[w.pool] = n
 		}
 		return pools
+	}, func() []queue.LiveWorker {
+		mu.Lock()
+		heard := make([]seenWorker, 0, len(seen))
+		for _, w := range seen {
+			heard = append(heard, *w)
+		}
+		mu.Unlock()
+		out := make([]queue.LiveWorker, len(heard))
+		for i, w := range heard {
+			out[i] = queue.LiveWorker{Worker: w.worker, Node: w.sender.Node, Pool: w.pool, LastBeatAt: w.last,
+				PausedUntil: w.sender.PausedUntil, PauseReason: w.sender.PauseReason}
+			// Decoded only when asked, and not while beats wait: a busy
+			// worker's beat holds hundreds of attempts.
+			if b, err := readBeat(w.subject, w.beat); err == nil {
+				out[i].Held = len(b.Held)
+			}
+		}
+		return out
 	})
-	defer cfg.Workers.serve(nil)
+	defer cfg.Workers.serve(nil, nil)
 	tick := time.NewTicker(queue.BeatInterval / 2)
 	defer tick.Stop()
 	prev := time.Now()

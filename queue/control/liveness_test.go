@@ -292,8 +292,9 @@ func TestLivenessHearsOfClaimsFromTheWorkerServiceAndNaksOnlyThePoolsMessages(t 
 }
 
 // The monitor counts each pool's live workers, and those whose latest beat
-// says they take no work after host errors in a row; a paused worker that
-// beats again without a pause takes work again.
+// says they take no work after host errors in a row, and lists them with
+// what they hold; a paused worker that beats again without a pause takes
+// work again.
 func TestLivenessCountsEachPoolsLiveWorkersAndThosePausedAfterHostErrors(t *testing.T) {
 	t.Parallel()
 	n := queuetest.StartNATS(t)
@@ -338,9 +339,22 @@ func TestLivenessCountsEachPoolsLiveWorkersAndThosePausedAfterHostErrors(t *test
 	if workers.Pools() == nil {
 		queuetest.Eventually(t, 10*time.Second, "the monitor to start counting", func() bool { return workers.Pools() != nil })
 	}
-	counts([]queue.Beat{beating("w1", "p"), paused("w2", "p"), paused("w3", "q")},
+	held := beating("w1", "p")
+	held.Node = "node-1"
+	held.Held = []queue.HeldAttempt{{JobID: uuid.New(), Attempt: 1, Reply: "$JS.ACK.GPUQ_RUN.pool-p.1.7.7.1700000000000000000.0"}}
+	counts([]queue.Beat{held, paused("w2", "p"), paused("w3", "q")},
 		map[string]control.PoolWorkers{"p": {Live: 2, Paused: 1}, "q": {Live: 1, Paused: 1}})
+	// The list says who each is, what it holds and why it pauses.
+	list := workers.List("p")
+	if len(list) != 2 || list[0].Worker != "w1" || list[0].Node != "node-1" || list[0].Held != 1 || list[0].PausedUntil != nil ||
+		list[1].Worker != "w2" || list[1].PausedUntil == nil || !list[1].PausedUntil.Equal(until) || list[1].PauseReason != "preparing directories: no space left on device" ||
+		time.Since(list[0].LastBeatAt) > 10*time.Second {
+		t.Fatalf("workers of p: %+v", list)
+	}
+	if all := workers.List(""); len(all) != 3 || all[2].Pool != "q" {
+		t.Fatalf("every worker: %+v", all)
+	}
 	// w2's pause is over; w3 falls silent and is gone after LostAfter.
-	counts([]queue.Beat{beating("w1", "p"), beating("w2", "p")},
+	counts([]queue.Beat{held, beating("w2", "p")},
 		map[string]control.PoolWorkers{"p": {Live: 2}})
 }

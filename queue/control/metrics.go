@@ -1,8 +1,10 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ type MetricsStreams interface {
 type LiveWorkers struct {
 	mu    sync.Mutex
 	count func() map[string]PoolWorkers
+	list  func() []queue.LiveWorker
 }
 
 // PoolWorkers counts a pool's live workers, and those of them that take no
@@ -39,14 +42,38 @@ type PoolWorkers struct {
 	Live, Paused int
 }
 
-// serve makes count answer Pools; nil while no monitor runs.
-func (w *LiveWorkers) serve(count func() map[string]PoolWorkers) {
+// serve makes count answer Pools and list List; nil while no monitor runs.
+func (w *LiveWorkers) serve(count func() map[string]PoolWorkers, list func() []queue.LiveWorker) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
-	w.count = count
+	w.count, w.list = count, list
 	w.mu.Unlock()
+}
+
+// List returns the live workers, of pool when it is not empty, by pool and
+// worker; none while no liveness monitor runs (or w is nil).
+func (w *LiveWorkers) List(pool string) []queue.LiveWorker {
+	out := []queue.LiveWorker{}
+	if w == nil {
+		return out
+	}
+	w.mu.Lock()
+	list := w.list
+	w.mu.Unlock()
+	if list == nil {
+		return out
+	}
+	for _, lw := range list() {
+		if pool == "" || lw.Pool == pool {
+			out = append(out, lw)
+		}
+	}
+	slices.SortFunc(out, func(a, b queue.LiveWorker) int {
+		return cmp.Or(strings.Compare(a.Pool, b.Pool), strings.Compare(a.Worker, b.Worker))
+	})
+	return out
 }
 
 // Pools returns the live workers per pool; none while no liveness monitor

@@ -329,12 +329,22 @@ func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) 
 }
 
 func (a *apiJobs) Nodes(ctx context.Context, pool string) ([]*queue.Node, error) {
+	var nodes []*queue.Node
+	return nodes, a.call(ctx, http.MethodGet, "/v1/nodes", poolQuery(pool), nil, "", &nodes)
+}
+
+func (a *apiJobs) Workers(ctx context.Context, pool string) ([]queue.LiveWorker, error) {
+	var workers []queue.LiveWorker
+	return workers, a.call(ctx, http.MethodGet, "/v1/workers", poolQuery(pool), nil, "", &workers)
+}
+
+// poolQuery asks for one pool's entries, or every pool's when pool is empty.
+func poolQuery(pool string) url.Values {
 	q := url.Values{}
 	if pool != "" {
 		q.Set("pool", pool)
 	}
-	var nodes []*queue.Node
-	return nodes, a.call(ctx, http.MethodGet, "/v1/nodes", q, nil, "", &nodes)
+	return q
 }
 
 // sseEvent is one Server-Sent Event.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -129,13 +130,22 @@ func TestASweepSubmittedAsABatchIsWaitedForAndItsResultsDownloadedOverHTTP(t *te
 	if _, _, err := runCLI(t, "results", "--config", config, unknown, uuid.New().String()); exitCode(err) != ExitNotFound {
 		t.Fatalf("results of two unknown jobs: want exit %d, got %v", ExitNotFound, err)
 	}
+	// The workers that ran them, one per local pool, taking work.
+	js, errOut, err := runCLI(t, "workers", "--config", config, "-o", "json")
+	var live []queue.LiveWorker
+	if err != nil || json.Unmarshal([]byte(js), &live) != nil {
+		t.Fatalf("workers -o json: %v\n%s%s", err, js, errOut)
+	}
+	if len(live) != 2 || live[0].Pool != "local-cpu" || live[1].Pool != "local-cpu-spot" || live[0].PausedUntil != nil || time.Since(live[1].LastBeatAt) > time.Minute {
+		t.Fatalf("workers -o json: want a worker of each local pool, taking work, got %+v", live)
+	}
 	// More jobs than one request of the API takes go in several, in order.
 	var big strings.Builder
 	big.WriteString("jobs:\n")
 	for i := range httpapi.MaxBatchJobs + 1 {
 		fmt.Fprintf(&big, "  - {name: n-%d, command: [\"gpuq:noop\"]}\n", i)
 	}
-	js, errOut, err := runCLI(t, "submit", "--config", config, "--batch", writeBatch(t, big.String()), "--label", "sweep=big", "-o", "json")
+	js, errOut, err = runCLI(t, "submit", "--config", config, "--batch", writeBatch(t, big.String()), "--label", "sweep=big", "-o", "json")
 	if err != nil {
 		t.Fatalf("submit --batch of %d jobs: %v\n%s", httpapi.MaxBatchJobs+1, err, errOut)
 	}
@@ -197,6 +207,11 @@ func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
 		if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "wait", ids[i])); !strings.Contains(got, ids[i]+" succeeded") {
 			t.Fatalf("jobs[%d]: %s", i, got)
 		}
+	}
+	// The live workers, through the control plane's client service.
+	if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "workers", "--pool", "local-cpu-spot")); !strings.Contains(got, "WORKER") ||
+		strings.Count(got, " local-cpu-spot ") != 1 || strings.Contains(got, " local-cpu ") {
+		t.Fatalf("workers --pool local-cpu-spot: want its one worker, got\n%s", got)
 	}
 }
 

@@ -45,6 +45,8 @@ type jobService interface {
 	Results(ctx context.Context, id uuid.UUID, dir string, lim queue.ArchiveLimits, shown *transfer) (*Results, error)
 	// Nodes lists worker nodes, of pool only when it is set.
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
+	// Workers lists the live workers, of pool only when it is set.
+	Workers(ctx context.Context, pool string) ([]queue.LiveWorker, error)
 	Close()
 }
 

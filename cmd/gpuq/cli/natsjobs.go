@@ -399,6 +399,11 @@ func (n *natsJobs) Results(ctx context.Context, id uuid.UUID, dir string, lim qu
 	return out, err
 }
 
+func (n *natsJobs) Workers(ctx context.Context, pool string) ([]queue.LiveWorker, error) {
+	var workers []queue.LiveWorker
+	return workers, n.call(ctx, n.projects[0], queue.ClientOpWorkers, queue.ClientRequest{Pool: pool}, &workers)
+}
+
 func (n *natsJobs) Nodes(ctx context.Context, pool string) ([]*queue.Node, error) {
 	var nodes []*queue.Node
 	return nodes, n.call(ctx, n.projects[0], queue.ClientOpNodes, queue.ClientRequest{Pool: pool}, &nodes)

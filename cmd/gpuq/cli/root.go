@@ -88,6 +88,7 @@ func commands() []*cobra.Command {
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newNodesCmd(),
+		newWorkersCmd(),
 		newPoolsCmd(),
 		newInstancesCmd(),
 		newSpendCmd(),

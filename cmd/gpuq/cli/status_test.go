@@ -65,3 +65,36 @@ func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// gpuq workers shows each live worker, what it holds, and until when and
+// why a paused one takes no work, escaped as every table escapes text.
+func TestWorkersTableShowsWhatEachHoldsAndWhyOnePauses(t *testing.T) {
+	now := time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)
+	until := now.Add(30 * time.Second)
+	var out strings.Builder
+	err := printWorkers(&out, []queue.LiveWorker{
+		{Worker: "vm-1", Node: "gq-1", Pool: "gpu-h100", LastBeatAt: now.Add(-120 * time.Millisecond), Held: 3},
+		{Worker: "vm-2", Pool: "gpu-h100", LastBeatAt: now.Add(-40 * time.Millisecond), PausedUntil: &until,
+			PauseReason: "\x1b[2Jpreparing directories: mkdir /var/lib/gpuq/x: no space left on device"},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "WORKER") {
+		t.Fatalf("want a header and a line per worker, got\n%s", out.String())
+	}
+	for _, want := range []string{"vm-1", "gq-1", "120ms ago", " 3 "} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("the first worker's line lacks %q:\n%s", want, lines[1])
+		}
+	}
+	if !strings.HasSuffix(lines[1], " -") {
+		t.Errorf("a worker taking work: want - under PAUSED, got\n%s", lines[1])
+	}
+	for _, want := range []string{"vm-2", "40ms ago", "until 2026-12-06 18:00:30: \\x1b[2Jpreparing directories: mkdir /var/lib/gpuq/x: no space …"} {
+		if !strings.Contains(lines[2], want) {
+			t.Errorf("the paused worker's line lacks %q:\n%s", want, lines[2])
+		}
+	}
+}

@@ -49,6 +49,10 @@ type nodesInput struct {
 	Pool string `query:"pool" maxLength:"64" doc:"only nodes of this pool"`
 }
 
+type workersInput struct {
+	Pool string `query:"pool" maxLength:"64" doc:"only workers of this pool"`
+}
+
 type instancesInput struct {
 	Pool  string `query:"pool" maxLength:"64" doc:"only instances of this pool"`
 	State string `query:"state" enum:"requested,pending,ready,draining,terminated,preempted,failed" doc:"only instances in this state"`
@@ -69,6 +73,11 @@ func (s *Server) registerAdmin(api huma.API) {
 		Summary:  "List worker nodes with their canary record (admin)",
 		Metadata: map[string]any{metaRole: queue.RoleAdmin},
 	}, s.nodes)
+	register(api, huma.Operation{
+		OperationID: "list-workers", Method: http.MethodGet, Path: "/v1/workers", Tags: []string{"admin"},
+		Summary:  "List the live workers the server's liveness monitor hears: when each last beat, the attempts it holds, and whether it takes no work after host errors (admin)",
+		Metadata: map[string]any{metaRole: queue.RoleAdmin},
+	}, s.workers)
 	register(api, huma.Operation{
 		OperationID: "list-instances", Method: http.MethodGet, Path: "/v1/instances", Tags: []string{"admin"},
 		Summary:  "List the machines the autoscaler rented, as gpuq instances -o json does (admin)",
@@ -151,6 +160,10 @@ func (s *Server) nodes(ctx context.Context, in *nodesInput) (*struct{ Body []*qu
 		nodes = []*queue.Node{}
 	}
 	return &struct{ Body []*queue.Node }{Body: nodes}, nil
+}
+
+func (s *Server) workers(_ context.Context, in *workersInput) (*struct{ Body []queue.LiveWorker }, error) {
+	return &struct{ Body []queue.LiveWorker }{Body: s.cfg.Workers.List(in.Pool)}, nil
 }
 
 func (s *Server) createToken(ctx context.Context, in *struct{ Body NewToken }) (*struct{ Body *CreatedToken }, error) {
