@@ -49,6 +49,11 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string) ([]*queue.
 	if len(data) > maxBatchFileBytes {
 		return nil, fmt.Errorf("--batch: the file is over %d MiB", maxBatchFileBytes>>20)
 	}
+	// Aliases are refused before anything expands them, as in every
+	// other YAML gpuq reads.
+	if err := queue.CheckYAML(data, "batch"); err != nil {
+		return nil, fmt.Errorf("--batch: %w", err)
+	}
 	if data, err = yaml.YAMLToJSON(data); err != nil {
 		return nil, fmt.Errorf("--batch: the file is neither JSON nor YAML: %w", err)
 	}

@@ -46,6 +46,7 @@ func TestSubmitBatchRefusesABadBatchBeforeConnecting(t *testing.T) {
 		"a flag breaking a job": {batch: "jobs:\n" + good, args: []string{"--gpu-count", "99"}, want: "jobs[0]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 99"},
 		"a command":             {batch: "jobs:\n" + good, args: []string{"--", "echo"}, want: "--batch: each job of a batch names its own command"},
 		"a shared key":          {batch: "jobs:\n" + good, args: []string{"--idempotency-key", "k"}, want: "--idempotency-key: each job of a batch has its own"},
+		"an alias":              {batch: "jobs:\n  - &a {name: a, command: [echo, a]}\n  - *a\n", want: "--batch: batch.jobs[0] (line 2): YAML anchor &a: aliases and anchors are not accepted"},
 		"-f beside it":          {batch: "jobs:\n" + good, args: []string{"-f", "job.yaml"}, want: "--batch and -f: give one"},
 	} {
 		path := writeBatch(t, c.batch)

@@ -1155,13 +1155,12 @@ func resultsEach(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.
 				return &ExitError{Code: ExitInterrupted, Err: errors.New("interrupted")}
 			}
 			missing++
-			if exitCode(notFoundError(id, err)) == ExitNotFound {
+			if err = notFoundError(id, err); exitCode(err) == ExitNotFound {
 				notFound++
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", notFoundError(id, err))
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err)
 			continue
 		}
-		res.JobID = id
 		all = append(all, res)
 		if format != "json" {
 			printResults(cmd.OutOrStdout(), res, dir)
