@@ -36,6 +36,7 @@ const (
 	ClientOpResults     = "results"
 	ClientOpArchive     = "archive"
 	ClientOpCancel      = "cancel"
+	ClientOpRetry       = "retry"
 	ClientOpWait        = "wait"
 	ClientOpNodes       = "nodes"
 	ClientOpWorkers     = "workers"
@@ -44,7 +45,7 @@ const (
 
 // ClientOps are the operations the client service serves.
 var ClientOps = []string{ClientOpJob, ClientOpStatus, ClientOpExplain, ClientOpList, ClientOpLogs, ClientOpResults,
-	ClientOpArchive, ClientOpCancel, ClientOpWait, ClientOpNodes, ClientOpWorkers, ClientOpCheckpoints}
+	ClientOpArchive, ClientOpCancel, ClientOpRetry, ClientOpWait, ClientOpNodes, ClientOpWorkers, ClientOpCheckpoints}
 
 // ClientServiceSubject is the subject of op for a caller of project.
 func ClientServiceSubject(project, op string) string {

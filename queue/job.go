@@ -29,13 +29,42 @@ const (
 	StateDead JobState = "dead"
 )
 
-// Terminal reports whether no further state change can happen.
+// Terminal reports whether the job has finished: no further state change
+// happens unless a user retries it (only a success is final for good; see
+// Retryable).
 func (s JobState) Terminal() bool {
 	switch s {
 	case StateSucceeded, StateFailed, StateCancelled, StateRejected, StateDead:
 		return true
 	}
 	return false
+}
+
+// Retryable reports whether a user may run a finished job again: a job
+// that failed, died, was cancelled or was rejected. A job succeeds once.
+func (s JobState) Retryable() bool {
+	switch s {
+	case StateFailed, StateCancelled, StateRejected, StateDead:
+		return true
+	}
+	return false
+}
+
+// NotRetryableError is what retrying a job returns when its state is not
+// retryable (it has not finished, or it succeeded) or changed while the
+// retry was placed.
+type NotRetryableError struct {
+	State JobState
+}
+
+func (e *NotRetryableError) Error() string {
+	switch {
+	case e.State == StateSucceeded:
+		return "it succeeded, and a job succeeds once; submit it again to run it again"
+	case !e.State.Terminal():
+		return "it has not finished: " + string(e.State)
+	}
+	return "it changed meanwhile (now " + string(e.State) + "); try again"
 }
 
 // Job is the system of record's view of a job.
@@ -158,7 +187,15 @@ type Event struct {
 	ExitCode *int      `json:"exit_code,omitempty"`
 	// Outcome is the outcome of the attempt that ended with this event.
 	Outcome string `json:"outcome,omitempty"`
+	// Superseded marks an end (a terminal state) that is not the job's
+	// last: a user retried the job after it. Whoever follows a job's
+	// events until it finishes reads on past such an end.
+	Superseded bool `json:"superseded,omitempty"`
 }
+
+// Ends reports whether ev is where a job finished: a terminal state that
+// no retry superseded.
+func (ev Event) Ends() bool { return ev.State.Terminal() && !ev.Superseded }
 
 // HandedBackPreempted reports whether ev is a job going back to placed after
 // a preempted attempt, or one handed back to move: the event after which the

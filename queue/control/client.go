@@ -22,12 +22,14 @@ type ClientStore interface {
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	PoolLine(ctx context.Context, job *queue.Job) (*queue.PoolLine, error)
 	Cancel(ctx context.Context, id uuid.UUID, reason string) error
+	Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string) error
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
 
 // Client carries out what users ask of jobs: status, list, wait, logs,
-// cancel and results. Store answers from the system of record, JS follows
-// events and reads logs, and NATS tells workers about cancellations.
+// cancel, retry and results. Store answers from the system of record, JS
+// follows events and reads logs, NATS tells workers about cancellations,
+// and Placer and Runs place and dispatch a retried job.
 type Client struct {
 	Store ClientStore
 	JS    queue.OrderedConsumers
@@ -38,6 +40,10 @@ type Client struct {
 	// Workers, when set, counts the live workers of each pool, for the
 	// line of a placed job.
 	Workers *LiveWorkers
+	// Placer places a retried job and Runs publishes its run message; a
+	// client without them refuses retries.
+	Placer Placer
+	Runs   RunPublisher
 }
 
 // JobStatus is a job with its attempts, latest checkpoint, placement and
@@ -135,12 +141,23 @@ func (c *Client) Wait(ctx context.Context, id uuid.UUID, progress func(queue.Eve
 		if progress != nil {
 			progress(ev)
 		}
-		return !ev.State.Terminal()
+		return !c.ended(ctx, ev)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return c.Store.Job(ctx, id)
+}
+
+// ended reports whether ev is where its job finished: an end no retry
+// superseded, as the system of record says now (a retry's events may still
+// be on their way to the events stream).
+func (c *Client) ended(ctx context.Context, ev queue.Event) bool {
+	if !ev.Ends() {
+		return false
+	}
+	job, err := c.Store.Job(ctx, ev.JobID)
+	return err != nil || job.State.Terminal()
 }
 
 // Logs calls fn with each chunk of a job's stored output; with follow it
@@ -155,7 +172,7 @@ func (c *Client) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(qu
 		defer cancel()
 		finished := make(chan struct{})
 		go queue.FollowEvents(fctx, c.JS, id, func(ev queue.Event) bool { //nolint:errcheck // ends with ctx
-			if ev.State.Terminal() {
+			if c.ended(fctx, ev) {
 				close(finished)
 				return false
 			}
@@ -185,6 +202,83 @@ func (c *Client) Cancel(ctx context.Context, id uuid.UUID) error {
 		return err
 	}
 	return queue.NotifyCancel(c.NATS, id)
+}
+
+// ErrRetryUnavailable is what Retry returns on a client with no placer.
+var ErrRetryUnavailable = errors.New("this server does not place jobs, so it cannot retry one")
+
+// Retry runs a job that failed, died, was cancelled or was rejected again.
+// It is placed afresh, under the policy, offers and budgets in effect now,
+// as a job handed back is (a pool that preempted it is avoided, and a
+// spot-then-on-demand job preempted again and again goes to on-demand); its
+// counts of errors and preemptions start again from zero, and its next
+// attempt resumes from its latest checkpoint. It returns the job as placed,
+// a *queue.NotRetryableError for a job not finished or succeeded, and a
+// *queue.RejectionError when no placement takes it now; then nothing
+// changed.
+func (c *Client) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	if c.Placer == nil || c.Runs == nil {
+		return nil, ErrRetryUnavailable
+	}
+	job, err := c.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !job.State.Retryable() {
+		return nil, &queue.NotRetryableError{State: job.State}
+	}
+	var prior *Prior
+	if job.PlacementVersion > 0 {
+		current, err := c.Store.LatestPlacement(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("reading the placement of job %s: %w", id, err)
+		}
+		attempts, err := c.Store.Attempts(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		prior = &Prior{Placement: *current, Attempts: attempts}
+	}
+	p, err := c.Placer.Place(ctx, job, prior)
+	if err != nil {
+		return nil, err
+	}
+	note := "retried by user (ended " + string(job.State)
+	if job.Reason != "" {
+		note += ": " + job.Reason
+	}
+	before := time.Now()
+	if err := c.Store.Retry(ctx, job, p, note+")"); err != nil {
+		return nil, err
+	}
+	c.awaitAnnounced(ctx, id, before)
+	p.Version = job.PlacementVersion + 1
+	// The job is placed: a run message that fails to publish now is
+	// published by the reconciler, as for any placed job with none in its
+	// pool's stream, so the retry stands either way.
+	publishOrders(ctx, c.Runs, []queue.RunOrder{orderFor(id, p)}, "") //nolint:errcheck // the reconciler repairs it
+	return c.Store.Job(ctx, id)
+}
+
+// announceWait bounds how long Retry waits for its events to reach the
+// events stream.
+const announceWait = 5 * time.Second
+
+// awaitAnnounced returns once the latest event of job in the events stream
+// is not an end recorded before since (or after announceWait, as an
+// announcement may be lost: the system of record stays the truth). Events
+// are announced after their commit without an acknowledgement; a caller
+// that follows the job's events once a retry answered then starts from the
+// retry, not from the end it retried.
+func (c *Client) awaitAnnounced(ctx context.Context, job uuid.UUID, since time.Time) {
+	if c.JS == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, announceWait)
+	defer cancel()
+	queue.FollowEvents(ctx, c.JS, job, func(ev queue.Event) bool { //nolint:errcheck // bounded; the retry stands either way
+		return ev.State.Terminal() && ev.At.Before(since)
+	})
 }
 
 // Result returns where a succeeded job's outputs are stored.

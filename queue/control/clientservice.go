@@ -60,6 +60,10 @@ type ClientService struct {
 	// Workers, when set, counts the live workers of each pool, for the
 	// status of a placed job.
 	Workers *LiveWorkers
+	// Placer and Runs place and dispatch the jobs a caller retries; a
+	// service without them answers a retry with 501.
+	Placer Placer
+	Runs   RunPublisher
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
@@ -81,11 +85,11 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 	if s.Quiet <= 0 {
 		s.Quiet = 5 * time.Second
 	}
-	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS, Workers: s.Workers}
+	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS, Workers: s.Workers, Placer: s.Placer, Runs: s.Runs}
 	s.slots = make(chan struct{}, s.Concurrency)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.ClientServiceName, Version: "1.0.0", QueueGroup: queue.ClientQueueGroup,
-		Description: "gpuq jobs' status, listings, logs, results, cancellation and waiting, scoped by project",
+		Description: "gpuq jobs' status, listings, logs, results, cancellation, retries and waiting, scoped by project",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client service: %w", err)
@@ -118,7 +122,7 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 }
 
 // ClientError is a client service error answer: Code is an HTTP status
-// code ("400", "404", "409", "500") in the micro error header.
+// code ("400", "404", "409", "422", "500", "501") in the micro error header.
 type ClientError struct {
 	Code    string
 	Message string
@@ -269,6 +273,8 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 			return nil, err
 		}
 		return s.Store.Job(ctx, job.ID)
+	case queue.ClientOpRetry:
+		return s.retry(ctx, job.ID)
 	case queue.ClientOpLogs:
 		return s.logs(ctx, job, r)
 	case queue.ClientOpResults:
@@ -283,6 +289,23 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 		return s.wait(ctx, job, r)
 	}
 	return nil, clientErr("400", "op %q: unknown", op)
+}
+
+// retry answers a retry: 409 for a job that may not be retried, 422 when
+// no placement takes it now, 501 on a service that does not place jobs.
+func (s *ClientService) retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	job, err := s.client.Retry(ctx, id)
+	var nr *queue.NotRetryableError
+	var rej *queue.RejectionError
+	switch {
+	case errors.As(err, &nr):
+		return nil, clientErr("409", "job %s cannot be retried: %v", id, nr)
+	case errors.As(err, &rej):
+		return nil, clientErr("422", "job %s cannot be placed now, so it was not retried: %s", id, rej.Reason)
+	case errors.Is(err, ErrRetryUnavailable):
+		return nil, clientErr("501", "%v", err)
+	}
+	return job, err
 }
 
 // ownJob returns the job when it belongs to project, else not found. With

@@ -611,6 +611,67 @@ func (s *Store) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
 	})
 }
 
+// Retry runs a finished job again under placement p, numbered after the
+// placement it finished with (or 1 for a job rejected before any), in one
+// transaction: the job goes back to pending with its error and preemption
+// counts at zero, its trail records note (who asked, how it had ended), p's
+// budget guards are checked as a new placement's are, and the job is
+// placed. Its attempts and checkpoints stay, so its next attempt resumes
+// from its latest checkpoint. job is the job as read when p was decided:
+// when its state or placement version changed since, or it was never
+// retryable, Retry returns a *queue.NotRetryableError; when a budget guard
+// no longer holds, a *queue.RejectionError. Either way nothing changed.
+func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string) error {
+	if !job.State.Retryable() {
+		return &queue.NotRetryableError{State: job.State}
+	}
+	p.Version = job.PlacementVersion + 1
+	placed := []queue.PlacedJob{{JobID: job.ID, Placement: p}}
+	var snapshots []string
+	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
+		n, err := q.JobRetry(ctx, db.JobRetryParams{ID: job.ID, State: string(job.State), PlacementVersion: int32(job.PlacementVersion)})
+		if err != nil {
+			return nil, fmt.Errorf("retrying job %s: %w", job.ID, err)
+		}
+		if n == 0 {
+			row, err := q.JobGetByID(ctx, job.ID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("job %s: %w", job.ID, queue.ErrNotFound)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return nil, &queue.NotRetryableError{State: queue.JobState(row.State)}
+		}
+		retried, err := recordEvent(ctx, q, job.ID, queue.StatePending, job.Attempt, note, nil)
+		if err != nil {
+			return nil, err
+		}
+		kept, failed, err := checkGuards(ctx, q, placed)
+		if err != nil {
+			return nil, err
+		}
+		if reason, ok := failed[job.ID]; ok || len(kept) == 0 {
+			return nil, &queue.RejectionError{Reason: reason}
+		}
+		if snapshots, err = s.storeSnapshots(ctx, q, kept); err != nil {
+			return nil, err
+		}
+		done, events, err := placeMany(ctx, q, kept)
+		if err != nil {
+			return nil, err
+		}
+		if len(done) == 0 {
+			return nil, fmt.Errorf("retrying job %s: its placement %d was not recorded", job.ID, p.Version)
+		}
+		return append([]queue.Event{retried}, events...), nil
+	})
+	if err == nil {
+		s.rememberSnapshots(ctx, snapshots)
+	}
+	return err
+}
+
 // MarkDead finalises a job that can no longer make progress, under the
 // attempt that runs it; ErrFenced when that attempt no longer owns the job.
 func (s *Store) MarkDead(ctx context.Context, id uuid.UUID, attempt int, reason string) error {
@@ -703,6 +764,8 @@ func (s *Store) EventsOf(ctx context.Context, id uuid.UUID) ([]queue.Event, erro
 	out := make([]queue.Event, len(rows))
 	for i, r := range rows {
 		out[i] = queue.Event{JobID: r.JobID, At: r.At, State: queue.JobState(r.State), Attempt: int(r.Attempt), Message: r.Message}
+		// Only a retry follows an end.
+		out[i].Superseded = out[i].State.Terminal() && i < len(rows)-1
 	}
 	return out, nil
 }

@@ -1331,6 +1331,33 @@ func (q *Queries) JobRequeue(ctx context.Context, arg JobRequeueParams) (int64, 
 	return result.RowsAffected()
 }
 
+const jobRetry = `-- name: JobRetry :execrows
+UPDATE jobs
+SET state = 'pending', errors = 0, preemptions = 0, exit_code = NULL, reason = '',
+    lease_expires_at = NULL, updated_at = now(), finalized_at = NULL
+WHERE id = $1 AND state::text = $2::text AND placement_version = $3
+  AND state::text IN ('failed', 'dead', 'cancelled', 'rejected')
+`
+
+type JobRetryParams struct {
+	ID               uuid.UUID
+	State            string
+	PlacementVersion int32
+}
+
+// JobRetry brings a job that failed, died, was cancelled or was rejected back
+// to pending, under the placement version it finished with, so that the
+// placement that follows in the same transaction numbers the next one. Its
+// error and preemption counts start again from zero; its attempts, trail
+// and checkpoints stay, so it resumes from its latest checkpoint.
+func (q *Queries) JobRetry(ctx context.Context, arg JobRetryParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobRetry, arg.ID, arg.State, arg.PlacementVersion)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const jobSucceedMany = `-- name: JobSucceedMany :many
 WITH u AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS pool

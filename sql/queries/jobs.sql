@@ -440,3 +440,15 @@ SELECT
     (SELECT count(*) FROM jobs w
      WHERE w.state = 'placed' AND w.pool = @pool::text AND (w.updated_at, w.id) < (@since::timestamptz, @id::uuid)) AS ahead,
     (SELECT count(*) FROM jobs r WHERE r.state = 'running' AND r.pool = @pool::text) AS running;
+
+-- name: JobRetry :execrows
+-- JobRetry brings a job that failed, died, was cancelled or was rejected back
+-- to pending, under the placement version it finished with, so that the
+-- placement that follows in the same transaction numbers the next one. Its
+-- error and preemption counts start again from zero; its attempts, trail
+-- and checkpoints stay, so it resumes from its latest checkpoint.
+UPDATE jobs
+SET state = 'pending', errors = 0, preemptions = 0, exit_code = NULL, reason = '',
+    lease_expires_at = NULL, updated_at = now(), finalized_at = NULL
+WHERE id = @id AND state::text = @state::text AND placement_version = @placement_version
+  AND state::text IN ('failed', 'dead', 'cancelled', 'rejected'); -- by id alone (see JobClaimMany)

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
@@ -285,16 +285,42 @@ class Client:
         """Cancels every unfinished job whose labels hold ``label``
         (``key=value``: a sweep) and returns those it cancelled. A job that
         finishes meanwhile is skipped."""
+        return self._each_labelled(label, project, ("pending", "placed", "running"), self.cancel)
+
+    def _each_labelled(self, label: str, project: Optional[str], states: Sequence[str],
+                       act: Callable[[str], Job]) -> List[Job]:
+        """Does act to every job in one of states whose labels hold label and
+        returns what it returned; a job whose state changed after it was
+        listed (:class:`Conflict`) is skipped."""
         if "=" not in label or label.startswith("="):
             raise ValueError("label: want key=value, got %r" % label)
-        cancelled: List[Job] = []
-        for state in ("pending", "placed", "running"):
+        done: List[Job] = []
+        for state in states:
             for job in self.list(project=project, state=state, label=label, limit=10_000):
                 try:
-                    cancelled.append(self.cancel(job.id))
+                    done.append(act(job.id))
                 except Conflict:
-                    pass  # it finished after it was listed
-        return cancelled
+                    pass  # its state changed after it was listed
+        return done
+
+    def retry(self, job_id: JobRef) -> Job:
+        """Runs a job that failed, died, was cancelled or was rejected again
+        and returns it as placed. It keeps its id, trail and checkpoints: it
+        is placed afresh under the policy, offers and budgets in effect now,
+        its counts of errors and preemptions start again from zero, and its
+        next attempt resumes from its latest checkpoint. A job that has not
+        finished or that succeeded raises :class:`Conflict`; one that no
+        placement takes now raises :class:`InvalidRequest` with the reason,
+        and is left as it was."""
+        job_id = _id(job_id)
+        return Job.from_doc(self._call("POST", _job_path(job_id, "/retry")))
+
+    def retry_label(self, label: str, project: Optional[str] = None) -> List[Job]:
+        """Retries every job whose labels hold ``label`` (``key=value``: a
+        sweep) that failed, died, was cancelled or was rejected, and returns
+        those it retried. A job retried meanwhile by someone else is
+        skipped."""
+        return self._each_labelled(label, project, ("failed", "dead", "cancelled", "rejected"), self.retry)
 
     def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""
@@ -339,7 +365,7 @@ class Client:
                             continue
                         ev = Event.from_doc(data)
                         yield ev
-                        if ev.state in TERMINAL_STATES:
+                        if ev.ends:
                             return
                     again.dropped()
                     # The server ended the stream without a terminal state.
@@ -385,7 +411,7 @@ class Client:
                             state = ev.state
                             if shown:
                                 shown.event(ev)
-                            if ev.state in TERMINAL_STATES:
+                            if ev.ends:
                                 break
                     except (OSError, http.client.HTTPException):
                         pass  # a read timeout or a dropped stream: look, then reconnect

@@ -105,13 +105,21 @@ class Event:
     message: str = ""
     exit_code: Optional[int] = None
     outcome: str = ""
+    #: True for an end (a terminal state) that a retry of the job followed.
+    superseded: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ends(self) -> bool:
+        """True when the job finished here: a terminal state no retry
+        superseded."""
+        return self.state in TERMINAL_STATES and not self.superseded
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "Event":
         return cls(job_id=d.get("job_id", ""), at=parse_time(d.get("at")), state=d["state"],
                    attempt=int(d.get("attempt", 0)), message=d.get("message", ""), exit_code=d.get("exit_code"),
-                   outcome=d.get("outcome", ""), raw=d)
+                   outcome=d.get("outcome", ""), superseded=bool(d.get("superseded", False)), raw=d)
 
 
 @dataclass

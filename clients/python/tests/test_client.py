@@ -206,6 +206,32 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             client.cancel_label("sweep")
 
+    def test_retry_runs_a_failed_job_again_from_its_checkpoint(self):
+        sweep = "retry-%d" % time.monotonic_ns()
+        # Fails on its first run, after saving a checkpoint that counts runs.
+        script = ('n=$(cat "$GPUQ_CHECKPOINT_DIR/n" 2>/dev/null || echo 0); n=$((n+1)); '
+                  'echo $n > "$GPUQ_CHECKPOINT_DIR/n"; gpuq checkpoint save >/dev/null; test $n -ge 2')
+        job = client.submit(name="retried", command=["sh", "-c", script], retries={"max_errors": 0},
+                            labels={"sweep": sweep})
+        self.assertEqual(client.wait(job.id, timeout=60, progress=False).state, "failed")
+        again = client.retry(job.id)
+        self.assertEqual((again.id, again.state, again.errors), (job.id, "placed", 0))
+        done = client.wait(job.id, timeout=60, progress=False)
+        self.assertEqual((done.state, done.attempt), ("succeeded", 2))
+        trail = list(client.events(job.id))
+        self.assertEqual([(e.state, e.superseded) for e in trail if e.state in gpuq.TERMINAL_STATES],
+                         [("failed", True), ("succeeded", False)])
+        self.assertTrue(trail[-1].ends)
+        self.assertEqual(len(client.checkpoints(job.id)), 2)
+        with self.assertRaises(gpuq.Conflict):
+            client.retry(job.id)
+        self.assertEqual(client.retry_label("sweep=" + sweep), [])
+        nowhere = client.submit(name="nowhere", command=["true"], placement={"residency": "CH"})
+        self.assertEqual(client.wait(nowhere.id, timeout=60, progress=False).state, "rejected")
+        with self.assertRaises(gpuq.InvalidRequest):
+            client.retry(nowhere.id)
+        self.assertEqual(client.get(nowhere.id).state, "rejected")
+
     def test_wait_all_waits_for_every_job_of_a_sweep(self):
         sweep = "wait-%d" % time.monotonic_ns()
         jobs = [client.submit(name="sweep-ok", command=["sh", "-c", "sleep 1"], labels={"sweep": sweep}),

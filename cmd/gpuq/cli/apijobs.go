@@ -328,6 +328,11 @@ func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) 
 	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, nil, "", &job)
 }
 
+func (a *apiJobs) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	var job queue.Job
+	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/retry"), nil, nil, "", &job)
+}
+
 func (a *apiJobs) Nodes(ctx context.Context, pool string) ([]*queue.Node, error) {
 	var nodes []*queue.Node
 	return nodes, a.call(ctx, http.MethodGet, "/v1/nodes", poolQuery(pool), nil, "", &nodes)
@@ -494,7 +499,7 @@ func (a *apiJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event)
 		if err := json.Unmarshal(e.Data, &ev); err != nil {
 			return false, fmt.Errorf("job %s events: %w", id, err)
 		}
-		return fn(ev) && !ev.State.Terminal(), nil
+		return fn(ev) && !ev.Ends(), nil
 	})
 }
 

@@ -958,7 +958,7 @@ func waitJob(ctx context.Context, svc jobService, id uuid.UUID, progress func(qu
 	finished := false
 	err = svc.Events(ctx, id, func(ev queue.Event) bool {
 		progress(ev)
-		finished = ev.State.Terminal()
+		finished = ev.Ends()
 		return !finished
 	})
 	if err != nil {
@@ -999,14 +999,9 @@ is named on stderr and the others are cancelled all the same.`,
 			return printJob(cmd.OutOrStdout(), job, format)
 		}
 		if label != "" {
-			for _, st := range []queue.JobState{queue.StatePending, queue.StatePlaced, queue.StateRunning} {
-				page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
-				if err != nil {
-					return err
-				}
-				for _, j := range page.Jobs {
-					ids = append(ids, j.ID)
-				}
+			var err error
+			if ids, err = labelledIDs(ctx, svc, v, label, queue.StatePending, queue.StatePlaced, queue.StateRunning); err != nil {
+				return err
 			}
 			if len(ids) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no unfinished job has the label %s\n", label)
@@ -1018,52 +1013,87 @@ is named on stderr and the others are cancelled all the same.`,
 	return cmd
 }
 
+// labelledIDs lists the jobs in one of states whose labels hold label, in
+// the --project given or the caller's projects.
+func labelledIDs(ctx context.Context, svc jobService, v *viper.Viper, label string, states ...queue.JobState) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	for _, st := range states {
+		page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			ids = append(ids, j.ID)
+		}
+	}
+	return ids, nil
+}
+
 // cancelEach cancels each job, printing those cancelled (-o json: a page of
 // jobs) and naming on stderr those that were not. A job selected by its
 // label that finished meanwhile is skipped; any other failure makes the
 // command fail once every job was tried: with ExitNotFound when each
 // failure was a job not found.
 func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel bool, format string) error {
+	skip := func(err error) bool { return byLabel && isConflict(err) }
+	_, err := actOnEach(cmd, ids, "cancelling", "cancelled", svc.Cancel, skip, format)
+	return err
+}
+
+// actOnEach does act to each job, printing each job it returns (format
+// "json": a page of them at the end; "": nothing; a table line with
+// printJob, or print when given) and naming on
+// stderr each job it failed for (doing: "cancelling"). A failure skip
+// accepts is passed over in silence; any other makes it fail once every job
+// was tried: with ExitNotFound when each failure was a job not found, with
+// ExitRejected when each was a rejection, else 1 (done: "cancelled"). It
+// returns the jobs acted on.
+func actOnEach(cmd *cobra.Command, ids []uuid.UUID, doing, done string, act func(context.Context, uuid.UUID) (*queue.Job, error),
+	skip func(error) bool, format string, print ...func(io.Writer, *queue.Job)) ([]*queue.Job, error) {
 	page := &JobPage{Jobs: []*queue.Job{}}
-	failed, notFound := 0, 0
+	failed, codes := 0, map[int]int{}
 	for _, id := range ids {
-		job, err := svc.Cancel(cmd.Context(), id)
+		job, err := act(cmd.Context(), id)
 		switch {
 		case err == nil:
 			page.Jobs = append(page.Jobs, job)
-			if format != "json" {
+			switch {
+			case format == "table" && len(print) > 0:
+				print[0](cmd.OutOrStdout(), job)
+			case format == "table":
 				printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
 			}
-		case byLabel && alreadyFinished(err):
+		case skip != nil && skip(err):
 		default:
 			err = notFoundError(id, err)
 			failed++
-			if exitCode(err) == ExitNotFound {
-				notFound++
-			}
+			codes[exitCode(err)]++
 			if !strings.Contains(err.Error(), id.String()) {
-				err = fmt.Errorf("cancelling %s: %w", id, err)
+				err = fmt.Errorf("%s %s: %w", doing, id, err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err)
 		}
 	}
 	if format == "json" {
 		if err := writeJSON(cmd.OutOrStdout(), page); err != nil {
-			return err
+			return page.Jobs, err
 		}
 	}
 	switch {
 	case failed == 0:
-		return nil
-	case failed == notFound:
-		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("%d of %d jobs not found", failed, len(ids))}
+		return page.Jobs, nil
+	case codes[ExitNotFound] == failed:
+		return page.Jobs, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("%d of %d jobs not found", failed, len(ids))}
+	case codes[ExitRejected] == failed:
+		return page.Jobs, &ExitError{Code: ExitRejected, Err: fmt.Errorf("%d of %d jobs not %s", failed, len(ids), done)}
 	default:
-		return &ExitError{Code: 1, Err: fmt.Errorf("%d of %d jobs not cancelled", failed, len(ids))}
+		return page.Jobs, &ExitError{Code: 1, Err: fmt.Errorf("%d of %d jobs not %s", failed, len(ids), done)}
 	}
 }
 
-// alreadyFinished reports a cancel refused because the job had finished.
-func alreadyFinished(err error) bool {
+// isConflict reports a request the service refused for the job's state (409):
+// a cancel of a job that finished, a retry of one that has not or succeeded.
+func isConflict(err error) bool {
 	var api *APIError
 	var nats *control.ClientError
 	return errors.As(err, &api) && api.Status == http.StatusConflict || errors.As(err, &nats) && nats.Code == "409"

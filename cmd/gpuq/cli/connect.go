@@ -182,6 +182,9 @@ type clients struct {
 	// policy is the placement policy in effect; nil outside
 	// startControlPlane.
 	policy *control.PolicyWatch
+	// placer places jobs (a retried one through the client service and
+	// the HTTP API); nil outside startControlPlane.
+	placer control.Placer
 	// died reports a control plane loop (scheduler, reconciler,
 	// replacer, autoscaler) that ended while it should run; nil outside
 	// startControlPlane.

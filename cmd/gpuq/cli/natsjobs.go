@@ -290,7 +290,7 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 			evs = evs[len(evs)-1:] // the latest state change, then each later one
 		}
 		for _, ev := range evs {
-			if !fn(ev) || ev.State.Terminal() {
+			if !fn(ev) || ev.Ends() {
 				return nil
 			}
 		}
@@ -339,6 +339,11 @@ func (n *natsJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(
 func (n *natsJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
 	var job queue.Job
 	return &job, n.jobCall(ctx, queue.ClientOpCancel, queue.ClientRequest{JobID: id}, &job)
+}
+
+func (n *natsJobs) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+	var job queue.Job
+	return &job, n.jobCall(ctx, queue.ClientOpRetry, queue.ClientRequest{JobID: id}, &job)
 }
 
 // download copies the size bytes of a job's outputs archive to w, one

@@ -85,6 +85,7 @@ func commands() []*cobra.Command {
 		newLogsCmd(),
 		newWaitCmd(),
 		newCancelCmd(),
+		newRetryCmd(),
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newNodesCmd(),

@@ -190,6 +190,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
+	c.placer = placer
 	errc, err := controlPlane(ctx, c, placer, liveness.LostAfter, logger)
 	if err != nil {
 		c.Close()
@@ -204,7 +205,8 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		}
 	}()
 	// Clients read and change jobs through this service, never PostgreSQL.
-	clientSvc := &control.ClientService{NATS: c.nc, Store: c.store, JS: c.js, Archives: archiveStore(c), Workers: c.workers, Logger: logger}
+	clientSvc := &control.ClientService{NATS: c.nc, Store: c.store, JS: c.js, Archives: archiveStore(c), Workers: c.workers,
+		Placer: placer, Runs: c.js, Logger: logger}
 	if _, err := clientSvc.Start(ctx); err != nil {
 		c.Close()
 		return nil, err

@@ -90,6 +90,10 @@ type Config struct {
 	// Workers, when set, counts the live workers of each pool, for the
 	// status of a placed job.
 	Workers *control.LiveWorkers
+	// Placer and Runs place and dispatch the jobs a caller retries; an
+	// API without them answers a retry with 501.
+	Placer control.Placer
+	Runs   control.RunPublisher
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -158,7 +162,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait, Workers: cfg.Workers},
+	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait, Workers: cfg.Workers,
+		Placer: cfg.Placer, Runs: cfg.Runs},
 		policy: cfg.Policy}
 	if s.policy == nil {
 		s.policy, s.ownPolicy = &control.PolicyWatch{Store: cfg.Store, Config: cfg.Rules, Logger: cfg.Logger}, true

@@ -243,6 +243,26 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	}
 	call("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/"+sleeper.ID.String()+"/cancel", "", nil, 409)
 
+	// Retry: a failed job runs again as attempt 2 under placement 2 (it may
+	// be claimed before the answer is read); a retry of a job not finished
+	// is 409.
+	failing := e.submit(admin, "command: [sh, -c, 'exit 3']\nretries: {max_errors: 0}\n")
+	e.waitState(admin, failing.ID, queue.StateFailed)
+	var retried queue.Job
+	call("POST", "/v1/jobs/{id}/retry", "/v1/jobs/"+failing.ID.String()+"/retry", "", nil, 200).json(t, &retried)
+	if retried.State.Terminal() || retried.PlacementVersion != 2 || retried.Pool != "de-cpu" || retried.Errors != 0 || retried.FinalizedAt != nil {
+		t.Fatalf("retried job: %+v", retried)
+	}
+	call("POST", "/v1/jobs/{id}/retry", "/v1/jobs/"+sleeper.ID.String()+"/retry", "", nil, 200)
+	call("POST", "/v1/jobs/{id}/retry", "/v1/jobs/"+sleeper.ID.String()+"/retry", "", nil, 409)
+	call("POST", "/v1/jobs/{id}/cancel", "/v1/jobs/"+sleeper.ID.String()+"/cancel", "", nil, 200)
+	e.waitState(admin, failing.ID, queue.StateFailed)
+	var rerun queue.Job
+	e.do("GET", "/v1/jobs/"+failing.ID.String(), admin, "", nil).json(t, &rerun)
+	if rerun.Attempt != 2 || rerun.Errors != 1 {
+		t.Fatalf("the retried job ran as attempt %d with %d errors, want attempt 2 with 1", rerun.Attempt, rerun.Errors)
+	}
+
 	// Plan: feasible, and refused with every reason.
 	var plan httpapi.Plan
 	call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte("command: [x]\nplacement: {residency: EU}\n"), 200).json(t, &plan)

@@ -39,8 +39,10 @@ func TestATokenSeesAndActsOnItsOwnProjectsOnly(t *testing.T) {
 			t.Errorf("GET %s with project a's token: %d, want 404", path, r.Status)
 		}
 	}
-	if r := e.do("POST", "/v1/jobs/"+id+"/cancel", a, "", nil); r.Status != http.StatusNotFound {
-		t.Errorf("cancel of project b's job with project a's token: %d, want 404", r.Status)
+	for _, op := range []string{"cancel", "retry"} {
+		if r := e.do("POST", "/v1/jobs/"+id+"/"+op, a, "", nil); r.Status != http.StatusNotFound {
+			t.Errorf("%s of project b's job with project a's token: %d, want 404", op, r.Status)
+		}
 	}
 	r := e.do("POST", "/v1/jobs", a, "application/yaml", []byte("project: b\ncommand: [/bin/true]\n"))
 	if r.Status != http.StatusForbidden || !strings.Contains(string(r.Body), "spec.project") {
@@ -70,8 +72,10 @@ func TestAReadTokenCannotSubmitOrCancel(t *testing.T) {
 	if r := e.do("POST", "/v1/jobs", read, "application/yaml", []byte("command: [/bin/true]\n")); r.Status != http.StatusForbidden {
 		t.Errorf("submit with a read token: %d %s, want 403", r.Status, r.Body)
 	}
-	if r := e.do("POST", "/v1/jobs/"+job.ID.String()+"/cancel", read, "", nil); r.Status != http.StatusForbidden {
-		t.Errorf("cancel with a read token: %d %s, want 403", r.Status, r.Body)
+	for _, op := range []string{"cancel", "retry"} {
+		if r := e.do("POST", "/v1/jobs/"+job.ID.String()+"/"+op, read, "", nil); r.Status != http.StatusForbidden {
+			t.Errorf("%s with a read token: %d %s, want 403", op, r.Status, r.Body)
+		}
 	}
 	if r := e.do("GET", "/v1/jobs/"+job.ID.String(), read, "", nil); r.Status != http.StatusOK {
 		t.Errorf("get with a read token: %d, want 200", r.Status)

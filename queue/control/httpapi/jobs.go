@@ -101,6 +101,14 @@ func (s *Server) registerJobs(api huma.API) {
 		Description: "A running job is stopped at once. 409 when the job has already finished.",
 		Metadata:    map[string]any{metaRole: queue.RoleSubmit},
 	}, s.cancel)
+	register(api, huma.Operation{
+		OperationID: "retry-job", Errors: []int{404, 409, 422, 501}, Method: http.MethodPost, Path: "/v1/jobs/{id}/retry", Tags: []string{"jobs"},
+		Summary: "Run a job that failed, died, was cancelled or was rejected again",
+		Description: "The job keeps its id and is placed afresh under the policy, offers and budgets in effect now; " +
+			"its counts of errors and preemptions start again from zero, and its next attempt resumes from its latest checkpoint. " +
+			"409 when the job has not finished or succeeded (a job succeeds once); 422 when no placement takes it now (the reason says why), and then nothing changed.",
+		Metadata: map[string]any{metaRole: queue.RoleSubmit},
+	}, s.retry)
 }
 
 // specBody documents a job spec request body: JSON with the spec's schema,
@@ -287,6 +295,26 @@ func (s *Server) cancel(ctx context.Context, in *jobInput) (*jobBody, error) {
 	}
 	if job, err = s.cfg.Store.Job(ctx, in.ID); err != nil {
 		return nil, internal(s.cfg.Logger, "reading job", err)
+	}
+	return &jobBody{Body: job}, nil
+}
+
+func (s *Server) retry(ctx context.Context, in *jobInput) (*jobBody, error) {
+	if _, err := s.ownJob(ctx, in.ID); err != nil {
+		return nil, err
+	}
+	job, err := s.client.Retry(ctx, in.ID)
+	var nr *queue.NotRetryableError
+	var rej *queue.RejectionError
+	switch {
+	case errors.As(err, &nr):
+		return nil, huma.Error409Conflict("job " + in.ID.String() + " cannot be retried: " + nr.Error())
+	case errors.As(err, &rej):
+		return nil, huma.Error422UnprocessableEntity("job " + in.ID.String() + " cannot be placed now, so it was not retried: " + rej.Reason)
+	case errors.Is(err, control.ErrRetryUnavailable):
+		return nil, huma.Error501NotImplemented(err.Error())
+	case err != nil:
+		return nil, internal(s.cfg.Logger, "retrying job", err)
 	}
 	return &jobBody{Body: job}, nil
 }

@@ -311,13 +311,27 @@ func (s *Server) jobEvents(ctx context.Context, in *eventsInput) (*huma.StreamRe
 			if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 				return true, nil
 			}
+			if ev.State.Terminal() {
+				ev.Superseded = s.superseded(hctx.Context(), msg, job.ID)
+			}
 			if err := w.send(seqOf(msg), "state", ev); err != nil {
 				return false, err
 			}
-			return !ev.State.Terminal(), nil
+			return !ev.Ends(), nil
 		}, func() (bool, error) { return true, w.comment("keep-alive") })
 		s.streamEnded("job events", err)
 	}}, nil
+}
+
+// superseded reports whether the end msg announces was retried since: an
+// event follows it in the stream, or the job is no longer finished (its
+// retry's events are on their way).
+func (s *Server) superseded(ctx context.Context, msg jetstream.Msg, id uuid.UUID) bool {
+	if meta, err := msg.Metadata(); err == nil && meta.NumPending > 0 {
+		return true
+	}
+	job, err := s.cfg.Store.Job(ctx, id)
+	return err == nil && !job.State.Terminal()
 }
 
 func (s *Server) projectEvents(ctx context.Context, in *projectEventsInput) (*huma.StreamResponse, error) {

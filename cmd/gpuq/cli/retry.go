@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+)
+
+// retryStates are the states a job may be retried from.
+var retryStates = []queue.JobState{queue.StateFailed, queue.StateDead, queue.StateCancelled, queue.StateRejected}
+
+func newRetryCmd() *cobra.Command {
+	cmd := jobsCommand(&cobra.Command{
+		Use:   "retry JOB_ID… | --label KEY=VALUE",
+		Short: "Run jobs that failed, died, were cancelled or were rejected again, from their latest checkpoint",
+		Long: `Run jobs that failed, died, were cancelled or were rejected again.
+
+A retried job keeps its id, its trail and its checkpoints: it is placed afresh
+under the policy, offers and budgets in effect now, its counts of errors and
+preemptions start again from zero (so it has its spec's retries again), and its
+next attempt resumes from its latest checkpoint. A job that succeeded is not
+run again (a job succeeds once): submit it again instead. When no placement
+takes a job now (its budget is spent, no offer fits), it is left as it was and
+the reason is printed.
+
+Give one or more job ids, or --label KEY=VALUE for every job whose labels hold
+that entry and that failed, died, was cancelled or was rejected. Each retried
+job is printed with the pool it is placed on; a job that cannot be retried is
+named on stderr and the others are retried all the same. With --wait, gpuq then
+waits for the retried jobs as gpuq wait does.`,
+		Example: `  gpuq retry 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq retry --label sweep=lr --wait`,
+	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
+		ctx := cmd.Context()
+		retry := func(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+			job, err := svc.Retry(ctx, id)
+			return job, rejectedError(err)
+		}
+		wait := v.GetBool("wait")
+		if len(ids) == 1 && !wait {
+			job, err := retry(ctx, ids[0])
+			if err != nil {
+				return notFoundError(ids[0], err)
+			}
+			if format == "json" {
+				return writeJSON(cmd.OutOrStdout(), job)
+			}
+			printRetried(cmd.OutOrStdout(), job)
+			return nil
+		}
+		if label != "" {
+			var err error
+			if ids, err = labelledIDs(ctx, svc, v, label, retryStates...); err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no job with the label %s failed, died, was cancelled or was rejected\n", label)
+				return nil
+			}
+		}
+		shown := format
+		if wait && format == "json" {
+			shown = "" // the waits print their page
+		}
+		skip := func(err error) bool { return label != "" && isConflict(err) }
+		retried, err := actOnEach(cmd, ids, "retrying", "retried", retry, skip, shown, printRetried)
+		if !wait || len(retried) == 0 {
+			return err
+		}
+		retriedIDs := make([]uuid.UUID, len(retried))
+		for i, job := range retried {
+			retriedIDs[i] = job.ID
+		}
+		if werr := waitEach(cmd, svc, retriedIDs, nil, format, v.GetDuration("timeout")); werr != nil {
+			return werr
+		}
+		return err
+	})
+	cmd.Flags().String("label", "", "retry every job that failed, died, was cancelled or was rejected whose spec.labels has this `entry`, key=value")
+	cmd.Flags().Bool("wait", false, "then wait for the retried jobs to finish, as gpuq wait does")
+	cmd.Flags().Duration("timeout", 0, "with --wait, give up waiting after this long (exit 7); 0 waits for ever")
+	return cmd
+}
+
+// printRetried prints a retried job's line: its id, state and pool.
+func printRetried(w io.Writer, job *queue.Job) {
+	if job.Pool != "" {
+		fmt.Fprintf(w, "%s %s on pool %s\n", job.ID, job.State, job.Pool)
+		return
+	}
+	fmt.Fprintf(w, "%s %s\n", job.ID, job.State)
+}
+
+// rejectedError gives a retry that no placement takes now the exit status
+// of a rejection.
+func rejectedError(err error) error {
+	var api *APIError
+	var nats *control.ClientError
+	if errors.As(err, &api) && api.Status == http.StatusUnprocessableEntity || errors.As(err, &nats) && nats.Code == "422" {
+		return &ExitError{Code: ExitRejected, Err: err}
+	}
+	return err
+}

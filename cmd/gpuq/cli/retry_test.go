@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuq/gpuq/queue/control"
+)
+
+// retryJob fails until its third run, saving a checkpoint that counts its
+// runs before it decides; it leaves the count as its output.
+const retryJob = `n=$(cat "$GPUQ_CHECKPOINT_DIR/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$GPUQ_CHECKPOINT_DIR/n"
+gpuq checkpoint save >/dev/null; echo "run $n resumed=$GPUQ_RESUMED"
+test $n -ge 3 || exit 3
+echo $n > "$GPUQ_OUTPUT_DIR/runs"`
+
+// A failed job retried as a user of gpuq dev retries it: over HTTP (the
+// config file gpuq dev writes, from its directory) and over NATS (only the
+// NATS credential it writes). Each retry resumes from the job's latest
+// checkpoint, gpuq wait follows the job past the end it was retried from,
+// and a job that cannot be retried is named with why and left as it was.
+func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetriedFrom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	startDev(t, bin, dir, "--http-addr", "127.0.0.1:0")
+	var conf struct {
+		NATSURL    string `json:"nats-url"`
+		Credential string `json:"nats-credential"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &conf); err != nil || conf.NATSURL == "" || conf.Credential == "" {
+		t.Fatalf("%s: %v (%+v)", devConfigFile, err, conf)
+	}
+	natsEnv := clientEnv(conf.NATSURL, conf.Credential)
+	httpEnv := natsEnv[2:] // no GPUQ_ or PG variable: the config file in dir decides
+	overHTTP := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
+	}
+	home := t.TempDir()
+	overNATS := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, home, natsEnv, wantCode, args...))
+	}
+
+	id := strings.TrimSpace(overHTTP(0, "submit", "--name", "flaky", "--max-errors", "0", "--label", "sweep=retry", "--", "sh", "-c", retryJob))
+	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") {
+		t.Fatalf("wait: %s", out)
+	}
+	if out := overHTTP(0, "retry", id); !strings.HasPrefix(out, id+" placed on pool local-cpu") {
+		t.Fatalf("retry: want the job placed again, got %s", out)
+	}
+	// The wait follows the second run to its end, past the first run's.
+	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") || !strings.Contains(out, "retried by user (ended failed: exited with status 3)") {
+		t.Fatalf("wait after the retry: want its second run's failure, got %s", out)
+	}
+	var st control.JobStatus
+	if err := json.Unmarshal([]byte(overHTTP(0, "status", id, "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Job.Attempt != 2 || st.Job.Errors != 1 || st.Job.PlacementVersion != 2 || len(st.Attempts) != 2 {
+		t.Fatalf("after one retry: want attempt 2, 1 error (counted again from 0), placement 2, two attempts; got %+v", st.Job)
+	}
+	// Over NATS, by label, waited for: the third run succeeds.
+	if out := overNATS(0, "retry", "--label", "sweep=retry", "--wait"); !strings.Contains(out, id+" placed on pool") || !strings.Contains(out, id+" succeeded") {
+		t.Fatalf("retry --label --wait: %s", out)
+	}
+	logs := overNATS(0, "logs", id)
+	for _, want := range []string{"run 1 resumed=0", "run 2 resumed=1", "run 3 resumed=1"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("logs: want %q (each retry resumes from the latest checkpoint), got\n%s", want, logs)
+		}
+	}
+	out := filepath.Join(home, "out")
+	overNATS(0, "results", id, "--dir", out)
+	if b, err := os.ReadFile(filepath.Join(out, "runs")); err != nil || string(b) != "3\n" {
+		t.Fatalf("results: runs = %q, %v", b, err)
+	}
+
+	// Refused, changing nothing.
+	if got := overNATS(1, "retry", id); !strings.Contains(got, "cannot be retried: it succeeded, and a job succeeds once") {
+		t.Fatalf("retry of a succeeded job over NATS: %s", got)
+	}
+	if got := overHTTP(1, "retry", id); !strings.Contains(got, "cannot be retried: it succeeded") {
+		t.Fatalf("retry of a succeeded job over HTTP: %s", got)
+	}
+	if got := overHTTP(ExitNotFound, "retry", "01a24ce0-af21-7cae-8e7a-8265545c6400"); !strings.Contains(got, "not found") {
+		t.Fatalf("retry of an unknown job: %s", got)
+	}
+	nowhere := strings.TrimSpace(overNATS(ExitRejected, "submit", "--residency", "CH", "--", "true"))
+	nowhere = strings.Fields(nowhere)[0]
+	for _, retry := range []func(int, ...string) string{overHTTP, overNATS} {
+		if got := retry(ExitRejected, "retry", nowhere); !strings.Contains(got, "cannot be placed now, so it was not retried: no placement") {
+			t.Fatalf("retry of a job no offer takes: %s", got)
+		}
+	}
+	if err := json.Unmarshal([]byte(overHTTP(0, "status", nowhere, "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Job.State != "rejected" || len(st.History) != 2 {
+		t.Fatalf("a refused retry must change nothing: %+v, trail %+v", st.Job, st.History)
+	}
+}
