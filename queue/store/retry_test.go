@@ -127,4 +127,23 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	if err := s.Retry(ctx, cj, queue.Placement{Pool: "p", Region: "r"}, "x"); err != nil {
 		t.Fatalf("retrying the cancelled job within budget: %v", err)
 	}
+
+	// A job rejected before any placement gets its first.
+	rejected := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: rejected, Spec: mustSpec(t, "command: [/bin/true]")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CommitPlacements(ctx, queue.Decided{Rejected: map[uuid.UUID]string{rejected: "no offer"}}); err != nil {
+		t.Fatal(err)
+	}
+	rj, _ := s.Job(ctx, rejected)
+	if rj.State != queue.StateRejected {
+		t.Fatalf("rejected job: %+v", rj)
+	}
+	if err := s.Retry(ctx, rj, queue.Placement{Pool: "p", Region: "r"}, "x"); err != nil {
+		t.Fatalf("retrying a rejected job: %v", err)
+	}
+	if after, _ := s.Job(ctx, rejected); after.State != queue.StatePlaced || after.PlacementVersion != 1 || after.Reason != "" {
+		t.Fatalf("a rejected job retried: want placed under placement 1, got %+v", after)
+	}
 }
