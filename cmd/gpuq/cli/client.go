@@ -945,7 +945,12 @@ func waitAndPrint(cmd *cobra.Command, svc jobService, id uuid.UUID, format strin
 	if err := printJob(cmd.OutOrStdout(), job, format); err != nil {
 		return err
 	}
-	return outcomeError(job)
+	err = outcomeError(job)
+	var exit *ExitError
+	if (job.State == queue.StateFailed || job.State == queue.StateDead) && errors.As(err, &exit) {
+		exit.Err = fmt.Errorf("%w (gpuq retry %s runs it again from its latest checkpoint)", exit.Err, job.ID)
+	}
+	return err
 }
 
 // waitJob follows a job's state changes until it is finished and returns

@@ -56,8 +56,9 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	}
 
 	id := strings.TrimSpace(overHTTP(0, "submit", "--name", "flaky", "--max-errors", "0", "--label", "sweep=retry", "--", "sh", "-c", retryJob))
-	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") {
-		t.Fatalf("wait: %s", out)
+	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") ||
+		!strings.Contains(out, "failed: exited with status 3 (gpuq retry "+id+" runs it again from its latest checkpoint)") {
+		t.Fatalf("wait: want the failure and how to run the job again, got %s", out)
 	}
 	if out := overHTTP(0, "retry", id); !strings.HasPrefix(out, id+" placed on pool local-cpu") {
 		t.Fatalf("retry: want the job placed again, got %s", out)
