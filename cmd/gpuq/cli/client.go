@@ -1048,7 +1048,8 @@ func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel boo
 // actOnEach does act to each job, printing each job it returns (format
 // "json": a page of them at the end; "": nothing; a table line with
 // printJob, or print when given) and naming on
-// stderr each job it failed for (doing: "cancelling"). A failure skip
+// stderr each job it failed for (doing: "cancelling"); when that lasts over
+// a second, a count of the jobs done shows on stderr. A failure skip
 // accepts is passed over in silence; any other makes it fail once every job
 // was tried: with ExitNotFound when each failure was a job not found, with
 // ExitRejected when each was a rejection, else 1 (done: "cancelled"). It
@@ -1057,17 +1058,23 @@ func actOnEach(cmd *cobra.Command, ids []uuid.UUID, doing, done string, act func
 	skip func(error) bool, format string, print ...func(io.Writer, *queue.Job)) ([]*queue.Job, error) {
 	page := &JobPage{Jobs: []*queue.Job{}}
 	failed, codes := 0, map[int]int{}
+	shown := newTransfer(cmd.ErrOrStderr(), doing)
+	shown.unit = "jobs"
+	count := shown.count(int64(len(ids)))
 	for _, id := range ids {
 		job, err := act(cmd.Context(), id)
+		count(1)
 		switch {
 		case err == nil:
 			page.Jobs = append(page.Jobs, job)
-			switch {
-			case format == "table" && len(print) > 0:
-				print[0](cmd.OutOrStdout(), job)
-			case format == "table":
-				printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
-			}
+			shown.interject(func() {
+				switch {
+				case format == "table" && len(print) > 0:
+					print[0](cmd.OutOrStdout(), job)
+				case format == "table":
+					printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
+				}
+			})
 		case skip != nil && skip(err):
 		default:
 			err = notFoundError(id, err)
@@ -1076,9 +1083,10 @@ func actOnEach(cmd *cobra.Command, ids []uuid.UUID, doing, done string, act func
 			if !strings.Contains(err.Error(), id.String()) {
 				err = fmt.Errorf("%s %s: %w", doing, id, err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err)
+			shown.interject(func() { fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: %v\n", err) })
 		}
 	}
+	shown.close()
 	if format == "json" {
 		if err := writeJSON(cmd.OutOrStdout(), page); err != nil {
 			return page.Jobs, err

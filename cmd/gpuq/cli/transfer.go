@@ -82,6 +82,19 @@ func (t *transfer) show(now time.Time) {
 	fmt.Fprintln(t.w, line)
 }
 
+// interject has write print lines of its own (a job done, an error about
+// one) where the count is shown: on a terminal the count's line is cleared
+// first and drawn again below them.
+func (t *transfer) interject(write func()) {
+	if !t.tty || t.shown.IsZero() {
+		write()
+		return
+	}
+	fmt.Fprint(t.w, "\r\033[K")
+	write()
+	t.show(t.now())
+}
+
 // close shows where a download that was shown ended, and ends a terminal's
 // line.
 func (t *transfer) close() {

@@ -134,3 +134,32 @@ func TestTransferCountsJobsAsJobs(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// Lines of their own printed while a count shows on a terminal clear the
+// count's line and have it drawn again below them; elsewhere they are
+// plain lines between the count's.
+func TestLinesPrintedDuringACountDoNotRunIntoItsLine(t *testing.T) {
+	t.Parallel()
+	for _, tty := range []bool{true, false} {
+		clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+		var out bytes.Buffer
+		tr := newTransfer(&out, "retrying")
+		tr.unit, tr.tty, tr.every = "jobs", tty, 0
+		tr.now = func() time.Time { return clock }
+		done := tr.count(3)
+		tr.interject(func() { out.WriteString("before the count shows\n") })
+		clock = clock.Add(2 * time.Second)
+		done(1)
+		tr.interject(func() { out.WriteString("gpuq: job 2 not found\n") })
+		done(2)
+		tr.close()
+		want := "before the count shows\nretrying: 1 of 3 jobs (33%), 2s\ngpuq: job 2 not found\nretrying: 3 of 3 jobs (100%), 2s\nretrying: 3 of 3 jobs (100%), 2s\n"
+		if tty {
+			want = "before the count shows\n\r\033[Kretrying: 1 of 3 jobs (33%), 2s\r\033[Kgpuq: job 2 not found\n\r\033[Kretrying: 1 of 3 jobs (33%), 2s" +
+				"\r\033[Kretrying: 3 of 3 jobs (100%), 2s\r\033[Kretrying: 3 of 3 jobs (100%), 2s\n"
+		}
+		if got := out.String(); got != want {
+			t.Errorf("tty %v:\ngot  %q\nwant %q", tty, got, want)
+		}
+	}
+}
