@@ -128,6 +128,25 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 		t.Fatalf("retrying the cancelled job within budget: %v", err)
 	}
 
+	// Two users retrying one job at once: one retry places it, the other
+	// is refused.
+	twice := runningJob(t, s)
+	if err := s.Fail(ctx, twice, 1, queue.OutcomeFailed, &exit, "exited with status 3"); err != nil {
+		t.Fatal(err)
+	}
+	tj, _ := s.Job(ctx, twice)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.Retry(ctx, tj, queue.Placement{Pool: "p", Region: "r"}, "x") }()
+	}
+	first, second := <-errs, <-errs
+	if (first == nil) == (second == nil) || !errors.As(errors.Join(first, second), &nr) || nr.State != queue.StatePlaced {
+		t.Fatalf("two retries at once: want one placed and one refused (now placed), got %v and %v", first, second)
+	}
+	if after, _ := s.Job(ctx, twice); after.PlacementVersion != 2 {
+		t.Fatalf("two retries at once placed the job under placement %d, want 2", after.PlacementVersion)
+	}
+
 	// A job rejected before any placement gets its first.
 	rejected := uuid.New()
 	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: rejected, Spec: mustSpec(t, "command: [/bin/true]")}}); err != nil {
