@@ -113,6 +113,8 @@ type ClientRequest struct {
 	Wait time.Duration `json:"wait,omitempty"`
 	// nodes: only nodes of this pool.
 	Pool string `json:"pool,omitempty"`
+	// retry: drop the job's checkpoints, so that it starts from nothing.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // ClientLogChunk is a piece of a job's output: one message of the log

@@ -22,7 +22,7 @@ type ClientStore interface {
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	PoolLine(ctx context.Context, job *queue.Job) (*queue.PoolLine, error)
 	Cancel(ctx context.Context, id uuid.UUID, reason string) error
-	Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string) error
+	Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string, fresh bool) error
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
 
@@ -212,11 +212,12 @@ var ErrRetryUnavailable = errors.New("this server does not place jobs, so it can
 // as a job handed back is (a pool that preempted it is avoided, and a
 // spot-then-on-demand job preempted again and again goes to on-demand); its
 // counts of errors and preemptions start again from zero, and its next
-// attempt resumes from its latest checkpoint. It returns the job as placed,
+// attempt resumes from its latest checkpoint; with fresh, its checkpoints
+// are dropped and it starts from nothing. It returns the job as placed,
 // a *queue.NotRetryableError for a job not finished or succeeded, and a
 // *queue.RejectionError when no placement takes it now; then nothing
 // changed.
-func (c *Client) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error) {
 	if c.Placer == nil || c.Runs == nil {
 		return nil, ErrRetryUnavailable
 	}
@@ -243,12 +244,16 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	note := "retried by user (ended " + string(job.State)
+	note := "retried by user"
+	if fresh {
+		note += " from the start, its checkpoints dropped"
+	}
+	note += " (ended " + string(job.State)
 	if job.Reason != "" {
 		note += ": " + job.Reason
 	}
 	before := time.Now()
-	if err := c.Store.Retry(ctx, job, p, note+")"); err != nil {
+	if err := c.Store.Retry(ctx, job, p, note+")", fresh); err != nil {
 		return nil, err
 	}
 	c.awaitAnnounced(ctx, id, before)

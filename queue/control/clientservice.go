@@ -274,7 +274,7 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 		}
 		return s.Store.Job(ctx, job.ID)
 	case queue.ClientOpRetry:
-		return s.retry(ctx, job.ID)
+		return s.retry(ctx, job.ID, r.Fresh)
 	case queue.ClientOpLogs:
 		return s.logs(ctx, job, r)
 	case queue.ClientOpResults:
@@ -293,8 +293,8 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 
 // retry answers a retry: 409 for a job that may not be retried, 422 when
 // no placement takes it now, 501 on a service that does not place jobs.
-func (s *ClientService) retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
-	job, err := s.client.Retry(ctx, id)
+func (s *ClientService) retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error) {
+	job, err := s.client.Retry(ctx, id, fresh)
 	var nr *queue.NotRetryableError
 	var rej *queue.RejectionError
 	switch {

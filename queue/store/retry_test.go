@@ -37,7 +37,7 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	}
 
 	next := queue.Placement{Pool: "q", Region: "r2"}
-	if err := s.Retry(ctx, failed, next, "retried by test"); err != nil {
+	if err := s.Retry(ctx, failed, next, "retried by test", false); err != nil {
 		t.Fatal(err)
 	}
 	job, err := s.Job(ctx, id)
@@ -86,22 +86,22 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	// changed, a succeeded job, an unknown job.
 	running, _ := s.Job(ctx, id)
 	var nr *queue.NotRetryableError
-	if err := s.Retry(ctx, running, next, "x"); !errors.As(err, &nr) || nr.State != queue.StateRunning {
+	if err := s.Retry(ctx, running, next, "x", false); !errors.As(err, &nr) || nr.State != queue.StateRunning {
 		t.Fatalf("retrying a running job: want NotRetryableError(running), got %v", err)
 	}
-	if err := s.Retry(ctx, failed, next, "x"); !errors.As(err, &nr) || nr.State != queue.StateRunning {
+	if err := s.Retry(ctx, failed, next, "x", false); !errors.As(err, &nr) || nr.State != queue.StateRunning {
 		t.Fatalf("retrying with a job read before it changed: want NotRetryableError(running), got %v", err)
 	}
 	if _, err := s.SucceedMany(ctx, []queue.AttemptRef{{JobID: id, Attempt: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	done, _ := s.Job(ctx, id)
-	if err := s.Retry(ctx, done, next, "x"); !errors.As(err, &nr) || nr.State != queue.StateSucceeded || !strings.Contains(err.Error(), "succeeds once") {
+	if err := s.Retry(ctx, done, next, "x", false); !errors.As(err, &nr) || nr.State != queue.StateSucceeded || !strings.Contains(err.Error(), "succeeds once") {
 		t.Fatalf("retrying a succeeded job: want NotRetryableError(succeeded), got %v", err)
 	}
 	gone := *failed
 	gone.ID = uuid.New()
-	if err := s.Retry(ctx, &gone, next, "x"); !errors.Is(err, queue.ErrNotFound) {
+	if err := s.Retry(ctx, &gone, next, "x", false); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("retrying an unknown job: want ErrNotFound, got %v", err)
 	}
 	if after, _ := s.EventsOf(ctx, id); len(after) != len(events)+2 { // the claim's running and the success
@@ -118,13 +118,13 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	guard := []queue.BudgetGuard{{Project: cj.Project, Since: time.Now().Add(-time.Hour), LimitMicros: 1, CostMicros: 2,
 		Rates: map[string]int64{"EUR": 1_000_000}, Reason: "budget default: 0.000001 EUR a month"}}
 	var rej *queue.RejectionError
-	if err := s.Retry(ctx, cj, queue.Placement{Pool: "p", Region: "r", Guards: guard}, "x"); !errors.As(err, &rej) || rej.Reason != guard[0].Reason {
+	if err := s.Retry(ctx, cj, queue.Placement{Pool: "p", Region: "r", Guards: guard}, "x", false); !errors.As(err, &rej) || rej.Reason != guard[0].Reason {
 		t.Fatalf("retry over budget: want the guard's rejection, got %v", err)
 	}
 	if after, _ := s.Job(ctx, cancelled); after.State != queue.StateCancelled || after.PlacementVersion != 1 || after.FinalizedAt == nil {
 		t.Fatalf("a retry refused by its budget must change nothing, got %+v", after)
 	}
-	if err := s.Retry(ctx, cj, queue.Placement{Pool: "p", Region: "r"}, "x"); err != nil {
+	if err := s.Retry(ctx, cj, queue.Placement{Pool: "p", Region: "r"}, "x", false); err != nil {
 		t.Fatalf("retrying the cancelled job within budget: %v", err)
 	}
 
@@ -137,7 +137,7 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	tj, _ := s.Job(ctx, twice)
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { errs <- s.Retry(ctx, tj, queue.Placement{Pool: "p", Region: "r"}, "x") }()
+		go func() { errs <- s.Retry(ctx, tj, queue.Placement{Pool: "p", Region: "r"}, "x", false) }()
 	}
 	first, second := <-errs, <-errs
 	if (first == nil) == (second == nil) || !errors.As(errors.Join(first, second), &nr) || nr.State != queue.StatePlaced {
@@ -145,6 +145,58 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	}
 	if after, _ := s.Job(ctx, twice); after.PlacementVersion != 2 {
 		t.Fatalf("two retries at once placed the job under placement %d, want 2", after.PlacementVersion)
+	}
+
+	// Retried fresh: the checkpoints are dropped, the next attempt starts
+	// from nothing, and the next checkpoint's number goes on from the last.
+	fresh := runningJob(t, s)
+	if _, err := s.RecordCheckpoint(ctx, fresh, 1, queue.ArchiveRecord{Bytes: 10, SHA256: strings.Repeat("b", 64), Region: "r", StoreURI: "nats-os://ckpt/" + fresh.String() + "/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, fresh, 1, queue.OutcomeFailed, &exit, "exited with status 3"); err != nil {
+		t.Fatal(err)
+	}
+	fj, _ := s.Job(ctx, fresh)
+	if err := s.Retry(ctx, fj, queue.Placement{Pool: "p", Region: "r"}, "x", true); err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := s.Checkpoints(ctx, fresh); err != nil || len(cps) != 0 {
+		t.Fatalf("checkpoints after a fresh retry: %+v, %v", cps, err)
+	}
+	var garbage int
+	if err := s.DB.QueryRow(`SELECT count(*) FROM checkpoint_garbage WHERE job_id = $1`, fresh).Scan(&garbage); err != nil || garbage != 1 {
+		t.Fatalf("the dropped checkpoint's archive must be queued for deletion: %d, %v", garbage, err)
+	}
+	c, err = s.Claim(ctx, queue.ClaimRequest{JobID: fresh, PlacementVersion: 2, Lease: time.Minute, WorkerID: "w2", Host: "h", PID: 2, Pool: "p"})
+	if err != nil || c.Checkpoint != nil {
+		t.Fatalf("claim after a fresh retry: want no checkpoint to resume, got %+v, %v", c, err)
+	}
+	if seq, err := s.RecordCheckpoint(ctx, fresh, 2, queue.ArchiveRecord{Bytes: 10, SHA256: strings.Repeat("c", 64), Region: "r", StoreURI: "nats-os://ckpt/" + fresh.String() + "/2"}); err != nil || seq != 2 {
+		t.Fatalf("the first checkpoint after a fresh retry: seq %d, %v; want 2", seq, err)
+	}
+
+	// Retried after its retention deleted its checkpoints: the trail says
+	// it starts from nothing, and its claim finds nothing to resume.
+	expired := runningJob(t, s)
+	if _, err := s.RecordCheckpoint(ctx, expired, 1, queue.ArchiveRecord{Bytes: 10, SHA256: strings.Repeat("d", 64), Region: "r", StoreURI: "nats-os://ckpt/" + expired.String() + "/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, expired, 1, queue.OutcomeFailed, &exit, "exited with status 3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.Exec(`DELETE FROM checkpoints WHERE job_id = $1`, expired); err != nil {
+		t.Fatal(err)
+	}
+	ej, _ := s.Job(ctx, expired)
+	if err := s.Retry(ctx, ej, queue.Placement{Pool: "p", Region: "r"}, "retried", false); err != nil {
+		t.Fatal(err)
+	}
+	trail, _ := s.EventsOf(ctx, expired)
+	if msg := trail[len(trail)-2].Message; msg != "retried; its checkpoints were deleted storage.checkpoint_retention after it finished, so it starts from nothing" {
+		t.Fatalf("the retry's event: %q", msg)
+	}
+	if c, err := s.Claim(ctx, queue.ClaimRequest{JobID: expired, PlacementVersion: 2, Lease: time.Minute, WorkerID: "w2", Host: "h", PID: 2, Pool: "p"}); err != nil || c.Checkpoint != nil {
+		t.Fatalf("claim after the checkpoints' retention: want no checkpoint, got %+v, %v", c, err)
 	}
 
 	// A job rejected before any placement gets its first.
@@ -159,7 +211,7 @@ func TestRetryPlacesAFinishedJobAgainUnderItsNextPlacementOrChangesNothing(t *te
 	if rj.State != queue.StateRejected {
 		t.Fatalf("rejected job: %+v", rj)
 	}
-	if err := s.Retry(ctx, rj, queue.Placement{Pool: "p", Region: "r"}, "x"); err != nil {
+	if err := s.Retry(ctx, rj, queue.Placement{Pool: "p", Region: "r"}, "x", false); err != nil {
 		t.Fatalf("retrying a rejected job: %v", err)
 	}
 	if after, _ := s.Job(ctx, rejected); after.State != queue.StatePlaced || after.PlacementVersion != 1 || after.Reason != "" {

@@ -359,6 +359,9 @@ func (s *Store) claimedFromRow(ctx context.Context, row db.JobRow) (*queue.Claim
 	out := &queue.Claimed{Job: jobWithoutSpec(row), SpecJSON: row.Spec}
 	if row.CheckpointSeq > 0 {
 		cp, err := s.q.CheckpointLatest(ctx, row.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return out, nil // a retry dropped them, or they outlived their retention
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the latest checkpoint of job %s: %w", row.ID, err)
 		}
@@ -621,7 +624,10 @@ func (s *Store) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
 // when its state or placement version changed since, or it was never
 // retryable, Retry returns a *queue.NotRetryableError; when a budget guard
 // no longer holds, a *queue.RejectionError. Either way nothing changed.
-func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string) error {
+// With fresh, the job's checkpoints are dropped in the same transaction
+// (their archives deleted as pruned ones are), so that its next attempt
+// starts from nothing; sequence numbers go on from where they were.
+func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string, fresh bool) error {
 	if !job.State.Retryable() {
 		return &queue.NotRetryableError{State: job.State}
 	}
@@ -642,6 +648,19 @@ func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, no
 				return nil, err
 			}
 			return nil, &queue.NotRetryableError{State: queue.JobState(row.State)}
+		}
+		if fresh {
+			if err := q.CheckpointPruneJob(ctx, db.CheckpointPruneJobParams{JobID: job.ID, Keep: 0}); err != nil {
+				return nil, fmt.Errorf("dropping the checkpoints of job %s: %w", job.ID, err)
+			}
+		} else {
+			left, err := q.CheckpointsLeft(ctx, job.ID)
+			if err != nil {
+				return nil, fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
+			}
+			if left.CheckpointSeq > 0 && left.LeftCount == 0 {
+				note += "; its checkpoints were deleted storage.checkpoint_retention after it finished, so it starts from nothing"
+			}
 		}
 		retried, err := recordEvent(ctx, q, job.ID, queue.StatePending, job.Attempt, note, nil)
 		if err != nil {

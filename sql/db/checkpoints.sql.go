@@ -271,3 +271,22 @@ func (q *Queries) CheckpointPruneJob(ctx context.Context, arg CheckpointPruneJob
 	_, err := q.db.ExecContext(ctx, checkpointPruneJob, arg.JobID, arg.Keep)
 	return err
 }
+
+const checkpointsLeft = `-- name: CheckpointsLeft :one
+SELECT j.checkpoint_seq, (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id) AS left_count
+FROM jobs j WHERE j.id = $1
+`
+
+type CheckpointsLeftRow struct {
+	CheckpointSeq int32
+	LeftCount     int64
+}
+
+// CheckpointsLeft tells whether a job that recorded checkpoints still has
+// any: a finished job's are deleted after the retention.
+func (q *Queries) CheckpointsLeft(ctx context.Context, jobID uuid.UUID) (CheckpointsLeftRow, error) {
+	row := q.db.QueryRowContext(ctx, checkpointsLeft, jobID)
+	var i CheckpointsLeftRow
+	err := row.Scan(&i.CheckpointSeq, &i.LeftCount)
+	return i, err
+}

@@ -70,3 +70,9 @@ FROM (SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@store_uris::text[]) AS 
 WHERE EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = a.job_id AND c.store_uri = a.store_uri)
    OR EXISTS (SELECT 1 FROM results r WHERE r.job_id = a.job_id AND r.store_uri = a.store_uri)
    OR EXISTS (SELECT 1 FROM checkpoint_garbage g WHERE g.store_uri = a.store_uri);
+
+-- name: CheckpointsLeft :one
+-- CheckpointsLeft tells whether a job that recorded checkpoints still has
+-- any: a finished job's are deleted after the retention.
+SELECT j.checkpoint_seq, (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id) AS left_count
+FROM jobs j WHERE j.id = @job_id;

@@ -303,24 +303,27 @@ class Client:
                     pass  # its state changed after it was listed
         return done
 
-    def retry(self, job_id: JobRef) -> Job:
+    def retry(self, job_id: JobRef, fresh: bool = False) -> Job:
         """Runs a job that failed, died, was cancelled or was rejected again
         and returns it as placed. It keeps its id, trail and checkpoints: it
         is placed afresh under the policy, offers and budgets in effect now,
         its counts of errors and preemptions start again from zero, and its
-        next attempt resumes from its latest checkpoint. A job that has not
-        finished or that succeeded raises :class:`Conflict`; one that no
+        next attempt resumes from its latest checkpoint (with ``fresh``, its
+        checkpoints are dropped and it starts from nothing). A job that has
+        not finished or that succeeded raises :class:`Conflict`; one that no
         placement takes now raises :class:`InvalidRequest` with the reason,
         and is left as it was."""
         job_id = _id(job_id)
-        return Job.from_doc(self._call("POST", _job_path(job_id, "/retry")))
+        query = {"fresh": "true"} if fresh else None
+        return Job.from_doc(self._call("POST", _job_path(job_id, "/retry"), query=query))
 
-    def retry_label(self, label: str, project: Optional[str] = None) -> List[Job]:
+    def retry_label(self, label: str, project: Optional[str] = None, fresh: bool = False) -> List[Job]:
         """Retries every job whose labels hold ``label`` (``key=value``: a
         sweep) that failed, died, was cancelled or was rejected, and returns
         those it retried. A job retried meanwhile by someone else is
         skipped."""
-        return self._each_labelled(label, project, ("failed", "dead", "cancelled", "rejected"), self.retry)
+        return self._each_labelled(label, project, ("failed", "dead", "cancelled", "rejected"),
+                                   lambda job_id: self.retry(job_id, fresh=fresh))
 
     def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""

@@ -226,6 +226,12 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.Conflict):
             client.retry(job.id)
         self.assertEqual(client.retry_label("sweep=" + sweep), [])
+        # Fresh: the checkpoint is dropped, so the second run counts 1 again.
+        again = client.submit(name="retried-fresh", command=["sh", "-c", script], retries={"max_errors": 0})
+        self.assertEqual(client.wait(again.id, timeout=60, progress=False).state, "failed")
+        client.retry(again.id, fresh=True)
+        self.assertEqual(client.wait(again.id, timeout=60, progress=False).state, "failed")
+        self.assertEqual([c.seq for c in client.checkpoints(again.id)], [2])
         nowhere = client.submit(name="nowhere", command=["true"], placement={"residency": "CH"})
         self.assertEqual(client.wait(nowhere.id, timeout=60, progress=False).state, "rejected")
         with self.assertRaises(gpuq.InvalidRequest):

@@ -328,9 +328,13 @@ func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) 
 	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/cancel"), nil, nil, "", &job)
 }
 
-func (a *apiJobs) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+func (a *apiJobs) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error) {
+	var q url.Values
+	if fresh {
+		q = url.Values{"fresh": {"true"}}
+	}
 	var job queue.Job
-	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/retry"), nil, nil, "", &job)
+	return &job, a.call(ctx, http.MethodPost, jobPath(id, "/retry"), q, nil, "", &job)
 }
 
 func (a *apiJobs) Nodes(ctx context.Context, pool string) ([]*queue.Node, error) {

@@ -39,7 +39,7 @@ type jobService interface {
 	Events(ctx context.Context, id uuid.UUID, fn func(queue.Event) bool) error
 	Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error
 	Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
-	Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error)
+	Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error)
 	// Results unpacks a succeeded job's outputs into dir and lists them; a
 	// job that wrote none has no files. The download is counted on shown,
 	// which may be nil.

@@ -341,9 +341,9 @@ func (n *natsJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	return &job, n.jobCall(ctx, queue.ClientOpCancel, queue.ClientRequest{JobID: id}, &job)
 }
 
-func (n *natsJobs) Retry(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
+func (n *natsJobs) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error) {
 	var job queue.Job
-	return &job, n.jobCall(ctx, queue.ClientOpRetry, queue.ClientRequest{JobID: id}, &job)
+	return &job, n.jobCall(ctx, queue.ClientOpRetry, queue.ClientRequest{JobID: id, Fresh: fresh}, &job)
 }
 
 // download copies the size bytes of a job's outputs archive to w, one

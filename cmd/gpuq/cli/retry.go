@@ -27,7 +27,8 @@ func newRetryCmd() *cobra.Command {
 A retried job keeps its id, its trail and its checkpoints: it is placed afresh
 under the policy, offers and budgets in effect now, its counts of errors and
 preemptions start again from zero (so it has its spec's retries again), and its
-next attempt resumes from its latest checkpoint. A job that succeeded is not
+next attempt resumes from its latest checkpoint (with --fresh, its checkpoints
+are dropped and it starts from nothing). A job that succeeded is not
 run again (a job succeeds once): submit it again instead. When no placement
 takes a job now (its budget is spent, no offer fits), it is left as it was and
 the reason is printed.
@@ -38,11 +39,12 @@ job is printed with the pool it is placed on; a job that cannot be retried is
 named on stderr and the others are retried all the same. With --wait, gpuq then
 waits for the retried jobs as gpuq wait does.`,
 		Example: `  gpuq retry 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq retry --fresh 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq retry --label sweep=lr --wait`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		ctx := cmd.Context()
 		retry := func(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
-			job, err := svc.Retry(ctx, id)
+			job, err := svc.Retry(ctx, id, v.GetBool("fresh"))
 			return job, rejectedError(err)
 		}
 		wait := v.GetBool("wait")
@@ -86,6 +88,7 @@ waits for the retried jobs as gpuq wait does.`,
 		return err
 	})
 	cmd.Flags().String("label", "", "retry every job that failed, died, was cancelled or was rejected whose spec.labels has this `entry`, key=value")
+	cmd.Flags().Bool("fresh", false, "drop the jobs' checkpoints, so that each starts from nothing instead of resuming (a checkpoint that breaks the job, a format the job no longer reads)")
 	cmd.Flags().Bool("wait", false, "then wait for the retried jobs to finish, as gpuq wait does")
 	cmd.Flags().Duration("timeout", 0, "with --wait, give up waiting after this long (exit 7); 0 waits for ever")
 	return cmd

@@ -13,10 +13,11 @@ import (
 )
 
 // retryJob fails until its third run, saving a checkpoint that counts its
-// runs before it decides; it leaves the count as its output.
+// runs before it decides; it leaves the count as its output. A failing run
+// lasts a second, so that a wait started at once finds it running.
 const retryJob = `n=$(cat "$GPUQ_CHECKPOINT_DIR/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$GPUQ_CHECKPOINT_DIR/n"
 gpuq checkpoint save >/dev/null; echo "run $n resumed=$GPUQ_RESUMED"
-test $n -ge 3 || exit 3
+test $n -ge 3 || { sleep 1; exit 3; }
 echo $n > "$GPUQ_OUTPUT_DIR/runs"`
 
 // A failed job retried as a user of gpuq dev retries it: over HTTP (the
@@ -64,8 +65,11 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 		t.Fatalf("retry: want the job placed again, got %s", out)
 	}
 	// The wait follows the second run to its end, past the first run's.
-	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") || !strings.Contains(out, "retried by user (ended failed: exited with status 3)") {
+	if out := overHTTP(ExitFailed, "wait", id); !strings.Contains(out, id+" failed") {
 		t.Fatalf("wait after the retry: want its second run's failure, got %s", out)
+	}
+	if out := overHTTP(0, "status", id); !strings.Contains(out, "retried by user (ended failed: exited with status 3)") {
+		t.Fatalf("status after the retry: want the retry on the trail, got %s", out)
 	}
 	var st control.JobStatus
 	if err := json.Unmarshal([]byte(overHTTP(0, "status", id, "-o", "json")), &st); err != nil {
@@ -88,6 +92,21 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	overNATS(0, "results", id, "--dir", out)
 	if b, err := os.ReadFile(filepath.Join(out, "runs")); err != nil || string(b) != "3\n" {
 		t.Fatalf("results: runs = %q, %v", b, err)
+	}
+
+	// Retried fresh: its checkpoints are dropped and it starts again from
+	// its first run's count.
+	again := strings.TrimSpace(overNATS(0, "submit", "--name", "flaky", "--max-errors", "0", "--", "sh", "-c", retryJob))
+	overNATS(ExitFailed, "wait", again)
+	if got := overNATS(0, "retry", "--fresh", again); !strings.HasPrefix(got, again+" placed on pool") {
+		t.Fatalf("retry --fresh: %s", got)
+	}
+	overHTTP(ExitFailed, "wait", again)
+	if got := overHTTP(0, "status", again); !strings.Contains(got, "retried by user from the start, its checkpoints dropped (ended failed") {
+		t.Fatalf("status after retry --fresh: %s", got)
+	}
+	if logs := overHTTP(0, "logs", again); strings.Count(logs, "run 1 resumed=0") != 2 || strings.Contains(logs, "run 2") {
+		t.Fatalf("logs after retry --fresh: want the first run twice, got\n%s", logs)
 	}
 
 	// Refused, changing nothing.

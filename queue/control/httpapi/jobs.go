@@ -31,6 +31,11 @@ type jobInput struct {
 	ID uuid.UUID `path:"id" doc:"job id"`
 }
 
+type retryInput struct {
+	ID    uuid.UUID `path:"id" doc:"job id"`
+	Fresh bool      `query:"fresh" doc:"drop the job's checkpoints, so that it starts from nothing instead of resuming from its latest checkpoint"`
+}
+
 type jobBody struct {
 	Body *queue.Job
 }
@@ -105,7 +110,8 @@ func (s *Server) registerJobs(api huma.API) {
 		OperationID: "retry-job", Errors: []int{404, 409, 422, 501}, Method: http.MethodPost, Path: "/v1/jobs/{id}/retry", Tags: []string{"jobs"},
 		Summary: "Run a job that failed, died, was cancelled or was rejected again",
 		Description: "The job keeps its id and is placed afresh under the policy, offers and budgets in effect now; " +
-			"its counts of errors and preemptions start again from zero, and its next attempt resumes from its latest checkpoint. " +
+			"its counts of errors and preemptions start again from zero, and its next attempt resumes from its latest checkpoint " +
+			"(with `fresh=true`, its checkpoints are dropped and it starts from nothing). " +
 			"409 when the job has not finished or succeeded (a job succeeds once); 422 when no placement takes it now (the reason says why), and then nothing changed.",
 		Metadata: map[string]any{metaRole: queue.RoleSubmit},
 	}, s.retry)
@@ -299,11 +305,11 @@ func (s *Server) cancel(ctx context.Context, in *jobInput) (*jobBody, error) {
 	return &jobBody{Body: job}, nil
 }
 
-func (s *Server) retry(ctx context.Context, in *jobInput) (*jobBody, error) {
+func (s *Server) retry(ctx context.Context, in *retryInput) (*jobBody, error) {
 	if _, err := s.ownJob(ctx, in.ID); err != nil {
 		return nil, err
 	}
-	job, err := s.client.Retry(ctx, in.ID)
+	job, err := s.client.Retry(ctx, in.ID, in.Fresh)
 	var nr *queue.NotRetryableError
 	var rej *queue.RejectionError
 	switch {
