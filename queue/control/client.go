@@ -241,6 +241,13 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 		prior = &Prior{Placement: *current, Attempts: attempts}
 	}
 	p, err := c.Placer.Place(ctx, job, prior)
+	var rej *queue.RejectionError
+	if errors.As(err, &rej) && prior != nil && len(prior.Attempts) > 0 {
+		// The pools that preempted it lately may be all that take it: a
+		// retry a user asks for goes back to them rather than nowhere,
+		// still inside the residency it was placed in.
+		p, err = c.Placer.Place(ctx, job, &Prior{Placement: prior.Placement})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,73 @@
+package control_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
+)
+
+// A job that died of preemptions on the only pool that takes it is retried
+// on that pool: a re-placement would avoid the pool that just preempted
+// it, and find nowhere to go. The retry publishes the job's run message
+// under its new placement, and its events are in the events stream when
+// the retry answers.
+func TestARetryGoesBackToThePoolThatPreemptedTheJobWhenNoOtherTakesIt(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	st, _ := queuetest.Store(t, n)
+	provider, err := local.New([]local.PoolConfig{
+		{Pool: "spot-a", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.03"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go (&control.Scheduler{JS: n.JS, Store: st, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	sub, err := queue.Submit(ctx, n.JS, mustSpec(t, "command: [/bin/true]\nplacement: {tier: spot}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sub.JobID
+	queuetest.Eventually(t, 20*time.Second, "the job placed", func() bool {
+		j, err := st.Job(ctx, id)
+		return err == nil && j.State == queue.StatePlaced
+	})
+	c, err := st.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: 1, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "spot-a", Country: "DE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkDead(ctx, id, c.Job.Attempt, "preempted 21 times, over retries.max_preemptions 20"); err != nil {
+		t.Fatal(err)
+	}
+	subject := queue.RunSubject("spot-a", id.String())
+	runs := queuetest.RunMessages(t, n.JS)[subject]
+
+	client := &control.Client{Store: st, JS: n.JS, NATS: n.NC}
+	if _, err := client.Retry(ctx, id, false); err != control.ErrRetryUnavailable {
+		t.Fatalf("a client without a placer: want ErrRetryUnavailable, got %v", err)
+	}
+	client.Placer, client.Runs = placer, n.JS
+	job, err := client.Retry(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.State != queue.StatePlaced || job.Pool != "spot-a" || job.PlacementVersion != 2 || job.Preemptions != 0 {
+		t.Fatalf("retried job: %+v", job)
+	}
+	if got := queuetest.RunMessages(t, n.JS)[subject]; got != runs+1 {
+		t.Fatalf("run messages of the job on spot-a: %d after the retry, want %d", got, runs+1)
+	}
+	var latest queue.Event
+	queue.FollowEvents(ctx, n.JS, id, func(ev queue.Event) bool { latest = ev; return false }) //nolint:errcheck // reads the latest
+	if latest.State.Terminal() {
+		t.Fatalf("the latest event once the retry answered: %+v, want the retry's", latest)
+	}
+}
