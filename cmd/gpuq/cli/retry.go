@@ -28,10 +28,10 @@ A retried job keeps its id, its trail and its checkpoints: it is placed afresh
 under the policy, offers and budgets in effect now, its counts of errors and
 preemptions start again from zero (so it has its spec's retries again), and its
 next attempt resumes from its latest checkpoint (with --fresh, its checkpoints
-are dropped and it starts from nothing). A job that succeeded is not
-run again (a job succeeds once): submit it again instead. When no placement
-takes a job now (its budget is spent, no offer fits), it is left as it was and
-the reason is printed.
+are dropped and it starts from nothing). A job that succeeded is not run again
+(a job succeeds once): submit it again instead. When no placement takes a job
+now (its budget is spent, no offer fits), it is left as it was and the reason
+is printed.
 
 Give one or more job ids, or --label KEY=VALUE for every job whose labels hold
 that entry and that failed, died, was cancelled or was rejected. Each retried
