@@ -209,8 +209,9 @@ var ErrRetryUnavailable = errors.New("this server does not place jobs, so it can
 
 // Retry runs a job that failed, died, was cancelled or was rejected again.
 // It is placed afresh, under the policy, offers and budgets in effect now,
-// as a job handed back is (a pool that preempted it is avoided, and a
-// spot-then-on-demand job preempted again and again goes to on-demand); its
+// as a job handed back is (a pool that preempted it lately is avoided
+// unless no other takes it, and a spot-then-on-demand job preempted again
+// and again goes to on-demand), inside the residency it was placed in; its
 // counts of errors and preemptions start again from zero, and its next
 // attempt resumes from its latest checkpoint; with fresh, its checkpoints
 // are dropped and it starts from nothing. It returns the job as placed,
@@ -263,12 +264,12 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 	if err := c.Store.Retry(ctx, job, p, note+")", fresh); err != nil {
 		return nil, err
 	}
-	c.awaitAnnounced(ctx, id, before)
 	p.Version = job.PlacementVersion + 1
 	// The job is placed: a run message that fails to publish now is
 	// published by the reconciler, as for any placed job with none in its
 	// pool's stream, so the retry stands either way.
 	publishOrders(ctx, c.Runs, []queue.RunOrder{orderFor(id, p)}, "") //nolint:errcheck // the reconciler repairs it
+	c.awaitAnnounced(ctx, id, before)
 	return c.Store.Job(ctx, id)
 }
 
