@@ -507,6 +507,13 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if cp := st.LastCheckpoint; cp != nil {
 		fmt.Fprintf(w, "checkpoint seq %d, %d bytes, attempt %d, region %s, %s\n", cp.Seq, cp.Bytes, cp.Attempt, cp.Region, cp.CreatedAt.Format(time.RFC3339))
 	}
+	if j.State.Retryable() {
+		again := "runs it again"
+		if cp := st.LastCheckpoint; cp != nil {
+			again = fmt.Sprintf("resumes it from checkpoint %d", cp.Seq)
+		}
+		fmt.Fprintf(w, "retry      gpuq retry %s %s\n", j.ID, again)
+	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
 		fmt.Fprintln(w)

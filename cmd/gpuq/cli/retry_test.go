@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,6 +20,12 @@ const retryJob = `n=$(cat "$GPUQ_CHECKPOINT_DIR/n" 2>/dev/null || echo 0); n=$((
 gpuq checkpoint save >/dev/null; echo "run $n resumed=$GPUQ_RESUMED"
 test $n -ge 3 || { sleep 1; exit 3; }
 echo $n > "$GPUQ_OUTPUT_DIR/runs"`
+
+// retriedLine is the line gpuq retry prints for a job: placed again, or
+// already claimed by one of gpuq dev's idle workers.
+func retriedLine(id string) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^` + id + ` (placed|running) on pool local-cpu(-spot)?$`)
+}
 
 // A failed job retried as a user of gpuq dev retries it: over HTTP (the
 // config file gpuq dev writes, from its directory) and over NATS (only the
@@ -61,7 +68,10 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 		!strings.Contains(out, "failed: exited with status 3 (gpuq retry "+id+" runs it again from its latest checkpoint)") {
 		t.Fatalf("wait: want the failure and how to run the job again, got %s", out)
 	}
-	if out := overHTTP(0, "retry", id); !strings.HasPrefix(out, id+" placed on pool local-cpu") {
+	if out := overHTTP(0, "status", id); !strings.Contains(out, "\nretry      gpuq retry "+id+" resumes it from checkpoint 1\n") {
+		t.Fatalf("status of the failed job: want how to retry it, got %s", out)
+	}
+	if out := overHTTP(0, "retry", id); !retriedLine(id).MatchString(out) {
 		t.Fatalf("retry: want the job placed again, got %s", out)
 	}
 	// The wait follows the second run to its end, past the first run's.
@@ -79,7 +89,7 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 		t.Fatalf("after one retry: want attempt 2, 1 error (counted again from 0), placement 2, two attempts; got %+v", st.Job)
 	}
 	// Over NATS, by label, waited for: the third run succeeds.
-	if out := overNATS(0, "retry", "--label", "sweep=retry", "--wait"); !strings.Contains(out, id+" placed on pool") || !strings.Contains(out, id+" succeeded") {
+	if out := overNATS(0, "retry", "--label", "sweep=retry", "--wait"); !retriedLine(id).MatchString(out) || !strings.Contains(out, id+" succeeded") {
 		t.Fatalf("retry --label --wait: %s", out)
 	}
 	logs := overNATS(0, "logs", id)
@@ -98,7 +108,7 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	// its first run's count.
 	again := strings.TrimSpace(overNATS(0, "submit", "--name", "flaky", "--max-errors", "0", "--", "sh", "-c", retryJob))
 	overNATS(ExitFailed, "wait", again)
-	if got := overNATS(0, "retry", "--fresh", again); !strings.HasPrefix(got, again+" placed on pool") {
+	if got := overNATS(0, "retry", "--fresh", again); !retriedLine(again).MatchString(got) {
 		t.Fatalf("retry --fresh: %s", got)
 	}
 	overHTTP(ExitFailed, "wait", again)
@@ -107,6 +117,10 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	}
 	if logs := overHTTP(0, "logs", again); strings.Count(logs, "run 1 resumed=0") != 2 || strings.Contains(logs, "run 2") {
 		t.Fatalf("logs after retry --fresh: want the first run twice, got\n%s", logs)
+	}
+
+	if got := overNATS(0, "status", id); strings.Contains(got, "gpuq retry") {
+		t.Fatalf("status of a succeeded job must not offer a retry: %s", got)
 	}
 
 	// Refused, changing nothing.
