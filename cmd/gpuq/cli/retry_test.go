@@ -22,9 +22,10 @@ test $n -ge 3 || { sleep 1; exit 3; }
 echo $n > "$GPUQ_OUTPUT_DIR/runs"`
 
 // retriedLine is the line gpuq retry prints for a job: placed again, or
-// already claimed by one of gpuq dev's idle workers.
+// already claimed (even finished) by one of gpuq dev's idle workers when
+// the answer is read.
 func retriedLine(id string) *regexp.Regexp {
-	return regexp.MustCompile(`(?m)^` + id + ` (placed|running) on pool local-cpu(-spot)?$`)
+	return regexp.MustCompile(`(?m)^` + id + ` (placed|running|failed|succeeded) on pool local-cpu(-spot)?$`)
 }
 
 // A failed job retried as a user of gpuq dev retries it: over HTTP (the
