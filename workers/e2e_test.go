@@ -921,8 +921,14 @@ func TestTwoServersShareTheWorkerServiceAndKillingOneLosesOrDuplicatesNoRecord(t
 	t.Parallel()
 	n := queuetest.StartNATS(t)
 	st, dbURL := queuetest.Store(t, n)
-	// Two servers as deploy/systemd runs them: the same flags and config.
-	cfg := testPoolConfig(t)
+	// Two servers as deploy/systemd runs them: the same flags and config,
+	// but for the silence after which a worker is declared lost. This test
+	// counts attempts exactly, and on a loaded 2-core machine a worker's
+	// beats can stall past the default 700 ms (seen in CI: the worker
+	// logged "liveness beats stalled" with a gap of 748 ms, and its jobs
+	// were handed back, rightly, and ran again). The hand-back of a lost
+	// worker's jobs has tests of its own (a worker SIGKILLed, one SIGSTOPped).
+	cfg := testPoolConfig(t, "liveness: {lost_after: 3s}\n")
 	first := startServer(t, "server-1", n, dbURL, cfg)
 	startServer(t, "server-2", n, dbURL, cfg)
 	queuetest.Eventually(t, 60*time.Second, "both servers to serve the worker service", func() bool {
