@@ -43,7 +43,8 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 }
 
 // configFile is the config file cmd reads: --config, GPUQ_CONFIG, or the
-// one gpuq dev left in the current directory; "" when none.
+// one gpuq dev left in the current directory or the nearest of its
+// parents; "" when none.
 func configFile(cmd *cobra.Command, v *viper.Viper) string {
 	path := v.GetString("config")
 	if path == "" {
@@ -51,14 +52,37 @@ func configFile(cmd *cobra.Command, v *viper.Viper) string {
 	}
 	if path == "" && cmd.Name() != "dev" {
 		// `gpuq dev` leaves its connection settings here, so client
-		// commands run from the same directory find it without flags.
-		// dev itself writes it anew: a stale one names the servers of
-		// its previous run.
-		if _, err := os.Stat(devConfigFile); err == nil {
-			path = devConfigFile
-		}
+		// commands run from the same directory, or from a project
+		// directory below it, find it without flags (as the Python
+		// client does). dev itself writes it anew: a stale one names the
+		// servers of its previous run.
+		path = findDevConfig()
 	}
 	return path
+}
+
+// findDevConfig is the devConfigFile of the current directory or of the
+// nearest parent that has one, relative when it is the current
+// directory's; "" when none has.
+func findDevConfig() string {
+	if _, err := os.Stat(devConfigFile); err == nil {
+		return devConfigFile
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+		path := filepath.Join(dir, devConfigFile)
+		if _, err := os.Stat(path); err == nil {
+			return path
+		}
+	}
 }
 
 // maxConfigFileBytes bounds a config file.
