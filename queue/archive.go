@@ -1,6 +1,9 @@
 package queue
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // ArchiveLimits bound what unpacking one archive may write: a checkpoint
 // restored by a worker, or a job's outputs fetched by `gpuq results`. An
@@ -56,4 +59,13 @@ func (l ArchiveLimits) Validate() error {
 		return fmt.Errorf("storage.unpack_max_ratio: must not be negative, got %d", l.MaxRatio)
 	}
 	return nil
+}
+
+// ObjectStat is what an archive store says of one object.
+type ObjectStat struct {
+	Bytes   int64
+	ModTime time.Time
+	// SHA256 is the object's digest as the store computed it, in hex;
+	// empty when the store keeps none.
+	SHA256 string
 }

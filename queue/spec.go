@@ -43,6 +43,9 @@ type Spec struct {
 	Deadline         *time.Time        `json:"deadline,omitempty"`
 	ExpectedDuration Duration          `json:"expected_duration,omitempty"`
 	Inputs           []Input           `json:"inputs,omitempty"`
+	// Workdir names an uploaded directory the command runs in, unpacked:
+	// "sha256:" and its archive's digest (see WorkdirPrefix).
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // Command is the job's argv. A single string runs through /bin/sh -c.
@@ -681,6 +684,7 @@ func (s *Spec) Validate() error {
 		text(fmt.Sprintf("spec.checkpoint.paths[%d]", i), p, false)
 	}
 	text("spec.idempotency_key", s.IdempotencyKey, false)
+	text("spec.workdir", s.Workdir, false)
 	for k, v := range s.Labels {
 		if text("spec.labels."+strconv.Quote(k), k, false) {
 			text("spec.labels."+k, v, false)
@@ -814,6 +818,13 @@ func (s *Spec) Validate() error {
 		if _, err := policy.NormalizeCountry(in.Country); err != nil {
 			bad(fmt.Sprintf("spec.inputs[%d].country", i), "%v", err)
 		}
+	}
+	if _, ok := WorkdirDigest(s.Workdir); s.Workdir != "" && !ok {
+		bad("spec.workdir", `must name an uploaded directory as "sha256:" and 64 hex digits `+
+			`(gpuq submit --workdir DIR and the Python client's workdir= upload one and fill it in), got %.80q`, s.Workdir)
+	}
+	if s.Workdir != "" && s.IsNoop() {
+		bad("spec.workdir", "the built-in %s job runs no command, so it has no working directory", NoopCommand)
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 	if len(probs) > 0 {

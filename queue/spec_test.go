@@ -40,6 +40,10 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"checkpoint interval under a second", "command: [echo]\ncheckpoint: {interval: 500ms}\n", "spec.checkpoint.interval", "must be 0 (none) or at least 1s, got 500ms"},
 		{"long name", "command: [echo]\nname: " + strings.Repeat("é", 129) + "\n", "spec.name", "must be at most 128 characters, got 129"},
 		{"long label", "command: [echo]\nlabels: {team: " + strings.Repeat("ü", 257) + "}\n", "spec.labels.team", "must be at most 256 characters, got 257"},
+		{"workdir as a local path", "command: [python3, train.py]\nworkdir: ./src\n", "spec.workdir", `must name an uploaded directory as "sha256:" and 64 hex digits (gpuq submit --workdir DIR and the Python client's workdir= upload one and fill it in), got "./src"`},
+		{"workdir with upper-case digits", "command: [echo]\nworkdir: sha256:" + strings.Repeat("AB", 32) + "\n", "spec.workdir", `must name an uploaded directory`},
+		{"workdir digest too short", "command: [echo]\nworkdir: sha256:abc\n", "spec.workdir", `must name an uploaded directory`},
+		{"workdir of the built-in", "command: [\"gpuq:noop\"]\nworkdir: sha256:" + strings.Repeat("ab", 32) + "\n", "spec.workdir", "runs no command"},
 		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
 	}
 	for _, c := range cases {
@@ -208,5 +212,28 @@ func TestIsPlainKeyAcceptsWhatThePlainKeyPatternDoes(t *testing.T) {
 	}
 	if keyName("a\nb") != `"a\nb"` || keyName("resources.gpu") != "resources.gpu" {
 		t.Fatalf("keyName: %q, %q", keyName("a\nb"), keyName("resources.gpu"))
+	}
+}
+
+func TestAWorkdirDigestIsKeptAndItsPoolCopyNamed(t *testing.T) {
+	t.Parallel()
+	sum := strings.Repeat("0f", 32)
+	spec, err := ParseSpec([]byte("command: [python3, train.py]\nworkdir: sha256:" + sum + "\n"))
+	if err != nil || spec.Workdir != "sha256:"+sum {
+		t.Fatalf("spec %+v, err %v", spec, err)
+	}
+	uri := ArchiveScheme + ArchiveBucket("de-cpu") + "/" + WorkdirPoolObject("vision", sum)
+	if project, got, ok := WorkdirPoolCopy(uri); !ok || project != "vision" || got != sum {
+		t.Fatalf("WorkdirPoolCopy(%s) = %q, %q, %v", uri, project, got, ok)
+	}
+	for _, other := range []string{
+		ArchiveScheme + ArchiveBucket("de-cpu") + "/jobs/" + sum + "/outputs-a1.tar.zst",
+		ArchiveScheme + WorkdirBucket + "/" + WorkdirObject("vision", sum),
+		ArchiveScheme + ArchiveBucket("de-cpu") + "/workdirs/Vision/" + sum + ".tar.gz",
+		ArchiveScheme + ArchiveBucket("de-cpu") + "/workdirs/vision/" + sum[:60] + ".tar.gz",
+	} {
+		if _, _, ok := WorkdirPoolCopy(other); ok {
+			t.Errorf("WorkdirPoolCopy(%s) took it for a working directory's copy", other)
+		}
 	}
 }

@@ -46,6 +46,12 @@ type Storage struct {
 	OrphanAge time.Duration
 	// Unpack bounds what restoring or fetching one archive may write.
 	Unpack ArchiveLimits
+	// WorkdirMaxBytes bounds one uploaded working directory's archive.
+	// Default DefaultWorkdirMaxBytes (100 MiB).
+	WorkdirMaxBytes int64
+	// WorkdirRetention is how long an uploaded working directory is kept
+	// after its last upload. Default 720h (30 days).
+	WorkdirRetention time.Duration
 }
 
 // DefaultStreamMaxBytes are the streams' byte caps when the configuration
@@ -88,6 +94,12 @@ func (s Storage) WithDefaults() Storage {
 	if s.OrphanAge == 0 {
 		s.OrphanAge = time.Hour
 	}
+	if s.WorkdirMaxBytes == 0 {
+		s.WorkdirMaxBytes = DefaultWorkdirMaxBytes
+	}
+	if s.WorkdirRetention == 0 {
+		s.WorkdirRetention = 30 * 24 * time.Hour
+	}
 	s.Unpack = s.Unpack.WithDefaults()
 	return s
 }
@@ -105,6 +117,10 @@ func (s Storage) Validate() error {
 		return fmt.Errorf("storage.project_quota: must not be negative, got %d", s.ProjectQuotaBytes)
 	case s.BucketMaxBytes < 0:
 		return fmt.Errorf("storage.bucket_max_bytes: must not be negative, got %d", s.BucketMaxBytes)
+	case s.WorkdirMaxBytes < 0:
+		return fmt.Errorf("storage.workdir_max_bytes: must not be negative, got %d", s.WorkdirMaxBytes)
+	case s.WorkdirRetention != 0 && s.WorkdirRetention < time.Hour:
+		return fmt.Errorf("storage.workdir_retention: must be at least 1h (a job waiting in its queue needs its directory), got %s", s.WorkdirRetention)
 	case s.OrphanAge != 0 && s.OrphanAge < time.Minute:
 		return fmt.Errorf("storage.orphan_age: must be at least 1m (it must outlast an upload and its record), got %s", s.OrphanAge)
 	}

@@ -40,11 +40,14 @@ const (
 	// worker's own pool's bucket: one of another pool (the job was
 	// re-placed) is copied there and recorded under the attempt.
 	WorkerOpRestore = "restore"
+	// WorkerOpWorkdir asks for the job's working directory (spec.workdir)
+	// in the worker's own pool's bucket, copied there when it is not.
+	WorkerOpWorkdir = "workdir"
 )
 
 // WorkerOps are the operations the worker service serves.
 var WorkerOps = []string{WorkerOpClaim, WorkerOpHeartbeat, WorkerOpNotice, WorkerOpCheckpoint, WorkerOpComplete,
-	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore}
+	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore, WorkerOpWorkdir}
 
 // WorkerServiceSubject is the subject of op for a worker of pool.
 func WorkerServiceSubject(pool, op string) string {
@@ -80,7 +83,8 @@ type WorkerRequest struct {
 
 	// claim
 	Claims []ClaimRequest `json:"claims,omitempty"`
-	// heartbeat, notice, checkpoint, fail, handback, end, dead, job, restore
+	// heartbeat, notice, checkpoint, fail, handback, end, dead, job, restore,
+	// workdir
 	JobID   uuid.UUID `json:"job_id,omitzero"`
 	Attempt int       `json:"attempt,omitempty"`
 	// heartbeat, notice: the lease's new length.
@@ -118,6 +122,8 @@ type WorkerReply struct {
 	Seq int `json:"seq,omitempty"`
 	// restore: the checkpoint in the pool's own bucket.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// workdir: the job's working directory in the pool's own bucket.
+	Workdir *WorkdirCopy `json:"workdir,omitempty"`
 	// complete: one per completion, false when fenced out.
 	Recorded []bool `json:"recorded,omitempty"`
 	// job
@@ -142,7 +148,9 @@ const (
 	WireBadRequest   = "bad_request"
 	WireQuota        = "quota_exceeded"
 	WireArchiveLost  = "archive_lost"
-	WireInternal     = "internal"
+	// WireWorkdirMissing: the job's working directory is not stored.
+	WireWorkdirMissing = "workdir_missing"
+	WireInternal       = "internal"
 )
 
 // ErrInternal is a request the control plane could not carry out, most
@@ -191,6 +199,8 @@ func EncodeError(err error) *WireError {
 		return &WireError{Kind: WireQuota, Message: err.Error()}
 	case errors.Is(err, ErrArchiveLost):
 		return &WireError{Kind: WireArchiveLost, Message: err.Error()}
+	case errors.Is(err, ErrWorkdirMissing):
+		return &WireError{Kind: WireWorkdirMissing, Message: err.Error()}
 	}
 	return &WireError{Kind: WireInternal, Message: err.Error()}
 }
@@ -210,27 +220,25 @@ func (e *WireError) Err() error {
 	case WireRefused:
 		return &ClaimRefusedError{Reason: e.Message}
 	case WireQuota:
-		return &quotaError{msg: e.Message}
+		return &sentinelError{msg: e.Message, is: ErrQuotaExceeded}
 	case WireArchiveLost:
-		return &archiveLostError{msg: e.Message}
+		return &sentinelError{msg: e.Message, is: ErrArchiveLost}
+	case WireWorkdirMissing:
+		return &sentinelError{msg: e.Message, is: ErrWorkdirMissing}
 	case WireInternal:
 		return fmt.Errorf("worker service: %w: %s", ErrInternal, e.Message)
 	}
 	return fmt.Errorf("worker service: %s: %s", e.Kind, e.Message)
 }
 
-// quotaError is a refused archive as the worker sees it: the control
-// plane's message, matching ErrQuotaExceeded.
-type quotaError struct{ msg string }
+// sentinelError is an error of the control plane as the worker sees it:
+// its message, matching the sentinel it was (ErrQuotaExceeded,
+// ErrArchiveLost, ErrWorkdirMissing).
+type sentinelError struct {
+	msg string
+	is  error
+}
 
-func (e *quotaError) Error() string { return e.msg }
+func (e *sentinelError) Error() string { return e.msg }
 
-func (e *quotaError) Unwrap() error { return ErrQuotaExceeded }
-
-// archiveLostError is a lost archive as the worker sees it: the control
-// plane's message, matching ErrArchiveLost.
-type archiveLostError struct{ msg string }
-
-func (e *archiveLostError) Error() string { return e.msg }
-
-func (e *archiveLostError) Unwrap() error { return ErrArchiveLost }
+func (e *sentinelError) Unwrap() error { return e.is }

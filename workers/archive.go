@@ -2,6 +2,9 @@ package workers
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -189,7 +192,7 @@ func (e *ArchiveLimitError) Error() string {
 	return fmt.Sprintf("unpacking: the archive expands to "+what+" (at %q); %s raises the limit", e.Limit, e.Entry, e.Key)
 }
 
-// Unpack extracts a tar+zstd archive into dir (created if missing). The
+// Unpack extracts a tar+zstd or tar+gzip archive into dir (created if missing). The
 // archive is treated as hostile: nothing is written outside dir whatever
 // its entries say (a name with "..", a symlink followed by a file beneath
 // it or of the same name); only regular files, directories and symlinks
@@ -214,12 +217,26 @@ func Unpack(r io.Reader, dir string, lim queue.ArchiveLimits) error {
 	}
 	defer root.Close()
 	in := &countingReader{r: r}
-	zr, err := zstd.NewReader(in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(128<<20))
-	if err != nil {
-		return err
+	// Checkpoints and outputs are tar+zstd; a working directory a client
+	// packed is tar+gzip, which every language's standard library writes.
+	br := bufio.NewReader(in)
+	var plain io.Reader
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return refusef("unpacking: %v", err)
+		}
+		defer gz.Close()
+		plain = gz
+	} else {
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(128<<20))
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		plain = zr
 	}
-	defer zr.Close()
-	tr := tar.NewReader(zr)
+	tr := tar.NewReader(plain)
 	u := &unpacker{root: root, lim: lim, in: in, fileKey: fileKey}
 	// Links are made last, once every file is written, so no entry of the
 	// archive is ever written through one.

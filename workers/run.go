@@ -112,6 +112,12 @@ type checkpointRestorer interface {
 	RestoreCheckpoint(ctx context.Context, id uuid.UUID, attempt, seq int) (*queue.Checkpoint, error)
 }
 
+// workdirFetcher is the worker service's workdir (ServiceRecords): the
+// job's working directory in the worker's pool's bucket.
+type workdirFetcher interface {
+	Workdir(ctx context.Context, id uuid.UUID, attempt int) (*queue.WorkdirCopy, error)
+}
+
 // ackDone acknowledges a message whose job needs nothing more, and waits
 // for the server to confirm it.
 func ackDone(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
@@ -129,6 +135,9 @@ type attempt struct {
 	io  context.Context
 
 	base, ckptDir, outDir string
+	// workDir is where the command runs: the unpacked spec.workdir, else
+	// base.
+	workDir string
 	// user is who the job runs as; nil: the worker's own user.
 	user *JobUser
 
@@ -148,6 +157,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	a.base = filepath.Join(w.cfg.DataDir, fmt.Sprintf("%s-a%d", job.ID, job.Attempt))
 	a.ckptDir = filepath.Join(a.base, "checkpoint")
 	a.outDir = filepath.Join(a.base, "output")
+	a.workDir = a.base
 	defer os.RemoveAll(a.base)
 	for _, d := range []string{a.ckptDir, a.outDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -224,6 +234,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 			}
 		}
 	}
+	if job.Spec.Workdir != "" && !a.unpackWorkdir() {
+		return
+	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.cancel = cancel
@@ -275,7 +288,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	logs := newLogShipper(w.js, w.cfg.Pool, job.ID, job.Attempt)
 	cmd := exec.Command(path, job.Spec.Command[1:]...)
 	cmd.Args[0] = job.Spec.Command[0] // the program sees the name it was given
-	cmd.Dir = a.base
+	cmd.Dir = a.workDir
 	cmd.Env = a.env(from != nil, ctl.path)
 	cmd.Stdout = logs.writer("stdout")
 	cmd.Stderr = logs.writer("stderr")
@@ -422,6 +435,9 @@ func (a *attempt) env(resumed bool, socket string) []string {
 	vars["GPUQ_CHECKPOINT_DIR"] = a.ckptDir
 	vars["GPUQ_OUTPUT_DIR"] = a.outDir
 	vars["GPUQ_RESUMED"] = r
+	if a.workDir != a.base {
+		vars["GPUQ_WORKDIR"] = a.workDir
+	}
 	vars["GPUQ_POOL"] = cfg.Pool
 	vars["GPUQ_REGION"] = cfg.Region
 	vars[EnvControlSocket] = socket
@@ -526,17 +542,68 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 
 // restore unpacks a recorded checkpoint into the checkpoint directory after
 // checking its hash.
-func (a *attempt) restore(cp *queue.Checkpoint) error {
-	f, err := os.CreateTemp(a.base, "restore-*.tar.zst")
+// unpackWorkdir fetches the job's working directory (spec.workdir) and
+// unpacks it into the attempt's directory, where the command then runs. It
+// reports false when it could not, having ended the attempt: the job fails
+// when no worker could do better (the directory is not stored, or refused
+// when unpacked), and is handed back otherwise.
+func (a *attempt) unpackWorkdir() bool {
+	job := a.job
+	reason := "fetching its working directory " + job.Spec.Workdir
+	fetcher, ok := a.w.store.(workdirFetcher)
+	if !ok {
+		a.hostError(reason + ": this worker reaches no control plane that keeps working directories")
+		return false
+	}
+	c, err := fetcher.Workdir(a.io, job.ID, job.Attempt)
+	if err != nil {
+		a.log.Error("fetching the job's working directory", "workdir", job.Spec.Workdir, "err", err)
+		if errors.Is(err, queue.ErrWorkdirMissing) || errors.Is(err, queue.ErrArchiveLost) {
+			a.fail(nil, fmt.Sprintf("%s: %v; the job was not run", reason, err))
+			return false
+		}
+		// The control plane's copy failed, not this machine: handed back
+		// as after a host error, which does not pause this worker.
+		a.release(queue.OutcomeHostError, nil, fmt.Sprintf("%s: %v", reason, err), 5*time.Second)
+		return false
+	}
+	dir := filepath.Join(a.base, "workdir")
+	if err := a.unpack(c.StoreURI, c.SHA256, dir); err != nil {
+		a.log.Error("unpacking the job's working directory", "workdir", job.Spec.Workdir, "err", err)
+		if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
+			a.fail(nil, fmt.Sprintf("%s: %v; the job was not run", reason, err))
+			return false
+		}
+		a.hostError(fmt.Sprintf("%s: %v", reason, err))
+		return false
+	}
+	if a.user != nil {
+		if err := a.user.chownTree(dir); err != nil {
+			a.hostError(reason + ": " + err.Error())
+			return false
+		}
+	}
+	a.workDir = dir
+	return true
+}
+
+// unpack downloads the archive at uri, checks it against sha and unpacks
+// it into dir.
+func (a *attempt) unpack(uri, sha, dir string) error {
+	f, err := os.CreateTemp(a.base, "unpack-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := Download(a.io, a.w.archives, cp.StoreURI, cp.SHA256, f); err != nil {
+	if err := Download(a.io, a.w.archives, uri, sha, f); err != nil {
 		return err
 	}
-	if err := Unpack(f, a.ckptDir, a.w.cfg.Unpack); err != nil {
+	return Unpack(f, dir, a.w.cfg.Unpack)
+}
+
+func (a *attempt) restore(cp *queue.Checkpoint) error {
+	if err := a.unpack(cp.StoreURI, cp.SHA256, a.ckptDir); err != nil {
 		return err
 	}
 	a.log.Info("resuming from checkpoint", "seq", cp.Seq)

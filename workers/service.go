@@ -166,6 +166,25 @@ func (r *ServiceRecords) RestoreCheckpoint(ctx context.Context, id uuid.UUID, at
 	return reply.Checkpoint, nil
 }
 
+// Workdir returns the job's working directory (spec.workdir) in the
+// worker's own pool's bucket: the control plane copies it there when it is
+// not.
+func (r *ServiceRecords) Workdir(ctx context.Context, id uuid.UUID, attempt int) (*queue.WorkdirCopy, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, restoreTimeout)
+		defer cancel()
+	}
+	reply, err := r.call(ctx, queue.WorkerOpWorkdir, &queue.WorkerRequest{JobID: id, Attempt: attempt}, true)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Workdir == nil {
+		return nil, fmt.Errorf("worker service workdir: the reply names no copy")
+	}
+	return reply.Workdir, nil
+}
+
 // Succeed records the attempt's success and its outputs.
 func (r *ServiceRecords) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error {
 	recorded, err := r.complete(ctx, []queue.Completion{{JobID: id, Attempt: attempt, Outputs: outputs}})

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -36,6 +38,10 @@ type ObjectStore struct {
 	// An upload into a full bucket fails, and so does the checkpoint
 	// that needed it.
 	MaxBytes int64
+	// MaxAge keeps the objects of the buckets it names this long after
+	// each was last written (the bucket's TTL); the objects of other
+	// buckets stay until deleted.
+	MaxAge map[string]time.Duration
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.ObjectStore
@@ -54,7 +60,8 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 		if replicas == 0 {
 			replicas = 1
 		}
-		cfg := jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes}
+		cfg := jetstream.ObjectStoreConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: s.MaxBytes,
+			TTL: s.MaxAge[name]}
 		// A bucket already configured so is used as it is: an update
 		// rewrites the bucket's stream configuration while other
 		// processes read it.
@@ -81,8 +88,8 @@ func (s *ObjectStore) bucket(ctx context.Context, name string, create bool) (jet
 	return b, nil
 }
 
-// sameBucket reports whether bucket b has cfg's replicas, storage and size
-// cap (no cap: the server's -1).
+// sameBucket reports whether bucket b has cfg's replicas, storage, size cap
+// (no cap: the server's -1) and TTL.
 func sameBucket(ctx context.Context, b jetstream.ObjectStore, cfg jetstream.ObjectStoreConfig) bool {
 	st, err := b.Status(ctx)
 	if err != nil {
@@ -96,7 +103,7 @@ func sameBucket(ctx context.Context, b jetstream.ObjectStore, cfg jetstream.Obje
 	if capBytes == 0 {
 		capBytes = -1
 	}
-	return have.Replicas == cfg.Replicas && have.Storage == cfg.Storage && have.MaxBytes == capBytes
+	return have.Replicas == cfg.Replicas && have.Storage == cfg.Storage && have.MaxBytes == capBytes && have.MaxAge == cfg.TTL
 }
 
 // Put stores r under name in bucket, creating it when missing.
@@ -149,6 +156,37 @@ func (s *ObjectStore) Get(ctx context.Context, uri string, w io.Writer) error {
 		return fmt.Errorf("downloading %s: %w", uri, err)
 	}
 	return nil
+}
+
+// Stat says how large the archive at uri is, when it was written and its
+// SHA-256; an archive or bucket that is not there is queue.ErrArchiveLost.
+func (s *ObjectStore) Stat(ctx context.Context, uri string) (queue.ObjectStat, error) {
+	bucket, name, err := parseObjectURI(uri)
+	if err != nil {
+		return queue.ObjectStat{}, err
+	}
+	b, err := s.bucket(ctx, bucket, false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return queue.ObjectStat{}, fmt.Errorf("%s: %w: its bucket is gone", uri, queue.ErrArchiveLost)
+	}
+	if err != nil {
+		return queue.ObjectStat{}, err
+	}
+	info, err := b.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return queue.ObjectStat{}, fmt.Errorf("%s: %w: not in its bucket", uri, queue.ErrArchiveLost)
+	}
+	if err != nil {
+		return queue.ObjectStat{}, fmt.Errorf("%s: %w", uri, err)
+	}
+	st := queue.ObjectStat{Bytes: int64(info.Size), ModTime: info.ModTime}
+	// The store's digest of the object: "SHA-256=" and base64url.
+	if d, ok := strings.CutPrefix(info.Digest, "SHA-256="); ok {
+		if sum, err := base64.URLEncoding.DecodeString(d); err == nil {
+			st.SHA256 = hex.EncodeToString(sum)
+		}
+	}
+	return st, nil
 }
 
 // Delete removes the archive at uri; a missing one is not an error.

@@ -81,6 +81,9 @@ type WorkerService struct {
 	// pool's bucket into the claiming pool's; without it such a restore is
 	// refused and the job's new pool cannot resume it.
 	Archives ArchiveCopier
+	// Workdirs copies the working directory of a job that has one into the
+	// pool's bucket; without it such a job's workers cannot fetch it.
+	Workdirs *Workdirs
 	// Concurrency bounds the requests handled at once. Default 64.
 	Concurrency int
 	// Logger; default slog.Default().
@@ -254,6 +257,10 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 	case queue.WorkerOpRestore:
 		cp, err := s.restore(ctx, pool, r.JobID, r.Attempt, r.Seq)
 		out.Checkpoint = cp
+		return out, err
+	case queue.WorkerOpWorkdir:
+		c, err := s.workdir(ctx, pool, r.JobID, r.Attempt)
+		out.Workdir = c
 		return out, err
 	case queue.WorkerOpComplete:
 		recorded, err := s.complete(ctx, pool, r.Completions)
@@ -495,13 +502,8 @@ func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, 
 	}
 	// Only for the attempt this pool runs now: the copy lands where every
 	// worker of the pool may read it, so it is made for no other.
-	attempts, err := s.Store.Attempts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if i := slices.IndexFunc(attempts, func(a queue.Attempt) bool { return a.Attempt == attempt }); i < 0 ||
-		attempts[i].Pool != pool || attempts[i].EndedAt != nil || slices.ContainsFunc(attempts, func(a queue.Attempt) bool { return a.Attempt > attempt }) {
-		return nil, fmt.Errorf("restoring checkpoint %d of job %s for attempt %d of pool %s: %w", seq, id, attempt, pool, queue.ErrFenced)
+	if err := s.checkRunning(ctx, pool, id, attempt); err != nil {
+		return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 	}
 	cps, err := s.Store.Checkpoints(ctx, id)
 	if err != nil {
@@ -568,6 +570,40 @@ func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, 
 	s.Logger.Info("checkpoint copied for a re-placed job", "job", id, "attempt", attempt, "from", from.StoreURI, "to", uri, "seq", newSeq)
 	return &queue.Checkpoint{JobID: id, Seq: newSeq, Attempt: attempt, Bytes: rec.Bytes, SHA256: rec.SHA256,
 		Region: rec.Region, StoreURI: uri, CreatedAt: time.Now()}, nil
+}
+
+// checkRunning refuses, as fenced, an attempt that is not job id's latest,
+// still running, on pool.
+func (s *WorkerService) checkRunning(ctx context.Context, pool string, id uuid.UUID, attempt int) error {
+	attempts, err := s.Store.Attempts(ctx, id)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(attempts, func(a queue.Attempt) bool { return a.Attempt == attempt }); i < 0 ||
+		attempts[i].Pool != pool || attempts[i].EndedAt != nil || slices.ContainsFunc(attempts, func(a queue.Attempt) bool { return a.Attempt > attempt }) {
+		return fmt.Errorf("job %s, attempt %d of pool %s: %w", id, attempt, pool, queue.ErrFenced)
+	}
+	return nil
+}
+
+// workdir returns the copy, in pool's bucket, of the working directory
+// (spec.workdir) of the attempt pool runs now.
+func (s *WorkerService) workdir(ctx context.Context, pool string, id uuid.UUID, attempt int) (*queue.WorkdirCopy, error) {
+	if err := s.checkRunning(ctx, pool, id, attempt); err != nil {
+		return nil, fmt.Errorf("fetching the working directory: %w", err)
+	}
+	j, err := s.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sum, ok := queue.WorkdirDigest(j.Spec.Workdir)
+	if !ok {
+		return nil, badf("job_id: job %s has no working directory", id)
+	}
+	if s.Workdirs == nil {
+		return nil, errors.New("this control plane keeps no working directories")
+	}
+	return s.Workdirs.CopyToPool(ctx, pool, j.Spec.Project, sum)
 }
 
 // checkArchive refuses a checkpoint or output record that does not name the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ const (
 // completes each spec with the spec flags given, as -f's spec is completed.
 // Every spec is checked before anything is submitted; an error names the
 // job (jobs[7]) and its field.
-func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string) ([]*queue.Spec, error) {
+func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdirs) ([]*queue.Spec, error) {
 	switch {
 	case v.GetString("file") != "":
 		return nil, errors.New("--batch and -f: give one; each job of a batch is a spec of the batch file")
@@ -68,9 +69,14 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string) ([]*queue.
 	if len(doc.Jobs) == 0 || len(doc.Jobs) > maxBatchFileJobs {
 		return nil, fmt.Errorf("--batch: jobs must hold 1–%d job specs, got %d", maxBatchFileJobs, len(doc.Jobs))
 	}
+	// A workdir in the file is relative to the file.
+	base := ""
+	if path := v.GetString("batch"); path != "-" {
+		base = filepath.Dir(path)
+	}
 	specs := make([]*queue.Spec, len(doc.Jobs))
 	for i, raw := range doc.Jobs {
-		if specs[i], err = batchSpec(cmd, v, raw); err != nil {
+		if specs[i], err = batchSpec(cmd, v, raw, base, wd); err != nil {
 			return nil, fmt.Errorf("jobs[%d]: %w; nothing was submitted", i, err)
 		}
 	}
@@ -78,15 +84,12 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string) ([]*queue.
 }
 
 // batchSpec completes one spec of a batch with the spec flags given.
-func batchSpec(cmd *cobra.Command, v *viper.Viper, raw json.RawMessage) (*queue.Spec, error) {
-	if !anyFlagChanged(cmd) {
+func batchSpec(cmd *cobra.Command, v *viper.Viper, raw json.RawMessage, base string, wd *workdirs) (*queue.Spec, error) {
+	doc, err := queue.SpecDocument(raw)
+	if _, local := localWorkdir(doc); err != nil || !anyFlagChanged(cmd) && !local {
 		return queue.ParseSpec(raw)
 	}
-	doc, err := queue.SpecDocument(raw)
-	if err != nil {
-		return nil, err
-	}
-	return completeSpec(cmd, v, doc, nil)
+	return completeSpec(cmd, v, doc, nil, base, wd)
 }
 
 // submitBatch submits specs, waits for the scheduler's answer for each

@@ -56,14 +56,16 @@ for every job as gpuq wait of their ids does.`,
 			if err != nil {
 				return err
 			}
+			wd := newWorkdirs(cmd, v)
+			defer wd.close()
 			if v.GetString("batch") != "" {
-				specs, err := batchFromFile(cmd, v, args)
+				specs, err := batchFromFile(cmd, v, args, wd)
 				if err != nil {
 					return err
 				}
 				return submitBatch(cmd, v, specs, format)
 			}
-			spec, err := specFromFlags(cmd, v, args)
+			spec, err := specFromFlags(cmd, v, args, wd)
 			if err != nil {
 				return err
 			}
@@ -92,6 +94,7 @@ for every job as gpuq wait of their ids does.`,
 	f.String("residency", "", "spec.placement.residency (EU, EEA, CH, UK or a configured class)")
 	f.String("max-price", "", `spec.budget.max_price_per_hour, e.g. "2.50 EUR"`)
 	f.String("idempotency-key", "", "spec.idempotency_key: resubmitting with the same key names the same job")
+	f.String("workdir", "", "spec.workdir: a local directory (your code, small data) packed, uploaded and unpacked where the command runs")
 	f.Int("max-errors", queue.DefaultMaxErrors, "spec.retries.max_errors: non-zero exits retried before the job fails")
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
@@ -121,8 +124,9 @@ func specFileArg(cmd *cobra.Command, args []string) bool {
 
 // specFromFlags builds the spec from -f and the flags, through the same
 // strict parser as any other submission.
-func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Spec, error) {
+func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdirs) (*queue.Spec, error) {
 	doc := map[string]any{}
+	base := ""
 	path := v.GetString("file")
 	if path == "" && specFileArg(cmd, args) {
 		path, args = args[0], nil
@@ -132,23 +136,29 @@ func specFromFlags(cmd *cobra.Command, v *viper.Viper, args []string) (*queue.Sp
 		if err != nil {
 			return nil, err
 		}
-		if len(args) == 0 && !anyFlagChanged(cmd) {
-			return queue.ParseSpec(data)
-		}
 		// The file's fields as written: the flags and the command complete
 		// them (a file may leave the command to them), then the whole spec
 		// is checked and defaulted at once.
-		if doc, err = queue.SpecDocument(data); err != nil {
-			return nil, err
+		doc, err = queue.SpecDocument(data)
+		if _, local := localWorkdir(doc); err != nil || len(args) == 0 && !anyFlagChanged(cmd) && !local {
+			return queue.ParseSpec(data)
+		}
+		if path != "-" {
+			// A workdir in the file is relative to the file.
+			base = filepath.Dir(path)
 		}
 	}
-	return completeSpec(cmd, v, doc, args)
+	return completeSpec(cmd, v, doc, args, base, wd)
 }
 
-// completeSpec completes doc with the spec flags and args (applySpecFlags)
-// and checks the whole spec.
-func completeSpec(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args []string) (*queue.Spec, error) {
+// completeSpec completes doc with the spec flags and args (applySpecFlags),
+// uploads the local directory its workdir names (relative to base), and
+// checks the whole spec.
+func completeSpec(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args []string, base string, wd *workdirs) (*queue.Spec, error) {
 	if err := applySpecFlags(cmd, v, doc, args); err != nil {
+		return nil, err
+	}
+	if err := wd.resolve(cmd.Context(), doc, base); err != nil {
 		return nil, err
 	}
 	data, err := json.Marshal(doc)
@@ -184,6 +194,15 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 		if fl.Changed(flag) {
 			set(path, v.GetString(flag))
 		}
+	}
+	if fl.Changed("workdir") {
+		// A directory given on the command line is relative to where the
+		// command runs, not to a spec file.
+		dir, err := filepath.Abs(v.GetString("workdir"))
+		if err != nil {
+			return fmt.Errorf("--workdir: %w", err)
+		}
+		set("workdir", dir)
 	}
 	if fl.Changed("gpu-count") {
 		set("resources.gpu.count", v.GetInt("gpu-count"))

@@ -195,6 +195,9 @@ type clients struct {
 	// workers counts the live workers of each pool its liveness monitor
 	// hears; nil outside startControlPlane.
 	workers *control.LiveWorkers
+	// workdirs keeps the working directories users upload; nil outside
+	// startControlPlane.
+	workdirs *control.Workdirs
 	// serving counts what serves from the store in the background (the
 	// HTTP API), stopped by stopServing before the store is closed.
 	serving     sync.WaitGroup
@@ -321,7 +324,7 @@ func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer,
 	c.workers = workers
 	c.metrics = control.NewMetrics(c.store, c.js, workers, logger)
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
-		Placer: placer, JS: c.js, Archives: archiveStore(c), Logger: logger, Claims: claims, Metrics: c.metrics}
+		Placer: placer, JS: c.js, Archives: archiveStore(c), Workdirs: c.workdirs, Logger: logger, Claims: claims, Metrics: c.metrics}
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}

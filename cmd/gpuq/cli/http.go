@@ -50,7 +50,7 @@ func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, l
 	rps := v.GetFloat64("http-rate")
 	srv, err := httpapi.New(httpapi.Config{Store: c.store, JS: c.js, NATS: c.nc, Archives: archiveStore(c),
 		Sources: sources, Policy: c.policy, Rules: rules, RatePerSecond: rps, Burst: int(2 * rps), Workers: c.workers,
-		Placer: c.placer, Runs: c.js, Logger: logger})
+		Placer: c.placer, Runs: c.js, Workdirs: c.workdirs, Logger: logger})
 	if err != nil {
 		return "", err
 	}

@@ -249,6 +249,16 @@ func planJobFromFile(path string, stdin io.Reader) (*queue.Spec, policy.Requirem
 		}
 		return nil, policy.Requirements{}, fmt.Errorf("reading job spec: %w", err)
 	}
+	if doc, err := queue.SpecDocument(data); err == nil {
+		if _, local := localWorkdir(doc); local {
+			// Where a job runs does not depend on its working directory,
+			// which a plan does not upload.
+			delete(doc, "workdir")
+			if data, err = json.Marshal(doc); err != nil {
+				return nil, policy.Requirements{}, err
+			}
+		}
+	}
 	spec, err := queue.ParseSpec(data)
 	if err != nil {
 		return nil, policy.Requirements{}, fmt.Errorf("job spec %s: %w", path, err)

@@ -40,20 +40,7 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	t.Parallel()
 	bin := buildGpuq(t)
 	dir := t.TempDir()
-	startDev(t, bin, dir, "--http-addr", "127.0.0.1:0")
-	var conf struct {
-		NATSURL    string `json:"nats-url"`
-		Credential string `json:"nats-credential"`
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, devConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(raw, &conf); err != nil || conf.NATSURL == "" || conf.Credential == "" {
-		t.Fatalf("%s: %v (%+v)", devConfigFile, err, conf)
-	}
-	natsEnv := clientEnv(conf.NATSURL, conf.Credential)
-	httpEnv := natsEnv[2:] // no GPUQ_ or PG variable: the config file in dir decides
+	natsEnv, httpEnv := devClients(t, bin, dir)
 	overHTTP := func(wantCode int, args ...string) string {
 		t.Helper()
 		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
@@ -147,4 +134,27 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 	if st.Job.State != "rejected" || len(st.History) != 2 {
 		t.Fatalf("a refused retry must change nothing: %+v, trail %+v", st.Job, st.History)
 	}
+}
+
+// devClients runs gpuq dev in dir, on any free HTTP port (tests run beside
+// other gpuq devs), and returns the environments of its two kinds of
+// client: one holding only the NATS credential gpuq dev wrote, and one with
+// neither a GPUQ_ nor a PG variable, for which the config file in dir (or
+// in a directory above the command's) decides, and it talks HTTP.
+func devClients(t *testing.T, bin, dir string) (natsEnv, httpEnv []string) {
+	t.Helper()
+	startDev(t, bin, dir, "--http-addr", "127.0.0.1:0")
+	var conf struct {
+		NATSURL    string `json:"nats-url"`
+		Credential string `json:"nats-credential"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &conf); err != nil || conf.NATSURL == "" || conf.Credential == "" {
+		t.Fatalf("%s: %v (%+v)", devConfigFile, err, conf)
+	}
+	natsEnv = clientEnv(conf.NATSURL, conf.Credential)
+	return natsEnv, natsEnv[2:]
 }

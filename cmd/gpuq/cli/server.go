@@ -136,6 +136,8 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	c.store.Storage = storage
+	c.workdirs = &control.Workdirs{MaxBytes: storage.WorkdirMaxBytes, Store: &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"),
+		MaxBytes: storage.BucketMaxBytes, MaxAge: map[string]time.Duration{queue.WorkdirBucket: storage.WorkdirRetention}}}
 	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{Replicas: v.GetInt("replicas"), MaxBytes: storage.StreamLimits()}); err != nil {
 		c.Close()
 		return nil, err
@@ -198,7 +200,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	}
 	archives := &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"), MaxBytes: storage.BucketMaxBytes}
 	pruner := &control.Pruner{Store: c.store, Interval: storage.PruneInterval, Logger: logger, Archives: archives,
-		Sweeper: archives, Records: c.store, OrphanAge: storage.OrphanAge}
+		Sweeper: archives, Records: c.workdirs.WorkdirRecords(c.store), OrphanAge: storage.OrphanAge}
 	go func() {
 		if err := pruner.Run(ctx); err != nil {
 			logger.Error("checkpoint pruner stopped", "err", err)

@@ -27,6 +27,8 @@ type storageFile struct {
 	UnpackMaxFileBytes  string            `mapstructure:"unpack_max_file_bytes"`
 	UnpackMaxFiles      int               `mapstructure:"unpack_max_files"`
 	UnpackMaxRatio      int64             `mapstructure:"unpack_max_ratio"`
+	WorkdirMaxBytes     string            `mapstructure:"workdir_max_bytes"`
+	WorkdirRetention    time.Duration     `mapstructure:"workdir_retention"`
 }
 
 // storageConfig reads the config key `storage` and refuses a bad value,
@@ -37,8 +39,8 @@ func storageConfig(v *viper.Viper) (queue.Storage, error) {
 		return queue.Storage{}, fmt.Errorf("config key storage: %w", err)
 	}
 	s := queue.Storage{KeepCheckpoints: f.KeepCheckpoints, CheckpointRetention: f.CheckpointRetention, PruneInterval: f.PruneInterval,
-		OrphanAge: f.OrphanAge,
-		Unpack:    queue.ArchiveLimits{MaxFiles: f.UnpackMaxFiles, MaxRatio: f.UnpackMaxRatio}}
+		OrphanAge: f.OrphanAge, WorkdirRetention: f.WorkdirRetention,
+		Unpack: queue.ArchiveLimits{MaxFiles: f.UnpackMaxFiles, MaxRatio: f.UnpackMaxRatio}}
 	var err error
 	if s.Unpack.MaxBytes, err = parseSize("storage.unpack_max_bytes", f.UnpackMaxBytes); err != nil {
 		return s, err
@@ -50,6 +52,9 @@ func storageConfig(v *viper.Viper) (queue.Storage, error) {
 		return s, err
 	}
 	if s.BucketMaxBytes, err = parseSize("storage.bucket_max_bytes", f.BucketMaxBytes); err != nil {
+		return s, err
+	}
+	if s.WorkdirMaxBytes, err = parseSize("storage.workdir_max_bytes", f.WorkdirMaxBytes); err != nil {
 		return s, err
 	}
 	for _, m := range []struct {

@@ -24,6 +24,8 @@ storage:
   stream_max_bytes: {logs: 2GiB}
   bucket_max_bytes: "1048576"
   orphan_age: 3h
+  workdir_max_bytes: 20MiB
+  workdir_retention: 48h
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +35,8 @@ storage:
 		t.Fatal(err)
 	}
 	if s.KeepCheckpoints != 5 || s.CheckpointRetention != 24*time.Hour || s.ProjectQuotaBytes != 10<<30 ||
-		s.QuotaOf("vision") != 500_000_000 || s.StreamLimits()["GPUQ_LOGS"] != 2<<30 || s.BucketMaxBytes != 1<<20 || s.OrphanAge != 3*time.Hour {
+		s.QuotaOf("vision") != 500_000_000 || s.StreamLimits()["GPUQ_LOGS"] != 2<<30 || s.BucketMaxBytes != 1<<20 || s.OrphanAge != 3*time.Hour ||
+		s.WorkdirMaxBytes != 20<<20 || s.WorkdirRetention != 48*time.Hour {
 		t.Fatalf("storage config: %+v", s)
 	}
 	for yaml, key := range map[string]string{
@@ -44,6 +47,8 @@ storage:
 		"storage: {keep_checkpoint: 2}":             "keep_checkpoint",
 		"storage: {checkpoint_retention: a-week}":   "checkpoint_retention",
 		"storage: {orphan_age: 10s}":                "storage.orphan_age: must be at least 1m",
+		"storage: {workdir_max_bytes: lots}":        "storage.workdir_max_bytes: want a size",
+		"storage: {workdir_retention: 10m}":         "storage.workdir_retention: must be at least 1h",
 	} {
 		v, err := read(yaml)
 		if err != nil {

@@ -54,7 +54,7 @@ func submitSpec(t *testing.T, args ...string) (*queue.Spec, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return specFromFlags(cmd, v, cmd.Flags().Args())
+	return specFromFlags(cmd, v, cmd.Flags().Args(), newWorkdirs(cmd, v))
 }
 
 func TestSubmitsCardFlagAsksForOneGPUUnlessTheCountIsGiven(t *testing.T) {

@@ -94,6 +94,9 @@ type Config struct {
 	// API without them answers a retry with 501.
 	Placer control.Placer
 	Runs   control.RunPublisher
+	// Workdirs keeps the working directories users upload; an API without
+	// it answers an upload with 501 and refuses a spec naming one.
+	Workdirs *control.Workdirs
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -331,6 +334,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerCapacity(api)
 	s.registerPolicy(api)
 	s.registerQuota(api)
+	s.registerWorkdirs(api)
 }
 
 // register adds an operation, documenting the errors every operation of

@@ -100,6 +100,13 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 	if err != nil {
 		return nil, err
 	}
+	for i, spec := range specs {
+		if existing[i] == nil {
+			if err := s.checkWorkdir(ctx, spec, fmt.Sprintf("body.jobs[%d].workdir", i)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	cost := (len(specs) + batchJobsPerRequest - 1) / batchJobsPerRequest
 	if wait := s.auth.limitN(tok.ID, cost-1); wait > 0 {
 		return nil, huma.ErrorWithHeaders(huma.NewError(http.StatusTooManyRequests,

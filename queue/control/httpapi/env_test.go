@@ -86,7 +86,8 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 	wg.Add(1)
 	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck // ends with ctx
 	cfg := httpapi.Config{Store: st, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS}, Sources: sources,
-		Policy: watch, RatePerSecond: 1000, Burst: 1000, Placer: placer, Runs: n.JS}
+		Policy: watch, RatePerSecond: 1000, Burst: 1000, Placer: placer, Runs: n.JS,
+		Workdirs: &control.Workdirs{Store: &workers.ObjectStore{JS: n.JS}}}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -145,6 +145,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 			return nil, internal(s.cfg.Logger, "reading job", err)
 		}
 	}
+	if err := s.checkWorkdir(ctx, spec, "spec.workdir"); err != nil {
+		return nil, err
+	}
 	sub, err := s.submitOne(ctx, spec)
 	if err != nil {
 		return nil, err

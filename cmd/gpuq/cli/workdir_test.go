@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+)
+
+// trainPy reads a data file beside it, relative to where it runs, says
+// where that is and what it finds there, and leaves a result.
+const trainPy = `import os
+print("in workdir:", os.getcwd() == os.environ["GPUQ_WORKDIR"])
+print("data:", open("data/in.txt").read().strip())
+print("files:", sorted(os.listdir(".")))
+with open(os.path.join(os.environ["GPUQ_OUTPUT_DIR"], "result.txt"), "w") as f:
+    f.write("trained on " + open("data/in.txt").read())
+`
+
+// A researcher's project directory shipped with its job, as gpuq dev's
+// user ships it: --workdir on the command line (over HTTP, from gpuq dev's
+// directory, or a project directory below it) or workdir: in a spec file,
+// relative to the file. The command
+// finds its files where it runs; gpuq dev's credentials, version control
+// and caches stay behind; a symlink out of the directory is named and left
+// out. Over NATS alone nothing can be uploaded, and a job naming a
+// directory never uploaded fails saying so without running.
+func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	natsEnv, httpEnv := devClients(t, bin, dir)
+	overHTTP := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
+	}
+
+	proj := filepath.Join(dir, "proj")
+	for name, content := range map[string]string{
+		"train.py": trainPy, "data/in.txt": "imagenet-mini\n", ".gpuq/token": "not-for-the-job\n",
+		".git/HEAD": "ref: refs/heads/main\n", "__pycache__/train.cpython.pyc": "bytecode",
+		"job.yaml": "name: from-file\ncommand: [python3, train.py]\nworkdir: .\n",
+	} {
+		p := filepath.Join(proj, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(proj, "passwd")); err != nil {
+		t.Fatal(err)
+	}
+
+	// From the project directory, below gpuq dev's: its config is found
+	// in the parent, as the Python client finds it.
+	out := string(runBinary(t, bin, proj, httpEnv, 0, "submit", "--workdir", ".", "--wait", "--", "python3", "train.py"))
+	if !strings.Contains(out, "gpuq: workdir "+proj+": left out passwd: a symlink to /etc/passwd, outside the directory") {
+		t.Fatalf("submit --workdir: want the symlink out of the directory named, got %s", out)
+	}
+	id := strings.Fields(out)[0]
+	if !strings.Contains(out, id+" succeeded") {
+		t.Fatalf("submit --workdir --wait: %s", out)
+	}
+	logs := overHTTP(0, "logs", id)
+	for _, want := range []string{"in workdir: True", "data: imagenet-mini", "files: ['data', 'job.yaml', 'train.py']"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("logs: want %q, got\n%s", want, logs)
+		}
+	}
+	results := filepath.Join(t.TempDir(), "out")
+	overHTTP(0, "results", id, "--dir", results)
+	if b, err := os.ReadFile(filepath.Join(results, "result.txt")); err != nil || string(b) != "trained on imagenet-mini\n" {
+		t.Fatalf("results: %q, %v", b, err)
+	}
+	var st control.JobStatus
+	if err := json.Unmarshal([]byte(overHTTP(0, "status", id, "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := queue.WorkdirDigest(st.Job.Spec.Workdir); !ok {
+		t.Fatalf("the job's spec names no uploaded directory: %q", st.Job.Spec.Workdir)
+	}
+
+	// From a spec file elsewhere: its workdir is relative to the file.
+	if out := overHTTP(0, "submit", "proj/job.yaml", "--wait"); !strings.Contains(out, " succeeded") {
+		t.Fatalf("submit proj/job.yaml: %s", out)
+	}
+
+	// The same files give the same spec, so an idempotency key names the
+	// same job; changed code under the same key is a conflict.
+	first := strings.TrimSpace(overHTTP(0, "submit", "--workdir", "proj", "--idempotency-key", "train-v1", "--", "python3", "train.py"))
+	again := strings.TrimSpace(overHTTP(0, "submit", "--workdir", "proj", "--idempotency-key", "train-v1", "--", "python3", "train.py"))
+	if lastLine(first) != lastLine(again) {
+		t.Fatalf("resubmitting unchanged files named job %s, then %s", lastLine(first), lastLine(again))
+	}
+	if err := os.WriteFile(filepath.Join(proj, "train.py"), []byte(trainPy+"print('changed')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := overHTTP(ExitGeneral, "submit", "--workdir", "proj", "--idempotency-key", "train-v1", "--", "python3", "train.py"); !strings.Contains(out, "already used with a different spec") {
+		t.Fatalf("changed code under the same key: %s", out)
+	}
+
+	// Over NATS alone: nothing to upload through, said at once.
+	home := t.TempDir()
+	if err := os.Symlink(proj, filepath.Join(home, "proj")); err != nil {
+		t.Fatal(err)
+	}
+	if out := string(runBinary(t, bin, home, natsEnv, ExitGeneral, "submit", "--workdir", "proj", "--", "python3", "train.py")); !strings.Contains(out, "a working directory is uploaded through the HTTP API") {
+		t.Fatalf("--workdir over NATS: %s", out)
+	}
+	// A directory never uploaded: over HTTP refused, over NATS the job
+	// fails without running.
+	missing := "sha256:" + strings.Repeat("0", 64)
+	spec := filepath.Join(home, "missing.json")
+	if err := os.WriteFile(spec, []byte(`{"command": ["python3", "train.py"], "workdir": "`+missing+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := overHTTP(ExitGeneral, "submit", spec); !strings.Contains(out, "spec.workdir: "+missing+" is not uploaded for project default") {
+		t.Fatalf("submitting a directory never uploaded over HTTP: %s", out)
+	}
+	lost := lastLine(strings.TrimSpace(string(runBinary(t, bin, home, natsEnv, 0, "submit", spec))))
+	if out := string(runBinary(t, bin, home, natsEnv, ExitFailed, "wait", lost)); !strings.Contains(out, "fetching its working directory "+missing+": ") ||
+		!strings.Contains(out, "was never uploaded for project default, or was deleted storage.workdir_retention after its last upload; the job was not run") {
+		t.Fatalf("a job naming a directory never uploaded: %s", out)
+	}
+}
+
+// lastLine is the last line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
