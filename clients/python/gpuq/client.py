@@ -13,11 +13,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
 from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
+from .workdir import DIGEST_PREFIX, Packed, packed
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
 DEV_CONFIG = os.path.join(".gpuq", "config.yaml")
@@ -75,10 +76,11 @@ class Client:
     def _open(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
               accept: str = "application/json", headers: Optional[Mapping[str, str]] = None,
               timeout: Optional[float] = None):
-        """Sends a request and returns the response. A 429 is sent again
-        after its Retry-After: the rate limiter refuses a request before
-        anything acts on it, so that a loop submitting a sweep slows down
-        to the token's rate instead of failing halfway."""
+        """Sends a request and returns the response. ``body`` is a JSON
+        document, or a :class:`_FileBody` sent from its file. A 429 is sent
+        again after its Retry-After: the rate limiter refuses a request
+        before anything acts on it, so that a loop submitting a sweep slows
+        down to the token's rate instead of failing halfway."""
         limited = 0.0  # seconds waited for the rate limit so far
         while True:
             try:
@@ -93,11 +95,17 @@ class Client:
     def _open_once(self, method: str, path: str, query: Optional[Mapping[str, Any]], body: Any,
                    accept: str, headers: Optional[Mapping[str, str]], timeout: Optional[float]):
         url = self.url + path
-        if query:
-            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        data = None
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        data: Any = None
+        stream = None
         req_headers = {"Authorization": "Bearer " + self._token, "Accept": accept}
-        if body is not None:
+        if isinstance(body, _FileBody):
+            data = stream = body.open()
+            req_headers["Content-Type"] = body.content_type
+            req_headers["Content-Length"] = str(body.size)
+        elif body is not None:
             data = json.dumps(body).encode("utf-8")
             req_headers["Content-Type"] = "application/json"
         req_headers.update(headers or {})
@@ -118,6 +126,9 @@ class Client:
             # The connection dropped before an answer came (a server
             # stopping), which urllib does not wrap.
             raise Unreachable("%s %s: %r" % (method, url, e)) from e
+        finally:
+            if stream is not None:
+                stream.close()
 
     def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
               retry_for: float = 0.0, idempotent: bool = False) -> Any:
@@ -192,8 +203,17 @@ class Client:
         :class:`Conflict`. An invalid spec raises :class:`InvalidRequest`
         naming each field at fault. A submission with an idempotency key is
         sent again while the server answers 502, 503 or 504 (it names the
-        same job however often it arrives); one without is not."""
+        same job however often it arrives); one without is not.
+
+        ``workdir`` ships a local directory with the job: it is packed and
+        uploaded (:meth:`upload_workdir`) for the spec's project, and the
+        spec names it by its digest; the command runs in the unpacked copy
+        (``GPUQ_WORKDIR``). A value that starts with ``sha256:`` names a
+        directory uploaded before and is sent as it is. Editing a file
+        changes the digest, and so the spec: the same idempotency key then
+        raises :class:`Conflict`."""
         doc = _spec(spec, fields)
+        self._ship_workdir(doc)
         if idempotency_key is not None:
             doc["idempotency_key"] = idempotency_key
         keyed = bool(doc.get("idempotency_key"))
@@ -214,12 +234,17 @@ class Client:
         503 or 504. Every ten jobs count as one request against the
         token's rate limit. Once it lasts over a second it shows how many
         jobs are submitted (Jupyter, terminal or plain lines on stderr;
-        ``progress=False`` hides it)."""
+        ``progress=False`` hides it). A spec's ``workdir`` is shipped as
+        :meth:`submit` ships it, each directory once per project, before
+        the first request."""
         docs = []
         for i, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
             docs.append(dict(spec))
+        shipped: Dict[Tuple[str, Optional[str]], str] = {}
+        for doc in docs:
+            self._ship_workdir(doc, progress=progress, shipped=shipped)
         jobs: List[Job] = []
         shown = Transfer("submit_many: jobs submitted", len(docs), count="{:,}".format) if progress else None
         try:
@@ -332,8 +357,74 @@ class Client:
 
     def plan(self, spec: Optional[Mapping[str, Any]] = None, **fields: Any) -> Plan:
         """Places a spec without submitting it: the decision the scheduler
-        would make, with every rejected offer and its reason."""
-        return Plan.from_doc(self._call("POST", "/v1/plan", body=_spec(spec, fields)))
+        would make, with every rejected offer and its reason. A local
+        ``workdir`` is packed for its digest but not uploaded: a plan
+        stores nothing."""
+        doc = _spec(spec, fields)
+        self._ship_workdir(doc, upload=False)
+        return Plan.from_doc(self._call("POST", "/v1/plan", body=doc))
+
+    # --- working directories --------------------------------------------
+
+    def upload_workdir(self, path: Union[str, "os.PathLike[str]"], project: Optional[str] = None,
+                       progress: bool = True) -> str:
+        """Packs the directory ``path`` and uploads it for ``project``
+        (default: the token's only project, else ``default``), and returns
+        its digest, ``"sha256:<hex>"``, for a spec's ``workdir``. Left out:
+        ``.git``, ``.gpuq`` (gpuq dev's token), ``__pycache__``,
+        ``.ipynb_checkpoints`` and ``.venv`` at any depth, symlinks out of
+        the directory or absolute, and anything not a file, directory or
+        symlink (each of these named in a warning). Packing is
+        deterministic: unchanged files give the same digest, and uploading
+        it again only keeps it longer. A path that is not a directory, or
+        one that packs to more than 100 MiB (compressed), raises
+        :class:`GpuqError` before anything is sent; the server's own limit
+        (``storage.workdir_max_bytes``) may be lower. With progress, an
+        upload that lasts over a second shows how far it got."""
+        with packed(path) as archive:
+            return self._upload(archive, str(path), project, progress)
+
+    def _upload(self, archive: Packed, shown: str, project: Optional[str], progress: bool) -> str:
+        """Uploads a packed directory (``PUT /v1/workdirs/<hex>``) and
+        returns its digest as the server names it. Sending it again is
+        harmless, so it is retried while the server is unavailable."""
+        bar = Transfer("uploading workdir " + shown, archive.bytes) if progress else None
+        try:
+            answer = self._call("PUT", "/v1/workdirs/" + archive.hex, {"project": project or None},
+                                body=_FileBody(archive.path, "application/gzip", bar),
+                                retry_for=_UNAVAILABLE_RETRY, idempotent=True)
+        finally:
+            if bar:
+                bar.close()
+        digest = answer.get("workdir") if isinstance(answer, dict) else None
+        if digest != archive.digest:
+            raise GpuqError("workdir %s: uploaded %s, but the server answered %r" % (shown, archive.digest, answer))
+        return digest
+
+    def _ship_workdir(self, doc: Dict[str, Any], upload: bool = True, progress: bool = True,
+                      shipped: Optional[Dict[Tuple[str, Optional[str]], str]] = None) -> None:
+        """Replaces a spec's ``workdir`` that names a local directory by its
+        digest, uploading the directory for the spec's project (or, without
+        ``upload``, only packing it). A digest is left as it is, and so is a
+        value of another type, for the server to refuse. ``shipped`` holds
+        the digests of directories already uploaded, by path and project."""
+        value = doc.get("workdir")
+        if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and value.startswith(DIGEST_PREFIX)):
+            return
+        path = os.fspath(value)
+        project = doc.get("project") or None
+        key = (os.path.abspath(path), project)
+        if shipped is not None and key in shipped:
+            doc["workdir"] = shipped[key]
+            return
+        if upload:
+            digest = self.upload_workdir(path, project, progress=progress)
+        else:
+            with packed(path) as archive:
+                digest = archive.digest
+        if shipped is not None:
+            shipped[key] = digest
+        doc["workdir"] = digest
 
     def offers(self) -> List[Offer]:
         """What the server's providers offer now (``gpuq offers``), each
@@ -564,6 +655,45 @@ _RATE_LIMIT_RETRY = 120.0
 _UNAVAILABLE_RETRY = 30.0
 
 _log = logging.getLogger("gpuq")
+
+
+class _FileBody:
+    """A request body sent from a file, with its content type. Each try
+    opens the file again, so that a request sent again (a 429, a 503)
+    sends all of it; ``shown`` counts the bytes sent, each once."""
+
+    def __init__(self, path: str, content_type: str, shown: Optional[Transfer] = None) -> None:
+        self.path = path
+        self.content_type = content_type
+        self.size = os.path.getsize(path)
+        self.shown = shown
+        self.sent = 0  # the most bytes read by a try so far
+
+    def open(self) -> IO[bytes]:
+        f = open(self.path, "rb")
+        return f if self.shown is None else _Counted(f, self)  # type: ignore[return-value]
+
+    def reached(self, offset: int) -> None:
+        """A try has read the file up to offset."""
+        if self.shown is not None and offset > self.sent:
+            self.shown.add(offset - self.sent)
+            self.sent = offset
+
+
+class _Counted:
+    """A file whose reads count towards its body's progress."""
+
+    def __init__(self, f: IO[bytes], body: _FileBody) -> None:
+        self._f = f
+        self._body = body
+
+    def read(self, n: int = -1) -> bytes:
+        block = self._f.read(n)
+        self._body.reached(self._f.tell())
+        return block
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class _Reconnect:

@@ -49,7 +49,7 @@ class APIError(GpuqError):
         for e in self.errors:
             if e.location and not msg.startswith(e.location + ":"):
                 parts.append("%s: %s" % (e.location, e.message))
-            elif e.message != msg:
+            elif e.message not in msg:
                 parts.append(e.message)
         if parts:
             msg += ": " + "; ".join(parts)

@@ -122,12 +122,12 @@ class Progress:
 
 
 class Transfer:
-    """Shows a download's progress once it has lasted longer than ``QUIET``
-    seconds, so that a short one shows nothing: in Jupyter one display
-    updated, on a terminal one line redrawn, anywhere else one plain line
-    every ``EVERY`` seconds; ``close`` shows where it ended. ``count``
-    writes an amount (bytes by default; ``Client.submit_many`` counts
-    jobs)."""
+    """Shows a download's or an upload's progress once it has lasted
+    longer than ``QUIET`` seconds, so that a short one shows nothing: in
+    Jupyter one display updated, on a terminal one line redrawn, anywhere
+    else one plain line every ``EVERY`` seconds; ``close`` shows where it
+    ended. ``count`` writes an amount (bytes by default;
+    ``Client.submit_many`` counts jobs)."""
 
     QUIET = 1.0
     EVERY = 5.0
@@ -148,7 +148,7 @@ class Transfer:
         self._handle = None
 
     def add(self, n: int) -> None:
-        """Counts n more bytes downloaded (or jobs submitted)."""
+        """Counts n more bytes downloaded or uploaded (or jobs submitted)."""
         self.done += n
         now = self._clock()
         if now - self.start >= self.QUIET and (self._shown is None or now - self._shown >= self._every):

@@ -22,6 +22,7 @@ import urllib.parse
 from datetime import datetime, timedelta, timezone
 
 import gpuq
+import gpuq.workdir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -365,6 +366,79 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.InvalidRequest) as caught:
             client.plan(command=["true"], placement={"residency": "EUU"})
         self.assertIn("EUU", str(caught.exception))
+
+    def test_a_job_runs_in_its_shipped_working_directory(self):
+        # A project as a notebook's directory holds it: code, data read
+        # relative to the working directory, a link, and gpuq dev's
+        # settings, which must stay here.
+        proj = tempfile.mkdtemp(prefix="proj-", dir=workdir)
+        files = {
+            "train.py": ("import os, sys\n"
+                         "with open(os.path.join('data', 'input.txt')) as f:\n"
+                         "    text = f.read().strip()\n"
+                         "print('read', text)\n"
+                         "print('via link', open('input-link.txt').read().strip())\n"
+                         "print('in workdir', os.path.realpath(os.getcwd()) == os.path.realpath(os.environ['GPUQ_WORKDIR']))\n"
+                         "print('listing', sorted(os.listdir('.')))\n"
+                         "with open(os.path.join(os.environ['GPUQ_OUTPUT_DIR'], 'out.txt'), 'w') as f:\n"
+                         "    f.write(text.upper())\n"),
+            "data/input.txt": "shipped data\n",
+            ".gpuq/config.yaml": "token: not-to-be-shipped\n",
+            "__pycache__/train.cpython-39.pyc": "stale",
+        }
+        for rel, text in files.items():
+            path = os.path.join(proj, *rel.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        os.symlink(os.path.join("data", "input.txt"), os.path.join(proj, "input-link.txt"))
+        key = "workdir-%d" % time.monotonic_ns()
+        job = client.submit(name="shipped", command=["python3", "train.py"], workdir=proj, idempotency_key=key)
+        self.assertRegex(job.spec.get("workdir", ""), r"^sha256:[0-9a-f]{64}$", job.raw)
+        done = client.wait(job, timeout=120, progress=False)
+        logs = "".join(c.data for c in client.logs(job))
+        self.assertEqual(done.state, "succeeded", done.reason + "\n" + logs + "\n" + dev_log())
+        self.assertIn("read shipped data\n", logs)
+        self.assertIn("via link shipped data\n", logs)
+        self.assertIn("in workdir True\n", logs)
+        self.assertIn("listing ['data', 'input-link.txt', 'train.py']\n", logs)
+        with tempfile.TemporaryDirectory() as d:
+            res = client.results(job, d, progress=False)
+            with open(res.files[0].local_path) as f:
+                self.assertEqual(f.read(), "SHIPPED DATA")
+        # Packing the same files again names the same job; an edit is
+        # another spec under the same key.
+        self.assertEqual(client.submit(name="shipped", command=["python3", "train.py"], workdir=proj,
+                                       idempotency_key=key).id, job.id)
+        with open(os.path.join(proj, "train.py"), "a") as f:
+            f.write("# edited\n")
+        with self.assertRaises(gpuq.Conflict):
+            client.submit(name="shipped", command=["python3", "train.py"], workdir=proj, idempotency_key=key)
+        # A sweep uploads it once; each job runs in its own copy.
+        jobs = client.submit_many([{"name": "shipped-%d" % i, "command": ["python3", "train.py"], "workdir": proj}
+                                   for i in range(2)], progress=False)
+        self.assertEqual(len({j.spec["workdir"] for j in jobs}), 1)
+        self.assertEqual([j.state for j in client.wait_all(jobs, timeout=120, progress=False)], ["succeeded"] * 2)
+
+    def test_a_workdir_not_uploaded_is_refused_naming_the_field(self):
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], workdir="sha256:" + "0" * 64)
+        self.assertIn("spec.workdir", caught.exception.fields, caught.exception)
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], workdir="sha256:not-hex")
+        self.assertIn("spec.workdir", caught.exception.fields, caught.exception)
+        # A plan packs a directory for its digest but uploads nothing.
+        proj = tempfile.mkdtemp(prefix="planned-", dir=workdir)
+        with open(os.path.join(proj, "unique.txt"), "w") as f:
+            f.write("planned %d\n" % time.monotonic_ns())
+        self.assertTrue(client.plan(command=["true"], workdir=proj).feasible)
+        with gpuq.workdir.packed(proj) as archive:
+            digest = archive.digest
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], workdir=digest)
+        self.assertIn("spec.workdir", caught.exception.fields, caught.exception)
+        self.assertEqual(client.upload_workdir(proj), digest)
+        self.assertEqual(client.submit(command=["true"], workdir=digest).spec["workdir"], digest)
 
     def test_offers_are_gpuq_devs_two_german_cpu_pools(self):
         offers = {o.pool: o for o in client.offers()}

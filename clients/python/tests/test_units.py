@@ -1,13 +1,19 @@
 """Parts of the client that need no server: progress display, problem
-details, configuration, file paths, times, and the checkpoint protocol's
-refusal outside a job."""
+details, configuration, file paths, times, the checkpoint protocol's
+refusal outside a job, and packing a job's working directory."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import hashlib
 import http.server
 import io
 import json
 import os
+import pathlib
+import re
+import tarfile
 import tempfile
 import threading
 import time
@@ -15,6 +21,7 @@ import unittest
 from unittest import mock
 
 import gpuq
+import gpuq.workdir
 from gpuq.client import _inside, _read_config
 from gpuq.errors import api_error
 from gpuq.progress import Progress, Sweep, Transfer, byte_count
@@ -238,6 +245,10 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(err.fields, {"spec.resources.gpu.count": "must be 1–16, got 0"})
         self.assertEqual(str(err), "invalid job spec: spec.resources.gpu.count: must be 1–16, got 0 (HTTP 422)")
         self.assertIsInstance(api_error(404, {"detail": "job x not found"}), gpuq.NotFound)
+        # A detail that already says what the field's message says.
+        too_big = api_error(413, {"detail": "body: an archive may be at most 200000 bytes (storage.workdir_max_bytes)",
+                                  "errors": [{"location": "body", "message": "at most 200000 bytes (storage.workdir_max_bytes)"}]})
+        self.assertEqual(str(too_big), "body: an archive may be at most 200000 bytes (storage.workdir_max_bytes) (HTTP 413)")
         limited = api_error(429, "slow down", retry_after=3)
         self.assertIsInstance(limited, gpuq.RateLimited)
         self.assertEqual(limited.retry_after, 3)
@@ -466,3 +477,260 @@ class ReconnectTest(unittest.TestCase):
         for follow in (lambda: list(c.events("j")), lambda: list(c.logs("j", follow=True))):
             with self.assertRaises(gpuq.Unreachable):
                 follow()
+
+
+class WorkdirPackTest(unittest.TestCase):
+    """A job's working directory packed as the contract says: relative
+    names in order, left-out names, symlinks kept only inside, and the
+    same digest for the same files."""
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = os.path.join(tmp.name, "proj")
+        os.makedirs(self.dir)
+
+    def write(self, rel, data=b"x"):
+        path = os.path.join(self.dir, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def pack(self):
+        """The digest, the members and the raw bytes of the directory's archive."""
+        with gpuq.workdir.packed(self.dir) as p:
+            with open(p.path, "rb") as f:
+                raw = f.read()
+            with tarfile.open(p.path) as tar:
+                members = tar.getmembers()
+        self.assertEqual(p.bytes, len(raw))
+        self.assertEqual(p.digest, "sha256:" + hashlib.sha256(raw).hexdigest())
+        self.assertEqual(p.hex, p.digest[len("sha256:"):])
+        return p.digest, members, raw
+
+    def names(self):
+        return [m.name for m in self.pack()[1]]
+
+    def test_unchanged_files_pack_to_the_same_digest(self):
+        train = self.write("train.py", b"print('hi')\n")
+        self.write("data/input.txt", b"1 2 3\n")
+        first = self.pack()[0]
+        self.assertEqual(self.pack()[0], first)
+        os.utime(train, (1, 1))  # touched: only its mtime changes
+        os.utime(os.path.join(self.dir, "data"), (2, 2))
+        self.assertEqual(self.pack()[0], first)
+        self.write("train.py", b"print('hi!')\n")
+        self.assertNotEqual(self.pack()[0], first)
+
+    def test_entries_are_relative_in_order_without_owners_or_times(self):
+        self.write("train.py")
+        self.write("data/b.csv")
+        self.write("data/a.csv")
+        self.write("data-2/c.csv")
+        os.makedirs(os.path.join(self.dir, "empty"))
+        os.chmod(self.write("run.sh"), 0o750)
+        _, members, raw = self.pack()
+        self.assertEqual([m.name for m in members],
+                         ["data", "data/a.csv", "data/b.csv", "data-2", "data-2/c.csv", "empty", "run.sh", "train.py"])
+        self.assertEqual([m.name for m in members if m.isdir()], ["data", "data-2", "empty"])
+        for m in members:
+            self.assertFalse(m.name.startswith(("./", "/")), m.name)
+            self.assertEqual((m.mtime, m.uid, m.gid, m.uname, m.gname), (0, 0, 0, "", ""), m.name)
+        self.assertEqual({m.name: m.mode for m in members if m.isfile()}["run.sh"], 0o750)
+        tar = gzip.decompress(raw)
+        self.assertEqual(tar[:len("data/")], b"data/")  # a directory's name ends in /
+        # The gzip header: no flags (no file name), mtime 0.
+        self.assertEqual(raw[:8], b"\x1f\x8b\x08\x00\x00\x00\x00\x00")
+
+    def test_version_control_settings_caches_and_virtualenvs_are_left_out_at_any_depth(self):
+        self.write("train.py")
+        for rel in (".git/config", ".gpuq/config.yaml", ".gpuq/token", "__pycache__/train.cpython-39.pyc",
+                    ".ipynb_checkpoints/nb-checkpoint.ipynb", ".venv/bin/python", "src/__pycache__/m.pyc",
+                    "src/a/.git/HEAD", "src/a/.venv/x", "src/a/.ipynb_checkpoints/y", "src/.gpuq/token",
+                    "src/model.py"):
+            self.write(rel)
+        self.write("src/a/.gpuq")  # a file of that name too
+        with self.assertNoLogs("gpuq") if hasattr(self, "assertNoLogs") else contextlib.nullcontext():
+            names = self.names()
+        self.assertEqual(names, ["src", "src/a", "src/model.py", "train.py"])
+
+    def test_symlinks_inside_are_kept_and_others_left_out_with_a_warning(self):
+        self.write("data/input.txt")
+        self.write("src/model.py")
+        outside = self.write("../secret.txt")
+        os.symlink("data/input.txt", os.path.join(self.dir, "input.txt"))
+        os.symlink("../data", os.path.join(self.dir, "src", "data"))
+        os.symlink("../secret.txt", os.path.join(self.dir, "secret.txt"))
+        os.symlink("../../secret.txt", os.path.join(self.dir, "src", "up"))
+        os.symlink(outside, os.path.join(self.dir, "abs-outside"))
+        os.symlink(os.path.join(self.dir, "data"), os.path.join(self.dir, "abs-inside"))
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            _, members, _ = self.pack()
+        self.assertEqual([(m.name, m.linkname) for m in members if m.issym()],
+                         [("input.txt", "data/input.txt"), ("src/data", "../data")])
+        self.assertNotIn("secret.txt", [m.name for m in members])
+        self.assertEqual([r.getMessage() for r in logs.records], [
+            "workdir: left out abs-inside: a symlink to %s, an absolute path (a link inside the directory is "
+            "kept only when relative)" % os.path.join(self.dir, "data"),
+            "workdir: left out abs-outside: a symlink to %s, outside the directory" % outside,
+            "workdir: left out secret.txt: a symlink to ../secret.txt, outside the directory",
+            "workdir: left out src/up: a symlink to ../../secret.txt, outside the directory",
+        ])
+
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "no fifos here")
+    def test_a_fifo_is_left_out_with_a_warning(self):
+        self.write("train.py")
+        os.mkfifo(os.path.join(self.dir, "pipe"))
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            self.assertEqual(self.names(), ["train.py"])
+        self.assertEqual(logs.output, ["WARNING:gpuq:workdir: left out pipe: a fifo (named pipe)"])
+
+    def test_a_directory_over_the_limit_is_refused_naming_its_largest_entries(self):
+        self.write("train.py", b"print(1)\n")
+        self.write("data/a.bin", os.urandom(6000))
+        self.write("data/b.bin", os.urandom(3000))
+        self.write("model.pt", os.urandom(2048))
+        with tempfile.TemporaryDirectory() as tmp, mock.patch.object(tempfile, "tempdir", tmp), \
+                mock.patch.object(gpuq.workdir, "MAX_BYTES", 4096):
+            with self.assertRaises(gpuq.GpuqError) as caught:
+                with gpuq.workdir.packed(self.dir):
+                    self.fail("packed over the limit")
+            self.assertEqual(os.listdir(tmp), [])  # the partial archive is removed
+            with mock.patch.object(gpuq.workdir, "MAX_BYTES", 1 << 20), gpuq.workdir.packed(self.dir) as p:
+                self.assertTrue(os.path.exists(p.path))
+            self.assertEqual(os.listdir(tmp), [])
+        msg = str(caught.exception)
+        self.assertEqual(msg, "workdir %s packs to over 4.0 KiB (its files hold 11 KiB), more than an upload may be "
+                              "(storage.workdir_max_bytes); largest: data/ 8.8 KiB, model.pt 2.0 KiB, train.py 9 B"
+                         % self.dir)
+
+    def test_a_path_that_is_not_a_directory_is_named(self):
+        train = self.write("train.py")
+        for path, why in ((train, "is not a directory"), (os.path.join(self.dir, "nope"), "does not exist")):
+            with self.assertRaisesRegex(gpuq.GpuqError, "^workdir: %s %s" % (re.escape(path), why)):
+                with gpuq.workdir.packed(path):
+                    pass
+
+
+class WorkdirUploadTest(unittest.TestCase):
+    """submit, submit_many and plan with a local workdir, against a fake
+    API: the directory is uploaded once to /v1/workdirs/<hex> and the spec
+    names it by its digest."""
+
+    JOB = ReconnectTest.JOB
+    serve = ReconnectTest.serve
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = os.path.join(tmp.name, "proj")
+        os.makedirs(os.path.join(self.dir, ".gpuq"))
+        for rel, data in (("train.py", "print('hi')\n"), (".gpuq/token", "secret")):
+            with open(os.path.join(self.dir, rel), "w") as f:
+                f.write(data)
+        with gpuq.workdir.packed(self.dir) as p:
+            self.digest = p.digest
+        self.seen = []
+        self.refuse = []  # statuses to answer the next uploads with
+        self.client = self.serve(self.handler())
+
+    def handler(self):
+        test = self
+
+        class Handler(FakeAPI):
+            def body(self):
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def do_PUT(self):
+                body = self.body()
+                hex_ = hashlib.sha256(body).hexdigest()
+                test.seen.append(("PUT", self.path, self.headers.get("Content-Type"), hex_))
+                if test.refuse:
+                    status = test.refuse.pop(0)
+                    self.send_response(status)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Type", "application/problem+json")
+                    doc = json.dumps({"title": "no", "status": status, "detail": "refused %d" % status}).encode()
+                    self.send_header("Content-Length", str(len(doc)))
+                    self.end_headers()
+                    self.wfile.write(doc)
+                    return
+                self.answer(200, {"workdir": "sha256:" + hex_, "project": "p", "bytes": len(body)})
+
+            def do_POST(self):
+                doc = json.loads(self.body())
+                test.seen.append(("POST", self.path, doc))
+                job = {"id": test.JOB, "project": "p", "name": "n", "state": "placed", "attempt": 0}
+                if self.path == "/v1/jobs/batch":
+                    return self.answer(201, {"jobs": [{"job": job} for _ in doc["jobs"]]})
+                if self.path == "/v1/plan":
+                    return self.answer(200, {"feasible": True, "reason": ""})
+                self.answer(201, job)
+
+        return Handler
+
+    def test_submit_uploads_the_directory_then_names_its_digest(self):
+        hex_ = self.digest[len("sha256:"):]
+        self.client.submit(command=["python3", "train.py"], workdir=self.dir, project="vision")
+        self.assertEqual(self.seen[0], ("PUT", "/v1/workdirs/%s?project=vision" % hex_, "application/gzip", hex_))
+        self.assertEqual(self.seen[1][:2], ("POST", "/v1/jobs"))
+        self.assertEqual(self.seen[1][2], {"command": ["python3", "train.py"], "workdir": self.digest,
+                                           "project": "vision"})
+        self.assertEqual(len(self.seen), 2)
+        # A spec dict's workdir, a pathlib path, no project: the same upload.
+        self.seen.clear()
+        self.client.submit({"command": ["true"], "workdir": pathlib.Path(self.dir)}, idempotency_key="k")
+        self.assertEqual([s[:2] for s in self.seen], [("PUT", "/v1/workdirs/" + hex_), ("POST", "/v1/jobs")])
+        self.assertEqual(self.seen[1][2]["workdir"], self.digest)
+        # A digest is sent as it is.
+        self.seen.clear()
+        self.client.submit(command=["true"], workdir="sha256:" + "a" * 64)
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/jobs")])
+        self.assertEqual(self.seen[0][2]["workdir"], "sha256:" + "a" * 64)
+
+    def test_submit_many_uploads_each_directory_once_per_project(self):
+        other = os.path.join(os.path.dirname(self.dir), "other")
+        os.makedirs(other)
+        specs = [{"command": ["true"], "workdir": self.dir}, {"command": ["true"], "workdir": self.dir},
+                 {"command": ["true"], "workdir": self.dir, "project": "vision"},
+                 {"command": ["true"], "workdir": other}, {"command": ["true"]}]
+        self.client.submit_many(specs, progress=False)
+        puts = [s[1] for s in self.seen if s[0] == "PUT"]
+        hex_ = self.digest[len("sha256:"):]
+        self.assertEqual(puts[:2], ["/v1/workdirs/" + hex_, "/v1/workdirs/%s?project=vision" % hex_])
+        self.assertEqual(len(puts), 3)
+        batch = [s[2] for s in self.seen if s[0] == "POST"]
+        self.assertEqual(len(batch), 1)
+        workdirs = [j.get("workdir") for j in batch[0]["jobs"]]
+        self.assertEqual(workdirs[:3], [self.digest] * 3)
+        self.assertTrue(workdirs[3].startswith("sha256:") and workdirs[3] != self.digest, workdirs)
+        self.assertIsNone(workdirs[4])
+        self.assertEqual(specs[0]["workdir"], self.dir)  # the caller's specs are left as they were
+
+    def test_plan_packs_without_uploading(self):
+        self.assertTrue(self.client.plan(command=["true"], workdir=self.dir).feasible)
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/plan")])
+        self.assertEqual(self.seen[0][2]["workdir"], self.digest)
+
+    def test_upload_workdir_returns_the_digest_and_sends_it_all_again_after_a_429(self):
+        self.refuse.append(429)
+        self.assertEqual(self.client.upload_workdir(self.dir, progress=False), self.digest)
+        hex_ = self.digest[len("sha256:"):]
+        self.assertEqual([s[3] for s in self.seen], [hex_, hex_])
+        self.refuse.append(413)
+        with self.assertRaises(gpuq.APIError) as caught:
+            self.client.upload_workdir(self.dir)
+        self.assertEqual((caught.exception.status, caught.exception.detail), (413, "refused 413"))
+        with self.assertRaisesRegex(gpuq.GpuqError, "is not a directory"):
+            self.client.submit(command=["true"], workdir=os.path.join(self.dir, "train.py"))
+        self.assertEqual(len(self.seen), 3)  # nothing sent for a file
+
+    def test_a_long_upload_shows_its_progress(self):
+        out = io.StringIO()
+        with mock.patch.object(Transfer, "QUIET", 0.0), contextlib.redirect_stderr(out):
+            self.client.upload_workdir(self.dir)
+        with gpuq.workdir.packed(self.dir) as p:
+            size = byte_count(p.bytes)
+        self.assertEqual(out.getvalue().splitlines()[-1][:-len(", 0s")],
+                         "uploading workdir %s: %s of %s (100%%)" % (self.dir, size, size))
