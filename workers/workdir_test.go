@@ -188,7 +188,7 @@ func TestUnpackRefusesAGzipArchiveLeavingTheDirectory(t *testing.T) {
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	tw.WriteHeader(&tar.Header{Name: "../escape", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg}) //nolint:errcheck // checked by reading back
-	tw.Write([]byte("x"))                                                                        //nolint:errcheck // as above
+	tw.Write([]byte("x"))                                                                       //nolint:errcheck // as above
 	tw.Close()
 	gz.Close()
 	dir := t.TempDir()

@@ -533,6 +533,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		}
 		fmt.Fprintf(w, "retry      gpuq retry %s %s\n", j.ID, again)
 	}
+	if j.Spec != nil && j.Spec.Workdir != "" {
+		fmt.Fprintf(w, "workdir    %s\n", j.Spec.Workdir)
+	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
 		fmt.Fprintln(w)

@@ -88,6 +88,9 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 	if _, ok := queue.WorkdirDigest(st.Job.Spec.Workdir); !ok {
 		t.Fatalf("the job's spec names no uploaded directory: %q", st.Job.Spec.Workdir)
 	}
+	if out := overHTTP(0, "status", id); !strings.Contains(out, "\nworkdir    "+st.Job.Spec.Workdir+"\n") {
+		t.Fatalf("status: want the job's workdir, got %s", out)
+	}
 
 	// From a spec file elsewhere: its workdir is relative to the file.
 	if out := overHTTP(0, "submit", "proj/job.yaml", "--wait"); !strings.Contains(out, " succeeded") {
