@@ -12,10 +12,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dustin/go-humanize"
 
@@ -91,7 +93,10 @@ func PackWorkdir(dir, tmpDir string, limit int64, warn func(string)) (*Workdir, 
 	limited := &limitWriter{w: io.MultiWriter(f, h), limit: limit}
 	gz, _ := gzip.NewWriterLevel(limited, gzip.DefaultCompression)
 	tw := tar.NewWriter(gz)
-	err = walkWorkdir(root, warn, func(hdr *tar.Header, path string) error { return writeEntry(tw, hdr, path) })
+	ignore, err := readIgnore(dir, root)
+	if err == nil {
+		err = walkWorkdir(root, ignore, warn, func(hdr *tar.Header, path string) error { return writeEntry(tw, hdr, path) })
+	}
 	if err == nil {
 		err = tw.Close()
 	}
@@ -103,8 +108,12 @@ func PackWorkdir(dir, tmpDir string, limit int64, warn func(string)) (*Workdir, 
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		if errors.Is(err, errPastLimit) {
-			return nil, tooLarge(dir, root, limit)
+		var refused *ignoreError
+		switch {
+		case errors.Is(err, errPastLimit):
+			return nil, tooLarge(dir, root, ignore, limit)
+		case errors.As(err, &refused):
+			return nil, err
 		}
 		return nil, fmt.Errorf("packing %s: %w", dir, err)
 	}
@@ -113,8 +122,9 @@ func PackWorkdir(dir, tmpDir string, limit int64, warn func(string)) (*Workdir, 
 }
 
 // walkWorkdir calls entry with the tar header of each entry of root that
-// is packed, in the order of their names.
-func walkWorkdir(root string, warn func(string), entry func(hdr *tar.Header, path string) error) error {
+// is packed, in the order of their names: not those of WorkdirLeftOut, nor
+// those ignore matches.
+func walkWorkdir(root string, ignore []ignoreRule, warn func(string), entry func(hdr *tar.Header, path string) error) error {
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -133,6 +143,12 @@ func walkWorkdir(root string, warn func(string), entry func(hdr *tar.Header, pat
 			return err
 		}
 		name := filepath.ToSlash(rel)
+		if slices.ContainsFunc(ignore, func(r ignoreRule) bool { return r.matches(name, d.Name(), d.IsDir()) }) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		hdr := &tar.Header{Name: name, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		switch t := d.Type(); {
 		case t.IsDir():
@@ -200,10 +216,10 @@ func entryKindOf(t fs.FileMode) string {
 // tooLarge refuses root, which packs to more than limit, naming what its
 // files hold and its largest top-level entries, so that one can see what
 // to move out of it.
-func tooLarge(dir, root string, limit int64) error {
+func tooLarge(dir, root string, ignore []ignoreRule, limit int64) error {
 	sizes := map[string]int64{}
 	var total int64
-	err := walkWorkdir(root, nil, func(hdr *tar.Header, _ string) error {
+	err := walkWorkdir(root, ignore, nil, func(hdr *tar.Header, _ string) error {
 		top, _, nested := strings.Cut(hdr.Name, "/")
 		if nested {
 			top += "/"
@@ -228,4 +244,93 @@ func tooLarge(dir, root string, limit int64) error {
 	}
 	return fmt.Errorf("workdir %s packs to over %s (its files hold %s), more than an upload may be (storage.workdir_max_bytes); largest: %s",
 		dir, humanize.IBytes(uint64(limit)), humanize.IBytes(uint64(total)), strings.Join(largest, ", "))
+}
+
+// WorkdirIgnoreFile, at the root of a working directory, lists what else
+// to leave out, a pattern a line (see readIgnore).
+const WorkdirIgnoreFile = ".gpuqignore"
+
+// ignoreRule is one pattern of a WorkdirIgnoreFile.
+type ignoreRule struct {
+	pattern string
+	// dirOnly: the line ended in "/", matching directories only.
+	dirOnly bool
+	// fromRoot: the pattern holds a "/" or began with one, and is matched
+	// against an entry's path from the root, segment by segment; else
+	// against its name, at any depth.
+	fromRoot bool
+}
+
+// matches reports whether the entry at rel, named name, is left out.
+func (r ignoreRule) matches(rel, name string, isDir bool) bool {
+	if r.dirOnly && !isDir {
+		return false
+	}
+	against := name
+	if r.fromRoot {
+		against = rel
+	}
+	ok, _ := path.Match(r.pattern, against) // checked by readIgnore
+	return ok
+}
+
+// ignoreError is a WorkdirIgnoreFile line that cannot be read as a
+// pattern.
+type ignoreError struct {
+	dir, line, why string
+	n              int
+}
+
+func (e *ignoreError) Error() string {
+	return fmt.Sprintf("workdir %s: %s line %d: %q: %s", e.dir, WorkdirIgnoreFile, e.n, e.line, e.why)
+}
+
+// readIgnore reads the patterns of root's WorkdirIgnoreFile, if it has
+// one: a pattern a line, blank lines and lines starting with # skipped; a
+// trailing / matches directories only; a leading / anchors the pattern at
+// the root; a pattern with a / matches an entry's path from the root,
+// segment by segment, one without its name at any depth; within a segment
+// *, ? and [a-z] as in path.Match. Negation (!), negated classes, ** and
+// backslash escapes are refused rather than read otherwise than their
+// author meant, and so is an empty segment, which no path has. The Python
+// client reads the file alike.
+func readIgnore(dir, root string) ([]ignoreRule, error) {
+	data, err := os.ReadFile(filepath.Join(root, WorkdirIgnoreFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workdir %s: %w", dir, err)
+	}
+	if !utf8.Valid(data) {
+		return nil, fmt.Errorf("workdir %s: %s is not UTF-8 text", dir, WorkdirIgnoreFile)
+	}
+	var rules []ignoreRule
+	for i, raw := range strings.Split(string(data), "\n") {
+		line := strings.TrimSpace(raw)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		refuse := func(why string) error { return &ignoreError{dir: dir, line: line, why: why, n: i + 1} }
+		switch {
+		case strings.HasPrefix(line, "!"):
+			return nil, refuse("negation (!) is not supported")
+		case strings.Contains(line, "**"):
+			return nil, refuse("** is not supported; a pattern without / matches at any depth")
+		case strings.Contains(line, "[!") || strings.Contains(line, "[^"):
+			return nil, refuse("negated classes ([! or [^) are not supported")
+		case strings.Contains(line, `\`):
+			return nil, refuse("backslash escapes are not supported")
+		}
+		r := ignoreRule{pattern: line}
+		r.pattern, r.dirOnly = strings.CutSuffix(r.pattern, "/")
+		var anchored bool
+		r.pattern, anchored = strings.CutPrefix(r.pattern, "/")
+		r.fromRoot = anchored || strings.Contains(r.pattern, "/")
+		if _, err := path.Match(r.pattern, ""); err != nil || slices.Contains(strings.Split(r.pattern, "/"), "") {
+			return nil, refuse("malformed pattern")
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
 }

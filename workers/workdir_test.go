@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -203,5 +204,47 @@ func TestUnpackRefusesAGzipArchiveLeavingTheDirectory(t *testing.T) {
 	err = Unpack(bytes.NewReader([]byte{0x1f, 0x8b, 8, 0}), filepath.Join(dir, "other"), queue.ArchiveLimits{})
 	if !errors.Is(err, ErrArchiveRefused) {
 		t.Fatalf("a truncated gzip stream: %v", err)
+	}
+}
+
+func TestAGpuqignoreLeavesOutWhatItNamesAndRefusesWhatItCannotMean(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		".gpuqignore": "# large or local things\n\ndata/\n/notes.md\n*.ckpt\n  outputs/*.pt  \nwandb\n",
+		"train.py":    "print('hi')\n", "data/a.csv": "1", "sub/data/b.csv": "2", "sub/data-2/c.csv": "3",
+		"notes.md": "mine", "sub/notes.md": "theirs", "a.ckpt": "w", "sub/b.ckpt": "w",
+		"outputs/x.pt": "w", "outputs/x.txt": "t", "outputs/deep/y.pt": "w",
+		"wandb/run.log": "l", "sub/wandb": "a file named wandb",
+		"lib/data": "a file named data",
+	})
+	w, _ := packDir(t, dir)
+	want := []string{".gpuqignore", "lib/", "lib/data", "outputs/", "outputs/deep/", "outputs/deep/y.pt", "outputs/x.txt",
+		"sub/", "sub/data-2/", "sub/data-2/c.csv", "sub/notes.md", "train.py"}
+	if got := archiveNames(t, w.Path); !slices.Equal(got, want) {
+		t.Fatalf("entries\n%q\nwant\n%q", got, want)
+	}
+	again, _ := packDir(t, dir)
+	if again.SHA256 != w.SHA256 {
+		t.Fatal("packing the same files twice gave two digests")
+	}
+
+	for line, why := range map[string]string{
+		"!keep.txt": "negation (!) is not supported",
+		"[!a]*":     "negated classes ([! or [^) are not supported",
+		"[^a]*":     "negated classes ([! or [^) are not supported",
+		"**/x":      "** is not supported; a pattern without / matches at any depth",
+		"[ab":       "malformed pattern",
+		"/":         "malformed pattern",
+		"a//b":      "malformed pattern",
+		`\*.txt`:    "backslash escapes are not supported",
+	} {
+		bad := t.TempDir()
+		writeFiles(t, bad, map[string]string{".gpuqignore": "# first\n" + line + "\n", "train.py": "x"})
+		_, err := PackWorkdir(bad, t.TempDir(), queue.DefaultWorkdirMaxBytes, nil)
+		want := "workdir " + bad + ": .gpuqignore line 2: " + strconv.Quote(line) + ": " + why
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: want\n%s\ngot\n%v", line, want, err)
+		}
 	}
 }

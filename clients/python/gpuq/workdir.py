@@ -7,21 +7,24 @@ The archive is deterministic: entries in order of their paths, each with
 mtime 0, uid and gid 0 and no user or group names, and a gzip header with
 mtime 0 and no file name. Packing unchanged files again gives the same
 digest, so that a submission re-run with the same idempotency key sends the
-same spec. The `gpuq submit --workdir` of the CLI packs by the same rules.
+same spec. The `gpuq submit --workdir` of the CLI packs by the same rules,
+including the patterns of a ``.gpuqignore`` file at the directory's root.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import gzip
 import hashlib
 import logging
 import os
+import re
 import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from typing import IO, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import GpuqError
 from .progress import byte_count
@@ -29,6 +32,10 @@ from .progress import byte_count
 #: Names left out at any depth: version control, `gpuq dev`'s settings
 #: (they hold its token), caches and virtualenvs.
 LEFT_OUT = frozenset({".git", ".gpuq", "__pycache__", ".ipynb_checkpoints", ".venv"})
+
+#: The file at the root of a packed directory that lists what else to leave
+#: out, one pattern a line.
+IGNORE_FILE = ".gpuqignore"
 
 #: The most a packed directory may be (compressed) for the client to upload
 #: it. The server's ``storage.workdir_max_bytes`` may be lower: its 413 is
@@ -71,6 +78,27 @@ class _Entry:
     target: str = ""
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """One pattern of ``.gpuqignore``. With ``by_path`` its ``segments``
+    match an entry's path from the root, one segment each; without, its one
+    segment matches an entry's base name at any depth. ``dirs_only`` (the
+    pattern ended in ``/``) matches directories only."""
+
+    segments: Tuple[str, ...]
+    by_path: bool
+    dirs_only: bool
+
+    def matches(self, name: str, is_dir: bool) -> bool:
+        """Whether the entry with archive name ``name`` is left out."""
+        if self.dirs_only and not is_dir:
+            return False
+        if not self.by_path:
+            return fnmatch.fnmatchcase(name.rpartition("/")[2], self.segments[0])
+        parts = name.split("/")
+        return len(parts) == len(self.segments) and all(map(fnmatch.fnmatchcase, parts, self.segments))
+
+
 class _TooBig(Exception):
     """The archive grew past the limit while it was written."""
 
@@ -81,16 +109,17 @@ def packed(directory: str) -> Iterator[Packed]:
     :class:`Packed`, and removes the file afterwards. Entries it leaves out
     other than by name (a symlink out of the directory, a fifo) are each
     named in a warning on the ``gpuq`` logger. A path that is not a
-    directory, or a directory that packs to more than :data:`MAX_BYTES`,
-    raises :class:`GpuqError`; packing stops at the limit rather than
-    compressing the rest of a directory that holds a data set."""
+    directory, a ``.gpuqignore`` with a pattern it refuses, or a directory
+    that packs to more than :data:`MAX_BYTES`, raises :class:`GpuqError`;
+    packing stops at the limit rather than compressing the rest of a
+    directory that holds a data set."""
     shown = str(directory)
     root = os.path.abspath(directory)
     if not os.path.isdir(root):
         why = "is not a directory" if os.path.exists(root) else "does not exist"
         raise GpuqError("workdir: %s %s (want the directory to ship with the job, or %s and the digest of one "
                         "uploaded)" % (shown, why, DIGEST_PREFIX))
-    entries = _walk(root)
+    entries = _walk(root, _ignore_rules(root, shown))
     limit = MAX_BYTES
     fd, tmp = tempfile.mkstemp(prefix="gpuq-workdir-", suffix=".tar.gz")
     try:
@@ -107,9 +136,62 @@ def packed(directory: str) -> Iterator[Packed]:
             os.remove(tmp)
 
 
-def _walk(root: str) -> List[_Entry]:
+def _ignore_rules(root: str, shown: str) -> List[_Rule]:
+    """The patterns of root's ``.gpuqignore``, none without one. A pattern
+    it refuses raises :class:`GpuqError` naming its line, before anything is
+    packed, rather than shipping what its author meant to leave out."""
+    try:
+        with open(os.path.join(root, IGNORE_FILE), "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise GpuqError("workdir %s: %s" % (shown, e)) from e
+    except UnicodeDecodeError as e:
+        raise GpuqError("workdir %s: %s is not UTF-8 text (%s)" % (shown, IGNORE_FILE, e)) from e
+    rules = []
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            rules.append(_rule(line))
+        except ValueError as e:
+            raise GpuqError('workdir %s: %s line %d: "%s": %s' % (shown, IGNORE_FILE, number, line, e)) from None
+    return rules
+
+
+#: A character class with something in it: ``[abc]``, ``[a-z]``.
+_CLASS = re.compile(r"\[[^]/]+\]")
+
+
+def _rule(line: str) -> _Rule:
+    """The rule of a pattern of ``.gpuqignore``, or ValueError saying why it
+    is refused. What .gitignore has and this does not (negation, negated
+    classes, ``**``, backslash escapes) is refused rather than matched
+    otherwise; so is an
+    unclosed ``[``, which fnmatch would take as a literal one, and an empty
+    segment ("/", "a//b"), which no path has."""
+    if line.startswith("!"):
+        raise ValueError("negation (!) is not supported")
+    if "**" in line:
+        raise ValueError("** is not supported; a pattern without / matches at any depth")
+    if "[!" in line or "[^" in line:
+        raise ValueError("negated classes ([! or [^) are not supported")
+    if "\\" in line:
+        raise ValueError("backslash escapes are not supported")
+    pattern, dirs_only = (line[:-1], True) if line.endswith("/") else (line, False)
+    pattern, anchored = (pattern[1:], True) if pattern.startswith("/") else (pattern, False)
+    segments = tuple(pattern.split("/"))
+    if not all(segments) or "[" in _CLASS.sub("", pattern):
+        raise ValueError("malformed pattern")
+    return _Rule(segments, anchored or len(segments) > 1, dirs_only)
+
+
+def _walk(root: str, rules: Sequence[_Rule] = ()) -> List[_Entry]:
     """The entries of the directory root, depth first, each directory's in
-    order of their names, without those left out."""
+    order of their names, without those left out: by name, by a pattern of
+    rules (silently), and those that cannot be shipped (with a warning)."""
     entries: List[_Entry] = []
 
     def visit(local: str, prefix: str) -> None:
@@ -124,6 +206,8 @@ def _walk(root: str) -> List[_Entry]:
             name = prefix + item.name
             try:
                 st = item.stat(follow_symlinks=False)
+                if any(rule.matches(name, stat.S_ISDIR(st.st_mode)) for rule in rules):
+                    continue
                 if stat.S_ISLNK(st.st_mode):
                     target = os.readlink(item.path)
                     why = _link_refused(root, local, target)

@@ -612,6 +612,58 @@ class WorkdirPackTest(unittest.TestCase):
                 with gpuq.workdir.packed(path):
                     pass
 
+    def test_gpuqignore_leaves_out_what_its_patterns_match(self):
+        self.write(".gpuqignore", b"# not shipped\ndata/\n\n  /notes.md  \n*.ckpt\noutputs/*.pt\nwandb\n")
+        for rel in ("train.py", "notes.md", "src/notes.md", "data/x.csv", "src/lib/data/y.csv", "src/lib/m.py",
+                    "a.ckpt", "src/b.ckpt", "A.CKPT", "outputs/x.pt", "outputs/x.txt", "outputs/deep/y.pt",
+                    "wandb/run-1/log", "src/wandb"):
+            self.write(rel)
+        self.write("src/data")  # a file: data/ matches directories only
+        self.write("src/.gpuqignore", b"*\n")  # only the root's is read
+        self.write("../outside.ckpt")
+        os.symlink("../../outside.ckpt", os.path.join(self.dir, "src", "link.ckpt"))  # matched: no warning
+        with mock.patch.object(gpuq.workdir._log, "warning") as warning:
+            digest, members, _ = self.pack()
+        warning.assert_not_called()
+        self.assertEqual([m.name for m in members], [
+            ".gpuqignore", "A.CKPT", "outputs", "outputs/deep", "outputs/deep/y.pt", "outputs/x.txt",
+            "src", "src/.gpuqignore", "src/data", "src/lib", "src/lib/m.py", "src/notes.md", "train.py"])
+        self.assertTrue({m.name: m for m in members}["src/data"].isfile())
+        self.assertEqual(self.pack()[0], digest)
+        self.write("a.ckpt", b"changed")  # a file left out does not change the digest
+        self.write("data/new.csv")
+        self.assertEqual(self.pack()[0], digest)
+
+    def test_gpuqignore_anchors_paths_and_matches_classes_segment_by_segment(self):
+        self.write(".gpuqignore", b"/build/\nlogs/run-?\nckpt-[0-9].pt\n")
+        for rel in ("build/out.o", "src/build/keep.o", "logs/run-1", "logs/run-12", "logs/a/run-2",
+                    "ckpt-3.pt", "src/ckpt-7.pt", "ckpt-x.pt"):
+            self.write(rel)
+        self.assertEqual(self.names(), [".gpuqignore", "ckpt-x.pt", "logs", "logs/a", "logs/a/run-2",
+                                        "logs/run-12", "src", "src/build", "src/build/keep.o"])
+
+    def test_gpuqignore_refuses_what_it_does_not_support_naming_the_line(self):
+        self.write("train.py")
+        for line, quoted, why in (
+                ("!x", "!x", "negation (!) is not supported"),
+                ("  !keep.txt ", "!keep.txt", "negation (!) is not supported"),
+                ("[!a]*", "[!a]*", "negated classes ([! or [^) are not supported"),
+                ("src/[^a]*", "src/[^a]*", "negated classes ([! or [^) are not supported"),
+                ("**/x", "**/x", "** is not supported; a pattern without / matches at any depth"),
+                ("[ab", "[ab", "malformed pattern"),
+                ("x[a-z]/[]y", "x[a-z]/[]y", "malformed pattern"),
+                ("/", "/", "malformed pattern"),
+                ("a//b", "a//b", "malformed pattern"),
+                ("\\*.txt", "\\*.txt", "backslash escapes are not supported")):
+            self.write(".gpuqignore", ("# comment\n\n*.ckpt\n%s\nwandb\n" % line).encode())
+            with tempfile.TemporaryDirectory() as tmp, mock.patch.object(tempfile, "tempdir", tmp):
+                with self.assertRaises(gpuq.GpuqError) as caught:
+                    with gpuq.workdir.packed(self.dir):
+                        self.fail("packed with %r" % line)
+                self.assertEqual(os.listdir(tmp), [])  # refused before anything is written
+            self.assertEqual(str(caught.exception),
+                             'workdir %s: .gpuqignore line 4: "%s": %s' % (self.dir, quoted, why))
+
 
 class WorkdirUploadTest(unittest.TestCase):
     """submit, submit_many and plan with a local workdir, against a fake

@@ -25,8 +25,8 @@ with open(os.path.join(os.environ["GPUQ_OUTPUT_DIR"], "result.txt"), "w") as f:
 // user ships it: --workdir on the command line (over HTTP, from gpuq dev's
 // directory, or a project directory below it) or workdir: in a spec file,
 // relative to the file. The command
-// finds its files where it runs; gpuq dev's credentials, version control
-// and caches stay behind; a symlink out of the directory is named and left
+// finds its files where it runs; gpuq dev's credentials, version control,
+// caches and what .gpuqignore names stay behind; a symlink out of the directory is named and left
 // out. Over NATS alone nothing can be uploaded, and a job naming a
 // directory never uploaded fails saying so without running.
 func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
@@ -46,7 +46,8 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 	for name, content := range map[string]string{
 		"train.py": trainPy, "data/in.txt": "imagenet-mini\n", ".gpuq/token": "not-for-the-job\n",
 		".git/HEAD": "ref: refs/heads/main\n", "__pycache__/train.cpython.pyc": "bytecode",
-		"job.yaml": "name: from-file\ncommand: [python3, train.py]\nworkdir: .\n",
+		"job.yaml":    "name: from-file\ncommand: [python3, train.py]\nworkdir: .\n",
+		".gpuqignore": "# stays here\nruns/\n", "runs/1/model.ckpt": "weights",
 	} {
 		p := filepath.Join(proj, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -71,7 +72,7 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 		t.Fatalf("submit --workdir --wait: %s", out)
 	}
 	logs := overHTTP(0, "logs", id)
-	for _, want := range []string{"in workdir: True", "data: imagenet-mini", "files: ['data', 'job.yaml', 'train.py']"} {
+	for _, want := range []string{"in workdir: True", "data: imagenet-mini", "files: ['.gpuqignore', 'data', 'job.yaml', 'train.py']"} {
 		if !strings.Contains(logs, want) {
 			t.Fatalf("logs: want %q, got\n%s", want, logs)
 		}
