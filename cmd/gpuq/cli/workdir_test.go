@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
@@ -141,4 +145,57 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// The README's training example, run as the README runs it: its code and
+// config go with the job, it checkpoints every epoch, and when the worker
+// running it is SIGKILLed the next attempt resumes at the epoch the last
+// checkpoint holds.
+func TestTheTrainingExampleShipsItsCodeAndResumesWhereItsKilledWorkerLeftIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	_, httpEnv := devClients(t, bin, dir)
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
+	}
+	example, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "train", "job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := lastLine(run(0, "submit", example))
+	var st control.JobStatus
+	for deadline := time.Now().Add(time.Minute); st.LastCheckpoint == nil || st.LastCheckpoint.Seq < 3; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no third checkpoint within a minute: %+v\n%s", st.Job, run(0, "logs", id))
+		}
+		if err := json.Unmarshal([]byte(run(0, "status", id, "-o", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	worker := st.Attempts[len(st.Attempts)-1].PID
+	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the worker (pid %d): %v", worker, err)
+	}
+	if out := run(0, "wait", id); !strings.Contains(out, id+" succeeded") {
+		t.Fatalf("wait: %s", out)
+	}
+	logs := run(0, "logs", id)
+	m := regexp.MustCompile(`attempt (\d+) starts at epoch (\d+) \(lr 0.01\)`).FindAllStringSubmatch(logs, -1)
+	if len(m) < 2 || m[0][2] != "0" {
+		t.Fatalf("want a first attempt from epoch 0 and a later one, got\n%s", logs)
+	}
+	if resumed, _ := strconv.Atoi(m[len(m)-1][2]); resumed < 3 {
+		t.Fatalf("the attempt after the kill started at epoch %d, want at least the third checkpoint's 3:\n%s", resumed, logs)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	run(0, "results", id, "--dir", out)
+	var metrics struct{ Epoch int }
+	if b, err := os.ReadFile(filepath.Join(out, "metrics.json")); err != nil || json.Unmarshal(b, &metrics) != nil || metrics.Epoch != 20 {
+		t.Fatalf("results: %q, %v", b, err)
+	}
 }
