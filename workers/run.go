@@ -540,8 +540,6 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 	return &queue.ArchiveRecord{Bytes: arch.Bytes, SHA256: arch.SHA256, Region: a.w.cfg.Region, StoreURI: uri}, nil
 }
 
-// restore unpacks a recorded checkpoint into the checkpoint directory after
-// checking its hash.
 // unpackWorkdir fetches the job's working directory (spec.workdir) and
 // unpacks it into the attempt's directory, where the command then runs. It
 // reports false when it could not, having ended the attempt: the job fails
@@ -602,6 +600,8 @@ func (a *attempt) unpack(uri, sha, dir string) error {
 	return Unpack(f, dir, a.w.cfg.Unpack)
 }
 
+// restore unpacks a recorded checkpoint into the checkpoint directory after
+// checking its hash.
 func (a *attempt) restore(cp *queue.Checkpoint) error {
 	if err := a.unpack(cp.StoreURI, cp.SHA256, a.ckptDir); err != nil {
 		return err
