@@ -44,6 +44,10 @@ type Client struct {
 	// client without them refuses retries.
 	Placer Placer
 	Runs   RunPublisher
+	// Workdirs, when set, is asked whether a retried job's working
+	// directory is still stored: a retry of a job whose directory is gone
+	// is refused, saying how to bring it back, rather than placed to fail.
+	Workdirs *Workdirs
 }
 
 // JobStatus is a job with its attempts, latest checkpoint, placement and
@@ -228,6 +232,17 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 	}
 	if !job.State.Retryable() {
 		return nil, &queue.NotRetryableError{State: job.State}
+	}
+	if sum, ok := queue.WorkdirDigest(job.Spec.Workdir); ok && c.Workdirs != nil {
+		kept, err := c.Workdirs.Has(ctx, job.Project, sum)
+		if err != nil {
+			return nil, err
+		}
+		if !kept {
+			return nil, &queue.RejectionError{Reason: fmt.Sprintf("its working directory %s is not stored for project %s "+
+				"(never uploaded, or deleted storage.workdir_retention after its last upload): upload the same files "+
+				"(PUT /v1/workdirs/%s?project=%s, or the Python client's upload_workdir) and retry", job.Spec.Workdir, job.Project, sum, job.Project)}
+		}
 	}
 	var prior *Prior
 	if job.PlacementVersion > 0 {

@@ -64,6 +64,9 @@ type ClientService struct {
 	// service without them answers a retry with 501.
 	Placer Placer
 	Runs   RunPublisher
+	// Workdirs, when set, keeps a retry of a job whose working directory
+	// is gone from placing it (Client.Workdirs).
+	Workdirs *Workdirs
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
@@ -85,7 +88,7 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 	if s.Quiet <= 0 {
 		s.Quiet = 5 * time.Second
 	}
-	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS, Workers: s.Workers, Placer: s.Placer, Runs: s.Runs}
+	s.client = &Client{Store: s.Store, JS: s.JS, NATS: s.NATS, Workers: s.Workers, Placer: s.Placer, Runs: s.Runs, Workdirs: s.Workdirs}
 	s.slots = make(chan struct{}, s.Concurrency)
 	svc, err := micro.AddService(s.NATS, micro.Config{
 		Name: queue.ClientServiceName, Version: "1.0.0", QueueGroup: queue.ClientQueueGroup,

@@ -208,7 +208,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	}()
 	// Clients read and change jobs through this service, never PostgreSQL.
 	clientSvc := &control.ClientService{NATS: c.nc, Store: c.store, JS: c.js, Archives: archiveStore(c), Workers: c.workers,
-		Placer: placer, Runs: c.js, Logger: logger}
+		Placer: placer, Runs: c.js, Workdirs: c.workdirs, Logger: logger}
 	if _, err := clientSvc.Start(ctx); err != nil {
 		c.Close()
 		return nil, err

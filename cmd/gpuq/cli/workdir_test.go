@@ -139,6 +139,16 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 		!strings.Contains(out, "was never uploaded for project default, or was deleted storage.workdir_retention after its last upload; the job was not run") {
 		t.Fatalf("a job naming a directory never uploaded: %s", out)
 	}
+	// Retrying it cannot help until its directory is uploaded: refused,
+	// over NATS and over HTTP, saying how to bring it back.
+	for _, retry := range []func() string{
+		func() string { return string(runBinary(t, bin, home, natsEnv, ExitRejected, "retry", lost)) },
+		func() string { return overHTTP(ExitRejected, "retry", lost) },
+	} {
+		if out := retry(); !strings.Contains(out, "its working directory "+missing+" is not stored for project default") {
+			t.Fatalf("retry of a job whose directory is not stored: %s", out)
+		}
+	}
 }
 
 // lastLine is the last line of s.

@@ -166,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, client: &control.Client{Store: cfg.Store, JS: cfg.JS, NATS: cfg.NATS, RecordWait: cfg.RecordWait, Workers: cfg.Workers,
-		Placer: cfg.Placer, Runs: cfg.Runs},
+		Placer: cfg.Placer, Runs: cfg.Runs, Workdirs: cfg.Workdirs},
 		policy: cfg.Policy}
 	if s.policy == nil {
 		s.policy, s.ownPolicy = &control.PolicyWatch{Store: cfg.Store, Config: cfg.Rules, Logger: cfg.Logger}, true

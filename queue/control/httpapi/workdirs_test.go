@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -125,6 +126,35 @@ func TestAnUploadedWorkingDirectoryIsNamedBySpecsOfItsProjectOnly(t *testing.T) 
 		if j.Name == "first" {
 			t.Fatalf("a refused batch submitted its first job: %+v", j)
 		}
+	}
+
+	// A retry runs the job again while its directory is stored; once the
+	// upload is gone it is refused, saying how to bring it back, and the
+	// job stays as it was.
+	jobPath := "/v1/jobs/" + job.ID.String()
+	cancel := func() {
+		t.Helper()
+		if r := e.do("POST", jobPath+"/cancel", ml, "", nil); r.Status != http.StatusOK {
+			t.Fatalf("cancel: %d %s", r.Status, r.Body)
+		}
+	}
+	cancel()
+	if r := e.do("POST", jobPath+"/retry", ml, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("retry while the directory is stored: %d %s", r.Status, r.Body)
+	}
+	cancel()
+	upload := queue.ArchiveScheme + queue.WorkdirBucket + "/" + queue.WorkdirObject("ml", sum)
+	if err := (&workers.ObjectStore{JS: e.NATS.JS}).Delete(context.Background(), upload); err != nil {
+		t.Fatal(err)
+	}
+	r = e.do("POST", jobPath+"/retry", ml, "", nil)
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), "its working directory sha256:"+sum+" is not stored for project ml") {
+		t.Fatalf("retry once the directory is gone: %d %s", r.Status, r.Body)
+	}
+	var after queue.Job
+	e.do("GET", jobPath, ml, "", nil).json(t, &after)
+	if after.State != queue.StateCancelled {
+		t.Fatalf("a refused retry changed the job: %+v", after)
 	}
 }
 
