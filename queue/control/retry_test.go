@@ -47,8 +47,13 @@ func TestARetryGoesBackToThePoolThatPreemptedTheJobWhenNoOtherTakesIt(t *testing
 	if err := st.MarkDead(ctx, id, c.Job.Attempt, "preempted 21 times, over retries.max_preemptions 20"); err != nil {
 		t.Fatal(err)
 	}
+	// The scheduler publishes the first run message after its commit:
+	// counted once it is there, so that it is not taken for the retry's.
 	subject := queue.RunSubject("spot-a", id.String())
-	runs := queuetest.RunMessages(t, n.JS)[subject]
+	queuetest.Eventually(t, 20*time.Second, "the first run message", func() bool {
+		return queuetest.RunMessages(t, n.JS)[subject] == 1
+	})
+	runs := uint64(1)
 
 	client := &control.Client{Store: st, JS: n.JS, NATS: n.NC}
 	if _, err := client.Retry(ctx, id, false); err != control.ErrRetryUnavailable {
