@@ -241,7 +241,8 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 		if !kept {
 			return nil, &queue.RejectionError{Reason: fmt.Sprintf("its working directory %s is not stored for project %s "+
 				"(never uploaded, or deleted storage.workdir_retention after its last upload): upload the same files "+
-				"(PUT /v1/workdirs/%s?project=%s, or the Python client's upload_workdir) and retry", job.Spec.Workdir, job.Project, sum, job.Project)}
+				"(gpuq workdir upload DIR --project %[2]s, the Python client's upload_workdir, or PUT /v1/workdirs/%[3]s?project=%[2]s) and retry",
+				job.Spec.Workdir, job.Project, sum)}
 		}
 	}
 	var prior *Prior

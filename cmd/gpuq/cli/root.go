@@ -86,6 +86,7 @@ func commands() []*cobra.Command {
 		newWaitCmd(),
 		newCancelCmd(),
 		newRetryCmd(),
+		newWorkdirCmd(),
 		newResultsCmd(),
 		newCheckpointCmd(),
 		newNodesCmd(),

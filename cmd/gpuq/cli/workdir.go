@@ -19,6 +19,56 @@ import (
 	"github.com/gpuq/gpuq/workers"
 )
 
+func newWorkdirCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workdir",
+		Short: "Upload a directory for jobs to run in (gpuq submit --workdir does it for each submission)",
+	}
+	upload := &cobra.Command{
+		Use:   "upload DIR",
+		Short: "Pack and upload DIR for a project's jobs; prints the digest a spec's workdir names it by",
+		Long: `upload packs DIR as gpuq submit --workdir packs it (leaving out .git, .gpuq,
+__pycache__, .ipynb_checkpoints, .venv and what its .gpuqignore names), uploads
+it for the project through the HTTP API, and prints sha256:<digest>, which a
+spec's workdir may name. Uploading the same files again keeps them longer
+(storage.workdir_retention after the last upload), and lets a job whose
+directory was deleted since be retried.`,
+		Example: `  gpuq workdir upload ~/proj --project vision
+  gpuq retry 01a2490c-414b-74a6-950b-948f7b68feb6   # once its directory is uploaded again`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, format, err := loadConfigFormat(cmd)
+			if err != nil {
+				return err
+			}
+			wd := newWorkdirs(cmd, v)
+			defer wd.close()
+			doc := map[string]any{"workdir": args[0]}
+			if project := v.GetString("project"); project != "" {
+				if err := queue.ValidateProject(project); err != nil {
+					return fmt.Errorf("--project: %w", err)
+				}
+				doc["project"] = project
+			}
+			if _, local := localWorkdir(doc); !local {
+				return fmt.Errorf("upload takes a local directory, got %q", args[0])
+			}
+			if err := wd.resolve(cmd.Context(), doc, ""); err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(cmd.OutOrStdout(), wd.answer)
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), doc["workdir"])
+			return err
+		},
+	}
+	jobFlags(upload)
+	upload.Flags().String("project", "", "the project whose jobs may name it (default: the token's project, else default)")
+	cmd.AddCommand(upload)
+	return cmd
+}
+
 // workdirs packs and uploads the local directories that specs name as their
 // workdir (--workdir, or workdir: in a spec file), each directory once per
 // project, and puts the digest the server knows it by in their place.
@@ -27,6 +77,8 @@ type workdirs struct {
 	v    *viper.Viper
 	api  *apiJobs
 	done map[[2]string]string
+	// answer is the server's answer to the latest upload.
+	answer *httpapi.Workdir
 }
 
 func newWorkdirs(cmd *cobra.Command, v *viper.Viper) *workdirs {
@@ -104,8 +156,8 @@ func (w *workdirs) upload(ctx context.Context, packed *workers.Workdir, project 
 	shown := newTransfer(w.cmd.ErrOrStderr(), "uploading workdir")
 	defer shown.close()
 	body := io.TeeReader(bytes.NewReader(data), shown.writer(int64(len(data))))
-	var answer httpapi.Workdir
-	return w.api.call(ctx, http.MethodPut, "/v1/workdirs/"+packed.SHA256, q, body, "application/gzip", &answer)
+	w.answer = &httpapi.Workdir{}
+	return w.api.call(ctx, http.MethodPut, "/v1/workdirs/"+packed.SHA256, q, body, "application/gzip", w.answer)
 }
 
 // close closes the connection an upload opened.

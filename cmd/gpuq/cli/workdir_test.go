@@ -145,9 +145,33 @@ func TestAJobRunsInTheWorkingDirectoryItsSubmitterUploaded(t *testing.T) {
 		func() string { return string(runBinary(t, bin, home, natsEnv, ExitRejected, "retry", lost)) },
 		func() string { return overHTTP(ExitRejected, "retry", lost) },
 	} {
-		if out := retry(); !strings.Contains(out, "its working directory "+missing+" is not stored for project default") {
+		if out := retry(); !strings.Contains(out, "its working directory "+missing+" is not stored for project default") ||
+			!strings.Contains(out, "gpuq workdir upload DIR --project default") {
 			t.Fatalf("retry of a job whose directory is not stored: %s", out)
 		}
+	}
+
+	// Uploaded on its own, a directory is named by a spec submitted
+	// anywhere, over NATS too.
+	// (Its stdout, then its stderr naming the symlink it left out.)
+	digest := strings.Fields(overHTTP(0, "workdir", "upload", "proj"))[0]
+	if _, ok := queue.WorkdirDigest(digest); !ok {
+		t.Fatalf("workdir upload: want sha256:<digest>, got %q", digest)
+	}
+	var answer struct {
+		Workdir, Project string
+		Bytes            int64
+	}
+	if err := json.NewDecoder(strings.NewReader(overHTTP(0, "workdir", "upload", "proj", "-o", "json"))).Decode(&answer); err != nil ||
+		answer.Workdir != digest || answer.Project != "default" || answer.Bytes == 0 {
+		t.Fatalf("workdir upload -o json: %+v, %v", answer, err)
+	}
+	named := filepath.Join(home, "named.json")
+	if err := os.WriteFile(named, []byte(`{"command": ["python3", "train.py"], "workdir": "`+digest+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := string(runBinary(t, bin, home, natsEnv, 0, "submit", named, "--wait")); !strings.Contains(out, " succeeded") {
+		t.Fatalf("a spec naming an uploaded directory, over NATS: %s", out)
 	}
 }
 
