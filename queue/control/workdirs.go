@@ -132,56 +132,29 @@ func (w *Workdirs) CopyToPool(ctx context.Context, pool, project, sum string) (*
 	// The jobs of a sweep starting at once on one pool make one copy.
 	v, err, _ := w.copies.Do(dst, func() (any, error) {
 		src := workdirURI(project, sum)
-		if _, err := w.Store.Stat(ctx, src); errors.Is(err, queue.ErrArchiveLost) {
+		st, err := w.Store.Stat(ctx, src)
+		if errors.Is(err, queue.ErrArchiveLost) {
 			return nil, fmt.Errorf("%w: %s%s was never uploaded for project %s, or was deleted storage.workdir_retention after its last upload",
 				queue.ErrWorkdirMissing, queue.WorkdirPrefix, sum, project)
-		} else if err != nil {
+		}
+		if err != nil {
 			return nil, err
 		}
-		pr, pw := io.Pipe()
-		h := sha256.New()
-		var size int64
-		got := make(chan error, 1)
-		go func() {
-			cw := &countWriter{w: io.MultiWriter(pw, h), n: &size}
-			err := w.Store.Get(ctx, src, cw)
-			got <- err
-			pw.CloseWithError(err)
-		}()
-		uri, err := w.Store.Put(ctx, bucket, name, pr)
-		pr.CloseWithError(err)
-		if gerr := <-got; gerr != nil {
-			if err == nil {
-				w.Store.Delete(ctx, uri) //nolint:errcheck // the sweep removes what is left
-			}
-			return nil, fmt.Errorf("copying %s%s into pool %s's bucket: %w", queue.WorkdirPrefix, sum, pool, gerr)
-		}
+		uri, got, err := copyArchive(ctx, w.Store, src, bucket, name)
 		if err != nil {
 			return nil, fmt.Errorf("copying %s%s into pool %s's bucket: %w", queue.WorkdirPrefix, sum, pool, err)
 		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		if got != sum {
 			w.Store.Delete(ctx, uri) //nolint:errcheck // the sweep removes what is left
 			return nil, fmt.Errorf("working directory %s%s of project %s: %w: its stored bytes have SHA-256 %s",
 				queue.WorkdirPrefix, sum, project, queue.ErrArchiveLost, got)
 		}
-		return &queue.WorkdirCopy{StoreURI: uri, SHA256: sum, Bytes: size}, nil
+		return &queue.WorkdirCopy{StoreURI: uri, SHA256: sum, Bytes: st.Bytes}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.(*queue.WorkdirCopy), nil
-}
-
-// countWriter counts what passes through it into n.
-type countWriter struct {
-	w io.Writer
-	n *int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	k, err := c.w.Write(p)
-	*c.n += int64(k)
-	return k, err
 }
 
 // WorkdirRecords reports which archive URIs a record names as recorded

@@ -106,6 +106,33 @@ type ArchiveCopier interface {
 	Delete(ctx context.Context, uri string) error
 }
 
+// copyArchive copies the archive at src into bucket under name, and
+// returns the copy's URI and the SHA-256 (hex) of what was read, for the
+// caller to check against what it expects. When src could not be read
+// whole, the copy is deleted and the read's error returned.
+func copyArchive(ctx context.Context, archives ArchiveCopier, src, bucket, name string) (uri, sum string, err error) {
+	pr, pw := io.Pipe()
+	h := sha256.New()
+	got := make(chan error, 1)
+	go func() {
+		err := archives.Get(ctx, src, io.MultiWriter(pw, h))
+		got <- err
+		pw.CloseWithError(err)
+	}()
+	uri, err = archives.Put(ctx, bucket, name, pr)
+	pr.CloseWithError(err)
+	if gerr := <-got; gerr != nil {
+		if err == nil {
+			archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
+		}
+		return "", "", gerr
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return uri, hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // maxClaimStatement bounds the claims of one statement when the claim
 // requests of several workers are merged; one request's claims (at most
 // queue.MaxWorkerBatch) always go in one statement.
@@ -536,26 +563,14 @@ func (s *WorkerService) restore(ctx context.Context, pool string, id uuid.UUID, 
 	if err := s.checkArchive(ctx, pool, id, "checkpoint", &rec); err != nil {
 		return nil, err
 	}
-	pr, pw := io.Pipe()
-	h := sha256.New()
-	got := make(chan error, 1)
-	go func() {
-		err := s.Archives.Get(ctx, from.StoreURI, io.MultiWriter(pw, h))
-		got <- err
-		pw.CloseWithError(err)
-	}()
-	uri, err := s.Archives.Put(ctx, queue.ArchiveBucket(pool), name, pr)
-	pr.CloseWithError(err)
-	if gerr := <-got; errors.Is(gerr, queue.ErrArchiveLost) {
-		if err == nil {
-			s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
-		}
-		return nil, fmt.Errorf("checkpoint %d of job %s: %w", seq, id, gerr)
+	uri, sum, err := copyArchive(ctx, s.Archives, from.StoreURI, queue.ArchiveBucket(pool), name)
+	if errors.Is(err, queue.ErrArchiveLost) {
+		return nil, fmt.Errorf("checkpoint %d of job %s: %w", seq, id, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("copying checkpoint %d of job %s into pool %s's bucket: %w", seq, id, pool, err)
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != from.SHA256 {
+	if sum != from.SHA256 {
 		s.Archives.Delete(ctx, uri) //nolint:errcheck // an orphan costs storage, not correctness
 		return nil, fmt.Errorf("checkpoint %d of job %s: %w: %s holds sha256 %s, recorded %s", seq, id, queue.ErrArchiveLost, from.StoreURI, sum, from.SHA256)
 	}
