@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,9 @@ type Spec struct {
 	// Workdir names an uploaded directory the command runs in, unpacked:
 	// "sha256:" and its archive's digest (see WorkdirPrefix).
 	Workdir string `json:"workdir,omitempty"`
+	// Secrets names secrets of the project (see Secret) the job receives
+	// as environment variables of those names.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Command is the job's argv. A single string runs through /bin/sh -c.
@@ -685,6 +689,9 @@ func (s *Spec) Validate() error {
 	}
 	text("spec.idempotency_key", s.IdempotencyKey, false)
 	text("spec.workdir", s.Workdir, false)
+	for i, n := range s.Secrets {
+		text(fmt.Sprintf("spec.secrets[%d]", i), n, false)
+	}
 	for k, v := range s.Labels {
 		if text("spec.labels."+strconv.Quote(k), k, false) {
 			text("spec.labels."+k, v, false)
@@ -825,6 +832,21 @@ func (s *Spec) Validate() error {
 	}
 	if s.Workdir != "" && s.IsNoop() {
 		bad("spec.workdir", "the built-in %s job runs no command, so it has no working directory", NoopCommand)
+	}
+	if len(s.Secrets) > maxSpecSecrets {
+		bad("spec.secrets", "must name at most %d secrets, got %d", maxSpecSecrets, len(s.Secrets))
+	}
+	for i, n := range s.Secrets {
+		field := fmt.Sprintf("spec.secrets[%d]", i)
+		if err := ValidateSecretName(n); err != nil {
+			bad(field, "%v", err)
+		} else if _, ok := s.Env[n]; ok {
+			bad(field, "%s is also in env: a variable comes from one of them", n)
+		} else if slices.Index(s.Secrets, n) < i {
+			bad(field, "%s is named twice", n)
+		} else if s.IsNoop() {
+			bad(field, "the built-in %s job runs no command, so it takes no secrets", NoopCommand)
+		}
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 	if len(probs) > 0 {

@@ -44,6 +44,14 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"workdir with upper-case digits", "command: [echo]\nworkdir: sha256:" + strings.Repeat("AB", 32) + "\n", "spec.workdir", `must name an uploaded directory`},
 		{"workdir digest too short", "command: [echo]\nworkdir: sha256:abc\n", "spec.workdir", `must name an uploaded directory`},
 		{"workdir of the built-in", "command: [\"gpuq:noop\"]\nworkdir: sha256:" + strings.Repeat("ab", 32) + "\n", "spec.workdir", "runs no command"},
+		{"secret not a variable name", "command: [echo]\nsecrets: [wandb-key]\n", "spec.secrets[0]", `must be an environment variable's name: a letter or '_', then letters, digits or '_', got "wandb-key"`},
+		{"secret of the worker's", "command: [echo]\nsecrets: [GPUQ_TOKEN]\n", "spec.secrets[0]", "GPUQ_* variables are set by the worker, got GPUQ_TOKEN"},
+		{"secret named twice", "command: [echo]\nsecrets: [HF_TOKEN, HF_TOKEN]\n", "spec.secrets[1]", "HF_TOKEN is named twice"},
+		{"secret also in env", "command: [echo]\nenv: {HF_TOKEN: x}\nsecrets: [HF_TOKEN]\n", "spec.secrets[0]", "HF_TOKEN is also in env: a variable comes from one of them"},
+		{"secret of the built-in", "command: [\"gpuq:noop\"]\nsecrets: [HF_TOKEN]\n", "spec.secrets[0]", "takes no secrets"},
+		{"secrets not a list", "command: [echo]\nsecrets: HF_TOKEN\n", "spec.secrets", "must be a list, got a string"},
+		{"secret name too long", "command: [echo]\nsecrets: [A" + strings.Repeat("B", 128) + "]\n", "spec.secrets[0]", "must be at most 128 characters, got 129"},
+		{"too many secrets", "command: [echo]\nsecrets: [" + strings.TrimSuffix(strings.Repeat("S,", 65), ",") + "]\n", "spec.secrets", "must name at most 64 secrets, got 65"},
 		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
 	}
 	for _, c := range cases {

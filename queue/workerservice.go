@@ -43,11 +43,14 @@ const (
 	// WorkerOpWorkdir asks for the job's working directory (spec.workdir)
 	// in the worker's own pool's bucket, copied there when it is not.
 	WorkerOpWorkdir = "workdir"
+	// WorkerOpSecrets asks for the values of the secrets the job names
+	// (spec.secrets), read from its project's.
+	WorkerOpSecrets = "secrets"
 )
 
 // WorkerOps are the operations the worker service serves.
 var WorkerOps = []string{WorkerOpClaim, WorkerOpHeartbeat, WorkerOpNotice, WorkerOpCheckpoint, WorkerOpComplete,
-	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore, WorkerOpWorkdir}
+	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore, WorkerOpWorkdir, WorkerOpSecrets}
 
 // WorkerServiceSubject is the subject of op for a worker of pool.
 func WorkerServiceSubject(pool, op string) string {
@@ -84,7 +87,7 @@ type WorkerRequest struct {
 	// claim
 	Claims []ClaimRequest `json:"claims,omitempty"`
 	// heartbeat, notice, checkpoint, fail, handback, end, dead, job, restore,
-	// workdir
+	// workdir, secrets
 	JobID   uuid.UUID `json:"job_id,omitzero"`
 	Attempt int       `json:"attempt,omitempty"`
 	// heartbeat, notice: the lease's new length.
@@ -124,6 +127,9 @@ type WorkerReply struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// workdir: the job's working directory in the pool's own bucket.
 	Workdir *WorkdirCopy `json:"workdir,omitempty"`
+	// secrets: each secret the job names, by name. A reply holding them
+	// is never logged.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// complete: one per completion, false when fenced out.
 	Recorded []bool `json:"recorded,omitempty"`
 	// job
@@ -150,7 +156,9 @@ const (
 	WireArchiveLost  = "archive_lost"
 	// WireWorkdirMissing: the job's working directory is not stored.
 	WireWorkdirMissing = "workdir_missing"
-	WireInternal       = "internal"
+	// WireSecretMissing: a secret the job names is not set.
+	WireSecretMissing = "secret_missing"
+	WireInternal      = "internal"
 )
 
 // ErrInternal is a request the control plane could not carry out, most
@@ -201,6 +209,8 @@ func EncodeError(err error) *WireError {
 		return &WireError{Kind: WireArchiveLost, Message: err.Error()}
 	case errors.Is(err, ErrWorkdirMissing):
 		return &WireError{Kind: WireWorkdirMissing, Message: err.Error()}
+	case errors.Is(err, ErrSecretMissing):
+		return &WireError{Kind: WireSecretMissing, Message: err.Error()}
 	}
 	return &WireError{Kind: WireInternal, Message: err.Error()}
 }
@@ -225,6 +235,8 @@ func (e *WireError) Err() error {
 		return &sentinelError{msg: e.Message, is: ErrArchiveLost}
 	case WireWorkdirMissing:
 		return &sentinelError{msg: e.Message, is: ErrWorkdirMissing}
+	case WireSecretMissing:
+		return &sentinelError{msg: e.Message, is: ErrSecretMissing}
 	case WireInternal:
 		return fmt.Errorf("worker service: %w: %s", ErrInternal, e.Message)
 	}
@@ -233,7 +245,7 @@ func (e *WireError) Err() error {
 
 // sentinelError is an error of the control plane as the worker sees it:
 // its message, matching the sentinel it was (ErrQuotaExceeded,
-// ErrArchiveLost, ErrWorkdirMissing).
+// ErrArchiveLost, ErrWorkdirMissing, ErrSecretMissing).
 type sentinelError struct {
 	msg string
 	is  error

@@ -3,6 +3,8 @@ package workers
 import (
 	"bytes"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,10 @@ type logShipper struct {
 	job     uuid.UUID
 	attempt int
 
+	// masks are the job's secret values, longest first: replaced by
+	// maskedText in what is published.
+	masks [][]byte
+
 	mu      sync.Mutex
 	bufs    map[string]*bytes.Buffer
 	stop    chan struct{}
@@ -46,6 +52,30 @@ func newLogShipper(js logPublisher, pool string, job uuid.UUID, attempt int) *lo
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	go s.loop()
 	return s
+}
+
+// maskedText replaces a secret's value in a job's output.
+const maskedText = "***"
+
+// minMasked is the shortest value, or line of a value, that is masked: a
+// shorter one would mask ordinary output as often as the secret.
+const minMasked = 4
+
+// mask makes the shipper replace each of values in the output it publishes,
+// and each line of a value of several lines, since output is published in
+// chunks of whole lines. Call it before the first write.
+func (s *logShipper) mask(values []string) {
+	seen := map[string]bool{}
+	for _, v := range values {
+		for _, m := range append([]string{v}, strings.Split(v, "\n")...) {
+			m = strings.TrimSpace(m)
+			if len(m) >= minMasked && !seen[m] {
+				seen[m] = true
+				s.masks = append(s.masks, []byte(m))
+			}
+		}
+	}
+	slices.SortFunc(s.masks, func(a, b []byte) int { return len(b) - len(a) })
 }
 
 func (s *logShipper) writer(stream string) io.Writer {
@@ -108,6 +138,9 @@ func (s *logShipper) flush(final bool) {
 		copy(chunk, data[:end])
 		if final && chunk[len(chunk)-1] != '\n' {
 			chunk = append(chunk, '\n')
+		}
+		for _, m := range s.masks {
+			chunk = bytes.ReplaceAll(chunk, m, []byte(maskedText))
 		}
 		buf.Next(end)
 		chunks = append(chunks, queue.LogChunk{Attempt: s.attempt, Stream: stream, Data: chunk})

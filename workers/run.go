@@ -118,6 +118,12 @@ type workdirFetcher interface {
 	Workdir(ctx context.Context, id uuid.UUID, attempt int) (*queue.WorkdirCopy, error)
 }
 
+// secretsFetcher is the worker service's secrets (ServiceRecords): the
+// values of the secrets the job names.
+type secretsFetcher interface {
+	Secrets(ctx context.Context, id uuid.UUID, attempt int) (map[string]string, error)
+}
+
 // ackDone acknowledges a message whose job needs nothing more, and waits
 // for the server to confirm it.
 func ackDone(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
@@ -140,6 +146,9 @@ type attempt struct {
 	workDir string
 	// user is who the job runs as; nil: the worker's own user.
 	user *JobUser
+	// secrets are the values of the secrets the job names, by name: in
+	// its environment, and masked in its output.
+	secrets map[string]string
 
 	saveMu sync.Mutex
 	saves  int
@@ -237,6 +246,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	if job.Spec.Workdir != "" && !a.unpackWorkdir() {
 		return
 	}
+	if len(job.Spec.Secrets) > 0 && !a.fetchSecrets() {
+		return
+	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.cancel = cancel
@@ -286,6 +298,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		return
 	}
 	logs := newLogShipper(w.js, w.cfg.Pool, job.ID, job.Attempt)
+	logs.mask(slices.Collect(maps.Values(a.secrets)))
 	cmd := exec.Command(path, job.Spec.Command[1:]...)
 	cmd.Args[0] = job.Spec.Command[0] // the program sees the name it was given
 	cmd.Dir = a.workDir
@@ -424,6 +437,9 @@ func (a *attempt) env(resumed bool, socket string) []string {
 		vars["PATH"] = filepath.Dir(cfg.Executable) + string(os.PathListSeparator) + vars["PATH"]
 	}
 	for k, v := range job.Spec.Env {
+		vars[k] = v
+	}
+	for k, v := range a.secrets {
 		vars[k] = v
 	}
 	r := "0"
@@ -582,6 +598,35 @@ func (a *attempt) unpackWorkdir() bool {
 		}
 	}
 	a.workDir = dir
+	return true
+}
+
+// fetchSecrets asks the control plane for the values of the secrets the job
+// names. It reports false when it could not, having ended the attempt: the
+// job fails when a secret is not set (no worker could do better), and is
+// handed back otherwise. Neither the values nor the reply are logged.
+func (a *attempt) fetchSecrets() bool {
+	job := a.job
+	reason := "fetching its secrets " + strings.Join(job.Spec.Secrets, ", ")
+	fetcher, ok := a.w.store.(secretsFetcher)
+	if !ok {
+		a.hostError(reason + ": this worker reaches no control plane that keeps secrets")
+		return false
+	}
+	v, err := fetcher.Secrets(a.io, job.ID, job.Attempt)
+	if err == nil && len(v) != len(job.Spec.Secrets) {
+		err = fmt.Errorf("the reply holds %d of the %d secrets", len(v), len(job.Spec.Secrets))
+	}
+	if err != nil {
+		a.log.Error("fetching the job's secrets", "secrets", job.Spec.Secrets, "err", err)
+		if errors.Is(err, queue.ErrSecretMissing) {
+			a.fail(nil, fmt.Sprintf("%s: %v; the job was not run", reason, err))
+			return false
+		}
+		a.release(queue.OutcomeHostError, nil, fmt.Sprintf("%s: %v", reason, err), 5*time.Second)
+		return false
+	}
+	a.secrets = v
 	return true
 }
 

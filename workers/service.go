@@ -185,6 +185,16 @@ func (r *ServiceRecords) Workdir(ctx context.Context, id uuid.UUID, attempt int)
 	return reply.Workdir, nil
 }
 
+// Secrets returns the values of the secrets the job names (spec.secrets),
+// by name.
+func (r *ServiceRecords) Secrets(ctx context.Context, id uuid.UUID, attempt int) (map[string]string, error) {
+	reply, err := r.call(ctx, queue.WorkerOpSecrets, &queue.WorkerRequest{JobID: id, Attempt: attempt}, true)
+	if err != nil {
+		return nil, err
+	}
+	return reply.Secrets, nil
+}
+
 // Succeed records the attempt's success and its outputs.
 func (r *ServiceRecords) Succeed(ctx context.Context, id uuid.UUID, attempt int, outputs *queue.ArchiveRecord) error {
 	recorded, err := r.complete(ctx, []queue.Completion{{JobID: id, Attempt: attempt, Outputs: outputs}})

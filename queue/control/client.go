@@ -24,6 +24,8 @@ type ClientStore interface {
 	Cancel(ctx context.Context, id uuid.UUID, reason string) error
 	Retry(ctx context.Context, job *queue.Job, p queue.Placement, note string, fresh bool) error
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
+	// MissingSecrets returns those of names that project does not hold.
+	MissingSecrets(ctx context.Context, project string, names []string) ([]string, error)
 }
 
 // Client carries out what users ask of jobs: status, list, wait, logs,
@@ -243,6 +245,15 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 				"(never uploaded, or deleted storage.workdir_retention after its last upload): upload the same files "+
 				"(gpuq workdir upload DIR --project %[2]s, the Python client's upload_workdir, or PUT /v1/workdirs/%[3]s?project=%[2]s) and retry",
 				job.Spec.Workdir, job.Project, sum)}
+		}
+	}
+	if len(job.Spec.Secrets) > 0 {
+		missing, err := c.Store.MissingSecrets(ctx, job.Project, job.Spec.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) > 0 {
+			return nil, &queue.RejectionError{Reason: queue.SecretMissingError(job.Project, missing).Error() + ", then retry"}
 		}
 	}
 	var prior *Prior

@@ -50,6 +50,8 @@ type WorkerStore interface {
 	Checkpoints(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
+	// SecretValues reads the values of the secrets a job names.
+	SecretValues(ctx context.Context, project string, names []string) (map[string]string, error)
 }
 
 // WorkerService serves the worker service: workers' claims, leases,
@@ -288,6 +290,10 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 	case queue.WorkerOpWorkdir:
 		c, err := s.workdir(ctx, pool, r.JobID, r.Attempt)
 		out.Workdir = c
+		return out, err
+	case queue.WorkerOpSecrets:
+		v, err := s.secrets(ctx, pool, r.JobID, r.Attempt)
+		out.Secrets = v
 		return out, err
 	case queue.WorkerOpComplete:
 		recorded, err := s.complete(ctx, pool, r.Completions)
@@ -619,6 +625,24 @@ func (s *WorkerService) workdir(ctx context.Context, pool string, id uuid.UUID, 
 		return nil, errors.New("this control plane keeps no working directories")
 	}
 	return s.Workdirs.CopyToPool(ctx, pool, j.Spec.Project, sum)
+}
+
+// secrets returns the values of the secrets (spec.secrets) of the attempt
+// pool runs now: read from the job's project, named by the job's spec as
+// PostgreSQL holds it, so a worker can neither ask for another job's nor
+// name others.
+func (s *WorkerService) secrets(ctx context.Context, pool string, id uuid.UUID, attempt int) (map[string]string, error) {
+	if err := s.checkRunning(ctx, pool, id, attempt); err != nil {
+		return nil, fmt.Errorf("fetching the job's secrets: %w", err)
+	}
+	j, err := s.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(j.Spec.Secrets) == 0 {
+		return nil, badf("job_id: job %s names no secrets", id)
+	}
+	return s.Store.SecretValues(ctx, j.Spec.Project, j.Spec.Secrets)
 }
 
 // checkArchive refuses a checkpoint or output record that does not name the

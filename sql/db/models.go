@@ -424,6 +424,14 @@ type ProjectQuota struct {
 	SetAt       time.Time
 }
 
+type ProjectSecret struct {
+	Project string
+	Name    string
+	Value   string
+	SetBy   string
+	SetAt   time.Time
+}
+
 type Result struct {
 	JobID     uuid.UUID
 	Attempt   int32

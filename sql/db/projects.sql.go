@@ -261,6 +261,148 @@ func (q *Queries) ProjectReservedByCurrency(ctx context.Context, project string)
 	return items, nil
 }
 
+const projectSecretDelete = `-- name: ProjectSecretDelete :execrows
+DELETE FROM project_secrets WHERE project = $1 AND name = $2
+`
+
+type ProjectSecretDeleteParams struct {
+	Project string
+	Name    string
+}
+
+func (q *Queries) ProjectSecretDelete(ctx context.Context, arg ProjectSecretDeleteParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, projectSecretDelete, arg.Project, arg.Name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const projectSecretList = `-- name: ProjectSecretList :many
+SELECT project, name, set_by, set_at FROM project_secrets WHERE project = $1 ORDER BY name
+`
+
+type ProjectSecretListRow struct {
+	Project string
+	Name    string
+	SetBy   string
+	SetAt   time.Time
+}
+
+// ProjectSecretList lists a project's secrets by name, without values.
+func (q *Queries) ProjectSecretList(ctx context.Context, project string) ([]ProjectSecretListRow, error) {
+	rows, err := q.db.QueryContext(ctx, projectSecretList, project)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectSecretListRow
+	for rows.Next() {
+		var i ProjectSecretListRow
+		if err := rows.Scan(
+			&i.Project,
+			&i.Name,
+			&i.SetBy,
+			&i.SetAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const projectSecretSet = `-- name: ProjectSecretSet :one
+INSERT INTO project_secrets (project, name, value, set_by)
+SELECT $1, $2, $3, $4
+WHERE EXISTS (SELECT 1 FROM project_secrets WHERE project = $1 AND name = $2)
+   OR (SELECT count(*) FROM project_secrets WHERE project = $1) < $5::bigint
+ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING project, name, set_by, set_at
+`
+
+type ProjectSecretSetParams struct {
+	Project    string
+	Name       string
+	Value      string
+	SetBy      string
+	MaxSecrets int64
+}
+
+type ProjectSecretSetRow struct {
+	Project string
+	Name    string
+	SetBy   string
+	SetAt   time.Time
+}
+
+// ProjectSecretSet stores a project's secret, or replaces its value. A new
+// name is stored only while the project holds fewer than @max_secrets (no
+// row comes back otherwise): a bound on what a project keeps, which sets of
+// new names at the same moment may pass by as many as they are.
+func (q *Queries) ProjectSecretSet(ctx context.Context, arg ProjectSecretSetParams) (ProjectSecretSetRow, error) {
+	row := q.db.QueryRowContext(ctx, projectSecretSet,
+		arg.Project,
+		arg.Name,
+		arg.Value,
+		arg.SetBy,
+		arg.MaxSecrets,
+	)
+	var i ProjectSecretSetRow
+	err := row.Scan(
+		&i.Project,
+		&i.Name,
+		&i.SetBy,
+		&i.SetAt,
+	)
+	return i, err
+}
+
+const projectSecretValues = `-- name: ProjectSecretValues :many
+SELECT name, value FROM project_secrets WHERE project = $1 AND name = ANY($2::text[])
+`
+
+type ProjectSecretValuesParams struct {
+	Project string
+	Names   []string
+}
+
+type ProjectSecretValuesRow struct {
+	Name  string
+	Value string
+}
+
+// ProjectSecretValues reads the values of a project's secrets of those
+// names that are set.
+func (q *Queries) ProjectSecretValues(ctx context.Context, arg ProjectSecretValuesParams) ([]ProjectSecretValuesRow, error) {
+	rows, err := q.db.QueryContext(ctx, projectSecretValues, arg.Project, pq.Array(arg.Names))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ProjectSecretValuesRow
+	for rows.Next() {
+		var i ProjectSecretValuesRow
+		if err := rows.Scan(&i.Name, &i.Value); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const projectStoredBytes = `-- name: ProjectStoredBytes :one
 SELECT (COALESCE((SELECT SUM(c.bytes) FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.project = $1), 0)
       + COALESCE((SELECT SUM(r.bytes) FROM results r JOIN jobs j ON j.id = r.job_id WHERE j.project = $1), 0)

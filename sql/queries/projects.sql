@@ -109,3 +109,27 @@ RETURNING *;
 
 -- name: ProjectQuotaDelete :execrows
 DELETE FROM project_quotas WHERE project = @project;
+
+-- name: ProjectSecretSet :one
+-- ProjectSecretSet stores a project's secret, or replaces its value. A new
+-- name is stored only while the project holds fewer than @max_secrets (no
+-- row comes back otherwise): a bound on what a project keeps, which sets of
+-- new names at the same moment may pass by as many as they are.
+INSERT INTO project_secrets (project, name, value, set_by)
+SELECT @project, @name, @value, @set_by
+WHERE EXISTS (SELECT 1 FROM project_secrets WHERE project = @project AND name = @name)
+   OR (SELECT count(*) FROM project_secrets WHERE project = @project) < @max_secrets::bigint
+ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING project, name, set_by, set_at;
+
+-- name: ProjectSecretList :many
+-- ProjectSecretList lists a project's secrets by name, without values.
+SELECT project, name, set_by, set_at FROM project_secrets WHERE project = @project ORDER BY name;
+
+-- name: ProjectSecretDelete :execrows
+DELETE FROM project_secrets WHERE project = @project AND name = @name;
+
+-- name: ProjectSecretValues :many
+-- ProjectSecretValues reads the values of a project's secrets of those
+-- names that are set.
+SELECT name, value FROM project_secrets WHERE project = @project AND name = ANY(@names::text[]);

@@ -17,7 +17,7 @@ from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, O
 
 from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
-from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Spend, TERMINAL_STATES
+from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Secret, Spend, TERMINAL_STATES
 from .workdir import DIGEST_PREFIX, Packed, packed
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
@@ -131,12 +131,14 @@ class Client:
                 stream.close()
 
     def _call(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None, body: Any = None,
-              retry_for: float = 0.0, idempotent: bool = False) -> Any:
-        """Sends a request and returns its JSON answer. A GET, or a request
-        marked ``idempotent``, answered 502, 503 or 504 (a server
-        restarting, a proxy without its backend) is asked again for up to
-        ``retry_for`` seconds, with one warning; other requests are not,
-        since the server may have acted on them."""
+              retry_for: float = 0.0, idempotent: bool = False, masked: str = "") -> Any:
+        """Sends a request and returns its JSON answer, None for an empty
+        one (204). A GET, or a request marked ``idempotent``, answered 502,
+        503 or 504 (a server restarting, a proxy without its backend) is
+        asked again for up to ``retry_for`` seconds, with one warning; other
+        requests are not, since the server may have acted on them.
+        ``masked`` is a secret the body holds: an error answer that echoes
+        it is raised and logged with ``***`` in its place."""
         since: Optional[float] = None
         pause = _RETRY_FIRST
         while True:
@@ -146,8 +148,10 @@ class Client:
                         raw = resp.read(_MAX_DOC)
                     except (OSError, http.client.HTTPException) as e:
                         raise Unreachable("%s %s: the answer broke off: %r" % (method, self.url + path, e)) from e
-                return json.loads(raw.decode("utf-8"))
+                return json.loads(raw.decode("utf-8")) if raw else None
             except APIError as e:
+                if masked:
+                    _mask(e, masked)
                 if not (method == "GET" or idempotent) or e.status not in (502, 503, 504):
                     raise
                 now = time.monotonic()
@@ -211,7 +215,12 @@ class Client:
         (``GPUQ_WORKDIR``). A value that starts with ``sha256:`` names a
         directory uploaded before and is sent as it is. Editing a file
         changes the digest, and so the spec: the same idempotency key then
-        raises :class:`Conflict`."""
+        raises :class:`Conflict`.
+
+        ``secrets`` names project secrets (:meth:`set_secret`) that the job
+        gets as environment variables of those names: the spec holds only
+        the names. A name not set for the spec's project, or one ``env``
+        sets too, raises :class:`InvalidRequest` (``spec.secrets[0]``)."""
         doc = _spec(spec, fields)
         self._ship_workdir(doc)
         if idempotency_key is not None:
@@ -364,6 +373,47 @@ class Client:
         self._ship_workdir(doc, upload=False)
         return Plan.from_doc(self._call("POST", "/v1/plan", body=doc))
 
+    # --- project secrets ------------------------------------------------
+
+    def set_secret(self, name: str, value: str, project: str = "default") -> Secret:
+        """Stores ``value`` as the project's secret ``name`` (``gpuq secret
+        set``), replacing the value it had, and returns the secret without
+        it: no call ever returns a value. A job whose spec names it in
+        ``secrets`` gets it as the environment variable ``name``, and the
+        worker masks it as ``***`` in the job's logs. Only an admin token of
+        the project may set one (:class:`Forbidden` otherwise).
+
+        ``name`` is an environment variable's name (letters, digits and
+        ``_``, not starting with a digit or ``GPUQ_``, at most 128
+        characters) and ``value`` a str of 1 byte to 32 KiB without NUL;
+        the server refuses others with :class:`InvalidRequest`
+        (``path.name``, ``body.value``). A new name in a project that holds
+        500 secrets raises :class:`Conflict`. Setting the same value again
+        gives the same secret, so the request is sent again while the
+        server answers 502, 503 or 504, as reads are. The value is never
+        put in an exception or a log line: an error answer that echoes it
+        has ``***`` in its place."""
+        if not isinstance(value, str):
+            raise TypeError("value: want a str (the secret's value), got %s" % type(value).__name__)
+        answer = self._call("PUT", _secret_path(project, name), body={"value": value},
+                            retry_for=_UNAVAILABLE_RETRY, idempotent=True, masked=value)
+        return Secret.from_doc(answer)
+
+    def secrets(self, project: str = "default") -> List[Secret]:
+        """The project's secrets in name order: who set each and when,
+        never a value. Any token of the project may list them; a project
+        the token does not cover raises :class:`NotFound`."""
+        answer = self._get(_project_path(project, "/secrets"))
+        return [Secret.from_doc(s) for s in answer.get("secrets") or []]
+
+    def delete_secret(self, name: str, project: str = "default") -> None:
+        """Deletes the project's secret ``name`` (an admin token of the
+        project); jobs submitted after that cannot name it. One not set
+        raises :class:`NotFound`. The request is not sent again after a
+        502, 503 or 504: had the server deleted it, asking again would
+        answer 404."""
+        self._call("DELETE", _secret_path(project, name))
+
     # --- working directories --------------------------------------------
 
     def upload_workdir(self, path: Union[str, "os.PathLike[str]"], project: Optional[str] = None,
@@ -440,8 +490,7 @@ class Client:
         is left of each budget that applies to the project in its current
         period. Any token of the project may read it."""
         since = _rfc3339(since)
-        path = "/v1/projects/" + urllib.parse.quote(project, safe="") + "/spend"
-        return Spend.from_doc(self._get(path, {"since": since}))
+        return Spend.from_doc(self._get(_project_path(project, "/spend"), {"since": since}))
 
     def events(self, job_id: JobRef, last_event_id: Optional[str] = None) -> Iterator[Event]:
         """The job's state changes, oldest first, then each new one until
@@ -753,6 +802,44 @@ def _id(job: JobRef) -> str:
 
 def _job_path(job_id: str, rest: str = "") -> str:
     return "/v1/jobs/" + urllib.parse.quote(str(job_id), safe="") + rest
+
+
+def _project_path(project: str, rest: str = "") -> str:
+    return "/v1/projects/" + urllib.parse.quote(project, safe="") + rest
+
+
+def _secret_path(project: str, name: str) -> str:
+    """The path of a project's secret. An empty or non-str name is refused
+    here: its path would name the list, or a secret called ``None``."""
+    if not isinstance(name, str):
+        raise TypeError("name: want a str (an environment variable's name), got %s" % type(name).__name__)
+    if not name:
+        raise ValueError("name: want an environment variable's name such as WANDB_API_KEY, got ''")
+    return _project_path(project, "/secrets/" + urllib.parse.quote(name, safe=""))
+
+
+def _mask(err: APIError, secret: str) -> None:
+    """Puts ``***`` in place of secret wherever err, an answer to a request
+    that sent it, echoes it (its title, detail, and each field's message
+    and value: the API's validation may quote the input it refused), as the
+    worker masks it in logs. err is changed in place, so that it is raised
+    without a copy that still holds the secret in its context."""
+
+    def hide(text: str) -> str:
+        return text.replace(secret, "***")
+
+    def hide_value(value: Any) -> Any:
+        if isinstance(value, str):
+            return hide(value)
+        if isinstance(value, list):
+            return [hide_value(v) for v in value]
+        if isinstance(value, dict):
+            return {hide_value(k): hide_value(v) for k, v in value.items()}
+        return "***" if value is not None and secret in repr(value) else value
+
+    err.title, err.detail = hide(err.title), hide(err.detail)
+    err.errors = [ErrorDetail(e.location, hide(e.message), hide_value(e.value)) for e in err.errors]
+    err.args = (err._message(),)
 
 
 # _BATCH_JOBS is the most jobs the API takes in one batch submission.

@@ -241,6 +241,24 @@ class Plan:
 
 
 @dataclass
+class Secret:
+    """A project's secret as the API lists it: its name, when it was last
+    set, and by whom (a token's id, or ``cli``). The API never sends a
+    value back, so none is here."""
+
+    project: str
+    name: str
+    set_at: Optional[datetime]
+    set_by: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Secret":
+        return cls(project=d.get("project", ""), name=d["name"], set_at=parse_time(d.get("set_at")),
+                   set_by=d.get("set_by", ""), raw=d)
+
+
+@dataclass
 class SpendAmount:
     """A project's spend in one currency, in micros (millionths) of it:
     what its attempts accrued since the ledger's start, and what its

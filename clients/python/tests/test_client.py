@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -98,6 +99,14 @@ def tearDownModule():
 def dev_log():
     with open(os.path.join(workdir, "dev.log"), encoding="utf-8", errors="replace") as f:
         return f.read()[-8000:]
+
+
+def forget_secret(name, project="default"):
+    """Deletes a project's secret a test set, if it is still set."""
+    try:
+        client.delete_secret(name, project=project)
+    except gpuq.NotFound:
+        pass
 
 
 class InstallTest(unittest.TestCase):
@@ -419,6 +428,68 @@ class ClientTest(unittest.TestCase):
                                    for i in range(2)], progress=False)
         self.assertEqual(len({j.spec["workdir"] for j in jobs}), 1)
         self.assertEqual([j.state for j in client.wait_all(jobs, timeout=120, progress=False)], ["succeeded"] * 2)
+
+    def test_a_secret_reaches_its_job_and_nowhere_else(self):
+        # A project's admin stores a token once (gpuq dev's token is an
+        # admin's of every project); a job names it and gets it in its
+        # environment, and its value shows nowhere else: not in what the
+        # API answers, the job's logs or gpuq dev's own log.
+        value = "hf_" + os.urandom(16).hex()
+        self.addCleanup(forget_secret, "HF_TOKEN")
+        stored = client.set_secret("HF_TOKEN", value)
+        self.assertEqual((stored.project, stored.name), ("default", "HF_TOKEN"))
+        self.assertIsNotNone(stored.set_at)
+        self.assertTrue(stored.set_by, stored)
+        listed = client.secrets()
+        self.assertEqual([s.name for s in listed if s.name == "HF_TOKEN"], ["HF_TOKEN"])
+        self.assertEqual([s.name for s in listed], sorted(s.name for s in listed))
+        for text in (json.dumps(stored.raw), json.dumps([s.raw for s in listed]), repr(listed)):
+            self.assertNotIn(value, text)
+
+        script = 'printf %s "$HF_TOKEN" > "$GPUQ_OUTPUT_DIR/token.txt"; echo "token=$HF_TOKEN"'
+        label = "secret-%d" % time.monotonic_ns()
+        job = client.submit(name="secret", command=["sh", "-c", script], secrets=["HF_TOKEN"], labels={"test": label})
+        self.assertEqual(job.spec.get("secrets"), ["HF_TOKEN"], job.raw)
+        done = client.wait(job, timeout=120, progress=False)
+        logs = "".join(c.data for c in client.logs(job))
+        self.assertEqual(done.state, "succeeded", done.reason + "\n" + logs + "\n" + dev_log())
+        self.assertIn("token=***\n", logs)
+        self.assertNotIn(value, logs)
+        with tempfile.TemporaryDirectory() as d:
+            res = client.results(job, d, progress=False)
+            with open({f.path: f for f in res.files}["token.txt"].local_path) as f:
+                self.assertEqual(f.read(), value)
+        got, st = client.get(job), client.status(job)
+        self.assertEqual((got.spec.get("secrets"), st.job.spec.get("secrets")), (["HF_TOKEN"], ["HF_TOKEN"]))
+        events = list(client.events(job))
+        listed_jobs = client.list(label="test=" + label)
+        self.assertEqual([j.id for j in listed_jobs], [job.id])
+        for doc in (job.raw, done.raw, got.raw, st.raw, [e.raw for e in events], [j.raw for j in listed_jobs]):
+            self.assertNotIn(value, json.dumps(doc))
+        self.assertNotIn(value, repr(st))
+
+        # A secret not set, or one env sets too, is refused naming it.
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], secrets=["NOT_SET_SECRET"])
+        self.assertIn("spec.secrets[0]", caught.exception.fields, caught.exception)
+        self.assertIn("NOT_SET_SECRET", str(caught.exception))
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit_many([{"command": ["true"], "secrets": ["HF_TOKEN"]},
+                                {"command": ["true"], "secrets": ["NOT_SET_SECRET"]}], progress=False)
+        self.assertIn("body.jobs[1].secrets[0]", caught.exception.fields, caught.exception)
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], env={"HF_TOKEN": "x"}, secrets=["HF_TOKEN"])
+        self.assertIn("spec.secrets[0]", caught.exception.fields, caught.exception)
+
+        client.delete_secret("HF_TOKEN")
+        self.assertNotIn("HF_TOKEN", [s.name for s in client.secrets()])
+        with self.assertRaises(gpuq.NotFound):
+            client.delete_secret("HF_TOKEN")
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], secrets=["HF_TOKEN"])
+        self.assertIn("spec.secrets[0]", caught.exception.fields, caught.exception)
+        with open(os.path.join(workdir, "dev.log"), encoding="utf-8", errors="replace") as f:
+            self.assertNotIn(value, f.read(), "gpuq dev logged the secret's value")
 
     def test_a_workdir_not_uploaded_is_refused_naming_the_field(self):
         with self.assertRaises(gpuq.InvalidRequest) as caught:

@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import traceback
 import unittest
 from unittest import mock
 
@@ -786,3 +787,162 @@ class WorkdirUploadTest(unittest.TestCase):
             size = byte_count(p.bytes)
         self.assertEqual(out.getvalue().splitlines()[-1][:-len(", 0s")],
                          "uploading workdir %s: %s of %s (100%%)" % (self.dir, size, size))
+
+
+class SecretTest(unittest.TestCase):
+    """set_secret, secrets and delete_secret against a fake API: the
+    requests they send, the documents they read, the errors they raise, and
+    a value that reaches no exception, log line or repr."""
+
+    VALUE = "hf_5e3c0a9d41b7f28e"
+    SET_AT = "2026-12-07T01:02:03.123456Z"
+    serve = ReconnectTest.serve
+
+    def setUp(self):
+        self.seen = []  # (method, path, Authorization, Content-Type, JSON body or None)
+        self.answers = []  # (status, document) for each next request; 204 has no body
+        self.client = self.serve(self.handler())
+
+    def handler(self):
+        test = self
+
+        class Handler(FakeAPI):
+            def reply(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                test.seen.append((self.command, self.path, self.headers.get("Authorization"),
+                                  self.headers.get("Content-Type"), json.loads(raw) if raw else None))
+                status, doc = test.answers.pop(0)
+                if status == 204:
+                    self.send_response(204)
+                    self.end_headers()
+                    return
+                self.answer(status, doc, "application/json" if status < 400 else "application/problem+json")
+
+            do_GET = do_PUT = do_POST = do_DELETE = reply
+
+        return Handler
+
+    def secret_doc(self, name, project="default"):
+        return {"project": project, "name": name, "set_at": self.SET_AT, "set_by": "tok_01"}
+
+    def problem(self, status, detail, errors=()):
+        return status, {"title": "refused", "status": status, "detail": detail, "errors": list(errors)}
+
+    def test_set_secret_puts_the_value_and_returns_the_secret_without_it(self):
+        self.answers.append((200, self.secret_doc("WANDB_API_KEY", "vision")))
+        s = self.client.set_secret("WANDB_API_KEY", self.VALUE, project="vision")
+        self.assertEqual(self.seen, [("PUT", "/v1/projects/vision/secrets/WANDB_API_KEY", "Bearer t",
+                                      "application/json", {"value": self.VALUE})])
+        self.assertIsInstance(s, gpuq.Secret)
+        self.assertEqual((s.project, s.name, s.set_by), ("vision", "WANDB_API_KEY", "tok_01"))
+        self.assertEqual(s.set_at, parse_time(self.SET_AT))
+        self.assertEqual(s.set_at.microsecond, 123456)
+        self.assertNotIn(self.VALUE, repr(s))
+        # The project defaults to default; each path segment is quoted.
+        self.seen.clear()
+        self.answers += [(200, self.secret_doc("HF_TOKEN")), (200, self.secret_doc("A/B C", "team a/b"))]
+        self.client.set_secret("HF_TOKEN", "v")
+        self.client.set_secret("A/B C", "v", project="team a/b")
+        self.assertEqual([s[1] for s in self.seen], ["/v1/projects/default/secrets/HF_TOKEN",
+                                                     "/v1/projects/team%20a%2Fb/secrets/A%2FB%20C"])
+
+    def test_secrets_lists_names_in_the_servers_order_without_values(self):
+        self.answers.append((200, {"project": "default", "secrets": [self.secret_doc("HF_TOKEN"),
+                                                                     self.secret_doc("WANDB_API_KEY")]}))
+        listed = self.client.secrets()
+        self.assertEqual([(s.project, s.name, s.set_at, s.set_by) for s in listed],
+                         [("default", "HF_TOKEN", parse_time(self.SET_AT), "tok_01"),
+                          ("default", "WANDB_API_KEY", parse_time(self.SET_AT), "tok_01")])
+        self.assertEqual(self.seen, [("GET", "/v1/projects/default/secrets", "Bearer t", None, None)])
+        self.answers.append((200, {"project": "vision", "secrets": []}))
+        self.assertEqual(self.client.secrets("vision"), [])
+        self.assertEqual(self.seen[-1][1], "/v1/projects/vision/secrets")
+
+    def test_delete_secret_sends_a_delete_and_one_not_set_is_not_found(self):
+        self.answers += [(204, None), self.problem(404, "secret HF_TOKEN is not set for project vision")]
+        self.assertIsNone(self.client.delete_secret("HF_TOKEN", project="vision"))
+        with self.assertRaises(gpuq.NotFound):
+            self.client.delete_secret("HF_TOKEN", project="vision")
+        self.assertEqual(self.seen, [("DELETE", "/v1/projects/vision/secrets/HF_TOKEN", "Bearer t", None, None)] * 2)
+        # A delete answered 503 is not sent again: a delete the server did
+        # would answer 404.
+        self.seen.clear()
+        self.answers.append(self.problem(503, "restarting"))
+        with self.assertRaises(gpuq.APIError) as caught:
+            self.client.delete_secret("HF_TOKEN")
+        self.assertEqual((caught.exception.status, len(self.seen)), (503, 1))
+
+    def test_refusals_raise_their_errors(self):
+        for status, kind in ((403, gpuq.Forbidden), (404, gpuq.NotFound), (409, gpuq.Conflict)):
+            self.answers.append(self.problem(status, "no"))
+            with self.assertRaises(kind):
+                self.client.set_secret("HF_TOKEN", self.VALUE)
+        self.answers.append(self.problem(404, "project vision not found"))
+        with self.assertRaises(gpuq.NotFound):
+            self.client.secrets("vision")
+        self.assertEqual(len(self.seen), 4)
+
+    def test_a_refused_value_is_named_by_its_field_and_never_echoed(self):
+        # The API's validation may quote the input it refused; the client
+        # masks it wherever the answer holds it, as the worker does in logs.
+        self.answers.append(self.problem(422, "validation failed for " + self.VALUE, [
+            {"location": "body.value", "message": "expected length <= 32768, got %s" % self.VALUE, "value": self.VALUE},
+            {"location": "body", "message": "invalid", "value": {"value": [self.VALUE], "n": 1}},
+            {"location": "path.name", "message": "must not start with GPUQ_", "value": "GPUQ_X"}]))
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            self.client.set_secret("GPUQ_X", self.VALUE)
+        err = caught.exception
+        self.assertEqual(sorted(err.fields), ["body", "body.value", "path.name"])
+        self.assertEqual(err.fields["body.value"], "expected length <= 32768, got ***")
+        self.assertEqual([e.value for e in err.errors], ["***", {"value": ["***"], "n": 1}, "GPUQ_X"])
+        self.assertIn("***", str(err))
+        shown = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        for text in (str(err), repr(err), repr(err.args), repr(err.errors), repr(err.fields), err.detail, shown):
+            self.assertNotIn(self.VALUE, text)
+
+    def test_a_value_not_a_str_or_a_bad_name_is_refused_before_any_request(self):
+        for value in (b"hf_bytes_value", None, 918273645, ["hf_list_value"]):
+            with self.assertRaises(TypeError) as caught:
+                self.client.set_secret("HF_TOKEN", value)
+            msg = str(caught.exception)
+            self.assertTrue(msg.startswith("value: want a str"), msg)
+            for shown in ("hf_bytes_value", "918273645", "hf_list_value"):
+                self.assertNotIn(shown, msg)
+        with self.assertRaisesRegex(TypeError, "^name: "):
+            self.client.set_secret(None, "v")
+        with self.assertRaisesRegex(ValueError, "^name: "):
+            self.client.set_secret("", "v")
+        with self.assertRaisesRegex(ValueError, "^name: "):
+            self.client.delete_secret("")
+        self.assertEqual(self.seen, [])
+
+    def test_setting_a_secret_is_sent_again_while_unavailable_and_logged_masked(self):
+        # The same value gives the same secret however often it arrives.
+        down = self.problem(503, "backend gone while setting " + self.VALUE)
+        self.answers += [down, down, (200, self.secret_doc("HF_TOKEN"))]
+        with self.assertLogs("gpuq", level="WARNING") as logs:
+            self.assertEqual(self.client.set_secret("HF_TOKEN", self.VALUE).name, "HF_TOKEN")
+        self.assertEqual([s[4] for s in self.seen], [{"value": self.VALUE}] * 3)
+        self.assertEqual(len(logs.records), 1, logs.output)
+        self.assertIn("***", logs.output[0])
+        self.assertNotIn(self.VALUE, logs.output[0])
+        # Any other failure is raised at once, masked too.
+        self.seen.clear()
+        self.answers.append(self.problem(500, "boom: " + self.VALUE))
+        with self.assertRaises(gpuq.APIError) as caught:
+            self.client.set_secret("HF_TOKEN", self.VALUE)
+        self.assertEqual((caught.exception.status, len(self.seen)), (500, 1))
+        self.assertEqual(str(caught.exception), "boom: *** (HTTP 500)")
+
+    def test_submit_submit_many_and_plan_send_the_secrets_names(self):
+        job = {"id": ReconnectTest.JOB, "project": "default", "name": "n", "state": "placed", "attempt": 0,
+               "spec": {"command": ["true"], "secrets": ["WANDB_API_KEY"]}}
+        self.answers += [(201, job), (201, {"jobs": [{"job": job}]}), (200, {"feasible": True, "reason": ""})]
+        self.assertEqual(self.client.submit(command=["true"], secrets=["WANDB_API_KEY"]).spec["secrets"],
+                         ["WANDB_API_KEY"])
+        self.client.submit_many([{"command": ["true"], "secrets": ["WANDB_API_KEY"]}], progress=False)
+        self.client.plan({"command": ["true"], "secrets": ["WANDB_API_KEY"]})
+        self.assertEqual([(s[0], s[1]) for s in self.seen],
+                         [("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("POST", "/v1/plan")])
+        self.assertEqual([s[4]["secrets"] for s in (self.seen[0], self.seen[2])], [["WANDB_API_KEY"]] * 2)
+        self.assertEqual(self.seen[1][4]["jobs"][0]["secrets"], ["WANDB_API_KEY"])

@@ -98,6 +98,7 @@ for every job as gpuq wait of their ids does.`,
 	f.Int("max-errors", queue.DefaultMaxErrors, "spec.retries.max_errors: non-zero exits retried before the job fails")
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
+	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
 	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
 	f.Bool("no-wait-accept", false, "return once the submission is stored, without waiting for the scheduler to accept or reject it")
@@ -248,6 +249,18 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 			m[k] = val
 		}
 		doc[key] = m
+	}
+	if fl.Changed("secret") {
+		// --secret adds names to the file's list.
+		names, ok := doc["secrets"].([]any)
+		if !ok && doc["secrets"] != nil {
+			return errors.New("spec.secrets: must be a list of names, to which --secret adds")
+		}
+		vals, _ := fl.GetStringArray("secret")
+		for _, n := range vals {
+			names = append(names, n)
+		}
+		doc["secrets"] = names
 	}
 	if len(args) > 0 {
 		set("command", args)
@@ -535,6 +548,12 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	}
 	if j.Spec != nil && j.Spec.Workdir != "" {
 		fmt.Fprintf(w, "workdir    %s\n", j.Spec.Workdir)
+	}
+	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
+		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
+	}
+	if len(j.Spec.Secrets) > 0 {
+		fmt.Fprintf(w, "secrets    %s\n", strings.Join(j.Spec.Secrets, ", "))
 	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {

@@ -194,8 +194,15 @@ func TestWaitReturnsWhenTheJobsTerminalEventIsLost(t *testing.T) {
 // unless it exits with wantCode, and returns its stdout then its stderr.
 func runBinary(t *testing.T, bin, dir string, env []string, wantCode int, args ...string) []byte {
 	t.Helper()
+	return runBinaryInput(t, bin, dir, env, "", wantCode, args...)
+}
+
+// runBinaryInput is runBinary with stdin as the command's standard input.
+func runBinaryInput(t *testing.T, bin, dir string, env []string, stdin string, wantCode int, args ...string) []byte {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env = dir, env
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

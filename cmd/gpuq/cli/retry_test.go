@@ -143,7 +143,14 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 // in a directory above the command's) decides, and it talks HTTP.
 func devClients(t *testing.T, bin, dir string) (natsEnv, httpEnv []string) {
 	t.Helper()
-	startDev(t, bin, dir, "--http-addr", "127.0.0.1:0")
+	_, natsEnv, httpEnv = startDevClients(t, bin, dir)
+	return natsEnv, httpEnv
+}
+
+// startDevClients is devClients that also returns the gpuq dev it started.
+func startDevClients(t *testing.T, bin, dir string) (dev *devRun, natsEnv, httpEnv []string) {
+	t.Helper()
+	dev = startDev(t, bin, dir, "--http-addr", "127.0.0.1:0")
 	var conf struct {
 		NATSURL    string `json:"nats-url"`
 		Credential string `json:"nats-credential"`
@@ -156,5 +163,5 @@ func devClients(t *testing.T, bin, dir string) (natsEnv, httpEnv []string) {
 		t.Fatalf("%s: %v (%+v)", devConfigFile, err, conf)
 	}
 	natsEnv = clientEnv(conf.NATSURL, conf.Credential)
-	return natsEnv, natsEnv[2:]
+	return dev, natsEnv, natsEnv[2:]
 }

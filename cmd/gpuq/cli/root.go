@@ -105,6 +105,7 @@ func commands() []*cobra.Command {
 		newPolicyCmd(),
 		newBudgetCmd(),
 		newQuotaCmd(),
+		newSecretCmd(),
 		newNATSAuthCmd(),
 	}
 }

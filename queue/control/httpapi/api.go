@@ -38,6 +38,7 @@ type Store interface {
 	CapacityStore
 	control.PolicyStore
 	QuotaStore
+	SecretStore
 }
 
 // TokenStore keeps API tokens.
@@ -335,6 +336,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerPolicy(api)
 	s.registerQuota(api)
 	s.registerWorkdirs(api)
+	s.registerSecrets(api)
 }
 
 // register adds an operation, documenting the errors every operation of

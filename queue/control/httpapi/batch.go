@@ -105,6 +105,9 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 			if err := s.checkWorkdir(ctx, spec, fmt.Sprintf("body.jobs[%d].workdir", i)); err != nil {
 				return nil, err
 			}
+			if err := s.checkSecrets(ctx, spec, fmt.Sprintf("body.jobs[%d].secrets", i)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cost := (len(specs) + batchJobsPerRequest - 1) / batchJobsPerRequest

@@ -327,3 +327,16 @@ func mustRead(t testing.TB, path string) []byte {
 }
 
 func itoa[T ~int | ~uint64](n T) string { return strconv.FormatUint(uint64(n), 10) }
+
+// problemAt fails t unless r is problem details with one error, at
+// location, whose message holds message.
+func problemAt(t *testing.T, r *response, location, message string) {
+	t.Helper()
+	var p struct {
+		Errors []struct{ Location, Message string }
+	}
+	r.json(t, &p)
+	if len(p.Errors) != 1 || p.Errors[0].Location != location || !strings.Contains(p.Errors[0].Message, message) {
+		t.Fatalf("want one problem at %s saying %q: %s", location, message, r.Body)
+	}
+}

@@ -148,6 +148,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err := s.checkWorkdir(ctx, spec, "spec.workdir"); err != nil {
 		return nil, err
 	}
+	if err := s.checkSecrets(ctx, spec, "spec.secrets"); err != nil {
+		return nil, err
+	}
 	sub, err := s.submitOne(ctx, spec)
 	if err != nil {
 		return nil, err

@@ -52,16 +52,6 @@ func TestAnUploadedWorkingDirectoryIsNamedBySpecsOfItsProjectOnly(t *testing.T) 
 		doc.check(t, "PUT", template, r)
 		return r
 	}
-	problemAt := func(r *response, location, message string) {
-		t.Helper()
-		var p struct {
-			Errors []struct{ Location, Message string }
-		}
-		r.json(t, &p)
-		if len(p.Errors) != 1 || p.Errors[0].Location != location || !strings.Contains(p.Errors[0].Message, message) {
-			t.Fatalf("want one problem at %s saying %q: %s", location, message, r.Body)
-		}
-	}
 
 	// A token of one project uploads for it by default.
 	var got httpapi.Workdir
@@ -75,10 +65,10 @@ func TestAnUploadedWorkingDirectoryIsNamedBySpecsOfItsProjectOnly(t *testing.T) 
 	// What the body is not is refused, and nothing is stored under the
 	// digest it claimed.
 	_, otherSum := packedDir(t, "print('other')\n")
-	problemAt(put(ml, "/v1/workdirs/"+otherSum, data, http.StatusUnprocessableEntity), "path.sha256", "the body's SHA-256 is "+sum)
+	problemAt(t, put(ml, "/v1/workdirs/"+otherSum, data, http.StatusUnprocessableEntity), "path.sha256", "the body's SHA-256 is "+sum)
 	plain := []byte("not a gzip archive")
 	plainSum := sha256.Sum256(plain)
-	problemAt(put(ml, "/v1/workdirs/"+hex.EncodeToString(plainSum[:]), plain, http.StatusUnprocessableEntity), "body", "not a gzip-compressed tar")
+	problemAt(t, put(ml, "/v1/workdirs/"+hex.EncodeToString(plainSum[:]), plain, http.StatusUnprocessableEntity), "body", "not a gzip-compressed tar")
 	big := make([]byte, 65<<10)
 	big[0], big[1] = 0x1f, 0x8b
 	bigSum := sha256.Sum256(big)
@@ -88,7 +78,7 @@ func TestAnUploadedWorkingDirectoryIsNamedBySpecsOfItsProjectOnly(t *testing.T) 
 	}
 	put(ml, "/v1/workdirs/NOT-A-DIGEST", data, http.StatusUnprocessableEntity)
 	// Another project's, or with a read token: refused.
-	problemAt(put(ml, "/v1/workdirs/"+sum+"?project=vision", data, http.StatusForbidden), "query.project", "not one of this token's projects")
+	problemAt(t, put(ml, "/v1/workdirs/"+sum+"?project=vision", data, http.StatusForbidden), "query.project", "not one of this token's projects")
 	put(reader, "/v1/workdirs/"+sum, data, http.StatusForbidden)
 	put("", "/v1/workdirs/"+sum, data, http.StatusUnauthorized)
 
@@ -107,19 +97,19 @@ func TestAnUploadedWorkingDirectoryIsNamedBySpecsOfItsProjectOnly(t *testing.T) 
 		if r.Status != http.StatusUnprocessableEntity {
 			t.Fatalf("submitting %q: %d, want 422: %s", spec, r.Status, r.Body)
 		}
-		problemAt(r, "spec.workdir", "is not uploaded for project")
+		problemAt(t, r, "spec.workdir", "is not uploaded for project")
 	}
 	r = e.do("POST", "/v1/jobs", ml, "application/yaml", []byte("project: ml\nworkdir: ./src\ncommand: [python3, train.py]\n"))
 	if r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("a local path as workdir: %d, want 422: %s", r.Status, r.Body)
 	}
-	problemAt(r, "spec.workdir", `must name an uploaded directory as "sha256:"`)
+	problemAt(t, r, "spec.workdir", `must name an uploaded directory as "sha256:"`)
 	batch := `{"jobs": [{"project": "ml", "name": "first", "command": ["true"]}, {"project": "ml", "workdir": "sha256:` + otherSum + `", "command": ["true"]}]}`
 	r = e.do("POST", "/v1/jobs/batch", ml, "application/json", []byte(batch))
 	if r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("a batch naming a directory never uploaded: %d, want 422: %s", r.Status, r.Body)
 	}
-	problemAt(r, "body.jobs[1].workdir", "is not uploaded for project ml")
+	problemAt(t, r, "body.jobs[1].workdir", "is not uploaded for project ml")
 	var page httpapi.JobPage
 	e.do("GET", "/v1/jobs?project=ml", ml, "", nil).json(t, &page)
 	for _, j := range page.Jobs {

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+)
+
+// A researcher keeps an API key on the control plane once and names it in
+// the jobs that need it, as the README shows on gpuq dev: the value
+// reaches the job's environment and nothing else a user or an operator
+// reads — not the spec, gpuq status, the logs (masked) or gpuq dev's own
+// output. A job naming a secret its project does not hold is refused over
+// HTTP; over NATS it fails without running, and its retry is refused until
+// the secret is set.
+func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	dev, natsEnv, httpEnv := startDevClients(t, bin, dir)
+	gpuq := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
+	}
+	const value = "wandb-7f3a9c1e5d2b8a4f6e0c"
+
+	// Piped in, as the README's printenv example: the trailing newline
+	// is not part of the value.
+	if out := string(runBinaryInput(t, bin, dir, httpEnv, value+"\n", 0, "secret", "set", "WANDB_API_KEY")); !strings.Contains(out, "secret WANDB_API_KEY of project default set") {
+		t.Fatalf("secret set: %s", out)
+	}
+	if out := gpuq(0, "secret", "ls"); !strings.Contains(out, "WANDB_API_KEY") || strings.Contains(out, value) {
+		t.Fatalf("secret ls: want the name and never the value, got %s", out)
+	}
+	var listed httpapi.Secrets
+	if err := json.Unmarshal([]byte(gpuq(0, "secret", "ls", "-o", "json")), &listed); err != nil || len(listed.Secrets) != 1 || listed.Secrets[0].Name != "WANDB_API_KEY" {
+		t.Fatalf("secret ls -o json: %+v, %v", listed, err)
+	}
+
+	out := gpuq(0, "submit", "--secret", "WANDB_API_KEY", "--wait", "--", "sh", "-c",
+		`echo "key=$WANDB_API_KEY"; printf %s "$WANDB_API_KEY" > "$GPUQ_OUTPUT_DIR/key.txt"`)
+	id := strings.Fields(out)[0]
+	if !strings.Contains(out, id+" succeeded") {
+		t.Fatalf("submit --secret --wait: %s", out)
+	}
+	results := filepath.Join(t.TempDir(), "out")
+	gpuq(0, "results", id, "--dir", results)
+	if b, err := os.ReadFile(filepath.Join(results, "key.txt")); err != nil || string(b) != value {
+		t.Fatalf("the job's WANDB_API_KEY: %q, %v; want the value set", b, err)
+	}
+	if logs := gpuq(0, "logs", id); !strings.Contains(logs, "key=***") || strings.Contains(logs, value) {
+		t.Fatalf("logs: want the value masked, got %s", logs)
+	}
+	if st := gpuq(0, "status", id); !strings.Contains(st, "\nsecrets    WANDB_API_KEY (values not shown)\n") || strings.Contains(st, value) {
+		t.Fatalf("status: want the secret's name only, got %s", st)
+	}
+	var st control.JobStatus
+	raw := gpuq(0, "status", id, "-o", "json")
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || len(st.Job.Spec.Secrets) != 1 || strings.Contains(raw, value) {
+		t.Fatalf("status -o json: want the name in the spec and never the value: %v\n%s", err, raw)
+	}
+
+	// A secret is its project's: one of vision is not default's.
+	runBinaryInput(t, bin, dir, httpEnv, "hf_token_of_vision", 0, "secret", "set", "--project", "vision", "HF_TOKEN")
+	if out := gpuq(ExitGeneral, "submit", "--secret", "HF_TOKEN", "--", "true"); !strings.Contains(out, "spec.secrets[0]: secret HF_TOKEN is not set for project default") {
+		t.Fatalf("a secret of another project: %s", out)
+	}
+
+	// Over NATS (from a directory without gpuq dev's config, whose API URL
+	// would be taken) nothing checks it before a worker asks: the job
+	// fails without running, and a retry waits for the secret.
+	home := t.TempDir()
+	missing := filepath.Join(home, "missing.json")
+	if err := os.WriteFile(missing, []byte(`{"command": ["sh", "-c", "echo ran; test -n \"$HF_TOKEN\""], "secrets": ["HF_TOKEN"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lost := lastLine(strings.TrimSpace(string(runBinary(t, bin, home, natsEnv, 0, "submit", missing))))
+	if out := string(runBinary(t, bin, home, natsEnv, ExitFailed, "wait", lost)); !strings.Contains(out, "fetching its secrets HF_TOKEN: secret HF_TOKEN is not set for project default") ||
+		!strings.Contains(out, "the job was not run") {
+		t.Fatalf("a job naming a secret not set: %s", out)
+	}
+	if logs := gpuq(0, "logs", lost); strings.Contains(logs, "ran") {
+		t.Fatalf("a job whose secret is not set ran: %s", logs)
+	}
+	if out := gpuq(ExitRejected, "retry", lost); !strings.Contains(out, "secret HF_TOKEN is not set for project default") {
+		t.Fatalf("retry of a job whose secret is not set: %s", out)
+	}
+	runBinaryInput(t, bin, dir, httpEnv, "hf_token_of_default", 0, "secret", "set", "HF_TOKEN")
+	if out := gpuq(0, "retry", lost, "--wait"); !strings.Contains(out, lost+" succeeded") {
+		t.Fatalf("retry once the secret is set: %s", out)
+	}
+
+	if out := gpuq(0, "secret", "rm", "WANDB_API_KEY"); !strings.Contains(out, "secret WANDB_API_KEY of project default deleted") {
+		t.Fatalf("secret rm: %s", out)
+	}
+	gpuq(ExitNotFound, "secret", "rm", "WANDB_API_KEY")
+	if out := gpuq(0, "secret", "ls"); strings.Contains(out, "WANDB_API_KEY") {
+		t.Fatalf("secret ls after rm: %s", out)
+	}
+	for _, v := range []string{value, "hf_token_of_vision", "hf_token_of_default"} {
+		if strings.Contains(dev.logs.String(), v) {
+			t.Fatalf("gpuq dev's output holds a secret's value")
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control/httpapi"
+)
+
+// A project's admin sets and deletes its secrets, any token of it lists
+// their names, and no answer ever holds a value: not the set's, not a
+// refusal of a bad one, not a job naming it. A spec naming a secret its
+// project does not hold is refused naming the field, alone or in a batch.
+func TestAProjectsSecretsAreSetByItsAdminAndNeverShown(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	doc := loadOpenAPI(t)
+	admin := e.token(queue.RoleAdmin, nil, "ml")
+	submitter := e.token(queue.RoleSubmit, nil, "ml")
+	reader := e.token(queue.RoleRead, nil, "ml")
+	vision := e.token(queue.RoleAdmin, nil, "vision")
+	const value = "hf_secret_9f8e7d6c5b4a"
+	call := func(method, path, token, body string, want int) *response {
+		t.Helper()
+		var data []byte
+		if body != "" {
+			data = []byte(body)
+		}
+		r := e.do(method, path, token, "application/json", data)
+		if r.Status != want {
+			t.Fatalf("%s %s: %d, want %d: %s", method, path, r.Status, want, r.Body)
+		}
+		if strings.Contains(string(r.Body), value) {
+			t.Fatalf("%s %s answered a secret's value: %s", method, path, r.Body)
+		}
+		template := "/v1/projects/{project}/secrets"
+		switch {
+		case strings.HasPrefix(path, "/v1/jobs/"):
+			template = "/v1/jobs/{id}"
+		case strings.Count(path, "/") == 5:
+			template += "/{name}"
+		}
+		doc.check(t, method, template, r)
+		return r
+	}
+	set := `{"value": "` + value + `"}`
+
+	var sec queue.Secret
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", admin, set, http.StatusOK).json(t, &sec)
+	if sec.Project != "ml" || sec.Name != "HF_TOKEN" || sec.SetBy == "" || sec.SetAt.IsZero() {
+		t.Fatalf("set answered %+v", sec)
+	}
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", admin, set, http.StatusOK)
+	// Only a project's admin sets or deletes; only its tokens see them.
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", submitter, set, http.StatusForbidden)
+	call("DELETE", "/v1/projects/ml/secrets/HF_TOKEN", submitter, "", http.StatusForbidden)
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", vision, set, http.StatusNotFound)
+	call("GET", "/v1/projects/ml/secrets", vision, "", http.StatusNotFound)
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", "", set, http.StatusUnauthorized)
+	var list httpapi.Secrets
+	call("GET", "/v1/projects/ml/secrets", reader, "", http.StatusOK).json(t, &list)
+	if list.Project != "ml" || len(list.Secrets) != 1 || list.Secrets[0].Name != "HF_TOKEN" {
+		t.Fatalf("list: %+v", list)
+	}
+
+	// Bad names and values, refused naming the field; a refused value is
+	// not echoed.
+	problemAt(t, call("PUT", "/v1/projects/ml/secrets/GPUQ_TOKEN", admin, set, http.StatusUnprocessableEntity), "path.name", "GPUQ_* variables are set by the worker")
+	call("PUT", "/v1/projects/ml/secrets/hf-token", admin, set, http.StatusUnprocessableEntity)
+	problemAt(t, call("PUT", "/v1/projects/ml/secrets/EMPTY", admin, `{"value": ""}`, http.StatusUnprocessableEntity), "body.value", "must not be empty")
+	problemAt(t, call("PUT", "/v1/projects/ml/secrets/NUL", admin, `{"value": "`+value+`\u0000"}`, http.StatusUnprocessableEntity), "body.value", "must not hold a NUL byte")
+	long := strings.Repeat(value, queue.MaxSecretBytes/len(value)+1)
+	problemAt(t, call("PUT", "/v1/projects/ml/secrets/LONG", admin, `{"value": "`+long+`"}`, http.StatusUnprocessableEntity), "body.value", fmt.Sprintf("must be at most %d bytes", queue.MaxSecretBytes))
+
+	// Submitting: a job names the secrets of its project only.
+	job := e.submit(submitter, "project: ml\ncommand: [python3, train.py]\nsecrets: [HF_TOKEN]\n")
+	if len(job.Spec.Secrets) != 1 || job.Spec.Secrets[0] != "HF_TOKEN" {
+		t.Fatalf("the job's spec lost its secrets: %+v", job.Spec)
+	}
+	call("GET", "/v1/jobs/"+job.ID.String(), submitter, "", http.StatusOK)
+	r := e.do("POST", "/v1/jobs", submitter, "application/yaml", []byte("project: ml\ncommand: [python3, train.py]\nsecrets: [HF_TOKEN, WANDB_API_KEY]\n"))
+	if r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("a spec naming a secret not set: %d, want 422: %s", r.Status, r.Body)
+	}
+	problemAt(t, r, "spec.secrets[1]", "secret WANDB_API_KEY is not set for project ml: gpuq secret set --project ml WANDB_API_KEY first")
+	batch := `{"jobs": [{"project": "ml", "name": "first", "command": ["true"], "secrets": ["HF_TOKEN"]}, {"project": "ml", "command": ["true"], "secrets": ["AWS_KEY"]}]}`
+	r = e.do("POST", "/v1/jobs/batch", submitter, "application/json", []byte(batch))
+	if r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("a batch naming a secret not set: %d, want 422: %s", r.Status, r.Body)
+	}
+	problemAt(t, r, "body.jobs[1].secrets[0]", "secret AWS_KEY is not set for project ml")
+
+	// Deleted: gone from the list, a second delete is 404, and a retry of
+	// a job naming it is refused until it is set again.
+	call("DELETE", "/v1/projects/ml/secrets/HF_TOKEN", admin, "", http.StatusNoContent)
+	call("DELETE", "/v1/projects/ml/secrets/HF_TOKEN", admin, "", http.StatusNotFound)
+	call("GET", "/v1/projects/ml/secrets", reader, "", http.StatusOK).json(t, &list)
+	if len(list.Secrets) != 0 {
+		t.Fatalf("list after delete: %+v", list)
+	}
+	jobPath := "/v1/jobs/" + job.ID.String()
+	if r := e.do("POST", jobPath+"/cancel", submitter, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Body)
+	}
+	r = e.do("POST", jobPath+"/retry", submitter, "", nil)
+	if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), "secret HF_TOKEN is not set for project ml") {
+		t.Fatalf("retry of a job whose secret is gone: %d %s", r.Status, r.Body)
+	}
+	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", admin, set, http.StatusOK)
+	if r := e.do("POST", jobPath+"/retry", submitter, "", nil); r.Status != http.StatusOK {
+		t.Fatalf("retry once the secret is set again: %d %s", r.Status, r.Body)
+	}
+}
