@@ -65,6 +65,9 @@ const minMasked = 4
 // and each line of a value of several lines, since output is published in
 // chunks of whole lines. Call it before the first write.
 func (s *logShipper) mask(values []string) {
+	if len(values) == 0 {
+		return
+	}
 	seen := map[string]bool{}
 	for _, v := range values {
 		for _, m := range append([]string{v}, strings.Split(v, "\n")...) {

@@ -552,9 +552,6 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
 	}
-	if len(j.Spec.Secrets) > 0 {
-		fmt.Fprintf(w, "secrets    %s\n", strings.Join(j.Spec.Secrets, ", "))
-	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
 		fmt.Fprintln(w)

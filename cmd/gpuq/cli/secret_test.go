@@ -59,7 +59,7 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	if logs := gpuq(0, "logs", id); !strings.Contains(logs, "key=***") || strings.Contains(logs, value) {
 		t.Fatalf("logs: want the value masked, got %s", logs)
 	}
-	if st := gpuq(0, "status", id); !strings.Contains(st, "\nsecrets    WANDB_API_KEY (values not shown)\n") || strings.Contains(st, value) {
+	if st := gpuq(0, "status", id); strings.Count(st, "\nsecrets ") != 1 || !strings.Contains(st, "\nsecrets    WANDB_API_KEY (values not shown)\n") || strings.Contains(st, value) {
 		t.Fatalf("status: want the secret's name only, got %s", st)
 	}
 	var st control.JobStatus
