@@ -2,7 +2,11 @@ package store
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,8 +25,12 @@ func (s *Store) SetSecret(ctx context.Context, project, name, value, setBy strin
 	if err := queue.ValidateSecretValue(value); err != nil {
 		return nil, fmt.Errorf("value: %w", err)
 	}
+	stored, sealed := value, false
+	if s.Sealer != nil {
+		stored, sealed = s.Sealer.seal(project, name, value), true
+	}
 	row, err := s.q.ProjectSecretSet(ctx, db.ProjectSecretSetParams{
-		Project: project, Name: name, Value: value, SetBy: setBy, MaxSecrets: queue.MaxProjectSecrets})
+		Project: project, Name: name, Value: stored, Sealed: sealed, SetBy: setBy, MaxSecrets: queue.MaxProjectSecrets})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("project %s: %w: delete one first (gpuq secret rm)", project, queue.ErrTooManySecrets)
 	}
@@ -89,8 +97,66 @@ func (s *Store) secretValues(ctx context.Context, project string, names []string
 	out := make(map[string]string, len(rows))
 	for _, r := range rows {
 		out[r.Name] = r.Value
+		if !r.Sealed {
+			continue
+		}
+		if s.Sealer == nil {
+			return nil, fmt.Errorf("secret %s of project %s is sealed, and this server has no secrets.key_file to open it: configure the key it was set with, or set it again", r.Name, project)
+		}
+		if out[r.Name], err = s.Sealer.open(project, r.Name, r.Value); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// SecretKeyBytes is the length of the key secrets are sealed with.
+const SecretKeyBytes = 32
+
+// SecretSealer seals secrets' values with AES-256-GCM, each bound to its
+// project and name, so that the database (and its backups) holds no value
+// a reader without the key can use, and a sealed value moved to another
+// secret's row does not open.
+type SecretSealer struct{ aead cipher.AEAD }
+
+// NewSecretSealer returns a sealer with key, SecretKeyBytes long.
+func NewSecretSealer(key []byte) (*SecretSealer, error) {
+	if len(key) != SecretKeyBytes {
+		return nil, fmt.Errorf("a secrets key must be %d bytes, got %d", SecretKeyBytes, len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &SecretSealer{aead: aead}, nil
+}
+
+// sealedFor is what a sealed value is bound to.
+func sealedFor(project, name string) []byte { return []byte(project + "/" + name) }
+
+func (c *SecretSealer) seal(project, name, value string) string {
+	nonce := make([]byte, c.aead.NonceSize(), c.aead.NonceSize()+len(value)+c.aead.Overhead())
+	rand.Read(nonce) //nolint:errcheck // crypto/rand.Read never fails
+	return base64.StdEncoding.EncodeToString(c.aead.Seal(nonce, nonce, []byte(value), sealedFor(project, name)))
+}
+
+func (c *SecretSealer) open(project, name, sealed string) (string, error) {
+	data, err := base64.StdEncoding.DecodeString(sealed)
+	if err == nil && len(data) < c.aead.NonceSize() {
+		err = errors.New("too short")
+	}
+	var value []byte
+	if err == nil {
+		value, err = c.aead.Open(nil, data[:c.aead.NonceSize()], data[c.aead.NonceSize():], sealedFor(project, name))
+	}
+	if err != nil {
+		return "", fmt.Errorf("secret %s of project %s does not open with this server's secrets.key_file (sealed with another key, or not this secret's): set it again", name, project)
+	}
+	return string(value), nil
 }
 
 // absent returns those of names that held does not hold, in their order.

@@ -55,6 +55,10 @@ type Store struct {
 	// Storage bounds the checkpoints kept per job and the bytes a project
 	// stores; the zero value is queue.Storage's defaults.
 	Storage queue.Storage
+	// Sealer, when set, seals the values of secrets set from now on, and
+	// opens those it sealed; without it values are stored as they are,
+	// and a sealed one cannot be read.
+	Sealer *SecretSealer
 
 	historyMu   sync.Mutex
 	compactedAt time.Time

@@ -428,6 +428,7 @@ type ProjectSecret struct {
 	Project string
 	Name    string
 	Value   string
+	Sealed  bool
 	SetBy   string
 	SetAt   time.Time
 }

@@ -319,11 +319,11 @@ func (q *Queries) ProjectSecretList(ctx context.Context, project string) ([]Proj
 }
 
 const projectSecretSet = `-- name: ProjectSecretSet :one
-INSERT INTO project_secrets (project, name, value, set_by)
-SELECT $1, $2, $3, $4
+INSERT INTO project_secrets (project, name, value, sealed, set_by)
+SELECT $1, $2, $3, $4, $5
 WHERE EXISTS (SELECT 1 FROM project_secrets WHERE project = $1 AND name = $2)
-   OR (SELECT count(*) FROM project_secrets WHERE project = $1) < $5::bigint
-ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, set_by = EXCLUDED.set_by, set_at = now()
+   OR (SELECT count(*) FROM project_secrets WHERE project = $1) < $6::bigint
+ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, sealed = EXCLUDED.sealed, set_by = EXCLUDED.set_by, set_at = now()
 RETURNING project, name, set_by, set_at
 `
 
@@ -331,6 +331,7 @@ type ProjectSecretSetParams struct {
 	Project    string
 	Name       string
 	Value      string
+	Sealed     bool
 	SetBy      string
 	MaxSecrets int64
 }
@@ -351,6 +352,7 @@ func (q *Queries) ProjectSecretSet(ctx context.Context, arg ProjectSecretSetPara
 		arg.Project,
 		arg.Name,
 		arg.Value,
+		arg.Sealed,
 		arg.SetBy,
 		arg.MaxSecrets,
 	)
@@ -365,7 +367,7 @@ func (q *Queries) ProjectSecretSet(ctx context.Context, arg ProjectSecretSetPara
 }
 
 const projectSecretValues = `-- name: ProjectSecretValues :many
-SELECT name, value FROM project_secrets WHERE project = $1 AND name = ANY($2::text[])
+SELECT name, value, sealed FROM project_secrets WHERE project = $1 AND name = ANY($2::text[])
 `
 
 type ProjectSecretValuesParams struct {
@@ -374,8 +376,9 @@ type ProjectSecretValuesParams struct {
 }
 
 type ProjectSecretValuesRow struct {
-	Name  string
-	Value string
+	Name   string
+	Value  string
+	Sealed bool
 }
 
 // ProjectSecretValues reads the values of a project's secrets of those
@@ -389,7 +392,7 @@ func (q *Queries) ProjectSecretValues(ctx context.Context, arg ProjectSecretValu
 	var items []ProjectSecretValuesRow
 	for rows.Next() {
 		var i ProjectSecretValuesRow
-		if err := rows.Scan(&i.Name, &i.Value); err != nil {
+		if err := rows.Scan(&i.Name, &i.Value, &i.Sealed); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -115,11 +115,11 @@ DELETE FROM project_quotas WHERE project = @project;
 -- name is stored only while the project holds fewer than @max_secrets (no
 -- row comes back otherwise): a bound on what a project keeps, which sets of
 -- new names at the same moment may pass by as many as they are.
-INSERT INTO project_secrets (project, name, value, set_by)
-SELECT @project, @name, @value, @set_by
+INSERT INTO project_secrets (project, name, value, sealed, set_by)
+SELECT @project, @name, @value, @sealed, @set_by
 WHERE EXISTS (SELECT 1 FROM project_secrets WHERE project = @project AND name = @name)
    OR (SELECT count(*) FROM project_secrets WHERE project = @project) < @max_secrets::bigint
-ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, set_by = EXCLUDED.set_by, set_at = now()
+ON CONFLICT (project, name) DO UPDATE SET value = EXCLUDED.value, sealed = EXCLUDED.sealed, set_by = EXCLUDED.set_by, set_at = now()
 RETURNING project, name, set_by, set_at;
 
 -- name: ProjectSecretList :many
@@ -132,4 +132,4 @@ DELETE FROM project_secrets WHERE project = @project AND name = @name;
 -- name: ProjectSecretValues :many
 -- ProjectSecretValues reads the values of a project's secrets of those
 -- names that are set.
-SELECT name, value FROM project_secrets WHERE project = @project AND name = ANY(@names::text[]);
+SELECT name, value, sealed FROM project_secrets WHERE project = @project AND name = ANY(@names::text[]);

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
 	"github.com/gpuq/gpuq/queue/store"
 )
@@ -198,8 +202,73 @@ func withSecrets(cmd *cobra.Command, fn func(svc secretService, project, format 
 
 func connectSecrets(cmd *cobra.Command, v *viper.Viper) (secretService, error) {
 	return adminService(cmd, v, func(a *apiJobs) secretService { return apiSecrets{a} }, func(s *store.Store) (secretService, error) {
+		sealer, err := secretSealer(v)
+		if err != nil {
+			return nil, err
+		}
+		s.Sealer = sealer
 		return storeSecrets{s}, nil
 	})
+}
+
+// secretsKeyFile is the config key naming the file of the key secrets are
+// sealed with in the database.
+const secretsKeyFile = "secrets.key_file"
+
+// secretSealer reads the config file's secrets.key_file: nil when none is
+// set (values are stored as they are). The file holds the key in base64
+// and must be closed to other users.
+func secretSealer(v *viper.Viper) (*store.SecretSealer, error) {
+	var conf struct {
+		KeyFile string `mapstructure:"key_file"`
+	}
+	if err := v.UnmarshalKey("secrets", &conf, configDecodeHook()); err != nil {
+		return nil, fmt.Errorf("config key secrets: %w", control.UnknownKeys(err, reflect.TypeOf(conf)))
+	}
+	if conf.KeyFile == "" {
+		return nil, nil
+	}
+	fi, err := os.Stat(conf.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", secretsKeyFile, err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s: %s is open to other users (mode %04o): chmod 600 %s", secretsKeyFile, conf.KeyFile, fi.Mode().Perm(), conf.KeyFile)
+	}
+	data, err := readBounded(conf.KeyFile, 1<<10)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", secretsKeyFile, err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+	if err == nil && len(key) != store.SecretKeyBytes {
+		err = fmt.Errorf("%d bytes", len(key))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s must hold %d random bytes in base64 (head -c %d /dev/urandom | base64 > %s): %v",
+			secretsKeyFile, conf.KeyFile, store.SecretKeyBytes, store.SecretKeyBytes, conf.KeyFile, err)
+	}
+	return store.NewSecretSealer(key)
+}
+
+// ensureSecretKey writes a new random key to path, mode 0600, unless the
+// file is there.
+func ensureSecretKey(path string) error {
+	key := make([]byte, store.SecretKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(base64.StdEncoding.EncodeToString(key) + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // apiSecrets manages secrets through the HTTP API.

@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spf13/viper"
+
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/control/httpapi"
+	"github.com/gpuq/gpuq/queue/store"
 )
 
 // A researcher keeps an API key on the control plane once and names it in
@@ -36,6 +40,21 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	// is not part of the value.
 	if out := string(runBinaryInput(t, bin, dir, httpEnv, value+"\n", 0, "secret", "set", "WANDB_API_KEY")); !strings.Contains(out, "secret WANDB_API_KEY of project default set") {
 		t.Fatalf("secret set: %s", out)
+	}
+	// Sealed in the database with the key gpuq dev made in its data
+	// directory.
+	db, err := store.Open(context.Background(), dev.conn.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var stored string
+	var sealed bool
+	if err := db.DB.QueryRow("SELECT value, sealed FROM project_secrets WHERE name = 'WANDB_API_KEY'").Scan(&stored, &sealed); err != nil || !sealed || strings.Contains(stored, value) {
+		t.Fatalf("the database holds %q (sealed %v, %v)", stored, sealed, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ".gpuq", "secrets.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("gpuq dev's secrets key: %v, %v", fi, err)
 	}
 	if out := gpuq(0, "secret", "ls"); !strings.Contains(out, "WANDB_API_KEY") || strings.Contains(out, value) {
 		t.Fatalf("secret ls: want the name and never the value, got %s", out)
@@ -108,6 +127,59 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	for _, v := range []string{value, "hf_token_of_vision", "hf_token_of_default"} {
 		if strings.Contains(dev.logs.String(), v) {
 			t.Fatalf("gpuq dev's output holds a secret's value")
+		}
+	}
+}
+
+// The servers' secrets.key_file is refused, naming the key, when others may
+// read it, when it does not hold a key, or beside an unknown key; without
+// it values are stored as they are.
+func TestTheSecretsKeyFileIsCheckedNamingTheKey(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.key")
+	if err := ensureSecretKey(good); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(good)
+	if err := ensureSecretKey(good); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(good); string(after) != string(before) {
+		t.Fatal("a second start made another key")
+	}
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		conf, want string
+	}{
+		{"", ""},
+		{"secrets: {key_file: " + good + "}", ""},
+		{"secrets: {key_file: " + write("open.key", string(before), 0o644) + "}", "secrets.key_file: " + dir + "/open.key is open to other users (mode 0644): chmod 600"},
+		{"secrets: {key_file: " + write("short.key", "c2hvcnQ=\n", 0o600) + "}", "must hold 32 random bytes in base64 (head -c 32 /dev/urandom | base64 > " + dir + "/short.key): 5 bytes"},
+		{"secrets: {key_file: " + dir + "/none.key}", "secrets.key_file: stat " + dir + "/none.key: no such file or directory"},
+		{"secrets: {keyfile: " + good + "}", "config key secrets: "},
+	} {
+		v := viper.New()
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(strings.NewReader(tc.conf)); err != nil {
+			t.Fatal(err)
+		}
+		sealer, err := secretSealer(v)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Fatalf("%q: %v", tc.conf, err)
+		case tc.want == "" && (sealer != nil) != (tc.conf != ""):
+			t.Fatalf("%q: sealer %v", tc.conf, sealer)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Fatalf("%q: %v, want %q", tc.conf, err, tc.want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,6 +137,10 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		return nil, err
 	}
 	c.store.Storage = storage
+	if c.store.Sealer, err = secretSealer(v); err != nil {
+		c.Close()
+		return nil, err
+	}
 	c.workdirs = &control.Workdirs{MaxBytes: storage.WorkdirMaxBytes, Store: &workers.ObjectStore{JS: c.js, Replicas: v.GetInt("replicas"),
 		MaxBytes: storage.BucketMaxBytes, MaxAge: map[string]time.Duration{queue.WorkdirBucket: storage.WorkdirRetention}}}
 	if err := queue.EnsureStreams(ctx, c.js, queue.StreamOptions{Replicas: v.GetInt("replicas"), MaxBytes: storage.StreamLimits()}); err != nil {
@@ -379,6 +384,19 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			}
 			defer stack.Stop()
 			stack.configure(v)
+			// Secrets are sealed in the database with a key of the data
+			// directory, made on the first start, unless the config file
+			// names one.
+			if v.GetString(secretsKeyFile) == "" {
+				key, err := filepath.Abs(filepath.Join(v.GetString("data-dir"), "secrets.key"))
+				if err == nil {
+					err = ensureSecretKey(key)
+				}
+				if err != nil {
+					return fmt.Errorf("making gpuq dev's secrets key: %w", err)
+				}
+				v.Set(secretsKeyFile, key)
+			}
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
@@ -407,7 +425,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			if err != nil {
 				return err
 			}
-			if err := writeDevConfig(stack, apiURL, token); err != nil {
+			if err := writeDevConfig(stack, apiURL, token, v.GetString(secretsKeyFile)); err != nil {
 				return err
 			}
 			if simulated != nil {
@@ -494,10 +512,11 @@ func stopWorkers(stop context.CancelFunc, workers *sync.WaitGroup, logger *slog.
 }
 
 // writeDevConfig writes the connection settings, the API's URL and the dev
-// token, readable by the user only since it holds the token.
-func writeDevConfig(s *devStack, apiURL, token string) error {
-	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\n",
-		s.natsURL, s.nats.Control(), s.dbURL)
+// token, and the key secrets are sealed with (for commands given
+// --database-url), readable by the user only since it holds the token.
+func writeDevConfig(s *devStack, apiURL, token, secretsKey string) error {
+	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\nsecrets: {key_file: %s}\n",
+		s.natsURL, s.nats.Control(), s.dbURL, strconv.Quote(secretsKey))
 	if apiURL != "" {
 		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
 	}
