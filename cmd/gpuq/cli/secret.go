@@ -212,12 +212,17 @@ func connectSecrets(cmd *cobra.Command, v *viper.Viper) (secretService, error) {
 }
 
 // secretsKeyFile is the config key naming the file of the key secrets are
-// sealed with in the database.
-const secretsKeyFile = "secrets.key_file"
+// sealed with in the database; envSecretsKey holds the key itself, for a
+// server whose settings come from its environment (a container).
+const (
+	secretsKeyFile = "secrets.key_file"
+	envSecretsKey  = "GPUQ_SECRETS_KEY"
+)
 
-// secretSealer reads the config file's secrets.key_file: nil when none is
-// set (values are stored as they are). The file holds the key in base64
-// and must be closed to other users.
+// secretSealer reads the key secrets are sealed with: the file the config
+// file's secrets.key_file names (closed to other users), or
+// GPUQ_SECRETS_KEY; nil when neither is set (values are stored as they
+// are). Either holds the key in base64.
 func secretSealer(v *viper.Viper) (*store.SecretSealer, error) {
 	var conf struct {
 		KeyFile string `mapstructure:"key_file"`
@@ -225,7 +230,13 @@ func secretSealer(v *viper.Viper) (*store.SecretSealer, error) {
 	if err := v.UnmarshalKey("secrets", &conf, configDecodeHook()); err != nil {
 		return nil, fmt.Errorf("config key secrets: %w", control.UnknownKeys(err, reflect.TypeOf(conf)))
 	}
-	if conf.KeyFile == "" {
+	env := os.Getenv(envSecretsKey)
+	switch {
+	case conf.KeyFile != "" && env != "":
+		return nil, fmt.Errorf("%s and %s are both set: give the key once", secretsKeyFile, envSecretsKey)
+	case env != "":
+		return newSealer(env, envSecretsKey, fmt.Sprintf("openssl rand -base64 %d", store.SecretKeyBytes))
+	case conf.KeyFile == "":
 		return nil, nil
 	}
 	fi, err := os.Stat(conf.KeyFile)
@@ -239,13 +250,19 @@ func secretSealer(v *viper.Viper) (*store.SecretSealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", secretsKeyFile, err)
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+	return newSealer(string(data), secretsKeyFile+": "+conf.KeyFile,
+		fmt.Sprintf("head -c %d /dev/urandom | base64 > %s", store.SecretKeyBytes, conf.KeyFile))
+}
+
+// newSealer decodes a key in base64 from where (named in an error, which
+// never holds the key), made as how says.
+func newSealer(b64, where, how string) (*store.SecretSealer, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
 	if err == nil && len(key) != store.SecretKeyBytes {
 		err = fmt.Errorf("%d bytes", len(key))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s must hold %d random bytes in base64 (head -c %d /dev/urandom | base64 > %s): %v",
-			secretsKeyFile, conf.KeyFile, store.SecretKeyBytes, store.SecretKeyBytes, conf.KeyFile, err)
+		return nil, fmt.Errorf("%s must hold %d random bytes in base64 (%s): %v", where, store.SecretKeyBytes, how, err)
 	}
 	return store.NewSecretSealer(key)
 }

@@ -132,8 +132,9 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 }
 
 // The servers' secrets.key_file is refused, naming the key, when others may
-// read it, when it does not hold a key, or beside an unknown key; without
-// it values are stored as they are.
+// read it, when it does not hold a key, or beside an unknown key; so is a
+// GPUQ_SECRETS_KEY that holds none, or given with a file. Without either
+// values are stored as they are.
 func TestTheSecretsKeyFileIsCheckedNamingTheKey(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.key")
@@ -157,6 +158,23 @@ func TestTheSecretsKeyFileIsCheckedNamingTheKey(t *testing.T) {
 		}
 		return p
 	}
+	check := func(conf, want string) {
+		t.Helper()
+		v := viper.New()
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(strings.NewReader(conf)); err != nil {
+			t.Fatal(err)
+		}
+		sealer, err := secretSealer(v)
+		switch {
+		case want == "" && err != nil:
+			t.Fatalf("%q: %v", conf, err)
+		case want == "" && (sealer != nil) != (conf != "" || os.Getenv(envSecretsKey) != ""):
+			t.Fatalf("%q: sealer %v", conf, sealer)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Fatalf("%q: %v, want %q", conf, err, want)
+		}
+	}
 	for _, tc := range []struct {
 		conf, want string
 	}{
@@ -167,19 +185,12 @@ func TestTheSecretsKeyFileIsCheckedNamingTheKey(t *testing.T) {
 		{"secrets: {key_file: " + dir + "/none.key}", "secrets.key_file: stat " + dir + "/none.key: no such file or directory"},
 		{"secrets: {keyfile: " + good + "}", "config key secrets: "},
 	} {
-		v := viper.New()
-		v.SetConfigType("yaml")
-		if err := v.ReadConfig(strings.NewReader(tc.conf)); err != nil {
-			t.Fatal(err)
-		}
-		sealer, err := secretSealer(v)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Fatalf("%q: %v", tc.conf, err)
-		case tc.want == "" && (sealer != nil) != (tc.conf != ""):
-			t.Fatalf("%q: sealer %v", tc.conf, sealer)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Fatalf("%q: %v, want %q", tc.conf, err, tc.want)
-		}
+		check(tc.conf, tc.want)
 	}
+	// In the environment instead, as a container's settings are.
+	t.Setenv(envSecretsKey, strings.TrimSpace(string(before)))
+	check("", "")
+	check("secrets: {key_file: "+good+"}", "secrets.key_file and GPUQ_SECRETS_KEY are both set: give the key once")
+	t.Setenv(envSecretsKey, "not a key")
+	check("", "GPUQ_SECRETS_KEY must hold 32 random bytes in base64 (openssl rand -base64 32): illegal base64 data")
 }

@@ -387,7 +387,7 @@ gpuq submit, status, logs… run from the same directory find it.`,
 			// Secrets are sealed in the database with a key of the data
 			// directory, made on the first start, unless the config file
 			// names one.
-			if v.GetString(secretsKeyFile) == "" {
+			if v.GetString(secretsKeyFile) == "" && os.Getenv(envSecretsKey) == "" {
 				key, err := filepath.Abs(filepath.Join(v.GetString("data-dir"), "secrets.key"))
 				if err == nil {
 					err = ensureSecretKey(key)
@@ -515,8 +515,11 @@ func stopWorkers(stop context.CancelFunc, workers *sync.WaitGroup, logger *slog.
 // token, and the key secrets are sealed with (for commands given
 // --database-url), readable by the user only since it holds the token.
 func writeDevConfig(s *devStack, apiURL, token, secretsKey string) error {
-	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\nsecrets: {key_file: %s}\n",
-		s.natsURL, s.nats.Control(), s.dbURL, strconv.Quote(secretsKey))
+	body := fmt.Sprintf("# Written by gpuq dev; client commands run from this directory read it.\nnats-url: %s\nnats-credential: %s\ndatabase-url: %s\n",
+		s.natsURL, s.nats.Control(), s.dbURL)
+	if secretsKey != "" {
+		body += fmt.Sprintf("secrets: {key_file: %s}\n", strconv.Quote(secretsKey))
+	}
 	if apiURL != "" {
 		body += fmt.Sprintf("url: %s\ntoken: %s\n", apiURL, token)
 	}
