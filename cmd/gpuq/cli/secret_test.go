@@ -124,6 +124,11 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	if out := gpuq(0, "secret", "ls"); strings.Contains(out, "WANDB_API_KEY") {
 		t.Fatalf("secret ls after rm: %s", out)
 	}
+	for _, change := range []string{`msg="secret set" project=default name=WANDB_API_KEY token=`, `msg="secret deleted" project=default name=WANDB_API_KEY token=`} {
+		if !strings.Contains(dev.logs.String(), change) {
+			t.Fatalf("gpuq dev's output does not say %s", change)
+		}
+	}
 	for _, v := range []string{value, "hf_token_of_vision", "hf_token_of_default"} {
 		if strings.Contains(dev.logs.String(), v) {
 			t.Fatalf("gpuq dev's output holds a secret's value")

@@ -100,6 +100,7 @@ func (s *Server) setSecret(ctx context.Context, in *setSecretInput) (*struct{ Bo
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "setting a secret", err)
 	}
+	s.cfg.Logger.Info("secret set", "project", in.Project, "name", in.Name, "token", sec.SetBy)
 	return &struct{ Body *queue.Secret }{Body: sec}, nil
 }
 
@@ -114,6 +115,7 @@ func (s *Server) deleteSecret(ctx context.Context, in *secretInput) (*struct{}, 
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "deleting a secret", err)
 	}
+	s.cfg.Logger.Info("secret deleted", "project", in.Project, "name", in.Name, "token", tokenOf(ctx).ID.String())
 	return &struct{}{}, nil
 }
 
