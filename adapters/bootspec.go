@@ -18,6 +18,11 @@ const (
 	EnvInstanceID     = "GPUQ_INSTANCE_ID"
 )
 
+// ControlPlaneEnv are the variables of the control plane's environment that
+// only it may hold: a worker it starts on its own machine (gpuq dev's, the
+// local provider's) does not inherit them.
+var ControlPlaneEnv = []string{"GPUQ_DATABASE_URL", "GPUQ_SECRETS_KEY"}
+
 // BootSpec is everything a rented machine needs to become a worker of its
 // pool: the `gpuq worker --pool P …` command line, the NATS URL, the
 // instance's own NATS credential and gpuq's ids. It never carries a

@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpuq/gpuq/adapters"
 )
 
 // Launcher brings up local capacity: each instance is a `gpuq worker`
@@ -95,7 +98,8 @@ func (l *Launcher) Launch(ctx context.Context, pool PoolConfig) (*Instance, erro
 }
 
 // Start runs the executable with args, then l.Args, in this process's
-// environment plus env and l.Env: one instance of pool.
+// environment less adapters.ControlPlaneEnv, plus env and l.Env: one
+// instance of pool.
 func (l *Launcher) Start(_ context.Context, pool string, args, env []string) (*Instance, error) {
 	exe := l.Executable
 	if exe == "" {
@@ -105,9 +109,11 @@ func (l *Launcher) Start(_ context.Context, pool string, args, env []string) (*I
 		}
 	}
 	cmd := exec.Command(exe, append(slices.Clip(args), l.Args...)...)
-	if len(env) > 0 || len(l.Env) > 0 {
-		cmd.Env = append(append(os.Environ(), env...), l.Env...)
-	}
+	own := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(adapters.ControlPlaneEnv, name)
+	})
+	cmd.Env = append(append(own, env...), l.Env...)
 	out := l.Output
 	if out == nil {
 		out = os.Stderr
