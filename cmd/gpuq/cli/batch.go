@@ -42,6 +42,8 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdi
 		return nil, errors.New("--batch: each job of a batch names its own command in the batch file; give no command")
 	case cmd.Flags().Changed("idempotency-key"):
 		return nil, errors.New("--idempotency-key: each job of a batch has its own, as idempotency_key in its spec")
+	case v.GetBool("follow"):
+		return nil, errors.New("--follow prints one job's output: a batch takes --wait (then gpuq logs ID, or gpuq results --label)")
 	}
 	data, err := readInput(cmd, v.GetString("batch"), maxBatchFileBytes+1)
 	if err != nil {

@@ -101,6 +101,7 @@ for every job as gpuq wait of their ids does.`,
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
 	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
+	f.Bool("follow", false, "print the job's output as it runs, then exit as --wait does (standard output holds only the job's output; its id and outcome go to standard error)")
 	f.Bool("no-wait-accept", false, "return once the submission is stored, without waiting for the scheduler to accept or reject it")
 	f.Duration("accept-timeout", time.Minute, "how long to wait for the scheduler to accept or reject the job")
 	f.Duration("wait-timeout", 0, "with --wait: give up waiting after this long (exit status 7); 0 waits until the job finishes")
@@ -272,7 +273,7 @@ func anyFlagChanged(cmd *cobra.Command) bool {
 	changed := false
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "file", "batch", "wait", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
+		case "file", "batch", "wait", "follow", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
 		default:
 			changed = true
 		}
@@ -311,6 +312,10 @@ func jobFlags(cmd *cobra.Command) {
 // --no-wait-accept, and with --wait for the job's outcome.
 func submit(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string) error {
 	ctx := cmd.Context()
+	follow := v.GetBool("follow")
+	if follow && (format == "json" || v.GetBool("no-wait-accept")) {
+		return errors.New("--follow prints the job's output as it runs: it takes neither -o json (--wait -o json prints the finished job) nor --no-wait-accept")
+	}
 	svc, err := connectJobs(cmd, v)
 	if err != nil {
 		return err
@@ -332,6 +337,9 @@ func submit(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string)
 			return outcomeError(job)
 		}
 	}
+	if follow {
+		return followJob(cmd, svc, job.ID, v.GetDuration("wait-timeout"))
+	}
 	if !v.GetBool("wait") {
 		if format == "json" {
 			return writeJSON(out, job)
@@ -340,6 +348,31 @@ func submit(cmd *cobra.Command, v *viper.Viper, spec *queue.Spec, format string)
 		return nil
 	}
 	return waitAndPrint(cmd, svc, job.ID, format, v.GetDuration("wait-timeout"))
+}
+
+// followJob prints the job's output as it comes until the job finishes,
+// then returns as waitAndPrint does, with its id and outcome on stderr, so
+// that standard output holds only the job's output.
+func followJob(cmd *cobra.Command, svc jobService, id uuid.UUID, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: job %s submitted; its output follows\n", id)
+	err := printOutput(ctx, cmd, svc, id, true, 0)
+	var job *queue.Job
+	if err == nil {
+		job, err = waitJob(ctx, svc, id, func(queue.Event) {})
+	}
+	if err != nil {
+		return waitError(ctx, cmd, id, timeout, err)
+	}
+	if job.State == queue.StateSucceeded {
+		fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: job %s succeeded\n", id)
+	}
+	return finalOutcome(job)
 }
 
 // waitAccepted waits until the scheduler has recorded the job and either
@@ -741,25 +774,31 @@ func newLogsCmd() *cobra.Command {
 					return nil
 				})
 			}
-			// A job retried or preempted has output from several attempts:
-			// where one ends and the next begins is said on stderr, so that
-			// standard output holds only the job's own.
-			out, shown := cmd.OutOrStdout(), 0
-			return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
-				if only != 0 && ch.Attempt != only {
-					return nil
-				}
-				if shown != 0 && ch.Attempt != shown {
-					fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: attempt %d's output follows\n", ch.Attempt)
-				}
-				shown = ch.Attempt
-				_, err := out.Write(ch.Data)
-				return err
-			})
+			return printOutput(ctx, cmd, svc, id, follow, only)
 		})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes")
 	cmd.Flags().Int("attempt", 0, "only this attempt's output (`n`: 1 for the first; 0 for every attempt's)")
 	return cmd
+}
+
+// printOutput writes the job's output (only attempt only's, unless 0) to
+// stdout, following it until the job finishes with follow. A job retried or
+// preempted has output from several attempts: where one ends and the next
+// begins is said on stderr, so that standard output holds only the job's
+// own.
+func printOutput(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, follow bool, only int) error {
+	out, shown := cmd.OutOrStdout(), 0
+	return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+		if only != 0 && ch.Attempt != only {
+			return nil
+		}
+		if shown != 0 && ch.Attempt != shown {
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: attempt %d's output follows\n", ch.Attempt)
+		}
+		shown = ch.Attempt
+		_, err := out.Write(ch.Data)
+		return err
+	})
 }
 
 func newWaitCmd() *cobra.Command {
@@ -979,18 +1018,30 @@ func waitAndPrint(cmd *cobra.Command, svc jobService, id uuid.UUID, format strin
 	job, err := waitJob(ctx, svc, id, prog.event)
 	prog.close()
 	if err != nil {
-		switch {
-		case cmd.Context().Err() != nil:
-			return &ExitError{Code: ExitInterrupted, Err: fmt.Errorf("interrupted; job %[1]s goes on (gpuq wait %[1]s follows it again, gpuq cancel %[1]s stops it)", id)}
-		case ctx.Err() != nil:
-			return &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s not finished after %s", id, timeout)}
-		}
-		return notFoundError(id, err)
+		return waitError(ctx, cmd, id, timeout, err)
 	}
 	if err := printJob(cmd.OutOrStdout(), job, format); err != nil {
 		return err
 	}
-	err = outcomeError(job)
+	return finalOutcome(job)
+}
+
+// waitError is the error of a wait for job id that ended without its
+// outcome: interrupted, past its timeout (ctx's), or err.
+func waitError(ctx context.Context, cmd *cobra.Command, id uuid.UUID, timeout time.Duration, err error) error {
+	switch {
+	case cmd.Context().Err() != nil:
+		return &ExitError{Code: ExitInterrupted, Err: fmt.Errorf("interrupted; job %[1]s goes on (gpuq wait %[1]s follows it again, gpuq cancel %[1]s stops it)", id)}
+	case ctx.Err() != nil:
+		return &ExitError{Code: ExitTimedOut, Err: fmt.Errorf("job %s not finished after %s", id, timeout)}
+	}
+	return notFoundError(id, err)
+}
+
+// finalOutcome is outcomeError, saying how to run a failed or dead job
+// again.
+func finalOutcome(job *queue.Job) error {
+	err := outcomeError(job)
 	var exit *ExitError
 	if (job.State == queue.StateFailed || job.State == queue.StateDead) && errors.As(err, &exit) {
 		exit.Err = fmt.Errorf("%w (gpuq retry %s runs it again from its latest checkpoint)", exit.Err, job.ID)

@@ -217,3 +217,38 @@ func startDevHere(t *testing.T) (dir, config string) {
 	startDev(t, buildGpuq(t), dir, "--http-addr", "127.0.0.1:0")
 	return dir, filepath.Join(dir, devConfigFile)
 }
+
+// gpuq submit --follow, against gpuq dev as a user runs it, prints the job's
+// output as it comes, every attempt's, with only the job's output on
+// standard output, then exits as --wait does: 0 on success, the failed
+// job's status and reason otherwise.
+func TestSubmitFollowPrintsTheJobsOutputThenExitsWithItsOutcome(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	_, config := startDevHere(t)
+	// The first attempt fails and is retried a second later.
+	spec := writeFile(t, "flaky.yaml", "command: [sh, -c, 'echo \"attempt $GPUQ_ATTEMPT\"; sleep 0.5; echo done; test \"$GPUQ_ATTEMPT\" = 2']\nretries: {max_errors: 1, delay: 1s}\n")
+	out, errOut, err := runCLI(t, "submit", "--config", config, "--follow", "-f", spec)
+	if err != nil {
+		t.Fatalf("submit --follow of a job that succeeds on its second attempt: %v\n%s", err, errOut)
+	}
+	if out != "attempt 1\ndone\nattempt 2\ndone\n" {
+		t.Fatalf("submit --follow: want only the job's output of both attempts on stdout, got %q", out)
+	}
+	m := regexp.MustCompile(`^gpuq: job (\S+) submitted; its output follows\n`).FindStringSubmatch(errOut)
+	if m == nil || !strings.Contains(errOut, "gpuq: attempt 2's output follows\n") || !strings.HasSuffix(errOut, "gpuq: job "+m[1]+" succeeded\n") {
+		t.Fatalf("submit --follow: want the job's id, where attempt 2 begins and its outcome on stderr, got:\n%s", errOut)
+	}
+
+	out, _, err = runCLI(t, "submit", "--config", config, "--follow", "--max-errors", "0", "--", "sh", "-c", "echo out; exit 3")
+	if exitCode(err) != ExitFailed || !strings.Contains(err.Error(), "failed: exited with status 3 (gpuq retry ") || out != "out\n" {
+		t.Fatalf("submit --follow of a failing job: want exit %d with its reason and its output, got %v, %q", ExitFailed, err, out)
+	}
+	for _, args := range [][]string{{"-o", "json", "--", "true"}, {"--no-wait-accept", "--", "true"}, {"--batch", writeFile(t, "b.json", `{"jobs": [{"command": ["true"]}]}`)}} {
+		if _, _, err := runCLI(t, append([]string{"submit", "--config", config, "--follow"}, args...)...); err == nil || !strings.Contains(err.Error(), "--follow prints") {
+			t.Fatalf("submit --follow %v: want a refusal, got %v", args, err)
+		}
+	}
+}
