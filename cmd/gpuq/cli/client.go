@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,12 +64,14 @@ for every job as gpuq wait of their ids does.`,
 				if err != nil {
 					return err
 				}
+				warnCredentialEnv(cmd.ErrOrStderr(), specs...)
 				return submitBatch(cmd, v, specs, format)
 			}
 			spec, err := specFromFlags(cmd, v, args, wd)
 			if err != nil {
 				return err
 			}
+			warnCredentialEnv(cmd.ErrOrStderr(), spec)
 			return submit(cmd, v, spec, format)
 		},
 	}
@@ -106,6 +109,27 @@ for every job as gpuq wait of their ids does.`,
 	f.Duration("accept-timeout", time.Minute, "how long to wait for the scheduler to accept or reject the job")
 	f.Duration("wait-timeout", 0, "with --wait: give up waiting after this long (exit status 7); 0 waits until the job finishes")
 	return cmd
+}
+
+// credentialWords are the words (between '_') of an environment variable's
+// name that mark it as holding a credential.
+var credentialWords = []string{"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS"}
+
+// warnCredentialEnv warns, once per name, of an env entry of specs whose
+// name marks it as a credential: a spec's env is shown to every reader of
+// the job, a secret to none.
+func warnCredentialEnv(w io.Writer, specs ...*queue.Spec) {
+	warned := map[string]bool{}
+	for _, spec := range specs {
+		for _, name := range slices.Sorted(maps.Keys(spec.Env)) {
+			words := strings.Split(strings.ToUpper(name), "_")
+			if warned[name] || !slices.ContainsFunc(words, func(w string) bool { return slices.Contains(credentialWords, w) }) {
+				continue
+			}
+			warned[name] = true
+			fmt.Fprintf(w, "gpuq: env %[1]s looks like a credential, and a spec's env is shown to every reader of the job (gpuq status); keep it in a secret instead: printenv %[1]s | gpuq secret set %[1]s, then --secret %[1]s (see the README's Secrets)\n", name)
+		}
+	}
 }
 
 // specFileArg reports whether args, the positional arguments of submit,

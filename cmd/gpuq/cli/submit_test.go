@@ -182,3 +182,30 @@ func TestSubmitCompletesAPartialSpecFileFromTheCommandLine(t *testing.T) {
 		t.Errorf("an empty file and a command: want the command's spec, got %v %v", spec, err)
 	}
 }
+
+// An env entry whose name marks a credential (HF_TOKEN, WANDB_API_KEY,
+// AWS_SECRET_ACCESS_KEY, DB_PASSWORD) is submitted as given, with a warning
+// naming the secret that would keep it out of the spec, once per name
+// however many jobs of a batch carry it; other names pass silently.
+func TestAnEnvEntryNamedLikeACredentialIsSubmittedWithAWarningToKeepItInASecret(t *testing.T) {
+	var w strings.Builder
+	specs := []*queue.Spec{
+		{Env: map[string]string{"HF_TOKEN": "x", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}},
+		{Env: map[string]string{"HF_TOKEN": "x", "aws_secret_access_key": "y", "DB_PASSWORD": "z", "WANDB_API_KEY": "k", "MONKEY": "1"}},
+	}
+	warnCredentialEnv(&w, specs...)
+	got := w.String()
+	for _, name := range []string{"DB_PASSWORD", "HF_TOKEN", "WANDB_API_KEY", "aws_secret_access_key"} {
+		if strings.Count(got, "gpuq: env "+name+" looks like a credential") != 1 {
+			t.Errorf("want one warning for %s, got:\n%s", name, got)
+		}
+	}
+	if !strings.Contains(got, "printenv HF_TOKEN | gpuq secret set HF_TOKEN, then --secret HF_TOKEN") {
+		t.Errorf("want the way to a secret, got:\n%s", got)
+	}
+	for _, quiet := range []string{"WANDB_MODE", "TOKENIZERS_PARALLELISM", "MONKEY"} {
+		if strings.Contains(got, quiet) {
+			t.Errorf("%s is not a credential's name, got:\n%s", quiet, got)
+		}
+	}
+}
