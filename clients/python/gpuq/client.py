@@ -222,6 +222,7 @@ class Client:
         the names. A name not set for the spec's project, or one ``env``
         sets too, raises :class:`InvalidRequest` (``spec.secrets[0]``)."""
         doc = _spec(spec, fields)
+        _warn_credential_env([doc])
         self._ship_workdir(doc)
         if idempotency_key is not None:
             doc["idempotency_key"] = idempotency_key
@@ -251,6 +252,7 @@ class Client:
             if not isinstance(spec, Mapping):
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
             docs.append(dict(spec))
+        _warn_credential_env(docs)
         shipped: Dict[Tuple[str, Optional[str]], str] = {}
         for doc in docs:
             self._ship_workdir(doc, progress=progress, shipped=shipped)
@@ -802,6 +804,29 @@ def _id(job: JobRef) -> str:
 
 def _job_path(job_id: str, rest: str = "") -> str:
     return "/v1/jobs/" + urllib.parse.quote(str(job_id), safe="") + rest
+
+
+#: The words (between ``_``) of an environment variable's name that mark it
+#: as holding a credential, as ``gpuq submit`` reads them.
+_CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS"})
+
+
+def _warn_credential_env(docs: List[Dict[str, Any]]) -> None:
+    """Warns, once per name, of an ``env`` entry of docs whose name marks
+    it as a credential: a spec's env is shown to every reader of the job, a
+    secret (:meth:`Client.set_secret`) to none. The job is submitted as
+    given."""
+    warned = set()
+    for doc in docs:
+        env = doc.get("env")
+        if not isinstance(env, Mapping):
+            continue
+        for name in sorted(k for k in env if isinstance(k, str)):
+            if name in warned or not _CREDENTIAL_WORDS.intersection(name.upper().split("_")):
+                continue
+            warned.add(name)
+            _log.warning("env %s looks like a credential, and a spec's env is shown to every reader of the job; "
+                         "keep it in a secret instead: c.set_secret(%r, value), then secrets=[%r]", name, name, name)
 
 
 def _project_path(project: str, rest: str = "") -> str:

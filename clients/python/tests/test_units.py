@@ -946,3 +946,22 @@ class SecretTest(unittest.TestCase):
                          [("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("POST", "/v1/plan")])
         self.assertEqual([s[4]["secrets"] for s in (self.seen[0], self.seen[2])], [["WANDB_API_KEY"]] * 2)
         self.assertEqual(self.seen[1][4]["jobs"][0]["secrets"], ["WANDB_API_KEY"])
+
+    def test_an_env_entry_named_like_a_credential_is_sent_with_a_warning(self):
+        # As gpuq submit warns: once per name, however many specs carry
+        # it; other names pass silently; the spec goes as given.
+        job = {"id": ReconnectTest.JOB, "project": "default", "name": "n", "state": "placed", "attempt": 0,
+               "spec": {"command": ["true"]}}
+        self.answers += [(201, job), (201, {"jobs": [{"job": job}, {"job": job}]}), (201, job)]
+        with self.assertLogs("gpuq", "WARNING") as logs:
+            self.client.submit(command=["true"], env={"HF_TOKEN": "hf_x", "WANDB_MODE": "offline"})
+            self.client.submit_many([{"command": ["true"], "env": {"DB_PASSWORD": "p", "TOKENIZERS_PARALLELISM": "false"}},
+                                     {"command": ["true"], "env": {"DB_PASSWORD": "p"}}], progress=False)
+        self.assertEqual(len(logs.output), 2, logs.output)
+        self.assertIn("env HF_TOKEN looks like a credential", logs.output[0])
+        self.assertIn("c.set_secret('HF_TOKEN', value), then secrets=['HF_TOKEN']", logs.output[0])
+        self.assertIn("env DB_PASSWORD looks like a credential", logs.output[1])
+        self.assertNotIn("hf_x", "".join(logs.output))
+        self.assertEqual(self.seen[0][4]["env"], {"HF_TOKEN": "hf_x", "WANDB_MODE": "offline"})
+        with self.assertNoLogs("gpuq", "WARNING"):
+            self.client.submit(command=["true"], env={"WANDB_MODE": "offline", "MONKEY": "1"})
