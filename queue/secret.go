@@ -71,11 +71,22 @@ func ValidateSecretValue(value string) error {
 // SecretMissingError names the secrets a job names that its project does
 // not hold.
 func SecretMissingError(project string, names []string) error {
-	what := "secret " + names[0] + " is"
-	if len(names) > 1 {
-		what = "secrets " + strings.Join(names, ", ") + " are"
-	}
 	return &sentinelError{is: ErrSecretMissing, msg: fmt.Sprintf(
 		"%s not set for project %s (never set, or deleted since the job was submitted): gpuq secret set --project %s %s",
-		what, project, project, names[0])}
+		secretsAre(names), project, project, names[0])}
+}
+
+// SecretRejection is why a submitted job naming secrets its project does
+// not hold is rejected.
+func SecretRejection(project string, names []string) string {
+	return fmt.Sprintf("%s not set for project %s: set it (gpuq secret set --project %s %s) and retry the job",
+		secretsAre(names), project, project, names[0])
+}
+
+// secretsAre names secrets as the subject of a sentence.
+func secretsAre(names []string) string {
+	if len(names) > 1 {
+		return "secrets " + strings.Join(names, ", ") + " are"
+	}
+	return "secret " + names[0] + " is"
 }

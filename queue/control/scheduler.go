@@ -18,6 +18,8 @@ import (
 type SchedulerStore interface {
 	RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue.Decided) ([]*queue.Job, []queue.PlacedJob, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	// MissingSecrets returns those of names that project does not hold.
+	MissingSecrets(ctx context.Context, project string, names []string) ([]string, error)
 }
 
 // SchedulerStreams is what the scheduler needs from JetStream: its
@@ -199,6 +201,19 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 			s.Logger.Warn("rejecting a submission for another project", "subject", m.Subject(), "job", id, "reason", foreign)
 			refused[id] = foreign
 			continue
+		}
+		// A job naming a secret its project does not hold is rejected
+		// here, before a pool (and a machine) is taken for it, whichever
+		// way it was submitted.
+		if len(spec.Secrets) > 0 {
+			missing, err := s.Store.MissingSecrets(ctx, spec.Project, spec.Secrets)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				refused[id] = queue.SecretRejection(spec.Project, missing)
+				continue
+			}
 		}
 		submitted := time.Now().UTC()
 		if meta, err := m.Metadata(); err == nil {

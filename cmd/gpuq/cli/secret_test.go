@@ -20,8 +20,8 @@ import (
 // reaches the job's environment and nothing else a user or an operator
 // reads — not the spec, gpuq status, the logs (masked) or gpuq dev's own
 // output. A job naming a secret its project does not hold is refused over
-// HTTP; over NATS it fails without running, and its retry is refused until
-// the secret is set.
+// HTTP and rejected over NATS; one whose secret is deleted while it waits
+// fails without running, and its retry is refused until the secret is set.
 func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs gpuq dev with worker processes")
@@ -94,17 +94,28 @@ func TestASecretReachesItsJobsEnvironmentAndNothingUsersRead(t *testing.T) {
 	}
 
 	// Over NATS (from a directory without gpuq dev's config, whose API URL
-	// would be taken) nothing checks it before a worker asks: the job
-	// fails without running, and a retry waits for the secret.
+	// would be taken) the scheduler rejects it: no pool, and no machine,
+	// is taken for it.
 	home := t.TempDir()
 	missing := filepath.Join(home, "missing.json")
-	if err := os.WriteFile(missing, []byte(`{"command": ["sh", "-c", "echo ran; test -n \"$HF_TOKEN\""], "secrets": ["HF_TOKEN"]}`), 0o644); err != nil {
+	if err := os.WriteFile(missing, []byte(`{"command": ["sh", "-c", "echo ran; test -n \"$HF_TOKEN\""], "secrets": ["HF_TOKEN"], "placement": {"tier": "spot"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lost := lastLine(strings.TrimSpace(string(runBinary(t, bin, home, natsEnv, 0, "submit", missing))))
-	if out := string(runBinary(t, bin, home, natsEnv, ExitFailed, "wait", lost)); !strings.Contains(out, "fetching its secrets HF_TOKEN: secret HF_TOKEN is not set for project default") ||
+	if out := string(runBinary(t, bin, home, natsEnv, ExitRejected, "submit", missing)); !strings.Contains(out,
+		"rejected: secret HF_TOKEN is not set for project default: set it (gpuq secret set --project default HF_TOKEN) and retry the job") {
+		t.Fatalf("a job naming a secret not set, over NATS: %s", out)
+	}
+
+	// Deleted while the job waits in its pool's line (behind a job on the
+	// pool's one slot): the worker that takes it fails it without running
+	// it, and a retry waits for the secret.
+	runBinaryInput(t, bin, dir, httpEnv, "hf_token_of_default", 0, "secret", "set", "HF_TOKEN")
+	gpuq(0, "submit", "--tier", "spot", "--", "sleep", "3")
+	lost := lastLine(strings.TrimSpace(gpuq(0, "submit", missing)))
+	gpuq(0, "secret", "rm", "HF_TOKEN")
+	if out := gpuq(ExitFailed, "wait", lost); !strings.Contains(out, "fetching its secrets HF_TOKEN: secret HF_TOKEN is not set for project default") ||
 		!strings.Contains(out, "the job was not run") {
-		t.Fatalf("a job naming a secret not set: %s", out)
+		t.Fatalf("a job whose secret was deleted while it waited: %s", out)
 	}
 	if logs := gpuq(0, "logs", lost); strings.Contains(logs, "ran") {
 		t.Fatalf("a job whose secret is not set ran: %s", logs)
