@@ -253,7 +253,7 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 			return nil, err
 		}
 		if len(missing) > 0 {
-			return nil, &queue.RejectionError{Reason: queue.SecretMissingError(job.Project, missing).Error() + ", then retry"}
+			return nil, &queue.RejectionError{Reason: queue.SecretRejection(job.Project, missing)}
 		}
 	}
 	var prior *Prior

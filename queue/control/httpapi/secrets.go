@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -132,11 +133,9 @@ func (s *Server) checkSecrets(ctx context.Context, spec *queue.Spec, location st
 	}
 	var bad []error
 	for i, n := range spec.Secrets {
-		for _, m := range missing {
-			if m == n {
-				bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s[%d]", location, i), Value: n, Message: fmt.Sprintf(
-					"secret %s is not set for project %s: gpuq secret set --project %s %s first", n, spec.Project, spec.Project, n)})
-			}
+		if slices.Contains(missing, n) {
+			bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s[%d]", location, i), Value: n, Message: fmt.Sprintf(
+				"secret %s is not set for project %s: gpuq secret set --project %s %s first", n, spec.Project, spec.Project, n)})
 		}
 	}
 	if len(bad) > 0 {
