@@ -67,45 +67,52 @@ func (s *Store) DeleteSecret(ctx context.Context, project, name string) error {
 }
 
 // MissingSecrets returns those of names that project does not hold, in
-// their order.
+// their order. No value is read, so a server without the secrets key can
+// tell too.
 func (s *Store) MissingSecrets(ctx context.Context, project string, names []string) ([]string, error) {
-	held, err := s.secretValues(ctx, project, names)
+	rows, err := s.secretRows(ctx, project, names)
 	if err != nil {
 		return nil, err
 	}
-	return absent(names, held), nil
+	return absent(names, rows), nil
 }
 
-// SecretValues returns the values of project's secrets names, by name;
-// queue.ErrSecretMissing naming those it does not hold.
+// SecretValues returns the values of project's secrets names, by name,
+// opened when sealed; queue.ErrSecretMissing naming those it does not hold.
 func (s *Store) SecretValues(ctx context.Context, project string, names []string) (map[string]string, error) {
-	held, err := s.secretValues(ctx, project, names)
+	rows, err := s.secretRows(ctx, project, names)
 	if err != nil {
 		return nil, err
 	}
-	if missing := absent(names, held); len(missing) > 0 {
+	if missing := absent(names, rows); len(missing) > 0 {
 		return nil, queue.SecretMissingError(project, missing)
 	}
-	return held, nil
+	out := make(map[string]string, len(rows))
+	for name, r := range rows {
+		switch {
+		case !r.Sealed:
+			out[name] = r.Value
+		case s.Sealer == nil:
+			return nil, fmt.Errorf("secret %s of project %s is sealed, and this server has no secrets.key_file to open it: configure the key it was set with, or set it again", name, project)
+		default:
+			if out[name], err = s.Sealer.open(project, name, r.Value); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
 }
 
-func (s *Store) secretValues(ctx context.Context, project string, names []string) (map[string]string, error) {
+// secretRows reads project's secrets of names that are set, by name, as
+// stored.
+func (s *Store) secretRows(ctx context.Context, project string, names []string) (map[string]db.ProjectSecretValuesRow, error) {
 	rows, err := s.q.ProjectSecretValues(ctx, db.ProjectSecretValuesParams{Project: project, Names: names})
 	if err != nil {
 		return nil, fmt.Errorf("reading the secrets of project %s: %w", project, err)
 	}
-	out := make(map[string]string, len(rows))
+	out := make(map[string]db.ProjectSecretValuesRow, len(rows))
 	for _, r := range rows {
-		out[r.Name] = r.Value
-		if !r.Sealed {
-			continue
-		}
-		if s.Sealer == nil {
-			return nil, fmt.Errorf("secret %s of project %s is sealed, and this server has no secrets.key_file to open it: configure the key it was set with, or set it again", r.Name, project)
-		}
-		if out[r.Name], err = s.Sealer.open(project, r.Name, r.Value); err != nil {
-			return nil, err
-		}
+		out[r.Name] = r
 	}
 	return out, nil
 }
@@ -160,6 +167,6 @@ func (c *SecretSealer) open(project, name, sealed string) (string, error) {
 }
 
 // absent returns those of names that held does not hold, in their order.
-func absent(names []string, held map[string]string) []string {
+func absent(names []string, held map[string]db.ProjectSecretValuesRow) []string {
 	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { _, ok := held[n]; return ok })
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,6 +68,11 @@ func TestASecretIsSealedInTheDatabaseWithTheServersKey(t *testing.T) {
 	defer other.Close()
 	if _, err := other.SecretValues(ctx, "ml", []string{"HF_TOKEN"}); err == nil || !strings.Contains(err.Error(), "secret HF_TOKEN of project ml is sealed, and this server has no secrets.key_file") {
 		t.Fatalf("values without a key: %v", err)
+	}
+	// Which secrets are set needs no key: a submission is checked alike
+	// on every server.
+	if missing, err := other.MissingSecrets(ctx, "ml", []string{"HF_TOKEN", "NEVER_SET", "PLAIN"}); err != nil || !slices.Equal(missing, []string{"NEVER_SET"}) {
+		t.Fatalf("secrets not set, asked without a key: %v, %v", missing, err)
 	}
 	other.Sealer = sealer(t, 2)
 	if _, err := other.SecretValues(ctx, "ml", []string{"HF_TOKEN"}); err == nil || !strings.Contains(err.Error(), "does not open with this server's secrets.key_file") {
