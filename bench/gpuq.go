@@ -82,7 +82,7 @@ func (s *stack) startPlane(ctx context.Context, dbURL string, pools []local.Pool
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		for range 4 {
+		for range control.PlaneLoops {
 			if err := <-errc; err != nil && ctx.Err() == nil {
 				quiet.Error("control plane loop stopped", "err", err)
 			}

@@ -12,6 +12,9 @@ type JobState string
 const (
 	// StatePending: recorded by the scheduler, not yet placed.
 	StatePending JobState = "pending"
+	// StateWaiting: recorded, and not placed until every job its spec's
+	// after names has succeeded.
+	StateWaiting JobState = "waiting"
 	// StatePlaced: placed and published to its pool; waiting for a worker.
 	StatePlaced JobState = "placed"
 	// StateRunning: claimed by a worker under the current attempt.

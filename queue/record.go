@@ -68,6 +68,9 @@ type BudgetGuard struct {
 type Decided struct {
 	Placed   []PlacedJob
 	Rejected map[uuid.UUID]string
+	// Waiting holds the jobs to record as waiting for the jobs they run
+	// after, each with what its trail says of them.
+	Waiting map[uuid.UUID]string
 }
 
 // Page asks for one page of a project-scoped listing, newest first; zero

@@ -50,6 +50,9 @@ type Spec struct {
 	// Secrets names secrets of the project (see Secret) the job receives
 	// as environment variables of those names.
 	Secrets []string `json:"secrets,omitempty"`
+	// After names jobs of the project, by id, that must all succeed before
+	// this one is placed (see StateWaiting).
+	After []string `json:"after,omitempty"`
 }
 
 // Command is the job's argv. A single string runs through /bin/sh -c.
@@ -846,6 +849,17 @@ func (s *Spec) Validate() error {
 			bad(field, "%s is named twice", n)
 		} else if s.IsNoop() {
 			bad(field, "the built-in %s job runs no command, so it takes no secrets", NoopCommand)
+		}
+	}
+	if len(s.After) > MaxAfter {
+		bad("spec.after", "must name at most %d jobs, got %d", MaxAfter, len(s.After))
+	}
+	for i, a := range s.After {
+		field := fmt.Sprintf("spec.after[%d]", i)
+		if !ValidJobID(a) {
+			bad(field, "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits, such as 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70), got %.80q", a)
+		} else if slices.Index(s.After, a) < i {
+			bad(field, "%s is named twice", a)
 		}
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })

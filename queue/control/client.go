@@ -26,6 +26,8 @@ type ClientStore interface {
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 	// MissingSecrets returns those of names that project does not hold.
 	MissingSecrets(ctx context.Context, project string, names []string) ([]string, error)
+	Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Dependency, error)
+	RetryWaiting(ctx context.Context, job *queue.Job, note, msg string, fresh bool) error
 }
 
 // Client carries out what users ask of jobs: status, list, wait, logs,
@@ -61,8 +63,12 @@ type JobStatus struct {
 	Placement      json.RawMessage   `json:"placement,omitempty"`
 	Pool           string            `json:"pool,omitempty"`
 	// Waiting is where a placed job stands in its pool's line.
-	Waiting      *queue.PoolLine `json:"waiting,omitempty"`
-	LastLogLines []string        `json:"last_log_lines,omitempty"`
+	Waiting *queue.PoolLine `json:"waiting,omitempty"`
+	// After is the jobs its spec's after names, in its order, each with
+	// its name and state now; one that is not a job of its project has
+	// neither.
+	After        []queue.Dependency `json:"after,omitempty"`
+	LastLogLines []string           `json:"last_log_lines,omitempty"`
 	// History is the job's audit trail: every state change, oldest first.
 	History []queue.Event `json:"history"`
 }
@@ -102,6 +108,11 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 			st.Waiting.Workers, st.Waiting.Paused = &n.Live, &n.Paused
 		}
 	}
+	if len(job.Spec.After) > 0 {
+		if st.After, err = c.dependencies(ctx, job); err != nil {
+			return nil, err
+		}
+	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {
 		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {
 			return nil, err
@@ -110,10 +121,34 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	return st, nil
 }
 
+// dependencies returns the jobs job runs after, in its spec's order; one
+// that is not a job of its project is only its id.
+func (c *Client) dependencies(ctx context.Context, job *queue.Job) ([]queue.Dependency, error) {
+	ids := queue.AfterIDs(job.Spec.After)
+	found, err := c.Store.Dependencies(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[uuid.UUID]queue.Dependency, len(found))
+	for _, d := range found {
+		if d.Project == job.Project {
+			byID[d.ID] = d
+		}
+	}
+	out := make([]queue.Dependency, len(ids))
+	for i, id := range ids {
+		out[i] = queue.Dependency{ID: id}
+		if d, ok := byID[id]; ok {
+			out[i] = d
+		}
+	}
+	return out, nil
+}
+
 // ValidState reports whether s names a job state.
 func ValidState(s queue.JobState) bool {
 	switch s {
-	case queue.StatePending, queue.StatePlaced, queue.StateRunning:
+	case queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning:
 		return true
 	}
 	return s.Terminal()
@@ -256,6 +291,33 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 			return nil, &queue.RejectionError{Reason: queue.SecretRejection(job.Project, missing)}
 		}
 	}
+	note := "retried by user"
+	if fresh {
+		note += " from the start, its checkpoints dropped"
+	}
+	note += " (ended " + string(job.State)
+	if job.Reason != "" {
+		note += ": " + job.Reason
+	}
+	note += ")"
+	before := time.Now()
+	if len(job.Spec.After) > 0 {
+		deps, err := c.Store.Dependencies(ctx, queue.AfterIDs(job.Spec.After))
+		if err != nil {
+			return nil, err
+		}
+		switch r, why := queue.Sequence(job.ID, job.Project, job.Spec.After, deps); r {
+		case queue.Never:
+			return nil, &queue.RejectionError{Reason: why}
+		case queue.Waiting:
+			// Placed, as a new job is, once they have all succeeded.
+			if err := c.Store.RetryWaiting(ctx, job, note, why, fresh); err != nil {
+				return nil, err
+			}
+			c.awaitAnnounced(ctx, id, before)
+			return c.Store.Job(ctx, id)
+		}
+	}
 	var prior *Prior
 	if job.PlacementVersion > 0 {
 		current, err := c.Store.LatestPlacement(ctx, id)
@@ -279,16 +341,7 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 	if err != nil {
 		return nil, err
 	}
-	note := "retried by user"
-	if fresh {
-		note += " from the start, its checkpoints dropped"
-	}
-	note += " (ended " + string(job.State)
-	if job.Reason != "" {
-		note += ": " + job.Reason
-	}
-	before := time.Now()
-	if err := c.Store.Retry(ctx, job, p, note+")", fresh); err != nil {
+	if err := c.Store.Retry(ctx, job, p, note, fresh); err != nil {
 		return nil, err
 	}
 	p.Version = job.PlacementVersion + 1

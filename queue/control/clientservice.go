@@ -331,7 +331,7 @@ func (s *ClientService) ownJob(ctx context.Context, project string, id uuid.UUID
 
 func (s *ClientService) list(ctx context.Context, project string, r queue.ClientRequest) (*queue.ClientJobList, error) {
 	if r.State != "" && !ValidState(r.State) {
-		return nil, clientErr("400", "state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", r.State)
+		return nil, clientErr("400", "state: must be one of pending, waiting, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", r.State)
 	}
 	if r.Limit == 0 {
 		r.Limit = 50

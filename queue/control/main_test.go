@@ -6,7 +6,11 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/gpuq/gpuq/adapters"
+	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
 	"github.com/gpuq/gpuq/queue/store"
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
@@ -38,4 +42,24 @@ func placedJob(t *testing.T, s *store.Store) uuid.UUID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// scheduling starts NATS, a store and a scheduler that places jobs on one
+// local spot pool in eu-central-1, for the test's life; the context ends
+// with it.
+func scheduling(t *testing.T, pool string) (*queuetest.NATS, *store.Store, *control.PolicyPlacer, context.Context) {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	st, _ := queuetest.Store(t, n)
+	provider, err := local.New([]local.PoolConfig{
+		{Pool: pool, Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.03"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go (&control.Scheduler{JS: n.JS, Store: st, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	return n, st, placer, ctx
 }

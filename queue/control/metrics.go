@@ -116,7 +116,7 @@ type Metrics struct {
 }
 
 var (
-	jobsDesc = prometheus.NewDesc("gpuq_jobs", "Jobs not yet finished, by project and state (pending, placed, running); every project has all three.",
+	jobsDesc = prometheus.NewDesc("gpuq_jobs", "Jobs not yet finished, by project and state (pending, waiting, placed, running); every project has all four.",
 		[]string{"project", "state"}, nil)
 	runOrdersDesc = prometheus.NewDesc("gpuq_run_orders",
 		"Run orders in each pool's consumer: waiting for a worker, or delivered to one and not yet acknowledged.",

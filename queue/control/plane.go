@@ -15,6 +15,7 @@ type PlaneStore interface {
 	SchedulerStore
 	ReconcilerStore
 	ReplacerStore
+	SequencerStore
 	LivenessStore
 	Spend(ctx context.Context, project string, since time.Time) (map[string]int64, error)
 }
@@ -28,8 +29,13 @@ type PlaneStreams interface {
 	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error)
 }
 
-// Plane is the control plane of one server: the scheduler, the reconciler
-// and the replacer sharing one placer, and the liveness monitor.
+// PlaneLoops is how many loops a Plane runs: each one's end is reported on
+// the channel Start returns.
+const PlaneLoops = 5
+
+// Plane is the control plane of one server: the scheduler, the reconciler,
+// the replacer and the sequencer sharing one placer, and the liveness
+// monitor.
 type Plane struct {
 	JS     PlaneStreams
 	Store  PlaneStore
@@ -50,14 +56,15 @@ type Plane struct {
 	Logger *slog.Logger
 }
 
-// Start runs the scheduler, the reconciler, the replacer and the liveness
-// monitor until ctx ends; each one's end is reported on the returned
-// channel, four in all (the liveness monitor's at once when NATS is nil).
+// Start runs the scheduler, the reconciler, the replacer, the sequencer
+// and the liveness monitor until ctx ends; each one's end is reported on
+// the returned channel, PlaneLoops in all (the liveness monitor's at once
+// when NATS is nil).
 func (p *Plane) Start(ctx context.Context) <-chan error {
-	errc := make(chan error, 4)
+	errc := make(chan error, PlaneLoops)
 	if p.JS == nil || p.Store == nil || p.Placer == nil {
 		err := errors.New("control plane: js, store and placer must be set")
-		for range 4 {
+		for range PlaneLoops {
 			errc <- err
 		}
 		return errc
@@ -69,9 +76,11 @@ func (p *Plane) Start(ctx context.Context) <-chan error {
 	sched := &Scheduler{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
 	rec := &Reconciler{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
 	rep := &Replacer{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
+	seq := &Sequencer{JS: p.JS, Store: p.Store, Placer: p.Placer, Logger: logger}
 	go func() { errc <- sched.Run(ctx) }()
 	go func() { errc <- rec.Run(ctx) }()
 	go func() { errc <- rep.Run(ctx) }()
+	go func() { errc <- seq.Run(ctx) }()
 	if p.NATS == nil {
 		errc <- nil
 	} else {

@@ -90,9 +90,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	t := time.NewTicker(cfg.Interval)
-	defer t.Stop()
-	for {
+	every(ctx, cfg.Interval, func() {
 		n, err := cfg.Pass(ctx)
 		var skipped *SkippedJobsError
 		switch {
@@ -103,12 +101,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case n > 0:
 			cfg.Logger.Info("reconciled jobs", "repaired", n)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // SkippedJobsError reports the jobs a reconciliation pass could not repair;

@@ -1,12 +1,9 @@
 package control_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/gpuq/gpuq/adapters"
-	"github.com/gpuq/gpuq/adapters/local"
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
 	"github.com/gpuq/gpuq/queue/queuetest"
@@ -19,18 +16,7 @@ import (
 // the retry answers.
 func TestARetryGoesBackToThePoolThatPreemptedTheJobWhenNoOtherTakesIt(t *testing.T) {
 	t.Parallel()
-	n := queuetest.StartNATS(t)
-	st, _ := queuetest.Store(t, n)
-	provider, err := local.New([]local.PoolConfig{
-		{Pool: "spot-a", Region: "eu-central-1", Country: "DE", Card: "cpu", VCPU: 8, MemoryGB: 32, Tier: "spot", PricePerHour: "0.03"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	placer := &control.PolicyPlacer{Sources: []adapters.OfferSource{provider}}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go (&control.Scheduler{JS: n.JS, Store: st, Placer: placer}).Run(ctx) //nolint:errcheck // ends with ctx
+	n, st, placer, ctx := scheduling(t, "spot-a")
 	sub, err := queue.Submit(ctx, n.JS, mustSpec(t, "command: [/bin/true]\nplacement: {tier: spot}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ type SchedulerStore interface {
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	// MissingSecrets returns those of names that project does not hold.
 	MissingSecrets(ctx context.Context, project string, names []string) ([]string, error)
+	// Dependencies returns the jobs of ids that exist.
+	Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Dependency, error)
 }
 
 // SchedulerStreams is what the scheduler needs from JetStream: its
@@ -168,6 +171,7 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	var jobs []queue.NewJob
 	var pending []*queue.Job
 	refused := map[uuid.UUID]string{}
+	waiting := map[uuid.UUID]string{}
 	for _, m := range batch {
 		spec, err := queue.ParseSpec(m.Data())
 		var id uuid.UUID
@@ -195,6 +199,20 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 			}
 			continue
 		}
+		var after queue.Readiness
+		var why string
+		if len(spec.After) > 0 && foreign == "" {
+			var later bool
+			if after, why, later, err = s.sequence(ctx, m, id, spec); err != nil {
+				return err
+			}
+			if later {
+				// A job it runs after, submitted just before it, is
+				// not recorded yet (a batch handled beside this one).
+				m.NakWithDelay(afterRecheck) //nolint:errcheck // redelivered after AckWait anyway
+				continue
+			}
+		}
 		valid = append(valid, m)
 		jobs = append(jobs, queue.NewJob{ID: id, Spec: spec})
 		if foreign != "" {
@@ -214,6 +232,14 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 				refused[id] = queue.SecretRejection(spec.Project, missing)
 				continue
 			}
+		}
+		switch after {
+		case queue.Never:
+			refused[id] = why
+			continue
+		case queue.Waiting:
+			waiting[id] = why
+			continue
 		}
 		submitted := time.Now().UTC()
 		if meta, err := m.Metadata(); err == nil {
@@ -235,6 +261,7 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 	for id, reason := range refused {
 		decided.Rejected[id] = reason
 	}
+	decided.Waiting = waiting
 	recorded, placed, err := s.Store.RecordAndPlace(ctx, jobs, decided)
 	if err != nil {
 		return err
@@ -248,6 +275,32 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 	}
 	return nil
+}
+
+// afterRecheck is how long a submission naming a job not recorded yet in
+// its after waits before it is handled again; afterTries is how often it
+// is, before the job is rejected.
+const (
+	afterRecheck = time.Second
+	afterTries   = 5
+)
+
+// sequence reads the jobs the submission m of job id runs after and says
+// where it stands (queue.Sequence). later is true when one of them is not
+// recorded and m should be handled again shortly: it may be in a batch
+// handled beside this one.
+func (s *Scheduler) sequence(ctx context.Context, m jetstream.Msg, id uuid.UUID, spec *queue.Spec) (r queue.Readiness, why string, later bool, err error) {
+	deps, err := s.Store.Dependencies(ctx, queue.AfterIDs(spec.After))
+	if err != nil {
+		return 0, "", false, err
+	}
+	r, why = queue.Sequence(id, spec.Project, spec.After, deps)
+	if r == queue.Never && len(deps) < len(spec.After) && !slices.Contains(spec.After, id.String()) {
+		if meta, err := m.Metadata(); err == nil && meta.NumDelivered < afterTries {
+			return r, why, true, nil
+		}
+	}
+	return r, why, false, nil
 }
 
 // decide places the pending jobs of a batch and collects the rejections.

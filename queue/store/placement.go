@@ -147,6 +147,15 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 				rest = append(rest, p)
 			}
 		}
+		// Jobs that run after unfinished ones are recorded waiting, in id
+		// order as rejections are.
+		for _, id := range slices.SortedFunc(maps.Keys(d.Waiting), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) }) {
+			waiting, err := wait(ctx, q, id, 0, d.Waiting[id])
+			if err != nil {
+				return nil, fmt.Errorf("recording job %s waiting: %w", id, err)
+			}
+			events = append(events, waiting...)
+		}
 		moreDone, committed, err := applyDecisions(ctx, q, rest, d.Rejected, failed)
 		done = append(done, moreDone...)
 		return append(events, committed...), err

@@ -639,34 +639,7 @@ func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, no
 	placed := []queue.PlacedJob{{JobID: job.ID, Placement: p}}
 	var snapshots []string
 	err := s.inTx(ctx, func(q *db.Queries) ([]queue.Event, error) {
-		n, err := q.JobRetry(ctx, db.JobRetryParams{ID: job.ID, State: string(job.State), PlacementVersion: int32(job.PlacementVersion)})
-		if err != nil {
-			return nil, fmt.Errorf("retrying job %s: %w", job.ID, err)
-		}
-		if n == 0 {
-			row, err := q.JobGetByID(ctx, job.ID)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("job %s: %w", job.ID, queue.ErrNotFound)
-			}
-			if err != nil {
-				return nil, err
-			}
-			return nil, &queue.NotRetryableError{State: queue.JobState(row.State)}
-		}
-		if fresh {
-			if err := q.CheckpointPruneJob(ctx, db.CheckpointPruneJobParams{JobID: job.ID, Keep: 0}); err != nil {
-				return nil, fmt.Errorf("dropping the checkpoints of job %s: %w", job.ID, err)
-			}
-		} else {
-			left, err := q.CheckpointsLeft(ctx, job.ID)
-			if err != nil {
-				return nil, fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
-			}
-			if left.CheckpointSeq > 0 && left.LeftCount == 0 {
-				note += "; its checkpoints were deleted storage.checkpoint_retention after it finished, so it starts from nothing"
-			}
-		}
-		retried, err := recordEvent(ctx, q, job.ID, queue.StatePending, job.Attempt, note, nil)
+		retried, err := reopen(ctx, q, job, note, fresh)
 		if err != nil {
 			return nil, err
 		}
@@ -693,6 +666,40 @@ func (s *Store) Retry(ctx context.Context, job *queue.Job, p queue.Placement, no
 		s.rememberSnapshots(ctx, snapshots)
 	}
 	return err
+}
+
+// reopen brings a finished job back to pending for Retry and RetryWaiting:
+// its counts start again, its checkpoints are dropped with fresh, and its
+// trail records note.
+func reopen(ctx context.Context, q *db.Queries, job *queue.Job, note string, fresh bool) (queue.Event, error) {
+	n, err := q.JobRetry(ctx, db.JobRetryParams{ID: job.ID, State: string(job.State), PlacementVersion: int32(job.PlacementVersion)})
+	if err != nil {
+		return queue.Event{}, fmt.Errorf("retrying job %s: %w", job.ID, err)
+	}
+	if n == 0 {
+		row, err := q.JobGetByID(ctx, job.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return queue.Event{}, fmt.Errorf("job %s: %w", job.ID, queue.ErrNotFound)
+		}
+		if err != nil {
+			return queue.Event{}, err
+		}
+		return queue.Event{}, &queue.NotRetryableError{State: queue.JobState(row.State)}
+	}
+	if fresh {
+		if err := q.CheckpointPruneJob(ctx, db.CheckpointPruneJobParams{JobID: job.ID, Keep: 0}); err != nil {
+			return queue.Event{}, fmt.Errorf("dropping the checkpoints of job %s: %w", job.ID, err)
+		}
+	} else {
+		left, err := q.CheckpointsLeft(ctx, job.ID)
+		if err != nil {
+			return queue.Event{}, fmt.Errorf("reading the checkpoints of job %s: %w", job.ID, err)
+		}
+		if left.CheckpointSeq > 0 && left.LeftCount == 0 {
+			note += "; its checkpoints were deleted storage.checkpoint_retention after it finished, so it starts from nothing"
+		}
+	}
+	return recordEvent(ctx, q, job.ID, queue.StatePending, job.Attempt, note, nil)
 }
 
 // MarkDead finalises a job that can no longer make progress, under the

@@ -19,7 +19,7 @@ const jobCancel = `-- name: JobCancel :one
 
 UPDATE jobs
 SET state = 'cancelled', reason = $1, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND state::text IN ('pending', 'placed', 'running') -- by id alone (see JobClaimMany)
+WHERE id = $2 AND state::text IN ('pending', 'waiting', 'placed', 'running') -- by id alone (see JobClaimMany)
 RETURNING attempt
 `
 
@@ -34,6 +34,29 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 	var attempt int32
 	err := row.Scan(&attempt)
 	return attempt, err
+}
+
+const jobCancelWaiting = `-- name: JobCancelWaiting :execrows
+
+UPDATE jobs
+SET state = 'cancelled', reason = $1, updated_at = now(), finalized_at = now()
+WHERE id = $2 AND state::text = 'waiting'
+`
+
+type JobCancelWaitingParams struct {
+	Reason string
+	ID     uuid.UUID
+}
+
+// by id alone (see JobClaimMany)
+// JobCancelWaiting ends a waiting job that can no longer run: a job it runs
+// after ended otherwise than succeeded.
+func (q *Queries) JobCancelWaiting(ctx context.Context, arg JobCancelWaitingParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobCancelWaiting, arg.Reason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const jobClaimMany = `-- name: JobClaimMany :many
@@ -205,7 +228,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 const jobCountUnfinished = `-- name: JobCountUnfinished :many
 SELECT p.name AS project, s.state::text AS state, count(j.id) AS jobs
 FROM projects p
-CROSS JOIN unnest('{pending,placed,running}'::job_state[]) AS s(state)
+CROSS JOIN unnest('{pending,waiting,placed,running}'::job_state[]) AS s(state)
 LEFT JOIN jobs j ON j.project = p.name AND j.finalized_at IS NULL AND j.state = s.state
 GROUP BY p.name, s.state
 `
@@ -217,7 +240,8 @@ type JobCountUnfinishedRow struct {
 }
 
 // JobCountUnfinished counts the jobs not yet finished of every recorded
-// project in each unfinished state (pending, placed, running), 0 included,
+// project in each unfinished state (pending, waiting, placed, running), 0
+// included,
 // through the unfinished jobs' index.
 func (q *Queries) JobCountUnfinished(ctx context.Context) ([]JobCountUnfinishedRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobCountUnfinished)
@@ -229,6 +253,49 @@ func (q *Queries) JobCountUnfinished(ctx context.Context) ([]JobCountUnfinishedR
 	for rows.Next() {
 		var i JobCountUnfinishedRow
 		if err := rows.Scan(&i.Project, &i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobDependencies = `-- name: JobDependencies :many
+
+SELECT id, project, name, state FROM jobs WHERE id = ANY($1::uuid[])
+`
+
+type JobDependenciesRow struct {
+	ID      uuid.UUID
+	Project string
+	Name    string
+	State   JobState
+}
+
+// by id alone (see JobClaimMany)
+// JobDependencies reads the jobs others run after (spec.after): their
+// project, name and state. An id of no job has no row.
+func (q *Queries) JobDependencies(ctx context.Context, ids []uuid.UUID) ([]JobDependenciesRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobDependencies, pq.Array(ids))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobDependenciesRow
+	for rows.Next() {
+		var i JobDependenciesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.State,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1086,6 +1153,45 @@ func (q *Queries) JobListUnsettled(ctx context.Context, arg JobListUnsettledPara
 	return items, nil
 }
 
+const jobListWaitingSettled = `-- name: JobListWaitingSettled :many
+
+SELECT j.id FROM jobs j
+WHERE j.state = 'waiting'
+  AND NOT EXISTS (
+    SELECT 1 FROM jobs d
+    WHERE d.id IN (SELECT a::uuid FROM jsonb_array_elements_text(j.spec->'after') AS a)
+      AND d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+ORDER BY j.updated_at
+LIMIT $1
+`
+
+// by id alone (see JobClaimMany)
+// JobListWaitingSettled finds the waiting jobs none of whose jobs to run
+// after is unfinished (each one succeeded, ended otherwise, or is gone),
+// longest waiting first.
+func (q *Queries) JobListWaitingSettled(ctx context.Context, maxRows int32) ([]uuid.UUID, error) {
+	rows, err := q.db.QueryContext(ctx, jobListWaitingSettled, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobMarkDead = `-- name: JobMarkDead :execrows
 UPDATE jobs
 SET state = 'dead', reason = $1, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
@@ -1291,6 +1397,23 @@ func (q *Queries) JobReject(ctx context.Context, arg JobRejectParams) (int64, er
 	return result.RowsAffected()
 }
 
+const jobRelease = `-- name: JobRelease :execrows
+
+UPDATE jobs SET state = 'pending', updated_at = now()
+WHERE id = $1 AND state::text = 'waiting'
+`
+
+// by id alone (see JobClaimMany)
+// JobRelease brings a waiting job back to pending, for the placement or
+// rejection committed after it in the same transaction.
+func (q *Queries) JobRelease(ctx context.Context, id uuid.UUID) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobRelease, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const jobRequeue = `-- name: JobRequeue :execrows
 
 UPDATE jobs
@@ -1418,6 +1541,21 @@ func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) 
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobWait = `-- name: JobWait :execrows
+UPDATE jobs SET state = 'waiting', updated_at = now()
+WHERE id = $1 AND state::text = 'pending'
+`
+
+// JobWait records a job not placed yet as waiting for the jobs it runs
+// after.
+func (q *Queries) JobWait(ctx context.Context, id uuid.UUID) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobWait, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const jobsRunningWithDeadline = `-- name: JobsRunningWithDeadline :many

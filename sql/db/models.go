@@ -91,6 +91,7 @@ type JobState string
 
 const (
 	JobStatePending   JobState = "pending"
+	JobStateWaiting   JobState = "waiting"
 	JobStatePlaced    JobState = "placed"
 	JobStateRunning   JobState = "running"
 	JobStateSucceeded JobState = "succeeded"
@@ -138,6 +139,7 @@ func (ns NullJobState) Value() (driver.Value, error) {
 func (e JobState) Valid() bool {
 	switch e {
 	case JobStatePending,
+		JobStateWaiting,
 		JobStatePlaced,
 		JobStateRunning,
 		JobStateSucceeded,
@@ -153,6 +155,7 @@ func (e JobState) Valid() bool {
 func AllJobStateValues() []JobState {
 	return []JobState{
 		JobStatePending,
+		JobStateWaiting,
 		JobStatePlaced,
 		JobStateRunning,
 		JobStateSucceeded,

@@ -345,7 +345,7 @@ WHERE id = @id AND attempt = @attempt AND state::text = 'running'; -- by id alon
 -- name: JobCancel :one
 UPDATE jobs
 SET state = 'cancelled', reason = @reason, lease_expires_at = NULL, updated_at = now(), finalized_at = now()
-WHERE id = @id AND state::text IN ('pending', 'placed', 'running') -- by id alone (see JobClaimMany)
+WHERE id = @id AND state::text IN ('pending', 'waiting', 'placed', 'running') -- by id alone (see JobClaimMany)
 RETURNING attempt;
 
 -- name: JobMarkDead :execrows
@@ -424,11 +424,12 @@ ORDER BY id;
 
 -- name: JobCountUnfinished :many
 -- JobCountUnfinished counts the jobs not yet finished of every recorded
--- project in each unfinished state (pending, placed, running), 0 included,
+-- project in each unfinished state (pending, waiting, placed, running), 0
+-- included,
 -- through the unfinished jobs' index.
 SELECT p.name AS project, s.state::text AS state, count(j.id) AS jobs
 FROM projects p
-CROSS JOIN unnest('{pending,placed,running}'::job_state[]) AS s(state)
+CROSS JOIN unnest('{pending,waiting,placed,running}'::job_state[]) AS s(state)
 LEFT JOIN jobs j ON j.project = p.name AND j.finalized_at IS NULL AND j.state = s.state
 GROUP BY p.name, s.state;
 
@@ -452,3 +453,40 @@ SET state = 'pending', errors = 0, preemptions = 0, exit_code = NULL, reason = '
     lease_expires_at = NULL, updated_at = now(), finalized_at = NULL
 WHERE id = @id AND state::text = @state::text AND placement_version = @placement_version
   AND state::text IN ('failed', 'dead', 'cancelled', 'rejected'); -- by id alone (see JobClaimMany)
+
+-- name: JobDependencies :many
+-- JobDependencies reads the jobs others run after (spec.after): their
+-- project, name and state. An id of no job has no row.
+SELECT id, project, name, state FROM jobs WHERE id = ANY(@ids::uuid[]);
+
+-- name: JobWait :execrows
+-- JobWait records a job not placed yet as waiting for the jobs it runs
+-- after.
+UPDATE jobs SET state = 'waiting', updated_at = now()
+WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
+
+-- name: JobRelease :execrows
+-- JobRelease brings a waiting job back to pending, for the placement or
+-- rejection committed after it in the same transaction.
+UPDATE jobs SET state = 'pending', updated_at = now()
+WHERE id = @id AND state::text = 'waiting'; -- by id alone (see JobClaimMany)
+
+-- name: JobCancelWaiting :execrows
+-- JobCancelWaiting ends a waiting job that can no longer run: a job it runs
+-- after ended otherwise than succeeded.
+UPDATE jobs
+SET state = 'cancelled', reason = @reason, updated_at = now(), finalized_at = now()
+WHERE id = @id AND state::text = 'waiting'; -- by id alone (see JobClaimMany)
+
+-- name: JobListWaitingSettled :many
+-- JobListWaitingSettled finds the waiting jobs none of whose jobs to run
+-- after is unfinished (each one succeeded, ended otherwise, or is gone),
+-- longest waiting first.
+SELECT j.id FROM jobs j
+WHERE j.state = 'waiting'
+  AND NOT EXISTS (
+    SELECT 1 FROM jobs d
+    WHERE d.id IN (SELECT a::uuid FROM jsonb_array_elements_text(j.spec->'after') AS a)
+      AND d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+ORDER BY j.updated_at
+LIMIT @max_rows;

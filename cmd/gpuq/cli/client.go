@@ -102,6 +102,7 @@ for every job as gpuq wait of their ids does.`,
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
+	f.StringSlice("after", nil, "spec.after: the id of a job of the project that must succeed before this one is placed; repeat, or separate ids with commas, for more")
 	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
 	f.Bool("follow", false, "print the job's output as it runs, then exit as --wait does (standard output holds only the job's output; its id and outcome go to standard error)")
@@ -276,16 +277,16 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 		doc[key] = m
 	}
 	if fl.Changed("secret") {
-		// --secret adds names to the file's list.
-		names, ok := doc["secrets"].([]any)
-		if !ok && doc["secrets"] != nil {
-			return errors.New("spec.secrets: must be a list of names, to which --secret adds")
-		}
 		vals, _ := fl.GetStringArray("secret")
-		for _, n := range vals {
-			names = append(names, n)
+		if err := addToList(doc, "secrets", "--secret", "names", vals); err != nil {
+			return err
 		}
-		doc["secrets"] = names
+	}
+	if fl.Changed("after") {
+		vals, _ := fl.GetStringSlice("after")
+		if err := addToList(doc, "after", "--after", "job ids", vals); err != nil {
+			return err
+		}
 	}
 	if len(args) > 0 {
 		set("command", args)
@@ -609,6 +610,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
 	}
+	for _, l := range afterLines(st.After) {
+		fmt.Fprintf(w, "after      %s\n", l)
+	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
 		fmt.Fprintln(w)
@@ -688,7 +692,7 @@ func newLsCmd() *cobra.Command {
 			}
 			state := queue.JobState(v.GetString("state"))
 			if state != "" && !control.ValidState(state) {
-				return fmt.Errorf("--state: must be one of pending, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", state)
+				return fmt.Errorf("--state: must be one of pending, waiting, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", state)
 			}
 			limit := v.GetInt("limit")
 			if limit < 1 || limit > maxListed {
@@ -1125,7 +1129,7 @@ is named on stderr and the others are cancelled all the same.`,
 		}
 		if label != "" {
 			var err error
-			if ids, err = labelledIDs(ctx, svc, v, label, queue.StatePending, queue.StatePlaced, queue.StateRunning); err != nil {
+			if ids, err = labelledIDs(ctx, svc, v, label, queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning); err != nil {
 				return err
 			}
 			if len(ids) == 0 {
@@ -1357,4 +1361,59 @@ func fetchArchive(ctx context.Context, store workers.ArchiveStore, rec *queue.Ar
 		return err
 	}
 	return workers.Unpack(f, dir, queue.ArchiveLimits{})
+}
+
+// addToList adds a repeated flag's values to the spec document's list at
+// key, after the file's own.
+func addToList(doc map[string]any, key, flag, what string, vals []string) error {
+	list, ok := doc[key].([]any)
+	if !ok && doc[key] != nil {
+		return fmt.Errorf("spec.%s: must be a list of %s, to which %s adds", key, what, flag)
+	}
+	for _, v := range vals {
+		list = append(list, v)
+	}
+	doc[key] = list
+	return nil
+}
+
+// afterLines describes the jobs a job runs after for gpuq status: each
+// one with its name and state, or, for more than five, how many are in
+// each state and the first five that have not succeeded.
+func afterLines(deps []queue.Dependency) []string {
+	const listed = 5
+	line := func(d queue.Dependency) string {
+		if d.State == "" {
+			return d.ID.String() + " is not a job of this project"
+		}
+		return d.ID.String() + queue.NameSuffix(d.Name) + " " + string(d.State)
+	}
+	if len(deps) <= listed {
+		out := make([]string, len(deps))
+		for i, d := range deps {
+			out[i] = line(d)
+		}
+		return out
+	}
+	counts := map[queue.JobState]int{}
+	var order []queue.JobState
+	var open []string
+	for _, d := range deps {
+		if counts[d.State] == 0 {
+			order = append(order, d.State)
+		}
+		counts[d.State]++
+		if d.State != queue.StateSucceeded && len(open) < listed {
+			open = append(open, line(d))
+		}
+	}
+	parts := make([]string, len(order))
+	for i, st := range order {
+		name := string(st)
+		if st == "" {
+			name = "not of this project"
+		}
+		parts[i] = fmt.Sprintf("%d %s", counts[st], name)
+	}
+	return append([]string{fmt.Sprintf("%d jobs: %s", len(deps), strings.Join(parts, ", "))}, open...)
 }

@@ -75,6 +75,7 @@ func TestDevServesMetricsOfJobsRunOrdersWorkersAndStartWaits(t *testing.T) {
 		`gpuq_jobs{project="default",state="running"}`:                          1,
 		`gpuq_jobs{project="default",state="placed"}`:                           0,
 		`gpuq_jobs{project="default",state="pending"}`:                          0,
+		`gpuq_jobs{project="default",state="waiting"}`:                          0,
 		`gpuq_run_orders{pool="` + job.Pool + `",status="delivered"}`:           1,
 		`gpuq_run_orders{pool="` + job.Pool + `",status="waiting"}`:             0,
 		`gpuq_workers{pool="local-cpu"}`:                                        1,

@@ -242,7 +242,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		}
 	}
 	go func() {
-		for range 4 {
+		for range control.PlaneLoops {
 			loopEnded("control plane loop", <-errc)
 		}
 	}()

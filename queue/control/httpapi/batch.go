@@ -108,6 +108,9 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 			if err := s.checkSecrets(ctx, spec, fmt.Sprintf("body.jobs[%d].secrets", i)); err != nil {
 				return nil, err
 			}
+			if err := s.checkAfter(ctx, spec, fmt.Sprintf("body.jobs[%d].after", i)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cost := (len(specs) + batchJobsPerRequest - 1) / batchJobsPerRequest

@@ -46,7 +46,7 @@ type statusBody struct {
 
 type listInput struct {
 	Project string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
-	State   string `query:"state" enum:"pending,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
+	State   string `query:"state" enum:"pending,waiting,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
 	Label   string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
 	Since   string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`
 	Cursor  string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page"`
@@ -149,6 +149,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 		return nil, err
 	}
 	if err := s.checkSecrets(ctx, spec, "spec.secrets"); err != nil {
+		return nil, err
+	}
+	if err := s.checkAfter(ctx, spec, "spec.after"); err != nil {
 		return nil, err
 	}
 	sub, err := s.submitOne(ctx, spec)

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// A pipeline from the shell, as the README writes it: a job submitted with
+// --after waits for the one it names, gpuq status says for what, and it
+// runs once that one has succeeded. When a step fails, the steps after it
+// are cancelled saying why; retrying the failed step and then the others
+// runs them in order.
+func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	_, config := startDevHere(t)
+	gpuq := func(want int, args ...string) (string, error) {
+		t.Helper()
+		out, errOut, err := runCLI(t, append(args[:1:1], append([]string{"--config", config}, args[1:]...)...)...)
+		if code := exitCode(err); err == nil && want != 0 || err != nil && code != want {
+			t.Fatalf("gpuq %s: exit %d (%v), want %d\n%s%s", strings.Join(args, " "), code, err, want, out, errOut)
+		}
+		return strings.TrimSpace(out), err
+	}
+	prep, _ := gpuq(0, "submit", "--name", "prep", "--", "sh", "-c", "sleep 3; echo prepared")
+	train, _ := gpuq(0, "submit", "--name", "train", "--after", prep, "--", "sh", "-c", "echo trained")
+	if st, _ := gpuq(0, "status", train); !strings.Contains(st, "\nstate      waiting\n") ||
+		!strings.Contains(st, fmt.Sprintf("\nafter      %s (prep) ", prep)) ||
+		!strings.Contains(st, fmt.Sprintf("waiting for job %s (prep) to succeed", prep)) {
+		t.Fatalf("status of a job waiting for another:\n%s", st)
+	}
+	if ls, _ := gpuq(0, "ls", "--state", "waiting"); !strings.Contains(ls, train) {
+		t.Fatalf("ls --state waiting:\n%s", ls)
+	}
+	gpuq(0, "wait", train)
+	if out, _ := gpuq(0, "logs", train); out != "trained" {
+		t.Fatalf("train's output: %q", out)
+	}
+	if st, _ := gpuq(0, "status", train); !strings.Contains(st, fmt.Sprintf("\nafter      %s (prep) succeeded\n", prep)) {
+		t.Fatalf("status of a job that ran after another:\n%s", st)
+	}
+
+	// The first attempt of fetch fails; the steps after it are cancelled.
+	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--max-errors", "0", "--", "sh", "-c", `sleep 1; test "$GPUQ_ATTEMPT" -ge 2`)
+	fit, _ := gpuq(0, "submit", "--name", "fit", "--after", fetch, "--", "true")
+	eval, _ := gpuq(0, "submit", "--name", "eval", "--after", fit+","+prep, "--", "true")
+	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
+		t.Fatalf("wait of a job after a cancelled one: %v", err)
+	}
+	if _, err := gpuq(ExitRejected, "retry", fit); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", fetch)) {
+		t.Fatalf("retry of a job after a failed one: %v", err)
+	}
+	gpuq(0, "retry", fetch)
+	if out, _ := gpuq(0, "retry", fit, eval); strings.Count(out, " waiting") != 2 {
+		t.Fatalf("retry of the steps after one that runs again: want both waiting, got\n%s", out)
+	}
+	gpuq(0, "wait", eval)
+
+	// Bad ids are refused naming the field, nothing submitted.
+	if _, err := gpuq(ExitGeneral, "submit", "--after", uuid.NewString(), "--", "true"); !strings.Contains(err.Error(), "spec.after[0]") {
+		t.Fatalf("submit --after an unknown job: %v", err)
+	}
+	if _, err := gpuq(ExitGeneral, "submit", "--after", "prep", "--", "true"); !strings.Contains(err.Error(), "spec.after[0]: must be a job id") {
+		t.Fatalf("submit --after a name: %v", err)
+	}
+}

@@ -1,0 +1,61 @@
+package queue_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+func TestSequenceSaysWhetherAJobMayRunWaitsOrNeverWill(t *testing.T) {
+	t.Parallel()
+	self, a, b, c := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	dep := func(id uuid.UUID, name string, st queue.JobState) queue.Dependency {
+		return queue.Dependency{ID: id, Name: name, State: st, Project: "vision"}
+	}
+	ids := func(u ...uuid.UUID) []string {
+		out := make([]string, len(u))
+		for i, id := range u {
+			out[i] = id.String()
+		}
+		return out
+	}
+	cases := []struct {
+		name  string
+		after []string
+		deps  []queue.Dependency
+		want  queue.Readiness
+		why   string
+	}{
+		{"all succeeded", ids(a, b), []queue.Dependency{dep(a, "prep", queue.StateSucceeded), dep(b, "", queue.StateSucceeded)}, queue.Ready, ""},
+		{"one running", ids(a), []queue.Dependency{dep(a, "prep", queue.StateRunning)}, queue.Waiting,
+			fmt.Sprintf("waiting for job %s (prep) to succeed (it is running)", a)},
+		{"some of several", ids(a, b, c), []queue.Dependency{dep(a, "prep", queue.StateSucceeded), dep(b, "", queue.StateWaiting), dep(c, "c", queue.StatePlaced)}, queue.Waiting,
+			fmt.Sprintf("waiting for 2 of the 3 jobs it runs after to succeed: %s waiting, %s (c) placed", b, c)},
+		{"one failed", ids(a, b), []queue.Dependency{dep(a, "prep", queue.StateRunning), dep(b, "train", queue.StateFailed)}, queue.Never,
+			fmt.Sprintf("job %s (train) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", b)},
+		{"one dead", ids(a), []queue.Dependency{dep(a, "", queue.StateDead)}, queue.Never,
+			fmt.Sprintf("job %s it runs after ended dead: retry it (gpuq retry %[1]s), then this job", a)},
+		{"not found", ids(a), nil, queue.Never, fmt.Sprintf("job %s it runs after is not a job of project vision", a)},
+		{"another project's", ids(a), []queue.Dependency{{ID: a, State: queue.StateSucceeded, Project: "other"}}, queue.Never,
+			fmt.Sprintf("job %s it runs after is not a job of project vision", a)},
+		{"itself", ids(self), []queue.Dependency{dep(self, "", queue.StatePending)}, queue.Never, "spec.after names the job itself"},
+	}
+	for _, tc := range cases {
+		r, why := queue.Sequence(self, "vision", tc.after, tc.deps)
+		if r != tc.want || why != tc.why {
+			t.Errorf("%s: got %d %q, want %d %q", tc.name, r, why, tc.want, tc.why)
+		}
+	}
+	many := make([]uuid.UUID, 5)
+	var deps []queue.Dependency
+	for i := range many {
+		many[i] = uuid.New()
+		deps = append(deps, dep(many[i], "", queue.StateRunning))
+	}
+	if _, why := queue.Sequence(self, "vision", ids(many...), deps); why != fmt.Sprintf("waiting for 5 of the 5 jobs it runs after to succeed: %s running, %s running, %s running and 2 more", many[0], many[1], many[2]) {
+		t.Errorf("five running: %q", why)
+	}
+}
