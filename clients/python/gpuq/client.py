@@ -220,7 +220,14 @@ class Client:
         ``secrets`` names project secrets (:meth:`set_secret`) that the job
         gets as environment variables of those names: the spec holds only
         the names. A name not set for the spec's project, or one ``env``
-        sets too, raises :class:`InvalidRequest` (``spec.secrets[0]``)."""
+        sets too, raises :class:`InvalidRequest` (``spec.secrets[0]``).
+
+        ``after`` lists jobs of the same project, submitted before, that
+        must all succeed first, as ids or :class:`Job` objects
+        (``after=[prep]``): the job comes back ``"waiting"``, is placed once
+        they have succeeded, and is cancelled, with the reason, if one of
+        them ends otherwise. An id that is not a job of the project raises
+        :class:`InvalidRequest` (``spec.after[0]``)."""
         doc = _spec(spec, fields)
         _warn_credential_env([doc])
         self._ship_workdir(doc)
@@ -246,12 +253,15 @@ class Client:
         jobs are submitted (Jupyter, terminal or plain lines on stderr;
         ``progress=False`` hides it). A spec's ``workdir`` is shipped as
         :meth:`submit` ships it, each directory once per project, before
-        the first request."""
+        the first request, and its ``after`` may hold :class:`Job` objects
+        as :meth:`submit`'s does."""
         docs = []
         for i, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
-            docs.append(dict(spec))
+            doc = dict(spec)
+            _after_ids(doc, "specs[%d]." % i)
+            docs.append(doc)
         _warn_credential_env(docs)
         shipped: Dict[Tuple[str, Optional[str]], str] = {}
         for doc in docs:
@@ -319,9 +329,10 @@ class Client:
 
     def cancel_label(self, label: str, project: Optional[str] = None) -> List[Job]:
         """Cancels every unfinished job whose labels hold ``label``
-        (``key=value``: a sweep) and returns those it cancelled. A job that
-        finishes meanwhile is skipped."""
-        return self._each_labelled(label, project, ("pending", "placed", "running"), self.cancel)
+        (``key=value``: a sweep), those waiting for the jobs they run after
+        too, and returns those it cancelled. A job that finishes meanwhile
+        is skipped."""
+        return self._each_labelled(label, project, ("pending", "waiting", "placed", "running"), self.cancel)
 
     def _each_labelled(self, label: str, project: Optional[str], states: Sequence[str],
                        act: Callable[[str], Job]) -> List[Job]:
@@ -889,7 +900,29 @@ def _spec(spec: Optional[Mapping[str, Any]], fields: Dict[str, Any]) -> Dict[str
         raise TypeError("spec: want a dict (the job spec), got %s" % type(spec).__name__)
     doc = dict(spec or {})
     doc.update(fields)
+    _after_ids(doc)
     return doc
+
+
+def _after_ids(doc: Dict[str, Any], where: str = "") -> None:
+    """Replaces a spec's ``after`` list by one of job ids: a :class:`Job`
+    by its id (``after=[prep]``). An element neither a str nor a Job, or an
+    ``after`` that is one job rather than a list, raises TypeError naming
+    it (``where`` first: ``specs[3].``), before any request. A value of
+    another type is left as it is, for the server to refuse."""
+    after = doc.get("after")
+    if isinstance(after, (str, Job)):
+        raise TypeError("%safter: want a list of job ids or Jobs, got %s" % (where, type(after).__name__))
+    if not isinstance(after, (list, tuple)):
+        return
+    ids = []
+    for i, a in enumerate(after):
+        if isinstance(a, Job):
+            a = a.id
+        elif not isinstance(a, str):
+            raise TypeError("%safter[%d]: want a job id or a Job, got %s" % (where, i, type(a).__name__))
+        ids.append(a)
+    doc["after"] = ids
 
 
 def _inside(root: str, rel: str) -> str:

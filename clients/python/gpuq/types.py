@@ -162,8 +162,26 @@ class PoolLine:
 
 
 @dataclass
+class Dependency:
+    """A job another one runs after (its spec's ``after``), as it stands
+    now: the job waits until each of these has succeeded, and is cancelled
+    when one ends otherwise. For an id that names no job of the project,
+    ``name`` and ``state`` are empty."""
+
+    job_id: str
+    name: str
+    state: str
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Dependency":
+        return cls(job_id=d.get("job_id", ""), name=d.get("name", ""), state=d.get("state", ""), raw=d)
+
+
+@dataclass
 class JobStatus:
-    """A job with its attempts, latest checkpoint, placement and history."""
+    """A job with its attempts, latest checkpoint, placement and history,
+    and the jobs it runs after (``after``, in its spec's order)."""
 
     job: Job
     attempts: List[Attempt]
@@ -173,6 +191,7 @@ class JobStatus:
     placement: Optional[Dict[str, Any]] = None
     last_log_lines: List[str] = field(default_factory=list)
     waiting: Optional[PoolLine] = None
+    after: List[Dependency] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -182,7 +201,8 @@ class JobStatus:
                    history=[Event.from_doc(e) for e in d.get("history") or []],
                    last_checkpoint=Checkpoint.from_doc(cp) if cp else None, pool=d.get("pool", ""),
                    placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []),
-                   waiting=PoolLine.from_doc(line) if line else None, raw=d)
+                   waiting=PoolLine.from_doc(line) if line else None,
+                   after=[Dependency.from_doc(a) for a in d.get("after") or []], raw=d)
 
 
 @dataclass

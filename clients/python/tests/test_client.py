@@ -544,6 +544,29 @@ class ClientTest(unittest.TestCase):
         self.assertIn("outside residency CH", job.reason)
         self.assertEqual(client.get(job).state, "rejected")
 
+    def test_a_job_runs_after_the_jobs_it_names(self):
+        prep = client.submit(name="prep", command=["sh", "-c", "sleep 2"])
+        train = client.submit(name="train", command=["true"], after=[prep])
+        self.assertEqual(train.state, "waiting")
+        self.assertEqual(train.spec["after"], [prep.id])
+        self.assertEqual(client.wait(train.id, timeout=120, progress=False).state, "succeeded")
+        self.assertEqual(client.get(prep.id).state, "succeeded")
+        after = client.status(train.id).after
+        self.assertEqual([(d.job_id, d.name, d.state) for d in after], [(prep.id, "prep", "succeeded")])
+        self.assertEqual(client.status(prep.id).after, [])
+        # One it runs after fails: it is cancelled, saying which and what to do.
+        prep2 = client.submit(name="prep2", command=["sh", "-c", "sleep 2; exit 3"], retries={"max_errors": 0})
+        train2 = client.submit(name="train2", command=["true"], after=[prep2.id])
+        done = client.wait(train2.id, timeout=120, progress=False)
+        self.assertEqual(done.state, "cancelled")
+        self.assertIn(prep2.id, done.reason)
+        self.assertEqual(client.get(prep2.id).state, "failed")
+        with self.assertRaises(gpuq.InvalidRequest):
+            client.retry(train2.id)
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], after=["00000000-0000-0000-0000-000000000000"])
+        self.assertIn("spec.after[0]", caught.exception.fields, caught.exception)
+
     def test_spend_lists_what_is_left_of_each_budget(self):
         # A team's admin sets the project's budget (gpuq dev's token is an
         # admin's of every project); a job of the project runs under it.

@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 import unittest
+import urllib.parse
 from unittest import mock
 
 import gpuq
@@ -965,3 +966,109 @@ class SecretTest(unittest.TestCase):
         self.assertEqual(self.seen[0][4]["env"], {"HF_TOKEN": "hf_x", "WANDB_MODE": "offline"})
         with self.assertNoLogs("gpuq", "WARNING"):
             self.client.submit(command=["true"], env={"WANDB_MODE": "offline", "MONKEY": "1"})
+
+
+class AfterTest(unittest.TestCase):
+    """Jobs that run after others, against a fake API: ``after`` takes Job
+    objects as well as ids and sends ids, refuses anything else before any
+    request, the status document's ``after`` is read, and cancel_label
+    cancels waiting jobs too."""
+
+    PREP = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
+    EVAL = "01a24883-315e-70c4-b75c-ec8c7f9bdf53"
+    TRAIN = "01a24883-315e-70c4-b75c-ec8c7f9bdf54"
+    serve = ReconnectTest.serve
+
+    def setUp(self):
+        self.seen = []  # (method, path, JSON body or None)
+        self.answers = []  # (status, document) for each next request
+        self.client = self.serve(self.handler())
+
+    def handler(self):
+        test = self
+
+        class Handler(FakeAPI):
+            def reply(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                test.seen.append((self.command, self.path, json.loads(raw) if raw else None))
+                self.answer(*test.answers.pop(0))
+
+            do_GET = do_POST = reply
+
+        return Handler
+
+    def job_doc(self, job_id, state="placed", name="n", **spec):
+        return {"id": job_id, "project": "default", "name": name, "state": state, "attempt": 0,
+                "spec": dict(command=["true"], **spec)}
+
+    def test_submit_and_submit_many_send_jobs_as_their_ids(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        waiting = self.job_doc(self.TRAIN, "waiting", "train", after=[self.PREP, self.EVAL])
+        self.answers += [(201, waiting), (201, waiting), (201, {"jobs": [{"job": waiting}, {"job": waiting}]}),
+                         (200, {"feasible": True, "reason": ""})]
+        train = self.client.submit(name="train", command=["true"], after=[prep, self.EVAL])
+        self.assertEqual(train.state, "waiting")
+        spec = {"command": ["true"], "after": (prep,)}
+        self.client.submit(spec, idempotency_key="train-v1")
+        specs = [{"command": ["true"], "after": [prep]}, {"command": ["true"], "after": [self.EVAL, prep]}]
+        self.client.submit_many(specs, progress=False)
+        self.client.plan(command=["true"], after=[prep])
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/jobs"), ("POST", "/v1/jobs"),
+                                                     ("POST", "/v1/jobs/batch"), ("POST", "/v1/plan")])
+        self.assertEqual(self.seen[0][2], {"name": "train", "command": ["true"], "after": [self.PREP, self.EVAL]})
+        self.assertEqual(self.seen[1][2]["after"], [self.PREP])
+        self.assertEqual([j["after"] for j in self.seen[2][2]["jobs"]], [[self.PREP], [self.EVAL, self.PREP]])
+        self.assertEqual(self.seen[3][2]["after"], [self.PREP])
+        # The caller's specs are left as they were.
+        self.assertEqual(spec["after"], (prep,))
+        self.assertEqual(specs[0]["after"], [prep])
+
+    def test_an_element_neither_an_id_nor_a_job_is_refused_before_any_request(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        with self.assertRaises(TypeError) as caught:
+            self.client.submit(command=["true"], after=[prep, 7])
+        self.assertEqual(str(caught.exception), "after[1]: want a job id or a Job, got int")
+        with self.assertRaisesRegex(TypeError, r"^after\[0\]: want a job id or a Job, got dict$"):
+            self.client.submit({"command": ["true"], "after": [{"id": self.PREP}]})
+        with self.assertRaisesRegex(TypeError, r"^after: want a list of job ids or Jobs, got Job$"):
+            self.client.submit(command=["true"], after=prep)
+        with self.assertRaisesRegex(TypeError, r"^after: want a list of job ids or Jobs, got str$"):
+            self.client.submit(command=["true"], after=self.PREP)
+        with self.assertRaisesRegex(TypeError, r"^specs\[1\]\.after\[0\]: want a job id or a Job, got NoneType$"):
+            self.client.submit_many([{"command": ["true"], "after": [prep]}, {"command": ["true"], "after": [None]}],
+                                    progress=False)
+        self.assertEqual(self.seen, [])
+
+    def test_status_reads_the_jobs_it_runs_after_in_the_specs_order(self):
+        missing = "00000000-0000-0000-0000-000000000000"
+        doc = {"job": self.job_doc(self.TRAIN, "waiting", "train", after=[self.PREP, self.EVAL, missing]),
+               "attempts": [], "history": [],
+               "after": [{"job_id": self.PREP, "name": "prep", "state": "succeeded"},
+                         {"job_id": self.EVAL, "name": "eval", "state": "running"},
+                         {"job_id": missing, "name": "", "state": ""}]}
+        self.answers += [(200, doc), (200, {"job": self.job_doc(self.PREP, "running", "prep"), "attempts": [],
+                                            "history": []})]
+        st = self.client.status(self.TRAIN)
+        self.assertEqual(self.seen[0][:2], ("GET", "/v1/jobs/%s/status" % self.TRAIN))
+        self.assertEqual(st.job.state, "waiting")
+        self.assertTrue(all(isinstance(d, gpuq.Dependency) for d in st.after), st.after)
+        self.assertEqual([(d.job_id, d.name, d.state) for d in st.after],
+                         [(self.PREP, "prep", "succeeded"), (self.EVAL, "eval", "running"), (missing, "", "")])
+        self.assertEqual(st.after[1].raw, doc["after"][1])
+        self.assertEqual(self.client.status(self.PREP).after, [])
+
+    def test_cancel_label_cancels_waiting_jobs_too(self):
+        listed = {"pending": [], "waiting": [self.job_doc(self.TRAIN, "waiting")], "placed": [self.job_doc(self.EVAL)],
+                  "running": []}
+        for state in ("pending", "waiting"):
+            self.answers.append((200, {"jobs": listed[state]}))
+        self.answers.append((200, self.job_doc(self.TRAIN, "cancelled")))
+        self.answers.append((200, {"jobs": listed["placed"]}))
+        self.answers.append((200, self.job_doc(self.EVAL, "cancelled")))
+        self.answers.append((200, {"jobs": []}))
+        cancelled = self.client.cancel_label("sweep=lr")
+        self.assertEqual([(j.id, j.state) for j in cancelled], [(self.TRAIN, "cancelled"), (self.EVAL, "cancelled")])
+        asked = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).get("state", [""])[0] or path
+                 for method, path, _ in self.seen]
+        self.assertEqual(asked, ["pending", "waiting", "/v1/jobs/%s/cancel" % self.TRAIN, "placed",
+                                 "/v1/jobs/%s/cancel" % self.EVAL, "running"])

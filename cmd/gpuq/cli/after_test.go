@@ -46,7 +46,7 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	}
 
 	// The first attempt of fetch fails; the steps after it are cancelled.
-	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--max-errors", "0", "--", "sh", "-c", `sleep 1; test "$GPUQ_ATTEMPT" -ge 2`)
+	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--max-errors", "0", "--", "sh", "-c", `sleep 3; test "$GPUQ_ATTEMPT" -ge 2`)
 	fit, _ := gpuq(0, "submit", "--name", "fit", "--after", fetch, "--", "true")
 	eval, _ := gpuq(0, "submit", "--name", "eval", "--after", fit+","+prep, "--", "true")
 	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
