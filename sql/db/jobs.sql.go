@@ -1158,9 +1158,9 @@ const jobListWaitingSettled = `-- name: JobListWaitingSettled :many
 SELECT j.id FROM jobs j
 WHERE j.state = 'waiting'
   AND NOT EXISTS (
-    SELECT 1 FROM jobs d
-    WHERE d.id IN (SELECT a::uuid FROM jsonb_array_elements_text(j.spec->'after') AS a)
-      AND d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+    SELECT 1 FROM jsonb_array_elements_text(j.spec->'after') AS a(id)
+    CROSS JOIN LATERAL (SELECT d.state FROM jobs d WHERE d.id = a.id::uuid LIMIT 1) d
+    WHERE d.state::text IN ('pending', 'waiting', 'placed', 'running'))
 ORDER BY j.updated_at
 LIMIT $1
 `
@@ -1169,6 +1169,8 @@ LIMIT $1
 // JobListWaitingSettled finds the waiting jobs none of whose jobs to run
 // after is unfinished (each one succeeded, ended otherwise, or is gone),
 // longest waiting first.
+// Each job named is looked up by its id alone, so that the cost stays that of
+// the waiting jobs' ids however many jobs are recorded.
 func (q *Queries) JobListWaitingSettled(ctx context.Context, maxRows int32) ([]uuid.UUID, error) {
 	rows, err := q.db.QueryContext(ctx, jobListWaitingSettled, maxRows)
 	if err != nil {

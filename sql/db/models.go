@@ -91,7 +91,6 @@ type JobState string
 
 const (
 	JobStatePending   JobState = "pending"
-	JobStateWaiting   JobState = "waiting"
 	JobStatePlaced    JobState = "placed"
 	JobStateRunning   JobState = "running"
 	JobStateSucceeded JobState = "succeeded"
@@ -99,6 +98,7 @@ const (
 	JobStateCancelled JobState = "cancelled"
 	JobStateRejected  JobState = "rejected"
 	JobStateDead      JobState = "dead"
+	JobStateWaiting   JobState = "waiting"
 )
 
 func (e *JobState) Scan(src interface{}) error {
@@ -139,14 +139,14 @@ func (ns NullJobState) Value() (driver.Value, error) {
 func (e JobState) Valid() bool {
 	switch e {
 	case JobStatePending,
-		JobStateWaiting,
 		JobStatePlaced,
 		JobStateRunning,
 		JobStateSucceeded,
 		JobStateFailed,
 		JobStateCancelled,
 		JobStateRejected,
-		JobStateDead:
+		JobStateDead,
+		JobStateWaiting:
 		return true
 	}
 	return false
@@ -155,7 +155,6 @@ func (e JobState) Valid() bool {
 func AllJobStateValues() []JobState {
 	return []JobState{
 		JobStatePending,
-		JobStateWaiting,
 		JobStatePlaced,
 		JobStateRunning,
 		JobStateSucceeded,
@@ -163,6 +162,7 @@ func AllJobStateValues() []JobState {
 		JobStateCancelled,
 		JobStateRejected,
 		JobStateDead,
+		JobStateWaiting,
 	}
 }
 

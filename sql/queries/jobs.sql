@@ -482,11 +482,13 @@ WHERE id = @id AND state::text = 'waiting'; -- by id alone (see JobClaimMany)
 -- JobListWaitingSettled finds the waiting jobs none of whose jobs to run
 -- after is unfinished (each one succeeded, ended otherwise, or is gone),
 -- longest waiting first.
+-- Each job named is looked up by its id alone, so that the cost stays that of
+-- the waiting jobs' ids however many jobs are recorded.
 SELECT j.id FROM jobs j
 WHERE j.state = 'waiting'
   AND NOT EXISTS (
-    SELECT 1 FROM jobs d
-    WHERE d.id IN (SELECT a::uuid FROM jsonb_array_elements_text(j.spec->'after') AS a)
-      AND d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+    SELECT 1 FROM jsonb_array_elements_text(j.spec->'after') AS a(id)
+    CROSS JOIN LATERAL (SELECT d.state FROM jobs d WHERE d.id = a.id::uuid LIMIT 1) d
+    WHERE d.state::text IN ('pending', 'waiting', 'placed', 'running'))
 ORDER BY j.updated_at
 LIMIT @max_rows;
