@@ -116,9 +116,6 @@ func (s *Sequencer) Pass(ctx context.Context) (int, error) {
 	cancel := map[uuid.UUID]string{}
 	for _, id := range ids {
 		j, err := cfg.Store.Job(ctx, id)
-		if errors.Is(err, queue.ErrNotFound) {
-			continue // pruned meanwhile
-		}
 		if err != nil {
 			return 0, err
 		}

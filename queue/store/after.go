@@ -60,12 +60,12 @@ func (s *Store) Release(ctx context.Context, d queue.Decided, cancel map[uuid.UU
 		released := map[uuid.UUID]bool{}
 		for _, id := range ids {
 			if reason, ok := cancel[id]; ok {
-				n, err := q.JobCancelWaiting(ctx, db.JobCancelWaitingParams{ID: id, Reason: reason})
+				attempts, err := q.JobCancelWaiting(ctx, db.JobCancelWaitingParams{ID: id, Reason: reason})
 				if err != nil {
 					return nil, fmt.Errorf("cancelling job %s: %w", id, err)
 				}
-				if n > 0 {
-					ev, err := recordEvent(ctx, q, id, queue.StateCancelled, 0, reason, nil)
+				for _, attempt := range attempts {
+					ev, err := recordEvent(ctx, q, id, queue.StateCancelled, int(attempt), reason, nil)
 					if err != nil {
 						return nil, err
 					}

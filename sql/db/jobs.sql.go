@@ -36,11 +36,12 @@ func (q *Queries) JobCancel(ctx context.Context, arg JobCancelParams) (int32, er
 	return attempt, err
 }
 
-const jobCancelWaiting = `-- name: JobCancelWaiting :execrows
+const jobCancelWaiting = `-- name: JobCancelWaiting :many
 
 UPDATE jobs
 SET state = 'cancelled', reason = $1, updated_at = now(), finalized_at = now()
-WHERE id = $2 AND state::text = 'waiting'
+WHERE id = $2 AND state::text = 'waiting' -- by id alone (see JobClaimMany)
+RETURNING attempt
 `
 
 type JobCancelWaitingParams struct {
@@ -50,13 +51,28 @@ type JobCancelWaitingParams struct {
 
 // by id alone (see JobClaimMany)
 // JobCancelWaiting ends a waiting job that can no longer run: a job it runs
-// after ended otherwise than succeeded.
-func (q *Queries) JobCancelWaiting(ctx context.Context, arg JobCancelWaitingParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, jobCancelWaiting, arg.Reason, arg.ID)
+// after ended otherwise than succeeded. No row: it was no longer waiting.
+func (q *Queries) JobCancelWaiting(ctx context.Context, arg JobCancelWaitingParams) ([]int32, error) {
+	rows, err := q.db.QueryContext(ctx, jobCancelWaiting, arg.Reason, arg.ID)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected()
+	defer rows.Close()
+	var items []int32
+	for rows.Next() {
+		var attempt int32
+		if err := rows.Scan(&attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, attempt)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobClaimMany = `-- name: JobClaimMany :many
@@ -1154,7 +1170,6 @@ func (q *Queries) JobListUnsettled(ctx context.Context, arg JobListUnsettledPara
 }
 
 const jobListWaitingSettled = `-- name: JobListWaitingSettled :many
-
 SELECT j.id FROM jobs j
 WHERE j.state = 'waiting'
   AND NOT EXISTS (
@@ -1165,7 +1180,6 @@ ORDER BY j.updated_at
 LIMIT $1
 `
 
-// by id alone (see JobClaimMany)
 // JobListWaitingSettled finds the waiting jobs none of whose jobs to run
 // after is unfinished (each one succeeded, ended otherwise, or is gone),
 // longest waiting first.

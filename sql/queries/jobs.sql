@@ -471,12 +471,13 @@ WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
 UPDATE jobs SET state = 'pending', updated_at = now()
 WHERE id = @id AND state::text = 'waiting'; -- by id alone (see JobClaimMany)
 
--- name: JobCancelWaiting :execrows
+-- name: JobCancelWaiting :many
 -- JobCancelWaiting ends a waiting job that can no longer run: a job it runs
--- after ended otherwise than succeeded.
+-- after ended otherwise than succeeded. No row: it was no longer waiting.
 UPDATE jobs
 SET state = 'cancelled', reason = @reason, updated_at = now(), finalized_at = now()
-WHERE id = @id AND state::text = 'waiting'; -- by id alone (see JobClaimMany)
+WHERE id = @id AND state::text = 'waiting' -- by id alone (see JobClaimMany)
+RETURNING attempt;
 
 -- name: JobListWaitingSettled :many
 -- JobListWaitingSettled finds the waiting jobs none of whose jobs to run

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/gpuq/gpuq/queue"
 )
 
 // A pipeline from the shell, as the README writes it: a job submitted with
@@ -61,11 +63,49 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	}
 	gpuq(0, "wait", eval)
 
+	// After a whole sweep, as the README does it: the ids --batch prints,
+	// joined by commas.
+	sweep := writeFile(t, "sweep.yaml", "jobs:\n  - {name: lr-0.1, command: [sh, -c, 'sleep 1']}\n  - {name: lr-0.01, command: [sh, -c, 'sleep 2']}\n")
+	ids, _ := gpuq(0, "submit", "--batch", sweep, "--label", "sweep=lr")
+	summary, _ := gpuq(0, "submit", "--name", "summary", "--after", strings.ReplaceAll(ids, "\n", ","), "--", "true")
+	if st, _ := gpuq(0, "status", summary); strings.Count(st, "\nafter      ") != 2 {
+		t.Fatalf("status of a job after a sweep of two:\n%s", st)
+	}
+	gpuq(0, "wait", summary)
+	if out, _ := gpuq(0, "ls", "--label", "sweep=lr", "--state", "succeeded", "-o", "json"); strings.Count(out, `"state": "succeeded"`)+strings.Count(out, `"state":"succeeded"`) != 2 {
+		t.Fatalf("the sweep once the job after it ran:\n%s", out)
+	}
+
 	// Bad ids are refused naming the field, nothing submitted.
 	if _, err := gpuq(ExitGeneral, "submit", "--after", uuid.NewString(), "--", "true"); !strings.Contains(err.Error(), "spec.after[0]") {
 		t.Fatalf("submit --after an unknown job: %v", err)
 	}
 	if _, err := gpuq(ExitGeneral, "submit", "--after", "prep", "--", "true"); !strings.Contains(err.Error(), "spec.after[0]: must be a job id") {
 		t.Fatalf("submit --after a name: %v", err)
+	}
+}
+
+// gpuq status lists up to five jobs a job runs after; past five it counts
+// them by state and lists the first five that have not succeeded.
+func TestStatusSumsUpManyJobsAJobRunsAfter(t *testing.T) {
+	t.Parallel()
+	var deps []queue.Dependency
+	for i := range 8 {
+		st := queue.StateSucceeded
+		if i%2 == 1 {
+			st = queue.StateRunning
+		}
+		deps = append(deps, queue.Dependency{ID: uuid.New(), Name: fmt.Sprintf("lr-%d", i), State: st})
+	}
+	deps = append(deps, queue.Dependency{ID: uuid.New()})
+	got := afterLines(deps)
+	want := []string{"9 jobs: 4 succeeded, 4 running, 1 not of this project",
+		deps[1].ID.String() + " (lr-1) running", deps[3].ID.String() + " (lr-3) running", deps[5].ID.String() + " (lr-5) running",
+		deps[7].ID.String() + " (lr-7) running", deps[8].ID.String() + " is not a job of this project"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := afterLines(deps[:2]); len(got) != 2 || got[0] != deps[0].ID.String()+" (lr-0) succeeded" {
+		t.Fatalf("two jobs: %q", got)
 	}
 }
