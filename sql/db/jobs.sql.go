@@ -1560,12 +1560,12 @@ func (q *Queries) JobSucceedMany(ctx context.Context, arg JobSucceedManyParams) 
 }
 
 const jobWait = `-- name: JobWait :execrows
-UPDATE jobs SET state = 'waiting', updated_at = now()
+UPDATE jobs SET state = 'waiting', pool = NULL, updated_at = now()
 WHERE id = $1 AND state::text = 'pending'
 `
 
 // JobWait records a job not placed yet as waiting for the jobs it runs
-// after.
+// after; a retried job's pool is its next placement's, not its last one's.
 func (q *Queries) JobWait(ctx context.Context, id uuid.UUID) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobWait, id)
 	if err != nil {

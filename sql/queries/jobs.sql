@@ -461,8 +461,8 @@ SELECT id, project, name, state FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: JobWait :execrows
 -- JobWait records a job not placed yet as waiting for the jobs it runs
--- after.
-UPDATE jobs SET state = 'waiting', updated_at = now()
+-- after; a retried job's pool is its next placement's, not its last one's.
+UPDATE jobs SET state = 'waiting', pool = NULL, updated_at = now()
 WHERE id = @id AND state::text = 'pending'; -- by id alone (see JobClaimMany)
 
 -- name: JobRelease :execrows

@@ -335,15 +335,22 @@ class Client:
         return self._each_labelled(label, project, ("pending", "waiting", "placed", "running"), self.cancel)
 
     def _each_labelled(self, label: str, project: Optional[str], states: Sequence[str],
-                       act: Callable[[str], Job]) -> List[Job]:
-        """Does act to every job in one of states whose labels hold label and
-        returns what it returned; a job whose state changed after it was
-        listed (:class:`Conflict`) is skipped."""
+                       act: Callable[[str], Job], oldest_first: bool = False) -> List[Job]:
+        """Does act to every job in one of states whose labels hold label
+        (state by state, newest first; with oldest_first all of them in the
+        order they were submitted) and returns what it returned; a job whose
+        state changed after it was listed (:class:`Conflict`) is skipped."""
         if "=" not in label or label.startswith("="):
             raise ValueError("label: want key=value, got %r" % label)
+        listings: Iterable[List[Job]] = (self.list(project=project, state=state, label=label, limit=10_000)
+                                         for state in states)
+        if oldest_first:
+            every = [job for listed in listings for job in listed]
+            every.sort(key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))
+            listings = [every]
         done: List[Job] = []
-        for state in states:
-            for job in self.list(project=project, state=state, label=label, limit=10_000):
+        for listed in listings:
+            for job in listed:
                 try:
                     done.append(act(job.id))
                 except Conflict:
@@ -366,11 +373,12 @@ class Client:
 
     def retry_label(self, label: str, project: Optional[str] = None, fresh: bool = False) -> List[Job]:
         """Retries every job whose labels hold ``label`` (``key=value``: a
-        sweep) that failed, died, was cancelled or was rejected, and returns
-        those it retried. A job retried meanwhile by someone else is
-        skipped."""
+        sweep) that failed, died, was cancelled or was rejected, in the
+        order they were submitted (a pipeline's first step before the steps
+        that run after it), and returns those it retried. A job retried
+        meanwhile by someone else is skipped."""
         return self._each_labelled(label, project, ("failed", "dead", "cancelled", "rejected"),
-                                   lambda job_id: self.retry(job_id, fresh=fresh))
+                                   lambda job_id: self.retry(job_id, fresh=fresh), oldest_first=True)
 
     def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""

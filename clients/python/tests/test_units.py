@@ -1057,6 +1057,21 @@ class AfterTest(unittest.TestCase):
         self.assertEqual(st.after[1].raw, doc["after"][1])
         self.assertEqual(self.client.status(self.PREP).after, [])
 
+    def test_retry_label_retries_a_pipeline_in_the_order_it_was_submitted(self):
+        def at(doc, second):
+            return dict(doc, submitted_at="2026-12-07T10:00:%02d.5Z" % second)
+        # The server lists each state newest first: eval (cancelled after
+        # train was) would be retried before train, whose own retry it waits for.
+        self.answers += [(200, {"jobs": [at(self.job_doc(self.PREP, "failed"), 1)]}), (200, {"jobs": []}),
+                         (200, {"jobs": [at(self.job_doc(self.EVAL, "cancelled"), 3), at(self.job_doc(self.TRAIN, "cancelled"), 2)]}),
+                         (200, {"jobs": []})]
+        self.answers += [(200, self.job_doc(self.PREP, "placed")), (200, self.job_doc(self.TRAIN, "waiting")),
+                         (200, self.job_doc(self.EVAL, "waiting"))]
+        retried = self.client.retry_label("pipe=a")
+        self.assertEqual([j.id for j in retried], [self.PREP, self.TRAIN, self.EVAL])
+        self.assertEqual([path.split("?")[0] for method, path, _ in self.seen if method == "POST"],
+                         ["/v1/jobs/%s/retry" % j for j in (self.PREP, self.TRAIN, self.EVAL)])
+
     def test_cancel_label_cancels_waiting_jobs_too(self):
         listed = {"pending": [], "waiting": [self.job_doc(self.TRAIN, "waiting")], "placed": [self.job_doc(self.EVAL)],
                   "running": []}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,18 +49,20 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	}
 
 	// The first attempt of fetch fails; the steps after it are cancelled.
-	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--max-errors", "0", "--", "sh", "-c", `sleep 3; test "$GPUQ_ATTEMPT" -ge 2`)
-	fit, _ := gpuq(0, "submit", "--name", "fit", "--after", fetch, "--", "true")
-	eval, _ := gpuq(0, "submit", "--name", "eval", "--after", fit+","+prep, "--", "true")
+	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--label", "pipe=fe", "--max-errors", "0", "--", "sh", "-c", `sleep 3; test "$GPUQ_ATTEMPT" -ge 2`)
+	fit, _ := gpuq(0, "submit", "--name", "fit", "--label", "pipe=fe", "--after", fetch, "--", "true")
+	eval, _ := gpuq(0, "submit", "--name", "eval", "--label", "pipe=fe", "--after", fit+","+prep, "--", "true")
 	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
 		t.Fatalf("wait of a job after a cancelled one: %v", err)
 	}
 	if _, err := gpuq(ExitRejected, "retry", fit); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", fetch)) {
 		t.Fatalf("retry of a job after a failed one: %v", err)
 	}
-	gpuq(0, "retry", fetch)
-	if out, _ := gpuq(0, "retry", fit, eval); strings.Count(out, " waiting") != 2 {
-		t.Fatalf("retry of the steps after one that runs again: want both waiting, got\n%s", out)
+	// Retried by their label, the steps are retried in the order they
+	// were submitted: fetch first, then the two that wait for it again.
+	if out, _ := gpuq(0, "retry", "--label", "pipe=fe"); !regexp.MustCompile(`^`+fetch+` (placed|running) on pool `).MatchString(out) ||
+		!strings.Contains(out, "\n"+fit+" waiting\n"+eval+" waiting") {
+		t.Fatalf("retry --label of a pipeline: want fetch placed, then fit and eval waiting, got\n%s", out)
 	}
 	gpuq(0, "wait", eval)
 

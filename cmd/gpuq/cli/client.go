@@ -1129,7 +1129,7 @@ is named on stderr and the others are cancelled all the same.`,
 		}
 		if label != "" {
 			var err error
-			if ids, err = labelledIDs(ctx, svc, v, label, queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning); err != nil {
+			if ids, err = labelledIDs(ctx, svc, v, label, false, queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning); err != nil {
 				return err
 			}
 			if len(ids) == 0 {
@@ -1143,17 +1143,25 @@ is named on stderr and the others are cancelled all the same.`,
 }
 
 // labelledIDs lists the jobs in one of states whose labels hold label, in
-// the --project given or the caller's projects.
-func labelledIDs(ctx context.Context, svc jobService, v *viper.Viper, label string, states ...queue.JobState) ([]uuid.UUID, error) {
-	var ids []uuid.UUID
+// the --project given or the caller's projects: state by state, newest
+// first, or with oldestFirst all of them in the order they were submitted,
+// so that a retry reaches the jobs others run after (spec.after) before
+// those others.
+func labelledIDs(ctx context.Context, svc jobService, v *viper.Viper, label string, oldestFirst bool, states ...queue.JobState) ([]uuid.UUID, error) {
+	var jobs []*queue.Job
 	for _, st := range states {
 		page, err := svc.List(ctx, listFilter{State: st, Project: v.GetString("project"), Label: label, Limit: maxListed})
 		if err != nil {
 			return nil, err
 		}
-		for _, j := range page.Jobs {
-			ids = append(ids, j.ID)
-		}
+		jobs = append(jobs, page.Jobs...)
+	}
+	if oldestFirst {
+		slices.SortStableFunc(jobs, func(a, b *queue.Job) int { return a.SubmittedAt.Compare(b.SubmittedAt) })
+	}
+	ids := make([]uuid.UUID, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
 	}
 	return ids, nil
 }

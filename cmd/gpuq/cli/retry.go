@@ -61,7 +61,7 @@ waits for the retried jobs as gpuq wait does.`,
 		}
 		if label != "" {
 			var err error
-			if ids, err = labelledIDs(ctx, svc, v, label, retryStates...); err != nil {
+			if ids, err = labelledIDs(ctx, svc, v, label, true, retryStates...); err != nil {
 				return err
 			}
 			if len(ids) == 0 {

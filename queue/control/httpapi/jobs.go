@@ -112,7 +112,8 @@ func (s *Server) registerJobs(api huma.API) {
 		Description: "The job keeps its id and is placed afresh under the policy, offers and budgets in effect now; " +
 			"its counts of errors and preemptions start again from zero, and its next attempt resumes from its latest checkpoint " +
 			"(with `fresh=true`, its checkpoints are dropped and it starts from nothing). " +
-			"409 when the job has not finished or succeeded (a job succeeds once); 422 when no placement takes it now (the reason says why), and then nothing changed.",
+			"A job whose `after` names a job that has not finished goes back to `waiting` instead, and is placed once the jobs it runs after have succeeded. " +
+			"409 when the job has not finished or succeeded (a job succeeds once); 422 when no placement takes it now, or a job it runs after ended otherwise than succeeded (the reason says why), and then nothing changed.",
 		Metadata: map[string]any{metaRole: queue.RoleSubmit},
 	}, s.retry)
 }
