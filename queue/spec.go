@@ -854,13 +854,15 @@ func (s *Spec) Validate() error {
 	if len(s.After) > MaxAfter {
 		bad("spec.after", "must name at most %d jobs, got %d", MaxAfter, len(s.After))
 	}
+	named := make(map[string]bool, len(s.After))
 	for i, a := range s.After {
 		field := fmt.Sprintf("spec.after[%d]", i)
 		if !ValidJobID(a) {
 			bad(field, "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits, such as 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70), got %.80q", a)
-		} else if slices.Index(s.After, a) < i {
+		} else if named[a] {
 			bad(field, "%s is named twice", a)
 		}
+		named[a] = true
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 	if len(probs) > 0 {

@@ -55,7 +55,7 @@ func (s *Store) Release(ctx context.Context, d queue.Decided, cancel map[uuid.UU
 		}
 		ids = append(ids, slices.Collect(maps.Keys(cancel))...)
 		// In id order, so that concurrent releases lock job rows in one order.
-		slices.SortFunc(ids, func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+		slices.SortFunc(ids, idOrder)
 		var events []queue.Event
 		released := map[uuid.UUID]bool{}
 		for _, id := range ids {
@@ -132,3 +132,7 @@ func wait(ctx context.Context, q *db.Queries, id uuid.UUID, attempt int, msg str
 	ev, err := recordEvent(ctx, q, id, queue.StateWaiting, attempt, msg, nil)
 	return []queue.Event{ev}, err
 }
+
+// idOrder orders job ids as their text sorts, the order in which a
+// transaction locks several jobs' rows.
+func idOrder(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) }

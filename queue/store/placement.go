@@ -149,7 +149,7 @@ func (s *Store) RecordAndPlace(ctx context.Context, jobs []queue.NewJob, d queue
 		}
 		// Jobs that run after unfinished ones are recorded waiting, in id
 		// order as rejections are.
-		for _, id := range slices.SortedFunc(maps.Keys(d.Waiting), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) }) {
+		for _, id := range slices.SortedFunc(maps.Keys(d.Waiting), idOrder) {
 			waiting, err := wait(ctx, q, id, 0, d.Waiting[id])
 			if err != nil {
 				return nil, fmt.Errorf("recording job %s waiting: %w", id, err)
