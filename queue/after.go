@@ -40,39 +40,58 @@ const (
 	Never
 )
 
-// Sequence says where job, of project and running after the jobs after
-// names, stands given deps, the jobs of those ids found in the system of
-// record (a job not found is not among them), with why: for Waiting, what
-// its trail says; for Never, the reason it is not run.
-func Sequence(job uuid.UUID, project string, after []string, deps []Dependency) (Readiness, string) {
+// Sequence says where job, of project and spec, stands given deps, the
+// jobs of the ids spec.after and spec.after_ended name found in the system
+// of record (a job not found is not among them), with why: for Waiting,
+// what its trail says; for Never, the reason it is not run.
+func Sequence(job uuid.UUID, project string, spec *Spec, deps []Dependency) (Readiness, string) {
 	byID := make(map[string]Dependency, len(deps))
 	for _, d := range deps {
 		byID[d.ID.String()] = d
 	}
 	var unfinished []string
 	var last Dependency
-	for _, a := range after {
-		d, ok := byID[a]
-		switch {
-		case a == job.String():
-			return Never, "spec.after names the job itself"
-		case !ok || d.Project != project:
-			return Never, fmt.Sprintf("job %s it runs after is not a job of project %s", a, project)
-		case d.State == StateSucceeded:
-		case d.State.Terminal():
-			return Never, fmt.Sprintf("job %s%s it runs after ended %s: retry it (gpuq retry %[1]s), then this job", a, NameSuffix(d.Name), d.State)
-		default:
-			unfinished, last = append(unfinished, fmt.Sprintf("%s%s %s", a, NameSuffix(d.Name), d.State)), d
+	var toSucceed, toEnd int
+	for _, l := range []struct {
+		field string
+		ids   []string
+		ended bool
+	}{{"spec.after", spec.After, false}, {"spec.after_ended", spec.AfterEnded, true}} {
+		for _, a := range l.ids {
+			d, ok := byID[a]
+			switch {
+			case a == job.String():
+				return Never, l.field + " names the job itself"
+			case !ok || d.Project != project:
+				return Never, fmt.Sprintf("job %s it runs after is not a job of project %s", a, project)
+			case d.State == StateSucceeded, l.ended && d.State.Terminal():
+			case d.State.Terminal():
+				return Never, fmt.Sprintf("job %s%s it runs after ended %s: retry it (gpuq retry %[1]s), then this job", a, NameSuffix(d.Name), d.State)
+			default:
+				unfinished, last = append(unfinished, fmt.Sprintf("%s%s %s", a, NameSuffix(d.Name), d.State)), d
+				if l.ended {
+					toEnd++
+				} else {
+					toSucceed++
+				}
+			}
 		}
 	}
 	if len(unfinished) == 0 {
 		return Ready, ""
 	}
-	if len(after) == 1 {
-		return Waiting, fmt.Sprintf("waiting for job %s%s to succeed (it is %s)", last.ID, NameSuffix(last.Name), last.State)
+	to := "to succeed"
+	switch {
+	case toSucceed == 0:
+		to = "to end"
+	case toEnd > 0:
+		to = "to succeed (spec.after) or end (spec.after_ended)"
+	}
+	if len(spec.After)+len(spec.AfterEnded) == 1 {
+		return Waiting, fmt.Sprintf("waiting for job %s%s %s (it is %s)", last.ID, NameSuffix(last.Name), to, last.State)
 	}
 	const shown = 3
-	msg := fmt.Sprintf("waiting for %d of the %d jobs it runs after to succeed: %s", len(unfinished), len(after),
+	msg := fmt.Sprintf("waiting for %d of the %d jobs it runs after %s: %s", len(unfinished), len(spec.After)+len(spec.AfterEnded), to,
 		strings.Join(unfinished[:min(shown, len(unfinished))], ", "))
 	if len(unfinished) > shown {
 		msg += fmt.Sprintf(" and %d more", len(unfinished)-shown)
@@ -88,12 +107,26 @@ func NameSuffix(name string) string {
 	return " (" + name + ")"
 }
 
-// AfterIDs returns the ids spec.after names; Validate has checked them.
-func AfterIDs(after []string) []uuid.UUID {
-	ids := make([]uuid.UUID, 0, len(after))
-	for _, a := range after {
-		if id, err := uuid.Parse(a); err == nil {
-			ids = append(ids, id)
+// RunsAfter reports whether the spec names jobs it runs after.
+func (s *Spec) RunsAfter() bool {
+	return len(s.After)+len(s.AfterEnded) > 0
+}
+
+// AfterIDs returns the ids of every job the spec runs after, spec.after's
+// then spec.after_ended's; Validate has checked them.
+func (s *Spec) AfterIDs() []uuid.UUID {
+	return ParseIDs(s.After, s.AfterEnded)
+}
+
+// ParseIDs returns the ids of lists, in their order; Validate has checked
+// them.
+func ParseIDs(lists ...[]string) []uuid.UUID {
+	var ids []uuid.UUID
+	for _, l := range lists {
+		for _, a := range l {
+			if id, err := uuid.Parse(a); err == nil {
+				ids = append(ids, id)
+			}
 		}
 	}
 	return ids

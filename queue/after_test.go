@@ -44,7 +44,7 @@ func TestSequenceSaysWhetherAJobMayRunWaitsOrNeverWill(t *testing.T) {
 		{"itself", ids(self), []queue.Dependency{dep(self, "", queue.StatePending)}, queue.Never, "spec.after names the job itself"},
 	}
 	for _, tc := range cases {
-		r, why := queue.Sequence(self, "vision", tc.after, tc.deps)
+		r, why := queue.Sequence(self, "vision", &queue.Spec{Project: "vision", After: tc.after}, tc.deps)
 		if r != tc.want || why != tc.why {
 			t.Errorf("%s: got %d %q, want %d %q", tc.name, r, why, tc.want, tc.why)
 		}
@@ -55,7 +55,35 @@ func TestSequenceSaysWhetherAJobMayRunWaitsOrNeverWill(t *testing.T) {
 		many[i] = uuid.New()
 		deps = append(deps, dep(many[i], "", queue.StateRunning))
 	}
-	if _, why := queue.Sequence(self, "vision", ids(many...), deps); why != fmt.Sprintf("waiting for 5 of the 5 jobs it runs after to succeed: %s running, %s running, %s running and 2 more", many[0], many[1], many[2]) {
+	if _, why := queue.Sequence(self, "vision", &queue.Spec{After: ids(many...)}, deps); why != fmt.Sprintf("waiting for 5 of the 5 jobs it runs after to succeed: %s running, %s running, %s running and 2 more", many[0], many[1], many[2]) {
 		t.Errorf("five running: %q", why)
+	}
+
+	// Jobs of after_ended may end however they end; those of after must
+	// still succeed.
+	ended := []struct {
+		name        string
+		after, ends []string
+		deps        []queue.Dependency
+		want        queue.Readiness
+		why         string
+	}{
+		{"ended otherwise", nil, ids(a, b, c), []queue.Dependency{dep(a, "", queue.StateFailed), dep(b, "", queue.StateCancelled), dep(c, "", queue.StateDead)}, queue.Ready, ""},
+		{"one running", nil, ids(a), []queue.Dependency{dep(a, "lr-1", queue.StateRunning)}, queue.Waiting,
+			fmt.Sprintf("waiting for job %s (lr-1) to end (it is running)", a)},
+		{"some of several", nil, ids(a, b), []queue.Dependency{dep(a, "", queue.StateRejected), dep(b, "", queue.StatePending)}, queue.Waiting,
+			fmt.Sprintf("waiting for 1 of the 2 jobs it runs after to end: %s pending", b)},
+		{"both lists", ids(a), ids(b, c), []queue.Dependency{dep(a, "prep", queue.StateRunning), dep(b, "", queue.StateFailed), dep(c, "", queue.StateRunning)}, queue.Waiting,
+			fmt.Sprintf("waiting for 2 of the 3 jobs it runs after to succeed (spec.after) or end (spec.after_ended): %s (prep) running, %s running", a, c)},
+		{"after failed", ids(a), ids(b), []queue.Dependency{dep(a, "prep", queue.StateFailed), dep(b, "", queue.StateSucceeded)}, queue.Never,
+			fmt.Sprintf("job %s (prep) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", a)},
+		{"not found", nil, ids(a), nil, queue.Never, fmt.Sprintf("job %s it runs after is not a job of project vision", a)},
+		{"itself", nil, ids(self), []queue.Dependency{dep(self, "", queue.StatePending)}, queue.Never, "spec.after_ended names the job itself"},
+	}
+	for _, tc := range ended {
+		r, why := queue.Sequence(self, "vision", &queue.Spec{After: tc.after, AfterEnded: tc.ends}, tc.deps)
+		if r != tc.want || why != tc.why {
+			t.Errorf("after_ended, %s: got %d %q, want %d %q", tc.name, r, why, tc.want, tc.why)
+		}
 	}
 }

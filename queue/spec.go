@@ -53,6 +53,9 @@ type Spec struct {
 	// After names jobs of the project, by id, that must all succeed before
 	// this one is placed (see StateWaiting).
 	After []string `json:"after,omitempty"`
+	// AfterEnded names jobs of the project, by id, that must all have
+	// ended, however they ended, before this one is placed.
+	AfterEnded []string `json:"after_ended,omitempty"`
 }
 
 // Command is the job's argv. A single string runs through /bin/sh -c.
@@ -851,18 +854,31 @@ func (s *Spec) Validate() error {
 			bad(field, "the built-in %s job runs no command, so it takes no secrets", NoopCommand)
 		}
 	}
-	if len(s.After) > MaxAfter {
-		bad("spec.after", "must name at most %d jobs, got %d", MaxAfter, len(s.After))
-	}
-	named := make(map[string]bool, len(s.After))
-	for i, a := range s.After {
-		field := fmt.Sprintf("spec.after[%d]", i)
-		if !ValidJobID(a) {
-			bad(field, "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits, such as 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70), got %.80q", a)
-		} else if named[a] {
-			bad(field, "%s is named twice", a)
+	if n := len(s.After) + len(s.AfterEnded); n > MaxAfter {
+		field, with := "spec.after", ""
+		if len(s.AfterEnded) > 0 {
+			field, with = "spec.after_ended", " with spec.after"
 		}
-		named[a] = true
+		bad(field, "must name at most %d jobs%s, got %d", MaxAfter, with, n)
+	}
+	named := make(map[string]string, len(s.After)+len(s.AfterEnded))
+	for _, l := range []struct {
+		field string
+		ids   []string
+	}{{"spec.after", s.After}, {"spec.after_ended", s.AfterEnded}} {
+		for i, a := range l.ids {
+			field := fmt.Sprintf("%s[%d]", l.field, i)
+			switch {
+			case !ValidJobID(a):
+				bad(field, "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits, such as 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70), got %.80q", a)
+			case named[a] == l.field:
+				bad(field, "%s is named twice", a)
+			case named[a] != "":
+				bad(field, "%s is in %s too: a job runs after another either once it has succeeded or once it has ended", a, named[a])
+			default:
+				named[a] = l.field
+			}
+		}
 	}
 	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
 	if len(probs) > 0 {

@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,56 +26,9 @@ import (
 // it; one naming no job of its project is rejected.
 func TestAJobRunsOnlyAfterEveryJobItNamesHasSucceeded(t *testing.T) {
 	t.Parallel()
-	n, st, placer, ctx := scheduling(t, "p")
-	seq := &control.Sequencer{JS: n.JS, Store: st, Placer: placer, Interval: 100 * time.Millisecond}
-	go seq.Run(ctx) //nolint:errcheck // ends with ctx
-	client := &control.Client{Store: st, JS: n.JS, NATS: n.NC, Placer: placer, Runs: n.JS}
-
-	submit := func(yaml string) uuid.UUID {
-		t.Helper()
-		sub, err := queue.Submit(ctx, n.JS, mustSpec(t, yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sub.JobID
-	}
-	stateOf := func(id uuid.UUID) *queue.Job {
-		t.Helper()
-		j, err := st.Job(ctx, id)
-		if err != nil && !errors.Is(err, queue.ErrNotFound) {
-			t.Fatal(err)
-		}
-		return j
-	}
-	await := func(id uuid.UUID, want queue.JobState) *queue.Job {
-		t.Helper()
-		var j *queue.Job
-		queuetest.Eventually(t, 20*time.Second, fmt.Sprintf("job %s %s", id, want), func() bool {
-			j = stateOf(id)
-			return j != nil && j.State == want
-		})
-		return j
-	}
-	finish := func(id uuid.UUID, ok bool) {
-		t.Helper()
-		j := await(id, queue.StatePlaced)
-		c, err := st.Claim(ctx, queue.ClaimRequest{JobID: id, PlacementVersion: j.PlacementVersion, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "p", Country: "DE"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			err = st.Succeed(ctx, id, c.Job.Attempt, nil)
-		} else {
-			exit := 3
-			err = st.Fail(ctx, id, c.Job.Attempt, queue.OutcomeFailed, &exit, "exited with status 3")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	runs := func(id uuid.UUID) uint64 {
-		return queuetest.RunMessages(t, n.JS)[queue.RunSubject("p", id.String())]
-	}
+	x := newSequencing(t)
+	n, st, ctx, seq, client, placer := x.n, x.st, x.ctx, x.seq, x.client, x.placer
+	submit, stateOf, await, finish, runs := x.submit, x.stateOf, x.await, x.finish, x.runs
 	const cmd = "command: [/bin/true]\nplacement: {tier: spot}\n"
 
 	a, b := submit(cmd+"name: a\n"), submit(cmd+"name: b\n")
@@ -181,6 +135,150 @@ func TestAJobRunsOnlyAfterEveryJobItNamesHasSucceeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(h, queue.StateCancelled)
+}
+
+// sequencing is a scheduler and a sequencer on real PostgreSQL and
+// JetStream, for jobs that run after others, with pool p and steps that
+// submit, await and end jobs there.
+type sequencing struct {
+	t      *testing.T
+	n      *queuetest.NATS
+	st     *store.Store
+	ctx    context.Context
+	seq    *control.Sequencer
+	client *control.Client
+	placer *control.PolicyPlacer
+}
+
+func newSequencing(t *testing.T) *sequencing {
+	n, st, placer, ctx := scheduling(t, "p")
+	seq := &control.Sequencer{JS: n.JS, Store: st, Placer: placer, Interval: 100 * time.Millisecond}
+	go seq.Run(ctx) //nolint:errcheck // ends with ctx
+	return &sequencing{t: t, n: n, st: st, ctx: ctx, seq: seq, placer: placer, client: &control.Client{Store: st, JS: n.JS, NATS: n.NC, Placer: placer, Runs: n.JS}}
+}
+
+func (x *sequencing) submit(yaml string) uuid.UUID {
+	x.t.Helper()
+	sub, err := queue.Submit(x.ctx, x.n.JS, mustSpec(x.t, yaml))
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	return sub.JobID
+}
+
+func (x *sequencing) stateOf(id uuid.UUID) *queue.Job {
+	x.t.Helper()
+	j, err := x.st.Job(x.ctx, id)
+	if err != nil && !errors.Is(err, queue.ErrNotFound) {
+		x.t.Fatal(err)
+	}
+	return j
+}
+
+func (x *sequencing) await(id uuid.UUID, want queue.JobState) *queue.Job {
+	x.t.Helper()
+	var j *queue.Job
+	queuetest.Eventually(x.t, 20*time.Second, fmt.Sprintf("job %s %s", id, want), func() bool {
+		j = x.stateOf(id)
+		return j != nil && j.State == want
+	})
+	return j
+}
+
+// finish claims placed job id and records its success, or with ok false
+// its failure.
+func (x *sequencing) finish(id uuid.UUID, ok bool) {
+	x.t.Helper()
+	j := x.await(id, queue.StatePlaced)
+	c, err := x.st.Claim(x.ctx, queue.ClaimRequest{JobID: id, PlacementVersion: j.PlacementVersion, Lease: time.Minute, WorkerID: "w", Host: "h", PID: 1, Pool: "p", Country: "DE"})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if ok {
+		err = x.st.Succeed(x.ctx, id, c.Job.Attempt, nil)
+	} else {
+		exit := 3
+		err = x.st.Fail(x.ctx, id, c.Job.Attempt, queue.OutcomeFailed, &exit, "exited with status 3")
+	}
+	if err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// runs counts job id's run messages on pool p.
+func (x *sequencing) runs(id uuid.UUID) uint64 {
+	return queuetest.RunMessages(x.t, x.n.JS)[queue.RunSubject("p", id.String())]
+}
+
+// A job that runs after others however they end (spec.after_ended) waits
+// until every one of them has ended, succeeded, failed or cancelled, and is
+// then placed; beside spec.after, the jobs of that list must still succeed.
+func TestAJobRunsAfterTheJobsItNamesHaveEndedHoweverTheyEnded(t *testing.T) {
+	t.Parallel()
+	x := newSequencing(t)
+	const cmd = "command: [/bin/true]\nplacement: {tier: spot}\n"
+
+	prep, a, b, c := x.submit(cmd+"name: prep\n"), x.submit(cmd+"name: lr-a\n"), x.submit(cmd+"name: lr-b\n"), x.submit(cmd+"name: lr-c\n")
+	for _, id := range []uuid.UUID{prep, a, b, c} {
+		x.await(id, queue.StatePlaced)
+	}
+	summary := x.submit(fmt.Sprintf("%sname: summary\nafter: [%s]\nafter_ended: [%s, %s, %s]\n", cmd, prep, a, b, c))
+	x.await(summary, queue.StateWaiting)
+	x.finish(prep, true)
+	x.finish(a, false)
+	if err := x.client.Cancel(x.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	x.await(b, queue.StateCancelled)
+	if _, err := x.seq.Pass(x.ctx); err != nil {
+		t.Fatal(err)
+	}
+	trail, err := x.st.EventsOf(x.ctx, summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := x.stateOf(summary); j.State != queue.StateWaiting || x.runs(summary) != 0 {
+		t.Fatalf("summary with lr-c still placed: %s with %d run messages, want waiting with none", j.State, x.runs(summary))
+	}
+	if last := trail[len(trail)-1]; !strings.Contains(last.Message, "waiting for 4 of the 4 jobs it runs after to succeed (spec.after) or end (spec.after_ended)") {
+		t.Fatalf("summary's trail ends %+v", last)
+	}
+	st, err := x.client.Status(x.ctx, summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.After) != 1 || st.After[0].State != queue.StateSucceeded || len(st.AfterEnded) != 3 ||
+		st.AfterEnded[0].State != queue.StateFailed || st.AfterEnded[1].State != queue.StateCancelled || st.AfterEnded[2].Name != "lr-c" {
+		t.Fatalf("status of summary: after %+v, after_ended %+v", st.After, st.AfterEnded)
+	}
+	x.finish(c, false)
+	x.await(summary, queue.StatePlaced)
+	queuetest.Eventually(t, 10*time.Second, "summary's run message", func() bool { return x.runs(summary) == 1 })
+
+	// Submitted once they have all ended, it is placed at once.
+	x.await(x.submit(fmt.Sprintf("%sname: again\nafter_ended: [%s, %s]\n", cmd, a, b)), queue.StatePlaced)
+
+	// A job of after that fails still cancels it.
+	d, e := x.submit(cmd+"name: d\n"), x.submit(cmd+"name: e\n")
+	f := x.submit(fmt.Sprintf("%sname: f\nafter: [%s]\nafter_ended: [%s]\n", cmd, d, e))
+	x.await(f, queue.StateWaiting)
+	x.finish(d, false)
+	if j := x.await(f, queue.StateCancelled); j.Reason != fmt.Sprintf("job %s (d) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", d) {
+		t.Fatalf("f after d failed: %q", j.Reason)
+	}
+	// A waiting job the user cancels has ended: a job after it ended runs.
+	g := x.submit(fmt.Sprintf("%sname: g\nafter: [%s]\n", cmd, e))
+	h := x.submit(fmt.Sprintf("%sname: h\nafter_ended: [%s]\n", cmd, g))
+	x.await(h, queue.StateWaiting)
+	if err := x.client.Cancel(x.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	x.await(h, queue.StatePlaced)
+
+	// No job of its project: rejected, as for after.
+	if j := x.await(x.submit(fmt.Sprintf("%safter_ended: [%s]\n", cmd, uuid.New())), queue.StateRejected); !strings.Contains(j.Reason, "it runs after is not a job of project default") {
+		t.Fatalf("a job after_ended no job: %q", j.Reason)
+	}
 }
 
 var _ control.SequencerStore = (*store.Store)(nil)

@@ -67,7 +67,9 @@ type JobStatus struct {
 	// After is the jobs its spec's after names, in its order, each with
 	// its name and state now; one that is not a job of its project has
 	// neither.
-	After        []queue.Dependency `json:"after,omitempty"`
+	After []queue.Dependency `json:"after,omitempty"`
+	// AfterEnded is the same for its spec's after_ended.
+	AfterEnded   []queue.Dependency `json:"after_ended,omitempty"`
 	LastLogLines []string           `json:"last_log_lines,omitempty"`
 	// History is the job's audit trail: every state change, oldest first.
 	History []queue.Event `json:"history"`
@@ -108,10 +110,11 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 			st.Waiting.Workers, st.Waiting.Paused = &n.Live, &n.Paused
 		}
 	}
-	if len(job.Spec.After) > 0 {
-		if st.After, err = c.dependencies(ctx, job); err != nil {
-			return nil, err
-		}
+	if st.After, err = c.dependencies(ctx, job, job.Spec.After); err != nil {
+		return nil, err
+	}
+	if st.AfterEnded, err = c.dependencies(ctx, job, job.Spec.AfterEnded); err != nil {
+		return nil, err
 	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {
 		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {
@@ -121,10 +124,14 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	return st, nil
 }
 
-// dependencies returns the jobs job runs after, in its spec's order; one
-// that is not a job of its project is only its id.
-func (c *Client) dependencies(ctx context.Context, job *queue.Job) ([]queue.Dependency, error) {
-	ids := queue.AfterIDs(job.Spec.After)
+// dependencies returns the jobs of list (job's spec.after or
+// spec.after_ended), in its order; one that is not a job of its project is
+// only its id.
+func (c *Client) dependencies(ctx context.Context, job *queue.Job, list []string) ([]queue.Dependency, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	ids := queue.ParseIDs(list)
 	found, err := c.Store.Dependencies(ctx, ids)
 	if err != nil {
 		return nil, err
@@ -301,12 +308,12 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 	}
 	note += ")"
 	before := time.Now()
-	if len(job.Spec.After) > 0 {
-		deps, err := c.Store.Dependencies(ctx, queue.AfterIDs(job.Spec.After))
+	if job.Spec.RunsAfter() {
+		deps, err := c.Store.Dependencies(ctx, job.Spec.AfterIDs())
 		if err != nil {
 			return nil, err
 		}
-		switch r, why := queue.Sequence(job.ID, job.Project, job.Spec.After, deps); r {
+		switch r, why := queue.Sequence(job.ID, job.Project, job.Spec, deps); r {
 		case queue.Never:
 			return nil, &queue.RejectionError{Reason: why}
 		case queue.Waiting:

@@ -201,7 +201,7 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		var after queue.Readiness
 		var why string
-		if len(spec.After) > 0 && foreign == "" {
+		if spec.RunsAfter() && foreign == "" {
 			var later bool
 			if after, why, later, err = s.sequence(ctx, m, id, spec); err != nil {
 				return err
@@ -290,12 +290,13 @@ const (
 // recorded and m should be handled again shortly: it may be in a batch
 // handled beside this one.
 func (s *Scheduler) sequence(ctx context.Context, m jetstream.Msg, id uuid.UUID, spec *queue.Spec) (r queue.Readiness, why string, later bool, err error) {
-	deps, err := s.Store.Dependencies(ctx, queue.AfterIDs(spec.After))
+	ids := spec.AfterIDs()
+	deps, err := s.Store.Dependencies(ctx, ids)
 	if err != nil {
 		return 0, "", false, err
 	}
-	r, why = queue.Sequence(id, spec.Project, spec.After, deps)
-	if r == queue.Never && len(deps) < len(spec.After) && !slices.Contains(spec.After, id.String()) {
+	r, why = queue.Sequence(id, spec.Project, spec, deps)
+	if r == queue.Never && len(deps) < len(ids) && !slices.Contains(ids, id) {
 		if meta, err := m.Metadata(); err == nil && meta.NumDelivered < afterTries {
 			return r, why, true, nil
 		}

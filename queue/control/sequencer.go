@@ -119,11 +119,11 @@ func (s *Sequencer) Pass(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		deps, err := cfg.Store.Dependencies(ctx, queue.AfterIDs(j.Spec.After))
+		deps, err := cfg.Store.Dependencies(ctx, j.Spec.AfterIDs())
 		if err != nil {
 			return 0, err
 		}
-		switch r, why := queue.Sequence(j.ID, j.Project, j.Spec.After, deps); r {
+		switch r, why := queue.Sequence(j.ID, j.Project, j.Spec, deps); r {
 		case queue.Ready:
 			j.State = queue.StatePending // as it will be when its placement is committed
 			ready = append(ready, j)

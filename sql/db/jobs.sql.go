@@ -295,8 +295,9 @@ type JobDependenciesRow struct {
 }
 
 // by id alone (see JobClaimMany)
-// JobDependencies reads the jobs others run after (spec.after): their
-// project, name and state. An id of no job has no row.
+// JobDependencies reads the jobs others run after (spec.after and
+// spec.after_ended): their project, name and state. An id of no job has no
+// row.
 func (q *Queries) JobDependencies(ctx context.Context, ids []uuid.UUID) ([]JobDependenciesRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobDependencies, pq.Array(ids))
 	if err != nil {
@@ -1172,17 +1173,23 @@ func (q *Queries) JobListUnsettled(ctx context.Context, arg JobListUnsettledPara
 const jobListWaitingSettled = `-- name: JobListWaitingSettled :many
 SELECT j.id FROM jobs j
 WHERE j.state = 'waiting'
-  AND NOT EXISTS (
-    SELECT 1 FROM jsonb_array_elements_text(j.spec->'after') AS a(id)
-    CROSS JOIN LATERAL (SELECT d.state FROM jobs d WHERE d.id = a.id::uuid LIMIT 1) d
-    WHERE d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+  AND (NOT EXISTS (
+         SELECT 1 FROM jsonb_array_elements_text(coalesce(j.spec->'after', '[]') || coalesce(j.spec->'after_ended', '[]')) AS a(id)
+         CROSS JOIN LATERAL (SELECT d.state FROM jobs d WHERE d.id = a.id::uuid LIMIT 1) d
+         WHERE d.state::text IN ('pending', 'waiting', 'placed', 'running'))
+       OR EXISTS (
+         SELECT 1 FROM jsonb_array_elements_text(j.spec->'after') AS a(id)
+         CROSS JOIN LATERAL (SELECT d.state FROM jobs d WHERE d.id = a.id::uuid LIMIT 1) d
+         WHERE d.state::text IN ('failed', 'dead', 'cancelled', 'rejected')))
 ORDER BY j.updated_at
 LIMIT $1
 `
 
-// JobListWaitingSettled finds the waiting jobs none of whose jobs to run
-// after is unfinished (each one succeeded, ended otherwise, or is gone),
-// longest waiting first.
+// JobListWaitingSettled finds the waiting jobs whose fate is settled, longest
+// waiting first: those none of whose jobs to run after (spec.after and
+// spec.after_ended) is unfinished (each one succeeded, ended otherwise, or is
+// gone), and those a job of whose spec.after ended otherwise than succeeded,
+// which can no longer run whatever the others do.
 // Each job named is looked up by its id alone, so that the cost stays that of
 // the waiting jobs' ids however many jobs are recorded.
 func (q *Queries) JobListWaitingSettled(ctx context.Context, maxRows int32) ([]uuid.UUID, error) {

@@ -67,16 +67,22 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	gpuq(0, "wait", eval)
 
 	// After a whole sweep, as the README does it: the ids --batch prints,
-	// joined by commas.
-	sweep := writeFile(t, "sweep.yaml", "jobs:\n  - {name: lr-0.1, command: [sh, -c, 'sleep 1']}\n  - {name: lr-0.01, command: [sh, -c, 'sleep 2']}\n")
+	// joined by commas. One run fails: the job after every run's success
+	// is cancelled, the summary after every run's end runs.
+	sweep := writeFile(t, "sweep.yaml", "jobs:\n  - {name: lr-0.1, command: [sh, -c, 'sleep 1']}\n  - {name: lr-0.01, command: [sh, -c, 'sleep 2; exit 3'], retries: {max_errors: 0}}\n")
 	ids, _ := gpuq(0, "submit", "--batch", sweep, "--label", "sweep=lr")
-	summary, _ := gpuq(0, "submit", "--name", "summary", "--after", strings.ReplaceAll(ids, "\n", ","), "--", "true")
-	if st, _ := gpuq(0, "status", summary); strings.Count(st, "\nafter      ") != 2 {
-		t.Fatalf("status of a job after a sweep of two:\n%s", st)
+	joined := strings.ReplaceAll(ids, "\n", ",")
+	best, _ := gpuq(0, "submit", "--name", "best", "--after", joined, "--", "true")
+	summary, _ := gpuq(0, "submit", "--name", "summary", "--after-ended", joined, "--", "true")
+	if st, _ := gpuq(0, "status", summary); strings.Count(st, "\nafter end  ") != 2 || !strings.Contains(st, "waiting for 2 of the 2 jobs it runs after to end") {
+		t.Fatalf("status of a job after a sweep of two ended:\n%s", st)
 	}
 	gpuq(0, "wait", summary)
-	if out, _ := gpuq(0, "ls", "--label", "sweep=lr", "--state", "succeeded", "-o", "json"); strings.Count(out, `"state": "succeeded"`)+strings.Count(out, `"state":"succeeded"`) != 2 {
-		t.Fatalf("the sweep once the job after it ran:\n%s", out)
+	if _, err := gpuq(ExitCancelled, "wait", best); !strings.Contains(err.Error(), "(lr-0.01) it runs after ended failed") {
+		t.Fatalf("wait of the job after the sweep's success: %v", err)
+	}
+	if st, _ := gpuq(0, "status", summary); !strings.Contains(st, "(lr-0.01) failed\n") || !strings.Contains(st, "\nstate      succeeded\n") {
+		t.Fatalf("status of the summary:\n%s", st)
 	}
 
 	// Bad ids are refused naming the field, nothing submitted.
@@ -85,6 +91,9 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	}
 	if _, err := gpuq(ExitGeneral, "submit", "--after", "prep", "--", "true"); !strings.Contains(err.Error(), "spec.after[0]: must be a job id") {
 		t.Fatalf("submit --after a name: %v", err)
+	}
+	if _, err := gpuq(ExitGeneral, "submit", "--after", prep, "--after-ended", prep, "--", "true"); !strings.Contains(err.Error(), "spec.after_ended[0]: "+prep+" is in spec.after too") {
+		t.Fatalf("submit --after and --after-ended one job: %v", err)
 	}
 }
 
@@ -101,14 +110,20 @@ func TestStatusSumsUpManyJobsAJobRunsAfter(t *testing.T) {
 		deps = append(deps, queue.Dependency{ID: uuid.New(), Name: fmt.Sprintf("lr-%d", i), State: st})
 	}
 	deps = append(deps, queue.Dependency{ID: uuid.New()})
-	got := afterLines(deps)
+	got := afterLines(deps, false)
 	want := []string{"9 jobs: 4 succeeded, 4 running, 1 not of this project",
 		deps[1].ID.String() + " (lr-1) running", deps[3].ID.String() + " (lr-3) running", deps[5].ID.String() + " (lr-5) running",
 		deps[7].ID.String() + " (lr-7) running", deps[8].ID.String() + " is not a job of this project"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("after lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if got := afterLines(deps[:2]); len(got) != 2 || got[0] != deps[0].ID.String()+" (lr-0) succeeded" {
+	if got := afterLines(deps[:2], false); len(got) != 2 || got[0] != deps[0].ID.String()+" (lr-0) succeeded" {
 		t.Fatalf("two jobs: %q", got)
+	}
+	// For after_ended, a job that failed is done with as much as one
+	// that succeeded.
+	ends := []queue.Dependency{deps[0], {ID: uuid.New(), State: queue.StateFailed}, deps[1], deps[2], deps[3], deps[4]}
+	if got := afterLines(ends, true); len(got) != 3 || got[0] != "6 jobs: 3 succeeded, 1 failed, 2 running" || got[1] != deps[1].ID.String()+" (lr-1) running" {
+		t.Fatalf("after_ended lines: %q", got)
 	}
 }

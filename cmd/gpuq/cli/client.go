@@ -103,6 +103,7 @@ for every job as gpuq wait of their ids does.`,
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
 	f.StringSlice("after", nil, "spec.after: the id of a job of the project that must succeed before this one is placed; repeat, or separate ids with commas, for more")
+	f.StringSlice("after-ended", nil, "spec.after_ended: the id of a job of the project that must have ended, however it ended, before this one is placed (a summary of a sweep some of whose runs may fail); repeat, or separate ids with commas, for more")
 	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
 	f.Bool("follow", false, "print the job's output as it runs, then exit as --wait does (standard output holds only the job's output; its id and outcome go to standard error)")
@@ -282,10 +283,12 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 			return err
 		}
 	}
-	if fl.Changed("after") {
-		vals, _ := fl.GetStringSlice("after")
-		if err := addToList(doc, "after", "--after", "job ids", vals); err != nil {
-			return err
+	for _, l := range []struct{ flag, key string }{{"after", "after"}, {"after-ended", "after_ended"}} {
+		if fl.Changed(l.flag) {
+			vals, _ := fl.GetStringSlice(l.flag)
+			if err := addToList(doc, l.key, "--"+l.flag, "job ids", vals); err != nil {
+				return err
+			}
 		}
 	}
 	if len(args) > 0 {
@@ -610,8 +613,11 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
 	}
-	for _, l := range afterLines(st.After) {
+	for _, l := range afterLines(st.After, false) {
 		fmt.Fprintf(w, "after      %s\n", l)
+	}
+	for _, l := range afterLines(st.AfterEnded, true) {
+		fmt.Fprintf(w, "after end  %s\n", l)
 	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
@@ -1387,8 +1393,9 @@ func addToList(doc map[string]any, key, flag, what string, vals []string) error 
 
 // afterLines describes the jobs a job runs after for gpuq status: each
 // one with its name and state, or, for more than five, how many are in
-// each state and the first five that have not succeeded.
-func afterLines(deps []queue.Dependency) []string {
+// each state and the first five that have not succeeded (with ended, the
+// jobs of its after_ended: that have not ended).
+func afterLines(deps []queue.Dependency, ended bool) []string {
 	const listed = 5
 	line := func(d queue.Dependency) string {
 		if d.State == "" {
@@ -1411,7 +1418,8 @@ func afterLines(deps []queue.Dependency) []string {
 			order = append(order, d.State)
 		}
 		counts[d.State]++
-		if d.State != queue.StateSucceeded && len(open) < listed {
+		done := d.State == queue.StateSucceeded || ended && d.State.Terminal()
+		if !done && len(open) < listed {
 			open = append(open, line(d))
 		}
 	}

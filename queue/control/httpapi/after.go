@@ -9,15 +9,16 @@ import (
 	"github.com/gpuq/gpuq/queue"
 )
 
-// checkAfter refuses, at location[i], each job a spec's after names that is
-// not a job of its project; nothing is submitted then. A job it runs after
-// that ended otherwise than succeeded is the scheduler's to reject, with the
+// checkAfter refuses, at its place in the spec at location (spec, or
+// body.jobs[i]), each job a spec's after or after_ended names that is not a
+// job of its project; nothing is submitted then. A job it runs after that
+// ended otherwise than succeeded is the scheduler's to reject, with the
 // reason on the job.
 func (s *Server) checkAfter(ctx context.Context, spec *queue.Spec, location string) error {
-	if len(spec.After) == 0 {
+	if !spec.RunsAfter() {
 		return nil
 	}
-	deps, err := s.cfg.Store.Dependencies(ctx, queue.AfterIDs(spec.After))
+	deps, err := s.cfg.Store.Dependencies(ctx, spec.AfterIDs())
 	if err != nil {
 		return internal(s.cfg.Logger, "reading the jobs a spec runs after", err)
 	}
@@ -26,10 +27,15 @@ func (s *Server) checkAfter(ctx context.Context, spec *queue.Spec, location stri
 		own[d.ID.String()] = d.Project == spec.Project
 	}
 	var bad []error
-	for i, a := range spec.After {
-		if !own[a] {
-			bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s[%d]", location, i), Value: a, Message: fmt.Sprintf(
-				"no job %s in project %s: a job runs after jobs of its own project, submitted before it", a, spec.Project)})
+	for _, l := range []struct {
+		key string
+		ids []string
+	}{{"after", spec.After}, {"after_ended", spec.AfterEnded}} {
+		for i, a := range l.ids {
+			if !own[a] {
+				bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s.%s[%d]", location, l.key, i), Value: a, Message: fmt.Sprintf(
+					"no job %s in project %s: a job runs after jobs of its own project, submitted before it", a, spec.Project)})
+			}
 		}
 	}
 	if len(bad) > 0 {

@@ -16,7 +16,8 @@ import (
 // waiting, its status names the jobs it runs after with their states, and
 // a job its project does not hold is refused at its place in spec.after
 // (body.jobs[i].after[j] in a batch), nothing submitted. When the job it
-// runs after is cancelled, the waiting job is cancelled, saying why.
+// runs after is cancelled, the waiting job is cancelled, saying why, and a
+// job to run once it has ended (spec.after_ended) runs.
 func TestAJobThatRunsAfterAnotherWaitsAndSaysForWhatOverTheAPI(t *testing.T) {
 	t.Parallel()
 	e := startEnv(t, nil)
@@ -58,10 +59,27 @@ func TestAJobThatRunsAfterAnotherWaitsAndSaysForWhatOverTheAPI(t *testing.T) {
 		t.Fatalf("a batch with one bad after: %d %s", r.Status, r.Body)
 	}
 	problemAt(t, r, "body.jobs[1].after[0]", "no job "+other.ID.String()+" in project ml")
+	r = e.do("POST", "/v1/jobs", tok, "application/yaml", []byte(fmt.Sprintf("project: ml\ncommand: [/bin/true]\nafter_ended: [%s]\n", other.ID)))
+	doc.check(t, "POST", "/v1/jobs", r)
+	problemAt(t, r, "spec.after_ended[0]", "no job "+other.ID.String()+" in project ml")
+	batch = fmt.Sprintf(`{"jobs": [{"project": "ml", "command": ["/bin/true"], "after": ["%s"], "after_ended": ["%s"]}]}`, prep.ID, other.ID)
+	problemAt(t, e.do("POST", "/v1/jobs/batch", tok, "application/json", []byte(batch)), "body.jobs[0].after_ended[0]", "no job "+other.ID.String()+" in project ml")
 	var page struct{ Jobs []queue.Job }
 	e.do("GET", "/v1/jobs?project=ml", tok, "", nil).json(t, &page)
 	if len(page.Jobs) != 2 {
 		t.Fatalf("refused submissions recorded jobs: %d jobs in ml, want 2", len(page.Jobs))
+	}
+	// A job to run once prep has ended, however it ends.
+	report := e.submit(tok, fmt.Sprintf("project: ml\nname: report\ncommand: [/bin/true]\nafter_ended: [%s]\n", prep.ID))
+	if report.State != queue.StateWaiting {
+		t.Fatalf("submitted after prep ended: %+v, want waiting", report)
+	}
+	r = e.do("GET", "/v1/jobs/"+report.ID.String()+"/status", tok, "", nil)
+	doc.check(t, "GET", "/v1/jobs/{id}/status", r)
+	st = control.JobStatus{}
+	r.json(t, &st)
+	if len(st.After) != 0 || len(st.AfterEnded) != 1 || st.AfterEnded[0].Name != "prep" || st.AfterEnded[0].State != queue.StateRunning {
+		t.Fatalf("status of report: after %+v, after_ended %+v", st.After, st.AfterEnded)
 	}
 
 	if r = e.do("POST", "/v1/jobs/"+prep.ID.String()+"/cancel", tok, "", nil); r.Status != http.StatusOK {
@@ -73,4 +91,5 @@ func TestAJobThatRunsAfterAnotherWaitsAndSaysForWhatOverTheAPI(t *testing.T) {
 	if want := fmt.Sprintf("job %s (prep) it runs after ended cancelled", prep.ID); !strings.HasPrefix(j.Reason, want) {
 		t.Fatalf("train's reason: %q, want it to start %q", j.Reason, want)
 	}
+	e.waitState(tok, report.ID, queue.StateSucceeded)
 }

@@ -152,7 +152,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err := s.checkSecrets(ctx, spec, "spec.secrets"); err != nil {
 		return nil, err
 	}
-	if err := s.checkAfter(ctx, spec, "spec.after"); err != nil {
+	if err := s.checkAfter(ctx, spec, "spec"); err != nil {
 		return nil, err
 	}
 	sub, err := s.submitOne(ctx, spec)
