@@ -227,7 +227,16 @@ class Client:
         (``after=[prep]``): the job comes back ``"waiting"``, is placed once
         they have succeeded, and is cancelled, with the reason, if one of
         them ends otherwise. An id that is not a job of the project raises
-        :class:`InvalidRequest` (``spec.after[0]``)."""
+        :class:`InvalidRequest` (``spec.after[0]``).
+
+        ``after_ended`` lists jobs, as ``after`` does, that must each have
+        ended, however it ended (succeeded, failed, died, was cancelled or
+        was rejected), before the job is placed: a summary of a sweep some
+        of whose runs may fail (``c.submit(command=[...],
+        after_ended=sweep_jobs)``). The job comes back ``"waiting"`` while
+        one of them has not ended, and is never cancelled because one of
+        them failed. A job named in both lists raises
+        :class:`InvalidRequest` (``spec.after_ended[0]``)."""
         doc = _spec(spec, fields)
         _warn_credential_env([doc])
         self._ship_workdir(doc)
@@ -253,8 +262,8 @@ class Client:
         jobs are submitted (Jupyter, terminal or plain lines on stderr;
         ``progress=False`` hides it). A spec's ``workdir`` is shipped as
         :meth:`submit` ships it, each directory once per project, before
-        the first request, and its ``after`` may hold :class:`Job` objects
-        as :meth:`submit`'s does."""
+        the first request, and its ``after`` and ``after_ended`` may hold
+        :class:`Job` objects as :meth:`submit`'s do."""
         docs = []
         for i, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
@@ -913,24 +922,26 @@ def _spec(spec: Optional[Mapping[str, Any]], fields: Dict[str, Any]) -> Dict[str
 
 
 def _after_ids(doc: Dict[str, Any], where: str = "") -> None:
-    """Replaces a spec's ``after`` list by one of job ids: a :class:`Job`
-    by its id (``after=[prep]``). An element neither a str nor a Job, or an
-    ``after`` that is one job rather than a list, raises TypeError naming
-    it (``where`` first: ``specs[3].``), before any request. A value of
-    another type is left as it is, for the server to refuse."""
-    after = doc.get("after")
-    if isinstance(after, (str, Job)):
-        raise TypeError("%safter: want a list of job ids or Jobs, got %s" % (where, type(after).__name__))
-    if not isinstance(after, (list, tuple)):
-        return
-    ids = []
-    for i, a in enumerate(after):
-        if isinstance(a, Job):
-            a = a.id
-        elif not isinstance(a, str):
-            raise TypeError("%safter[%d]: want a job id or a Job, got %s" % (where, i, type(a).__name__))
-        ids.append(a)
-    doc["after"] = ids
+    """Replaces a spec's ``after`` and ``after_ended`` lists by ones of job
+    ids: a :class:`Job` by its id (``after=[prep]``). An element neither a
+    str nor a Job, or a value that is one job rather than a list, raises
+    TypeError naming it (``where`` first: ``specs[3].after_ended[0]``),
+    before any request. A value of another type is left as it is, for the
+    server to refuse."""
+    for key in ("after", "after_ended"):
+        jobs = doc.get(key)
+        if isinstance(jobs, (str, Job)):
+            raise TypeError("%s%s: want a list of job ids or Jobs, got %s" % (where, key, type(jobs).__name__))
+        if not isinstance(jobs, (list, tuple)):
+            continue
+        ids = []
+        for i, a in enumerate(jobs):
+            if isinstance(a, Job):
+                a = a.id
+            elif not isinstance(a, str):
+                raise TypeError("%s%s[%d]: want a job id or a Job, got %s" % (where, key, i, type(a).__name__))
+            ids.append(a)
+        doc[key] = ids
 
 
 def _inside(root: str, rel: str) -> str:

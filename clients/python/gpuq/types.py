@@ -163,10 +163,12 @@ class PoolLine:
 
 @dataclass
 class Dependency:
-    """A job another one runs after (its spec's ``after``), as it stands
-    now: the job waits until each of these has succeeded, and is cancelled
-    when one ends otherwise. For an id that names no job of the project,
-    ``name`` and ``state`` are empty."""
+    """A job another one runs after (its spec's ``after`` or
+    ``after_ended``), as it stands now: the job waits until each of its
+    ``after`` has succeeded, and is cancelled when one ends otherwise, and
+    until each of its ``after_ended`` has ended, however it ended. For an
+    id that names no job of the project, ``name`` and ``state`` are
+    empty."""
 
     job_id: str
     name: str
@@ -181,7 +183,9 @@ class Dependency:
 @dataclass
 class JobStatus:
     """A job with its attempts, latest checkpoint, placement and history,
-    and the jobs it runs after (``after``, in its spec's order)."""
+    and the jobs it runs after: ``after`` those that must succeed first,
+    ``after_ended`` those that must have ended first, each in its spec's
+    order."""
 
     job: Job
     attempts: List[Attempt]
@@ -192,6 +196,7 @@ class JobStatus:
     last_log_lines: List[str] = field(default_factory=list)
     waiting: Optional[PoolLine] = None
     after: List[Dependency] = field(default_factory=list)
+    after_ended: List[Dependency] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -202,7 +207,8 @@ class JobStatus:
                    last_checkpoint=Checkpoint.from_doc(cp) if cp else None, pool=d.get("pool", ""),
                    placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []),
                    waiting=PoolLine.from_doc(line) if line else None,
-                   after=[Dependency.from_doc(a) for a in d.get("after") or []], raw=d)
+                   after=[Dependency.from_doc(a) for a in d.get("after") or []],
+                   after_ended=[Dependency.from_doc(a) for a in d.get("after_ended") or []], raw=d)
 
 
 @dataclass

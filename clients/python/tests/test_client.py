@@ -567,6 +567,23 @@ class ClientTest(unittest.TestCase):
             client.submit(command=["true"], after=["00000000-0000-0000-0000-000000000000"])
         self.assertIn("spec.after[0]", caught.exception.fields, caught.exception)
 
+    def test_a_job_runs_after_the_jobs_it_names_have_ended_however_they_ended(self):
+        run = client.submit(name="run", command=["sh", "-c", "sleep 2; exit 3"], retries={"max_errors": 0})
+        summary = client.submit(name="summary", command=["true"], after_ended=[run])
+        self.assertEqual(summary.state, "waiting")
+        self.assertEqual(summary.spec["after_ended"], [run.id])
+        # The run fails: the summary is not cancelled but runs once it has.
+        self.assertEqual(client.wait(summary.id, timeout=120, progress=False).state, "succeeded")
+        self.assertEqual(client.get(run.id).state, "failed")
+        st = client.status(summary.id)
+        self.assertEqual([(d.job_id, d.name, d.state) for d in st.after_ended], [(run.id, "run", "failed")])
+        self.assertEqual(st.after, [])
+        self.assertIn("waiting for job %s (run) to end" % run.id, "\n".join(h.message for h in st.history))
+        self.assertEqual(client.status(run.id).after_ended, [])
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], after=[run], after_ended=[run])
+        self.assertIn("spec.after_ended[0]", caught.exception.fields, caught.exception)
+
     def test_spend_lists_what_is_left_of_each_budget(self):
         # A team's admin sets the project's budget (gpuq dev's token is an
         # admin's of every project); a job of the project runs under it.

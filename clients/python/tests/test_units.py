@@ -969,10 +969,10 @@ class SecretTest(unittest.TestCase):
 
 
 class AfterTest(unittest.TestCase):
-    """Jobs that run after others, against a fake API: ``after`` takes Job
-    objects as well as ids and sends ids, refuses anything else before any
-    request, the status document's ``after`` is read, and cancel_label
-    cancels waiting jobs too."""
+    """Jobs that run after others, against a fake API: ``after`` and
+    ``after_ended`` take Job objects as well as ids and send ids, refuse
+    anything else before any request, the status document's ``after`` and
+    ``after_ended`` are read, and cancel_label cancels waiting jobs too."""
 
     PREP = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
     EVAL = "01a24883-315e-70c4-b75c-ec8c7f9bdf53"
@@ -1056,6 +1056,62 @@ class AfterTest(unittest.TestCase):
                          [(self.PREP, "prep", "succeeded"), (self.EVAL, "eval", "running"), (missing, "", "")])
         self.assertEqual(st.after[1].raw, doc["after"][1])
         self.assertEqual(self.client.status(self.PREP).after, [])
+
+    def test_after_ended_sends_jobs_as_their_ids(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        train = gpuq.Job.from_doc(self.job_doc(self.TRAIN, name="train"))
+        waiting = self.job_doc(self.EVAL, "waiting", "summary", after_ended=[self.PREP, self.TRAIN])
+        self.answers += [(201, waiting), (201, waiting), (201, {"jobs": [{"job": waiting}, {"job": waiting}]}),
+                         (200, {"feasible": True, "reason": ""})]
+        summary = self.client.submit(name="summary", command=["true"], after_ended=[prep, self.TRAIN])
+        self.assertEqual(summary.state, "waiting")
+        spec = {"command": ["true"], "after": [prep], "after_ended": (train,)}
+        self.client.submit(spec, idempotency_key="summary-v1")
+        specs = [{"command": ["true"], "after_ended": [prep, train]}, {"command": ["true"], "after_ended": [self.PREP]}]
+        self.client.submit_many(specs, progress=False)
+        self.client.plan(command=["true"], after_ended=[train])
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/jobs"), ("POST", "/v1/jobs"),
+                                                     ("POST", "/v1/jobs/batch"), ("POST", "/v1/plan")])
+        self.assertEqual(self.seen[0][2], {"name": "summary", "command": ["true"],
+                                           "after_ended": [self.PREP, self.TRAIN]})
+        self.assertEqual((self.seen[1][2]["after"], self.seen[1][2]["after_ended"]), ([self.PREP], [self.TRAIN]))
+        self.assertEqual([j["after_ended"] for j in self.seen[2][2]["jobs"]], [[self.PREP, self.TRAIN], [self.PREP]])
+        self.assertEqual(self.seen[3][2]["after_ended"], [self.TRAIN])
+        # The caller's specs are left as they were.
+        self.assertEqual((spec["after"], spec["after_ended"]), ([prep], (train,)))
+        self.assertEqual(specs[0]["after_ended"], [prep, train])
+
+    def test_a_bad_element_in_after_ended_is_refused_before_any_request(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        with self.assertRaises(TypeError) as caught:
+            self.client.submit(command=["true"], after=[prep], after_ended=[7])
+        self.assertEqual(str(caught.exception), "after_ended[0]: want a job id or a Job, got int")
+        with self.assertRaisesRegex(TypeError, r"^after_ended: want a list of job ids or Jobs, got Job$"):
+            self.client.submit({"command": ["true"], "after_ended": prep})
+        with self.assertRaisesRegex(TypeError, r"^after_ended\[1\]: want a job id or a Job, got NoneType$"):
+            self.client.plan(command=["true"], after_ended=[self.PREP, None])
+        with self.assertRaisesRegex(TypeError, r"^specs\[1\]\.after_ended\[0\]: want a job id or a Job, got dict$"):
+            self.client.submit_many([{"command": ["true"], "after_ended": [prep]},
+                                     {"command": ["true"], "after_ended": [{"id": self.PREP}]}], progress=False)
+        self.assertEqual(self.seen, [])
+
+    def test_status_reads_the_jobs_it_runs_after_ended_in_the_specs_order(self):
+        missing = "00000000-0000-0000-0000-000000000000"
+        doc = {"job": self.job_doc(self.TRAIN, "waiting", "summary", after=[self.EVAL],
+                                   after_ended=[self.PREP, missing]),
+               "attempts": [], "history": [],
+               "after": [{"job_id": self.EVAL, "name": "eval", "state": "succeeded"}],
+               "after_ended": [{"job_id": self.PREP, "name": "prep", "state": "failed"},
+                               {"job_id": missing, "name": "", "state": ""}]}
+        self.answers += [(200, doc), (200, {"job": self.job_doc(self.PREP, "failed", "prep"), "attempts": [],
+                                            "history": []})]
+        st = self.client.status(self.TRAIN)
+        self.assertTrue(all(isinstance(d, gpuq.Dependency) for d in st.after_ended), st.after_ended)
+        self.assertEqual([(d.job_id, d.name, d.state) for d in st.after_ended],
+                         [(self.PREP, "prep", "failed"), (missing, "", "")])
+        self.assertEqual([(d.job_id, d.state) for d in st.after], [(self.EVAL, "succeeded")])
+        self.assertEqual(st.after_ended[0].raw, doc["after_ended"][0])
+        self.assertEqual(self.client.status(self.PREP).after_ended, [])
 
     def test_retry_label_retries_a_pipeline_in_the_order_it_was_submitted(self):
         def at(doc, second):
