@@ -98,6 +98,9 @@ type ClientRequest struct {
 	// only jobs submitted at or after Since.
 	Label string    `json:"label,omitempty"`
 	Since time.Time `json:"since,omitzero"`
+	// list: only jobs that run after this one (their spec.after or
+	// spec.after_ended names it).
+	RunsAfter uuid.UUID `json:"runs_after,omitzero"`
 	// list: continue after the page whose NextCursor this is.
 	Cursor string `json:"cursor,omitempty"`
 	// list, logs: at most this many jobs or chunks; archive: bytes.

@@ -84,6 +84,9 @@ type Page struct {
 	LabelKey, LabelValue string
 	// Since keeps jobs submitted at or after it.
 	Since time.Time
+	// RunsAfter, when set, keeps the jobs whose spec.after or
+	// spec.after_ended names that job.
+	RunsAfter uuid.UUID
 	// After continues a listing after this job (its submission time and id).
 	AfterAt time.Time
 	AfterID uuid.UUID

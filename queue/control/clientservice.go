@@ -339,7 +339,7 @@ func (s *ClientService) list(ctx context.Context, project string, r queue.Client
 	if r.Limit > queue.MaxClientList {
 		return nil, clientErr("400", "limit: must be 1–%d, got %d", queue.MaxClientList, r.Limit)
 	}
-	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, Limit: r.Limit + 1}
+	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, RunsAfter: r.RunsAfter, Limit: r.Limit + 1}
 	if r.Label != "" {
 		k, v, err := queue.ParseLabelFilter(r.Label)
 		if err != nil {

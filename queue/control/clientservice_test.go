@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +118,36 @@ func TestClientServiceAnswersNotFoundForAJobOfAnotherProject(t *testing.T) {
 	}
 	if _, code, msg = h.call(t, "teama", queue.ClientOpCancel, queue.ClientRequest{JobID: id}); code != "409" || !strings.Contains(msg, "already finished") {
 		t.Fatalf("cancelling a finished job: %s %q, want 409 already finished", code, msg)
+	}
+}
+
+// The client service's listing keeps, with runs_after, the jobs whose
+// spec.after or spec.after_ended names that job (gpuq ls --runs-after, gpuq
+// retry --downstream over NATS).
+func TestClientServiceListsTheJobsThatRunAfterAJob(t *testing.T) {
+	t.Parallel()
+	h := startClientService(t, 0)
+	prep := h.recordJob(t, "teama")
+	var after []uuid.UUID
+	for _, key := range []string{"after", "after_ended", "labels"} {
+		id := uuid.New()
+		value := fmt.Sprintf("[%s]", prep)
+		if key == "labels" {
+			value = fmt.Sprintf("{prep: %q}", prep)
+		}
+		spec := mustSpec(t, fmt.Sprintf("project: teama\ncommand: [/bin/true]\n%s: %s\n", key, value))
+		if _, err := h.store.RecordJobs(context.Background(), []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, id)
+	}
+	body, code, msg := h.call(t, "teama", queue.ClientOpList, queue.ClientRequest{RunsAfter: prep})
+	var list queue.ClientJobList
+	if code != "" || json.Unmarshal(body, &list) != nil || len(list.Jobs) != 2 || list.Jobs[0].ID != after[1] || list.Jobs[1].ID != after[0] {
+		t.Fatalf("jobs after %s: %s %s %s, want %s and %s", prep, code, msg, body, after[1], after[0])
+	}
+	if body, _, _ = h.call(t, "teama", queue.ClientOpList, queue.ClientRequest{RunsAfter: after[0]}); json.Unmarshal(body, &list) != nil || len(list.Jobs) != 0 {
+		t.Fatalf("jobs after a job nothing runs after: %s", body)
 	}
 }
 

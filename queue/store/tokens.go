@@ -100,6 +100,7 @@ func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error
 		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},
 		LabelValue: sql.NullString{String: p.LabelValue, Valid: p.LabelKey != ""},
 		Since:      sql.NullTime{Time: p.Since, Valid: !p.Since.IsZero()},
+		RunsAfter:  sql.NullString{String: p.RunsAfter.String(), Valid: p.RunsAfter != uuid.Nil},
 		AfterAt:    sql.NullTime{Time: p.AfterAt, Valid: !p.AfterAt.IsZero()},
 		AfterID:    uuid.NullUUID{UUID: p.AfterID, Valid: !p.AfterAt.IsZero()},
 		MaxRows:    int32(p.Limit),

@@ -1040,18 +1040,22 @@ const jobListPage = `-- name: JobListPage :many
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
 WHERE ($1::boolean OR project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR state = $3::job_state)
-  AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
-  AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
-  AND ($7::timestamptz IS NULL
-       OR (submitted_at, id) < ($7::timestamptz, $8::uuid))
+  AND ($4::text IS NULL
+       OR spec->'after' @> jsonb_build_array($4::text)
+       OR spec->'after_ended' @> jsonb_build_array($4::text))
+  AND ($5::text IS NULL OR spec->'labels'->>$5::text = $6::text)
+  AND ($7::timestamptz IS NULL OR submitted_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL
+       OR (submitted_at, id) < ($8::timestamptz, $9::uuid))
 ORDER BY submitted_at DESC, id DESC
-LIMIT $9
+LIMIT $10
 `
 
 type JobListPageParams struct {
 	Every      bool
 	Projects   []string
 	State      NullJobState
+	RunsAfter  sql.NullString
 	LabelKey   sql.NullString
 	LabelValue sql.NullString
 	Since      sql.NullTime
@@ -1062,12 +1066,14 @@ type JobListPageParams struct {
 
 // JobListPage is one page of a listing scoped to @projects (every project
 // when @every), newest first; the page after a job starts strictly after
-// its (submitted_at, id).
+// its (submitted_at, id). @runs_after keeps the jobs whose spec.after or
+// spec.after_ended names that job.
 func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobListPage,
 		arg.Every,
 		pq.Array(arg.Projects),
 		arg.State,
+		arg.RunsAfter,
 		arg.LabelKey,
 		arg.LabelValue,
 		arg.Since,

@@ -375,10 +375,14 @@ LIMIT @max_rows;
 -- name: JobListPage :many
 -- JobListPage is one page of a listing scoped to @projects (every project
 -- when @every), newest first; the page after a job starts strictly after
--- its (submitted_at, id).
+-- its (submitted_at, id). @runs_after keeps the jobs whose spec.after or
+-- spec.after_ended names that job.
 SELECT * FROM jobs
 WHERE (@every::boolean OR project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
+  AND (sqlc.narg('runs_after')::text IS NULL
+       OR spec->'after' @> jsonb_build_array(sqlc.narg('runs_after')::text)
+       OR spec->'after_ended' @> jsonb_build_array(sqlc.narg('runs_after')::text))
   AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
   AND (sqlc.narg('after_at')::timestamptz IS NULL

@@ -52,6 +52,13 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	fetch, _ := gpuq(0, "submit", "--name", "fetch", "--label", "pipe=fe", "--max-errors", "0", "--", "sh", "-c", `sleep 3; test "$GPUQ_ATTEMPT" -ge 2`)
 	fit, _ := gpuq(0, "submit", "--name", "fit", "--label", "pipe=fe", "--after", fetch, "--", "true")
 	eval, _ := gpuq(0, "submit", "--name", "eval", "--label", "pipe=fe", "--after", fit+","+prep, "--", "true")
+	// The same without a label, for retry --downstream.
+	one, _ := gpuq(0, "submit", "--name", "one", "--max-errors", "0", "--", "sh", "-c", `sleep 3; test "$GPUQ_ATTEMPT" -ge 2`)
+	two, _ := gpuq(0, "submit", "--name", "two", "--after", one, "--", "true")
+	three, _ := gpuq(0, "submit", "--name", "three", "--after", two, "--", "true")
+	if ls, _ := gpuq(0, "ls", "--runs-after", one); !strings.Contains(ls, two) || strings.Contains(ls, three) {
+		t.Fatalf("ls --runs-after one: want two alone\n%s", ls)
+	}
 	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
 		t.Fatalf("wait of a job after a cancelled one: %v", err)
 	}
@@ -65,6 +72,17 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 		t.Fatalf("retry --label of a pipeline: want fetch placed, then fit and eval waiting, got\n%s", out)
 	}
 	gpuq(0, "wait", eval)
+	// Retried with --downstream, the failed step brings back the steps
+	// cancelled after it, in turn, in the order they were submitted.
+	gpuq(ExitCancelled, "wait", three)
+	if out, _ := gpuq(0, "retry", "--downstream", one); !regexp.MustCompile(`^`+one+` (placed|running) on pool `).MatchString(out) ||
+		!strings.Contains(out, "\n"+two+" waiting\n"+three+" waiting") {
+		t.Fatalf("retry --downstream of a pipeline's failed first step: want it placed, then two and three waiting, got\n%s", out)
+	}
+	gpuq(0, "wait", three)
+	if _, err := gpuq(ExitGeneral, "ls", "--runs-after", "one"); !strings.Contains(err.Error(), `--runs-after: want a job id as gpuq prints it, got "one"`) {
+		t.Fatalf("ls --runs-after a name: %v", err)
+	}
 
 	// After a whole sweep, as the README does it: the ids --batch prints,
 	// joined by commas. One run fails: the job after every run's success

@@ -307,6 +307,9 @@ func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	if !f.Since.IsZero() {
 		q.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
 	}
+	if f.RunsAfter != uuid.Nil {
+		q.Set("runs_after", f.RunsAfter.String())
+	}
 	out := &JobPage{Jobs: []*queue.Job{}}
 	for len(out.Jobs) < f.Limit {
 		q.Set("limit", strconv.Itoa(min(maxListPage, f.Limit-len(out.Jobs))))

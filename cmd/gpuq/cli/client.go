@@ -713,6 +713,12 @@ func newLsCmd() *cobra.Command {
 			if f.Since, err = parseSince(v.GetString("since"), time.Now()); err != nil {
 				return err
 			}
+			if id := v.GetString("runs-after"); id != "" {
+				if !queue.ValidJobID(id) {
+					return fmt.Errorf("--runs-after: want a job id as gpuq prints it, got %q", id)
+				}
+				f.RunsAfter = uuid.MustParse(id)
+			}
 			svc, err := connectJobs(cmd, v)
 			if err != nil {
 				return err
@@ -747,6 +753,7 @@ func newLsCmd() *cobra.Command {
 	cmd.Flags().String("project", "", "only jobs of this project (default: every project of the NATS credential, else of the config key projects, else default)")
 	cmd.Flags().String("label", "", "only jobs whose spec.labels has this `entry`, key=value")
 	cmd.Flags().String("since", "", "only jobs submitted at or after this `time` (RFC 3339, or a duration such as 24h for the last 24 hours)")
+	cmd.Flags().String("runs-after", "", "only jobs that run after this `job` (their spec.after or after_ended names its id)")
 	cmd.Flags().Int("limit", 50, fmt.Sprintf("at most this many jobs (1–%d)", maxListed))
 	return cmd
 }
@@ -1178,7 +1185,7 @@ func labelledIDs(ctx context.Context, svc jobService, v *viper.Viper, label stri
 // command fail once every job was tried: with ExitNotFound when each
 // failure was a job not found.
 func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel bool, format string) error {
-	skip := func(err error) bool { return byLabel && isConflict(err) }
+	skip := func(_ uuid.UUID, err error) bool { return byLabel && isConflict(err) }
 	_, err := actOnEach(cmd, ids, "cancelling", "cancelled", svc.Cancel, skip, format)
 	return err
 }
@@ -1193,7 +1200,7 @@ func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel boo
 // ExitRejected when each was a rejection, else 1 (done: "cancelled"). It
 // returns the jobs acted on.
 func actOnEach(cmd *cobra.Command, ids []uuid.UUID, doing, done string, act func(context.Context, uuid.UUID) (*queue.Job, error),
-	skip func(error) bool, format string, print ...func(io.Writer, *queue.Job)) ([]*queue.Job, error) {
+	skip func(uuid.UUID, error) bool, format string, print ...func(io.Writer, *queue.Job)) ([]*queue.Job, error) {
 	page := &JobPage{Jobs: []*queue.Job{}}
 	failed, codes := 0, map[int]int{}
 	shown := newTransfer(cmd.ErrOrStderr(), doing)
@@ -1213,7 +1220,7 @@ func actOnEach(cmd *cobra.Command, ids []uuid.UUID, doing, done string, act func
 					printJob(cmd.OutOrStdout(), job, format) //nolint:errcheck // a table line
 				}
 			})
-		case skip != nil && skip(err):
+		case skip != nil && skip(id, err):
 		default:
 			err = notFoundError(id, err)
 			failed++

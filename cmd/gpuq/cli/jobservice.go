@@ -57,7 +57,9 @@ type listFilter struct {
 	State   queue.JobState
 	Label   string
 	Since   time.Time
-	Limit   int
+	// RunsAfter keeps the jobs that run after this one.
+	RunsAfter uuid.UUID
+	Limit     int
 }
 
 // maxListPage is the most jobs one page of a listing asks for: the HTTP

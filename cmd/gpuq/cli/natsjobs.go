@@ -230,7 +230,7 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	}
 	page := &JobPage{Jobs: []*queue.Job{}}
 	for _, p := range projects {
-		req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since}
+		req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter}
 		for got := 0; got < f.Limit; {
 			req.Limit = min(maxListPage, f.Limit-got)
 			var list queue.ClientJobList

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -20,7 +22,7 @@ var retryStates = []queue.JobState{queue.StateFailed, queue.StateDead, queue.Sta
 
 func newRetryCmd() *cobra.Command {
 	cmd := jobsCommand(&cobra.Command{
-		Use:   "retry JOB_ID… | --label KEY=VALUE",
+		Use:   "retry JOB_ID… | --label KEY=VALUE [--downstream]",
 		Short: "Run jobs that failed, died, were cancelled or were rejected again, from their latest checkpoint",
 		Long: `Run jobs that failed, died, were cancelled or were rejected again.
 
@@ -37,18 +39,25 @@ Give one or more job ids, or --label KEY=VALUE for every job whose labels hold
 that entry and that failed, died, was cancelled or was rejected. Each retried
 job is printed with the pool it is placed on; a job that cannot be retried is
 named on stderr and the others are retried all the same. With --wait, gpuq then
-waits for the retried jobs as gpuq wait does.`,
+waits for the retried jobs as gpuq wait does.
+
+With --downstream, the jobs that run after them (their spec.after or
+after_ended names one) and failed, died, were cancelled or were rejected are
+retried too, and in turn those after them: a pipeline whose first step failed
+runs again whole. Every job is retried after the jobs it runs after (in the
+order they were submitted), so the later steps wait for the earlier ones again.`,
 		Example: `  gpuq retry 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq retry --fresh 01a2490c-414b-74a6-950b-948f7b68feb6
-  gpuq retry --label sweep=lr --wait`,
+  gpuq retry --label sweep=lr --wait
+  gpuq retry --downstream 01a2490c-414b-74a6-950b-948f7b68feb6`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		ctx := cmd.Context()
 		retry := func(ctx context.Context, id uuid.UUID) (*queue.Job, error) {
 			job, err := svc.Retry(ctx, id, v.GetBool("fresh"))
 			return job, rejectedError(err)
 		}
-		wait := v.GetBool("wait")
-		if len(ids) == 1 && !wait {
+		wait, downstream := v.GetBool("wait"), v.GetBool("downstream")
+		if len(ids) == 1 && !wait && !downstream {
 			job, err := retry(ctx, ids[0])
 			if err != nil {
 				return notFoundError(ids[0], err)
@@ -69,11 +78,20 @@ waits for the retried jobs as gpuq wait does.`,
 				return nil
 			}
 		}
+		var after map[uuid.UUID]bool
+		if downstream {
+			var err error
+			if ids, after, err = withDownstream(ctx, svc, ids); err != nil {
+				return err
+			}
+		}
 		shown := format
 		if wait && format == "json" {
 			shown = "" // the waits print their page
 		}
-		skip := func(err error) bool { return label != "" && isConflict(err) }
+		// A job found by its label or as a job after another that changed
+		// state meanwhile is passed over.
+		skip := func(id uuid.UUID, err error) bool { return (label != "" || after[id]) && isConflict(err) }
 		retried, err := actOnEach(cmd, ids, "retrying", "retried", retry, skip, shown, printRetried)
 		if !wait || len(retried) == 0 {
 			return err
@@ -88,10 +106,60 @@ waits for the retried jobs as gpuq wait does.`,
 		return err
 	})
 	cmd.Flags().String("label", "", "retry every job that failed, died, was cancelled or was rejected whose spec.labels has this `entry`, key=value")
+	cmd.Flags().Bool("downstream", false, "also retry the jobs that run after them and failed, died, were cancelled or were rejected, and in turn those after them")
 	cmd.Flags().Bool("fresh", false, "drop the jobs' checkpoints, so that each starts from nothing instead of resuming (a checkpoint that breaks the job, a format the job no longer reads)")
 	cmd.Flags().Bool("wait", false, "then wait for the retried jobs to finish, as gpuq wait does")
 	cmd.Flags().Duration("timeout", 0, "with --wait, give up waiting after this long (exit 7); 0 waits for ever")
 	return cmd
+}
+
+// withDownstream returns ids and the jobs that run after them (their
+// spec.after or spec.after_ended names one) and failed, died, were
+// cancelled or were rejected, and in turn those after them, all in the
+// order they were submitted, so that each is retried after the jobs it runs
+// after; and the jobs it found after them. An id of no job comes first, for
+// the retry to name it.
+func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID) ([]uuid.UUID, map[uuid.UUID]bool, error) {
+	type found struct {
+		id uuid.UUID
+		at time.Time
+	}
+	var all []found
+	var next []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		f := found{id: id}
+		if j, err := svc.Job(ctx, id); err == nil {
+			f.at = j.SubmittedAt
+		} else if !errors.Is(err, queue.ErrNotFound) {
+			return nil, nil, err
+		}
+		all, next = append(all, f), append(next, id)
+	}
+	after := map[uuid.UUID]bool{}
+	for len(next) > 0 {
+		page, err := svc.List(ctx, listFilter{RunsAfter: next[0], Limit: maxListed})
+		if err != nil {
+			return nil, nil, err
+		}
+		next = next[1:]
+		for _, j := range page.Jobs {
+			if !seen[j.ID] && slices.Contains(retryStates, j.State) {
+				seen[j.ID], after[j.ID] = true, true
+				all, next = append(all, found{id: j.ID, at: j.SubmittedAt}), append(next, j.ID)
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(a, b found) int { return a.at.Compare(b.at) })
+	out := make([]uuid.UUID, len(all))
+	for i, f := range all {
+		out[i] = f.id
+	}
+	return out, after, nil
 }
 
 // printRetried prints a retried job's line: its id, state and pool.

@@ -82,6 +82,18 @@ func TestAJobThatRunsAfterAnotherWaitsAndSaysForWhatOverTheAPI(t *testing.T) {
 		t.Fatalf("status of report: after %+v, after_ended %+v", st.After, st.AfterEnded)
 	}
 
+	// The jobs that run after prep, either way, newest first.
+	r = e.do("GET", "/v1/jobs?runs_after="+prep.ID.String(), tok, "", nil)
+	doc.check(t, "GET", "/v1/jobs", r)
+	page.Jobs = nil
+	r.json(t, &page)
+	if len(page.Jobs) != 2 || page.Jobs[0].ID != report.ID || page.Jobs[1].ID != train.ID {
+		t.Fatalf("jobs that run after prep: %s", r.Body)
+	}
+	r = e.do("GET", "/v1/jobs?runs_after=prep", tok, "", nil)
+	doc.check(t, "GET", "/v1/jobs", r)
+	problemAt(t, r, "query.runs_after", `must be a job id as gpuq prints it, got "prep"`)
+
 	if r = e.do("POST", "/v1/jobs/"+prep.ID.String()+"/cancel", tok, "", nil); r.Status != http.StatusOK {
 		t.Fatalf("cancel prep: %d %s", r.Status, r.Body)
 	}

@@ -45,12 +45,13 @@ type statusBody struct {
 }
 
 type listInput struct {
-	Project string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
-	State   string `query:"state" enum:"pending,waiting,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
-	Label   string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
-	Since   string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`
-	Cursor  string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page"`
-	Limit   int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"jobs per page"`
+	Project   string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
+	State     string `query:"state" enum:"pending,waiting,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
+	Label     string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
+	Since     string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`
+	RunsAfter string `query:"runs_after" maxLength:"36" doc:"only jobs that run after this job: their spec.after or spec.after_ended names it"`
+	Cursor    string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page"`
+	Limit     int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"jobs per page"`
 }
 
 // JobPage is one page of a job listing, newest first.
@@ -350,6 +351,12 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 			return nil, fieldProblem("query.label", "%s", err)
 		}
 		p.LabelKey, p.LabelValue = k, v
+	}
+	if in.RunsAfter != "" {
+		if !queue.ValidJobID(in.RunsAfter) {
+			return nil, fieldProblem("query.runs_after", "must be a job id as gpuq prints it, got %q", in.RunsAfter)
+		}
+		p.RunsAfter = uuid.MustParse(in.RunsAfter)
 	}
 	if in.Since != "" {
 		t, err := time.Parse(time.RFC3339Nano, in.Since)
