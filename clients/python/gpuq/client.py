@@ -27,6 +27,9 @@ DEV_TOKEN = os.path.join(".gpuq", "token")
 #: A job as the methods take it: its id, or the :class:`Job` itself.
 JobRef = Union[str, Job]
 
+#: The states a job is retried from.
+_RETRYABLE = ("failed", "dead", "cancelled", "rejected")
+
 _MAX_DOC = 64 << 20
 _MAX_LINE = 4 << 20
 
@@ -311,19 +314,24 @@ class Client:
         return JobStatus.from_doc(self._get(_job_path(job_id, "/status")))
 
     def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
-             since: Union[str, datetime, timedelta, None] = None, limit: int = 50) -> List[Job]:
+             since: Union[str, datetime, timedelta, None] = None, limit: int = 50,
+             runs_after: Optional[JobRef] = None) -> List[Job]:
         """Jobs of the token's projects, newest first, at most ``limit``
         (following the API's pages). ``label`` is ``key=value``; ``since``
         an RFC 3339 time, a datetime, or a timedelta back from now
-        (``timedelta(hours=24)``: the last day's jobs)."""
+        (``timedelta(hours=24)``: the last day's jobs); ``runs_after`` a job
+        or its id: only the jobs whose ``after`` or ``after_ended`` names
+        it (the steps of a pipeline that come right after it)."""
         if isinstance(since, timedelta):
             since = datetime.now(timezone.utc) - since
         since = _rfc3339(since)
+        after = _id(runs_after) if runs_after is not None else None
         jobs: List[Job] = []
         cursor = None
         while len(jobs) < limit:
             page = self._get("/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
-                                          "limit": min(500, limit - len(jobs)), "cursor": cursor})
+                                          "runs_after": after, "limit": min(500, limit - len(jobs)),
+                                          "cursor": cursor})
             jobs.extend(Job.from_doc(j) for j in page.get("jobs") or [])
             cursor = page.get("next_cursor")
             if not cursor:
@@ -386,8 +394,41 @@ class Client:
         order they were submitted (a pipeline's first step before the steps
         that run after it), and returns those it retried. A job retried
         meanwhile by someone else is skipped."""
-        return self._each_labelled(label, project, ("failed", "dead", "cancelled", "rejected"),
+        return self._each_labelled(label, project, _RETRYABLE,
                                    lambda job_id: self.retry(job_id, fresh=fresh), oldest_first=True)
+
+    def retry_downstream(self, job_id: JobRef, fresh: bool = False) -> List[Job]:
+        """Retries the job, then the jobs that run after it (their ``after``
+        or ``after_ended`` names it) that failed, died, were cancelled or
+        were rejected, and in turn those after them, and returns those it
+        retried: a pipeline whose first step failed runs again whole,
+        ``c.retry_downstream(prep)`` after the fix. A job after it that
+        succeeded or has not finished is neither retried nor looked past
+        (the jobs after that one are not looked for through it). The jobs
+        after it are retried in the order they were submitted, so that each
+        is retried after the jobs it runs after and waits for them again
+        (``gpuq retry --downstream``). The job itself raises as
+        :meth:`retry` does, before any other is retried; a job found after
+        it that was retried meanwhile by someone else is skipped."""
+        root = _id(job_id)
+        after: List[Job] = []
+        seen = {root}
+        ahead = [root]
+        while ahead:
+            for job in self.list(runs_after=ahead.pop(0), limit=10_000):
+                if job.id not in seen and job.state in _RETRYABLE:
+                    seen.add(job.id)
+                    after.append(job)
+                    ahead.append(job.id)
+        # A job names only jobs submitted before it: the job itself comes first.
+        after.sort(key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))
+        done = [self.retry(root, fresh=fresh)]
+        for job in after:
+            try:
+                done.append(self.retry(job.id, fresh=fresh))
+            except Conflict:
+                pass  # its state changed after it was listed
+        return done
 
     def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""

@@ -584,6 +584,23 @@ class ClientTest(unittest.TestCase):
             client.submit(command=["true"], after=[run], after_ended=[run])
         self.assertIn("spec.after_ended[0]", caught.exception.fields, caught.exception)
 
+    def test_retry_downstream_runs_a_failed_pipeline_again_whole(self):
+        # prep fails on its first attempt and succeeds when retried.
+        prep = client.submit(name="prep", command=["sh", "-c", 'test "$GPUQ_ATTEMPT" -ge 2'],
+                             retries={"max_errors": 0})
+        train = client.submit(name="train", command=["true"], after=[prep])
+        evaluate = client.submit(name="eval", command=["true"], after=[train])
+        self.assertEqual(client.wait(evaluate, timeout=120, progress=False).state, "cancelled")
+        self.assertEqual(client.get(prep).state, "failed")
+        self.assertEqual([j.id for j in client.list(runs_after=prep)], [train.id])
+        self.assertEqual([j.id for j in client.list(runs_after=train.id)], [evaluate.id])
+        retried = client.retry_downstream(prep)
+        self.assertEqual([j.id for j in retried], [prep.id, train.id, evaluate.id])
+        self.assertEqual([client.wait(j, timeout=120, progress=False).state for j in retried], ["succeeded"] * 3)
+        # Nothing is left to retry: prep itself raises.
+        with self.assertRaises(gpuq.Conflict):
+            client.retry_downstream(prep)
+
     def test_spend_lists_what_is_left_of_each_budget(self):
         # A team's admin sets the project's budget (gpuq dev's token is an
         # admin's of every project); a job of the project runs under it.

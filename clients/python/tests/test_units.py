@@ -972,7 +972,9 @@ class AfterTest(unittest.TestCase):
     """Jobs that run after others, against a fake API: ``after`` and
     ``after_ended`` take Job objects as well as ids and send ids, refuse
     anything else before any request, the status document's ``after`` and
-    ``after_ended`` are read, and cancel_label cancels waiting jobs too."""
+    ``after_ended`` are read, cancel_label cancels waiting jobs too, list
+    sends ``runs_after`` as an id, and retry_downstream retries the jobs
+    after a job in the order they were submitted."""
 
     PREP = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
     EVAL = "01a24883-315e-70c4-b75c-ec8c7f9bdf53"
@@ -1143,3 +1145,83 @@ class AfterTest(unittest.TestCase):
                  for method, path, _ in self.seen]
         self.assertEqual(asked, ["pending", "waiting", "/v1/jobs/%s/cancel" % self.TRAIN, "placed",
                                  "/v1/jobs/%s/cancel" % self.EVAL, "running"])
+
+    REPORT = "01a24883-315e-70c4-b75c-ec8c7f9bdf55"
+    SUMMARY = "01a24883-315e-70c4-b75c-ec8c7f9bdf56"
+
+    @staticmethod
+    def at(doc, second):
+        return dict(doc, submitted_at="2026-12-07T10:00:%02d.5Z" % second)
+
+    def asked(self):
+        """Each request: a listing as ("list", its query), a retry as
+        ("retry", the job's id, its query)."""
+        out = []
+        for method, path, _ in self.seen:
+            split = urllib.parse.urlsplit(path)
+            query = urllib.parse.parse_qs(split.query)
+            if method == "GET" and split.path == "/v1/jobs":
+                out.append(("list", query))
+            else:
+                self.assertEqual((method, split.path[-6:]), ("POST", "/retry"), path)
+                out.append(("retry", split.path.split("/")[3], query))
+        return out
+
+    def test_list_sends_runs_after_as_the_jobs_id(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, "failed", "prep"))
+        self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "cancelled", "train", after=[self.PREP])]}),
+                         (200, {"jobs": []}), (200, {"jobs": []})]
+        listed = self.client.list(runs_after=prep)
+        self.assertEqual([j.id for j in listed], [self.TRAIN])
+        self.client.list(runs_after=self.PREP, state="cancelled", project="vision")
+        self.client.list()
+        self.assertEqual([q for _, q in self.asked()], [
+            {"runs_after": [self.PREP], "limit": ["50"]},
+            {"runs_after": [self.PREP], "state": ["cancelled"], "project": ["vision"], "limit": ["50"]},
+            {"limit": ["50"]}])
+
+    def test_retry_downstream_retries_the_jobs_after_it_in_the_order_they_were_submitted(self):
+        at = self.at
+        # prep <- train <- eval (which runs after prep too) <- summary;
+        # prep <- report, which succeeded. The server lists newest first:
+        # eval comes before train, whose retry eval's waits for.
+        self.answers += [
+            (200, {"jobs": [at(self.job_doc(self.REPORT, "succeeded", after=[self.PREP]), 4),
+                            at(self.job_doc(self.EVAL, "cancelled", after=[self.PREP, self.TRAIN]), 3),
+                            at(self.job_doc(self.TRAIN, "cancelled", after=[self.PREP]), 2)]}),
+            (200, {"jobs": [at(self.job_doc(self.SUMMARY, "cancelled", after_ended=[self.EVAL]), 6)]}),
+            (200, {"jobs": [at(self.job_doc(self.EVAL, "cancelled", after=[self.PREP, self.TRAIN]), 3)]}),
+            (200, {"jobs": []}),
+            (200, self.job_doc(self.PREP, "placed")), (200, self.job_doc(self.TRAIN, "waiting")),
+            (200, self.job_doc(self.EVAL, "waiting")),
+            # summary was retried meanwhile by someone else.
+            (409, {"title": "Conflict", "status": 409, "detail": "job is waiting"})]
+        retried = self.client.retry_downstream(self.PREP, fresh=True)
+        self.assertEqual([(j.id, j.state) for j in retried],
+                         [(self.PREP, "placed"), (self.TRAIN, "waiting"), (self.EVAL, "waiting")])
+        asked = self.asked()
+        # Each job found is listed after once; report, which succeeded, is not.
+        self.assertEqual([(q["runs_after"], q["limit"]) for kind, q, *_ in asked if kind == "list"],
+                         [([j], ["500"]) for j in (self.PREP, self.EVAL, self.TRAIN, self.SUMMARY)])
+        self.assertEqual([a[1:] for a in asked if a[0] == "retry"],
+                         [(j, {"fresh": ["true"]}) for j in (self.PREP, self.TRAIN, self.EVAL, self.SUMMARY)])
+        self.assertEqual(self.answers, [])
+
+    def test_retry_downstream_of_a_job_with_nothing_after_it_retries_it_alone(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, "failed", "prep"))
+        self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "running", after=[self.PREP])]}),
+                         (200, self.job_doc(self.PREP, "placed"))]
+        retried = self.client.retry_downstream(prep)
+        self.assertEqual([j.id for j in retried], [self.PREP])
+        self.assertEqual([a[0:2] for a in self.asked()], [("list", {"runs_after": [self.PREP], "limit": ["500"]}),
+                                                          ("retry", self.PREP)])
+
+    def test_retry_downstream_raises_the_jobs_own_conflict_and_retries_nothing_after_it(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, "succeeded", "prep"))
+        self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "cancelled", after=[self.PREP])]}),
+                         (200, {"jobs": []}),
+                         (409, {"title": "Conflict", "status": 409, "detail": "job succeeded"})]
+        with self.assertRaises(gpuq.Conflict):
+            self.client.retry_downstream(prep)
+        self.assertEqual([a[1] for a in self.asked() if a[0] == "retry"], [self.PREP])
+        self.assertEqual(self.answers, [])
