@@ -145,3 +145,33 @@ func TestStatusSumsUpManyJobsAJobRunsAfter(t *testing.T) {
 		t.Fatalf("after_ended lines: %q", got)
 	}
 }
+
+// The README's pipeline file runs as written: its jobs name earlier ones by
+// name, the summary runs after both train runs, once they have ended.
+func TestTheReadmesPipelineRunsAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	path, _, gpuq := readmeBatch(t, "pipeline.yaml")
+	ids := strings.Fields(gpuq("submit", "--batch", path, "--label", "pipe=p1"))
+	if len(ids) != 4 {
+		t.Fatalf("submit --batch pipeline.yaml: want four ids, got %v", ids)
+	}
+	if out := gpuq("wait", "--label", "pipe=p1"); strings.Count(out, " succeeded") != 4 {
+		t.Fatalf("wait --label: %s", out)
+	}
+	prep, train1, train2, summary := ids[0], ids[1], ids[2], ids[3]
+	for _, train := range []string{train1, train2} {
+		if st := gpuq("status", train); !strings.Contains(st, fmt.Sprintf("\nafter      %s (prep) succeeded\n", prep)) {
+			t.Fatalf("status of a train run:\n%s", st)
+		}
+	}
+	st := gpuq("status", summary)
+	if !strings.Contains(st, fmt.Sprintf("\nafter end  %s (train) succeeded\nafter end  %s (train) succeeded\n", train1, train2)) {
+		t.Fatalf("status of the summary:\n%s", st)
+	}
+	if out := gpuq("logs", summary); out != "summarized\n" {
+		t.Fatalf("summary's output: %q", out)
+	}
+}

@@ -32,33 +32,34 @@ const (
 // batchFromFile reads the batch file --batch names ("-": standard input),
 // {"jobs": [spec, …]} in JSON or YAML as POST /v1/jobs/batch takes it, and
 // completes each spec with the spec flags given, as -f's spec is completed.
-// Every spec is checked before anything is submitted; an error names the
-// job (jobs[7]) and its field.
-func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdirs) ([]*queue.Spec, error) {
+// A job's after and after_ended may name jobs earlier in the file by their
+// name (batchRefs). Every spec is checked before anything is submitted; an
+// error names the job (jobs[7]) and its field.
+func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdirs) ([]*queue.Spec, *batchRefs, error) {
 	switch {
 	case v.GetString("file") != "":
-		return nil, errors.New("--batch and -f: give one; each job of a batch is a spec of the batch file")
+		return nil, nil, errors.New("--batch and -f: give one; each job of a batch is a spec of the batch file")
 	case len(args) > 0:
-		return nil, errors.New("--batch: each job of a batch names its own command in the batch file; give no command")
+		return nil, nil, errors.New("--batch: each job of a batch names its own command in the batch file; give no command")
 	case cmd.Flags().Changed("idempotency-key"):
-		return nil, errors.New("--idempotency-key: each job of a batch has its own, as idempotency_key in its spec")
+		return nil, nil, errors.New("--idempotency-key: each job of a batch has its own, as idempotency_key in its spec")
 	case v.GetBool("follow"):
-		return nil, errors.New("--follow prints one job's output: a batch takes --wait (then gpuq logs ID, or gpuq results --label)")
+		return nil, nil, errors.New("--follow prints one job's output: a batch takes --wait (then gpuq logs ID, or gpuq results --label)")
 	}
 	data, err := readInput(cmd, v.GetString("batch"), maxBatchFileBytes+1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(data) > maxBatchFileBytes {
-		return nil, fmt.Errorf("--batch: the file is over %d MiB", maxBatchFileBytes>>20)
+		return nil, nil, fmt.Errorf("--batch: the file is over %d MiB", maxBatchFileBytes>>20)
 	}
 	// Aliases are refused before anything expands them, as in every
 	// other YAML gpuq reads.
 	if err := queue.CheckYAML(data, "batch"); err != nil {
-		return nil, fmt.Errorf("--batch: %w", err)
+		return nil, nil, fmt.Errorf("--batch: %w", err)
 	}
 	if data, err = yaml.YAMLToJSON(data); err != nil {
-		return nil, fmt.Errorf("--batch: the file is neither JSON nor YAML: %w", err)
+		return nil, nil, fmt.Errorf("--batch: the file is neither JSON nor YAML: %w", err)
 	}
 	var doc struct {
 		Jobs []json.RawMessage `json:"jobs"`
@@ -66,10 +67,10 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdi
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf(`--batch: the file must be an object holding jobs, a list of job specs ({"jobs": [spec, …]}): %w`, err)
+		return nil, nil, fmt.Errorf(`--batch: the file must be an object holding jobs, a list of job specs ({"jobs": [spec, …]}): %w`, err)
 	}
 	if len(doc.Jobs) == 0 || len(doc.Jobs) > maxBatchFileJobs {
-		return nil, fmt.Errorf("--batch: jobs must hold 1–%d job specs, got %d", maxBatchFileJobs, len(doc.Jobs))
+		return nil, nil, fmt.Errorf("--batch: jobs must hold 1–%d job specs, got %d", maxBatchFileJobs, len(doc.Jobs))
 	}
 	// A workdir in the file is relative to the file.
 	base := ""
@@ -77,12 +78,114 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdi
 		base = filepath.Dir(path)
 	}
 	specs := make([]*queue.Spec, len(doc.Jobs))
+	refs := &batchRefs{named: make([][]int, len(doc.Jobs)), byName: map[string][]int{}, placeholders: map[int]string{}, standsFor: map[string]int{}}
 	for i, raw := range doc.Jobs {
-		if specs[i], err = batchSpec(cmd, v, raw, base, wd); err != nil {
-			return nil, fmt.Errorf("jobs[%d]: %w; nothing was submitted", i, err)
+		if raw, err = refs.resolve(i, raw); err == nil {
+			specs[i], err = batchSpec(cmd, v, raw, base, wd)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("jobs[%d]: %w; nothing was submitted", i, err)
 		}
 	}
-	return specs, nil
+	return specs, refs, nil
+}
+
+// batchRefs are the jobs of a batch file that others name by their name
+// in after or after_ended: a name that is not a job id stands for every job
+// of that name earlier in the file (a sweep's runs may share one). Until
+// that job is submitted, a placeholder id stands for it in the specs;
+// submitInWaves puts its id in its place.
+type batchRefs struct {
+	// named[i] holds the jobs job i names by name.
+	named [][]int
+	// byName holds the jobs read so far under each name.
+	byName map[string][]int
+	// placeholders holds the placeholder of each job named, standsFor
+	// the job each placeholder stands for.
+	placeholders map[int]string
+	standsFor    map[string]int
+}
+
+// resolve records job i's name and replaces the names of earlier jobs in
+// its after and after_ended by placeholders. A spec that does not parse is
+// returned as it is, for ParseSpec to name its fault.
+func (r *batchRefs) resolve(i int, raw json.RawMessage) (json.RawMessage, error) {
+	doc, err := queue.SpecDocument(raw)
+	if err != nil {
+		return raw, nil
+	}
+	changed, seen := false, map[int]bool{}
+	for _, key := range []string{"after", "after_ended"} {
+		list, ok := doc[key].([]any)
+		if !ok {
+			continue
+		}
+		out := make([]any, 0, len(list))
+		for k, el := range list {
+			name, ok := el.(string)
+			if !ok || queue.ValidJobID(name) {
+				out = append(out, el)
+				continue
+			}
+			jobs := r.byName[name]
+			if len(jobs) == 0 {
+				return nil, fmt.Errorf("invalid job spec: spec.%s[%d]: no job named %q before it in the file: a job names the jobs it runs after by their id, or jobs earlier in the batch file by their name", key, k, name)
+			}
+			for _, j := range jobs {
+				if seen[j] {
+					return nil, fmt.Errorf("invalid job spec: spec.%s[%d]: %q names jobs[%d], which the job names already", key, k, name, j)
+				}
+				seen[j] = true
+				out = append(out, r.placeholderFor(j))
+				r.named[i] = append(r.named[i], j)
+			}
+			changed = true
+		}
+		doc[key] = out
+	}
+	if name, ok := doc["name"].(string); ok && name != "" {
+		r.byName[name] = append(r.byName[name], i)
+	}
+	if !changed {
+		return raw, nil
+	}
+	return json.Marshal(doc)
+}
+
+// placeholderFor returns the id that stands for job j until it is
+// submitted.
+func (r *batchRefs) placeholderFor(j int) string {
+	if p, ok := r.placeholders[j]; ok {
+		return p
+	}
+	p := uuid.NewString()
+	r.placeholders[j], r.standsFor[p] = p, j
+	return p
+}
+
+// waveEnd is where the run of jobs from start that can be submitted
+// together ends: before the first one that names a job of the run.
+func (r *batchRefs) waveEnd(start int) int {
+	for i := start + 1; i < len(r.named); i++ {
+		for _, j := range r.named[i] {
+			if j >= start {
+				return i
+			}
+		}
+	}
+	return len(r.named)
+}
+
+// fill puts the ids of jobs, the jobs submitted so far in the file's order,
+// in place of the placeholders in spec.
+func (r *batchRefs) fill(spec *queue.Spec, jobs []*queue.Job) {
+	for _, list := range [][]string{spec.After, spec.AfterEnded} {
+		for k, a := range list {
+			if j, ok := r.standsFor[a]; ok {
+				list[k] = jobs[j].ID.String()
+			}
+		}
+	}
 }
 
 // batchSpec completes one spec of a batch with the spec flags given.
@@ -99,7 +202,7 @@ func batchSpec(cmd *cobra.Command, v *viper.Viper, raw json.RawMessage, base str
 // gpuq wait of their ids does. Without --wait it prints each job's id, in
 // the batch's order (-o json: {"jobs": […]}), names each rejected job on
 // stderr with its reasons and exits 2 when any was.
-func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format string) error {
+func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, refs *batchRefs, format string) error {
 	ctx := cmd.Context()
 	svc, err := connectJobs(cmd, v)
 	if err != nil {
@@ -108,7 +211,7 @@ func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format
 	defer svc.Close()
 	shown := newTransfer(cmd.ErrOrStderr(), "submitting")
 	shown.unit = "jobs"
-	jobs, err := svc.SubmitMany(ctx, specs, shown.count(int64(len(specs))))
+	jobs, err := submitInWaves(ctx, svc, specs, refs, shown.count(int64(len(specs))), v.GetDuration("accept-timeout"))
 	shown.close()
 	if err != nil {
 		if len(jobs) > 0 {
@@ -158,6 +261,35 @@ func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, format
 		return &ExitError{Code: ExitRejected, Err: fmt.Errorf("%d of %d jobs rejected", rejected, len(jobs))}
 	}
 	return nil
+}
+
+// submitInWaves submits specs in the file's order, in runs none of whose
+// jobs names another of the same run by name (refs): before each run, the
+// jobs it names are waited for until the scheduler has recorded them
+// (within timeout each), and their ids put in its specs. On an error it
+// returns the jobs submitted before it, the file's first ones.
+func submitInWaves(ctx context.Context, svc jobService, specs []*queue.Spec, refs *batchRefs, done func(int), timeout time.Duration) ([]*queue.Job, error) {
+	jobs := make([]*queue.Job, 0, len(specs))
+	for start := 0; start < len(specs); {
+		end := refs.waveEnd(start)
+		for i := start; i < end; i++ {
+			for _, j := range refs.named[i] {
+				got, err := waitAccepted(ctx, svc, jobs[j], timeout)
+				if err != nil {
+					return jobs, err
+				}
+				jobs[j] = got
+			}
+			refs.fill(specs[i], jobs)
+		}
+		got, err := svc.SubmitMany(ctx, specs[start:end], done)
+		jobs = append(jobs, got...)
+		if err != nil {
+			return jobs, err
+		}
+		start = end
+	}
+	return jobs, nil
 }
 
 // acceptWaiters bounds the jobs of a batch whose acceptance is waited for

@@ -37,17 +37,20 @@ func TestSubmitBatchRefusesABadBatchBeforeConnecting(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		"a bad spec":            {batch: "jobs:\n" + good + "  - {name: b, command: [echo], resources: {gpu: {count: 0}}}\n", want: "jobs[1]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 0"},
-		"an unknown field":      {batch: "jobs:\n" + good + "  - {name: b, command: [echo], gpus: 1}\n", want: "jobs[1]: invalid job spec: spec.gpus: unknown field"},
-		"no jobs":               {batch: "jobs: []\n", want: "--batch: jobs must hold 1–10000 job specs, got 0"},
-		"a list, not a batch":   {batch: good, want: `--batch: the file must be an object holding jobs`},
-		"a field beside jobs":   {batch: "jobs:\n" + good + "sweep: lr\n", want: `unknown field "sweep"`},
-		"a bad flag":            {batch: "jobs:\n" + good, args: []string{"--label", "sweep"}, want: `jobs[0]: --label: want KEY=VALUE, got "sweep"`},
-		"a flag breaking a job": {batch: "jobs:\n" + good, args: []string{"--gpu-count", "99"}, want: "jobs[0]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 99"},
-		"a command":             {batch: "jobs:\n" + good, args: []string{"--", "echo"}, want: "--batch: each job of a batch names its own command"},
-		"a shared key":          {batch: "jobs:\n" + good, args: []string{"--idempotency-key", "k"}, want: "--idempotency-key: each job of a batch has its own"},
-		"an alias":              {batch: "jobs:\n  - &a {name: a, command: [echo, a]}\n  - *a\n", want: "--batch: batch.jobs[0] (line 2): YAML anchor &a: aliases and anchors are not accepted"},
-		"-f beside it":          {batch: "jobs:\n" + good, args: []string{"-f", "job.yaml"}, want: "--batch and -f: give one"},
+		"a bad spec":              {batch: "jobs:\n" + good + "  - {name: b, command: [echo], resources: {gpu: {count: 0}}}\n", want: "jobs[1]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 0"},
+		"an unknown field":        {batch: "jobs:\n" + good + "  - {name: b, command: [echo], gpus: 1}\n", want: "jobs[1]: invalid job spec: spec.gpus: unknown field"},
+		"no jobs":                 {batch: "jobs: []\n", want: "--batch: jobs must hold 1–10000 job specs, got 0"},
+		"a list, not a batch":     {batch: good, want: `--batch: the file must be an object holding jobs`},
+		"a field beside jobs":     {batch: "jobs:\n" + good + "sweep: lr\n", want: `unknown field "sweep"`},
+		"a bad flag":              {batch: "jobs:\n" + good, args: []string{"--label", "sweep"}, want: `jobs[0]: --label: want KEY=VALUE, got "sweep"`},
+		"a flag breaking a job":   {batch: "jobs:\n" + good, args: []string{"--gpu-count", "99"}, want: "jobs[0]: invalid job spec: spec.resources.gpu.count: must be 1–16, got 99"},
+		"a command":               {batch: "jobs:\n" + good, args: []string{"--", "echo"}, want: "--batch: each job of a batch names its own command"},
+		"a shared key":            {batch: "jobs:\n" + good, args: []string{"--idempotency-key", "k"}, want: "--idempotency-key: each job of a batch has its own"},
+		"an alias":                {batch: "jobs:\n  - &a {name: a, command: [echo, a]}\n  - *a\n", want: "--batch: batch.jobs[0] (line 2): YAML anchor &a: aliases and anchors are not accepted"},
+		"-f beside it":            {batch: "jobs:\n" + good, args: []string{"-f", "job.yaml"}, want: "--batch and -f: give one"},
+		"a name of no job before": {batch: "jobs:\n  - {name: b, command: [echo], after: [a]}\n" + good, want: `jobs[0]: invalid job spec: spec.after[0]: no job named "a" before it in the file`},
+		"a job named twice":       {batch: "jobs:\n" + good + "  - {name: c, command: [echo], after: [a], after_ended: [a]}\n", want: `jobs[1]: invalid job spec: spec.after_ended[0]: "a" names jobs[0], which the job names already`},
+		"a name of a later job":   {batch: "jobs:\n" + good + "  - {name: c, command: [echo], after_ended: [a, d]}\n  - {name: d, command: [echo]}\n", want: `jobs[1]: invalid job spec: spec.after_ended[1]: no job named "d" before it in the file`},
 	} {
 		path := writeBatch(t, c.batch)
 		// An unreachable server: nothing can have been published.
@@ -216,8 +219,29 @@ func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
 	}
 }
 
-// readmeSweep is the README's sweep.yaml.
-var readmeSweep = regexp.MustCompile("(?s)```yaml\n# sweep.yaml\n(.*?)```")
+// readmeBatch writes the README's batch file name (its yaml block that
+// starts "# name") into the directory of a gpuq dev it starts, and returns
+// the file's path, that directory and a runner of gpuq commands against it.
+func readmeBatch(t *testing.T, name string) (path, dir string, gpuq func(args ...string) string) {
+	t.Helper()
+	m := regexp.MustCompile("(?s)```yaml\n# " + regexp.QuoteMeta(name) + "\n(.*?)```").FindStringSubmatch(readme(t))
+	if m == nil {
+		t.Fatalf("README.md has no %s", name)
+	}
+	dir, config := startDevHere(t)
+	path = filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(m[1]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, dir, func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, append(args, "--config", config)...)
+		if err != nil {
+			t.Fatalf("gpuq %v: %v\n%s%s", args, err, out, errOut)
+		}
+		return out
+	}
+}
 
 // The README's sweep runs as written: its batch file, then its three
 // commands against gpuq dev.
@@ -226,23 +250,7 @@ func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 		t.Skip("runs gpuq dev with worker processes")
 	}
 	t.Parallel()
-	m := readmeSweep.FindStringSubmatch(readme(t))
-	if m == nil {
-		t.Fatal("README.md has no sweep.yaml")
-	}
-	dir, config := startDevHere(t)
-	path := filepath.Join(dir, "sweep.yaml")
-	if err := os.WriteFile(path, []byte(m[1]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gpuq := func(args ...string) string {
-		t.Helper()
-		out, errOut, err := runCLI(t, append(args, "--config", config)...)
-		if err != nil {
-			t.Fatalf("gpuq %v: %v\n%s%s", args, err, out, errOut)
-		}
-		return out
-	}
+	path, dir, gpuq := readmeBatch(t, "sweep.yaml")
 	ids := strings.Fields(gpuq("submit", "--batch", path, "--label", "sweep=lr"))
 	if len(ids) != 3 {
 		t.Fatalf("submit --batch: want three ids, got %v", ids)

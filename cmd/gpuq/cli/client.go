@@ -41,9 +41,12 @@ the command to each submission. A lone argument ending in .yaml, .yml or
 
 --batch FILE submits many jobs at once (a sweep): FILE holds {"jobs": [spec,
 …]} as POST /v1/jobs/batch takes it, and the spec flags complete every job
-(--label sweep=lr gives each the label gpuq wait --label follows). Every spec
-is checked before any job is submitted; an error names the job (jobs[7]) and
-its field. It prints each job's id in the batch's order (-o json: {"jobs":
+(--label sweep=lr gives each the label gpuq wait --label follows). A job's
+after and after_ended may name jobs earlier in the file by their name (a name
+stands for every earlier job of that name): such a job is submitted once those
+are recorded, with their ids in place of the name, so that a whole pipeline
+fits in one file. Every spec is checked before any job is submitted; an error
+names the job (jobs[7]) and its field. It prints each job's id in the batch's order (-o json: {"jobs":
 […]}), names each rejected job on stderr and then exits 2; with --wait it waits
 for every job as gpuq wait of their ids does.`,
 		Example: `  gpuq submit -f job.yaml
@@ -60,12 +63,12 @@ for every job as gpuq wait of their ids does.`,
 			wd := newWorkdirs(cmd, v)
 			defer wd.close()
 			if v.GetString("batch") != "" {
-				specs, err := batchFromFile(cmd, v, args, wd)
+				specs, refs, err := batchFromFile(cmd, v, args, wd)
 				if err != nil {
 					return err
 				}
 				warnCredentialEnv(cmd.ErrOrStderr(), specs...)
-				return submitBatch(cmd, v, specs, format)
+				return submitBatch(cmd, v, specs, refs, format)
 			}
 			spec, err := specFromFlags(cmd, v, args, wd)
 			if err != nil {
