@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -266,13 +267,38 @@ class Client:
         ``progress=False`` hides it). A spec's ``workdir`` is shipped as
         :meth:`submit` ships it, each directory once per project, before
         the first request, and its ``after`` and ``after_ended`` may hold
-        :class:`Job` objects as :meth:`submit`'s do."""
+        :class:`Job` objects as :meth:`submit`'s do.
+
+        A spec's ``after`` and ``after_ended`` may also name specs earlier
+        in ``specs`` by their ``name``: an element that is a str but not a
+        job id stands for every earlier spec of that name (a sweep's runs
+        may share one), and the job runs after each of their jobs::
+
+            c.submit_many([{"name": "prep", "command": [...]},
+                           {"name": "train", "command": [...], "after": ["prep"]},
+                           {"name": "train", "command": [...], "after": ["prep"]},
+                           {"name": "summary", "command": [...], "after_ended": ["train"]}])
+
+        The specs are then sent in order, a request ending before the first
+        spec that names one of the same request, so that the ids of the
+        jobs named are known (the requests above: prep; the two train runs;
+        summary). A name of no spec before it, or one naming a spec the
+        spec names already, raises ValueError (``specs[3].after_ended[0]``)
+        before any request."""
         docs = []
+        # named[i]: the earlier specs spec i names by name; by_name: the
+        # specs read so far under each name.
+        named: List[List[int]] = []
+        by_name: Dict[str, List[int]] = {}
         for i, spec in enumerate(specs):
             if not isinstance(spec, Mapping):
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
             doc = dict(spec)
             _after_ids(doc, "specs[%d]." % i)
+            named.append(_after_names(doc, "specs[%d]." % i, by_name))
+            name = doc.get("name")
+            if isinstance(name, str) and name:
+                by_name.setdefault(name, []).append(i)
             docs.append(doc)
         _warn_credential_env(docs)
         shipped: Dict[Tuple[str, Optional[str]], str] = {}
@@ -281,8 +307,10 @@ class Client:
         jobs: List[Job] = []
         shown = Transfer("submit_many: jobs submitted", len(docs), count="{:,}".format) if progress else None
         try:
-            for start in range(0, len(docs), _BATCH_JOBS):
-                chunk = docs[start:start + _BATCH_JOBS]
+            start = 0
+            while start < len(docs):
+                end = _request_end(named, start)
+                chunk = [_filled(docs[i], jobs) if named[i] else docs[i] for i in range(start, end)]
                 keyed = all(d.get("idempotency_key") for d in chunk)
                 try:
                     answer = self._call("POST", "/v1/jobs/batch", body={"jobs": chunk},
@@ -292,6 +320,7 @@ class Client:
                 jobs.extend(Job.from_doc(item["job"]) for item in answer.get("jobs") or [])
                 if shown is not None:
                     shown.add(len(chunk))
+                start = end
         finally:
             if shown is not None:
                 shown.close()
@@ -983,6 +1012,83 @@ def _after_ids(doc: Dict[str, Any], where: str = "") -> None:
                 raise TypeError("%s%s[%d]: want a job id or a Job, got %s" % (where, key, i, type(a).__name__))
             ids.append(a)
         doc[key] = ids
+
+
+def _is_job_id(s: str) -> bool:
+    """Whether s is a job id as the API writes it: a lower-case canonical
+    UUID (8-4-4-4-12 hex digits)."""
+    try:
+        return str(uuid.UUID(s)) == s
+    except ValueError:
+        return False
+
+
+class _Earlier:
+    """Stands, in a spec's ``after`` or ``after_ended``, for the job of an
+    earlier spec of the same :meth:`Client.submit_many` call (specs[index])
+    until that job is submitted and its id known."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return "<job of specs[%d]>" % self.index
+
+
+def _after_names(doc: Dict[str, Any], where: str, by_name: Mapping[str, List[int]]) -> List[int]:
+    """Replaces each name in doc's ``after`` and ``after_ended`` (a str that
+    is not a job id) by an :class:`_Earlier` for every spec of that name in
+    by_name, the specs before doc, and returns the indexes of the specs so
+    named, in order. A name of no earlier spec, or one naming a spec doc
+    names already, raises ValueError naming it (``specs[3].after[0]``)."""
+    named: List[int] = []
+    for key in ("after", "after_ended"):
+        jobs = doc.get(key)
+        if not isinstance(jobs, list) or not any(isinstance(a, str) and not _is_job_id(a) for a in jobs):
+            continue
+        out: List[Any] = []
+        for k, a in enumerate(jobs):
+            if not isinstance(a, str) or _is_job_id(a):
+                out.append(a)
+                continue
+            earlier = by_name.get(a)
+            if not earlier:
+                raise ValueError("%s%s[%d]: no job named %s before it in specs: a job names the jobs it runs after "
+                                 "by their id (or Job), or jobs earlier in specs by their name"
+                                 % (where, key, k, json.dumps(a, ensure_ascii=False)))
+            for j in earlier:
+                if j in named:
+                    raise ValueError("%s%s[%d]: %s names specs[%d], which the spec names already"
+                                     % (where, key, k, json.dumps(a, ensure_ascii=False), j))
+                named.append(j)
+                out.append(_Earlier(j))
+        doc[key] = out
+    return named
+
+
+def _request_end(named: List[List[int]], start: int) -> int:
+    """Where the request of :meth:`Client.submit_many` that begins with
+    specs[start] ends: after :data:`_BATCH_JOBS` specs, or before the first
+    spec that names (``named``) a spec of the request, whose id is not
+    known until the request is answered."""
+    end = min(len(named), start + _BATCH_JOBS)
+    for i in range(start + 1, end):
+        if any(j >= start for j in named[i]):
+            return i
+    return end
+
+
+def _filled(doc: Dict[str, Any], jobs: List[Job]) -> Dict[str, Any]:
+    """doc with each :class:`_Earlier` in its ``after`` and ``after_ended``
+    replaced by the id of that spec's job, one of jobs (those submitted so
+    far, in the specs' order), in new lists."""
+    doc = dict(doc)
+    for key in ("after", "after_ended"):
+        if isinstance(doc.get(key), list):
+            doc[key] = [jobs[a.index].id if isinstance(a, _Earlier) else a for a in doc[key]]
+    return doc
 
 
 def _inside(root: str, rel: str) -> str:

@@ -584,6 +584,22 @@ class ClientTest(unittest.TestCase):
             client.submit(command=["true"], after=[run], after_ended=[run])
         self.assertIn("spec.after_ended[0]", caught.exception.fields, caught.exception)
 
+    def test_submit_many_submits_a_pipeline_naming_earlier_specs_by_name(self):
+        specs = [{"name": "prep", "command": ["sh", "-c", "echo prepared"]},
+                 {"name": "train", "command": ["sh", "-c", "echo trained 1"], "after": ["prep"]},
+                 {"name": "train", "command": ["sh", "-c", "echo trained 2"], "after": ["prep"]},
+                 {"name": "summary", "command": ["sh", "-c", "echo summarized"], "after_ended": ["train"]}]
+        prep, train1, train2, summary = client.submit_many(specs, progress=False)
+        self.assertEqual([j.name for j in (prep, train1, train2, summary)], ["prep", "train", "train", "summary"])
+        self.assertEqual([train1.spec["after"], train2.spec["after"]], [[prep.id], [prep.id]])
+        self.assertEqual(summary.spec["after_ended"], [train1.id, train2.id])
+        self.assertEqual([client.wait(j, timeout=120, progress=False).state for j in (prep, train1, train2, summary)],
+                         ["succeeded"] * 4)
+        self.assertEqual([d.job_id for d in client.status(summary).after_ended], [train1.id, train2.id])
+        for train in (train1, train2):
+            self.assertEqual([(d.job_id, d.name) for d in client.status(train).after], [(prep.id, "prep")])
+        self.assertEqual(specs[3]["after_ended"], ["train"])
+
     def test_retry_downstream_runs_a_failed_pipeline_again_whole(self):
         # prep fails on its first attempt and succeeds when retried.
         prep = client.submit(name="prep", command=["sh", "-c", 'test "$GPUQ_ATTEMPT" -ge 2'],

@@ -5,6 +5,7 @@ refusal outside a job, and packing a job's working directory."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import hashlib
 import http.server
@@ -1095,6 +1096,111 @@ class AfterTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, r"^specs\[1\]\.after_ended\[0\]: want a job id or a Job, got dict$"):
             self.client.submit_many([{"command": ["true"], "after_ended": [prep]},
                                      {"command": ["true"], "after_ended": [{"id": self.PREP}]}], progress=False)
+        self.assertEqual(self.seen, [])
+
+    @staticmethod
+    def batch_id(i):
+        return "01a24883-315e-70c4-b75c-ec8c7f9bd%03d" % i
+
+    def batch_answer(self, first, specs):
+        """The answer to a batch request of specs, the first numbered
+        first: each job's id is batch_id of its place in the call."""
+        return (201, {"jobs": [{"job": self.job_doc(self.batch_id(first + k), "placed", s.get("name", "n"))}
+                               for k, s in enumerate(specs)]})
+
+    def test_submit_many_fills_in_the_ids_of_earlier_specs_named_by_name(self):
+        outside = gpuq.Job.from_doc(self.job_doc(self.EVAL, name="eval"))
+        specs = [{"name": "prep", "command": ["sh", "-c", "echo prepared"]},
+                 {"name": "train", "command": ["true"], "after": ["prep", self.PREP]},
+                 {"name": "train", "command": ["true"], "after": ("prep",), "after_ended": [outside]},
+                 {"name": "summary", "command": ["true"], "after": [outside], "after_ended": ["train", self.TRAIN]}]
+        before = copy.deepcopy(specs)
+        self.answers += [self.batch_answer(0, specs[:1]), self.batch_answer(1, specs[1:3]),
+                         self.batch_answer(3, specs[3:])]
+        jobs = self.client.submit_many(specs, progress=False)
+        self.assertEqual([j.id for j in jobs], [self.batch_id(i) for i in range(4)])
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/jobs/batch")] * 3)
+        self.assertEqual([len(s[2]["jobs"]) for s in self.seen], [1, 2, 1])
+        sent = [j for s in self.seen for j in s[2]["jobs"]]
+        self.assertEqual(sent[0], specs[0])
+        # prep's id, in the place of its name; ids and Jobs pass through.
+        self.assertEqual(sent[1]["after"], [self.batch_id(0), self.PREP])
+        self.assertEqual((sent[2]["after"], sent[2]["after_ended"]), ([self.batch_id(0)], [self.EVAL]))
+        # "train" stands for both earlier specs of that name, in order.
+        self.assertEqual((sent[3]["after"], sent[3]["after_ended"]),
+                         ([self.EVAL], [self.batch_id(1), self.batch_id(2), self.TRAIN]))
+        # The caller's specs are left as they were.
+        self.assertEqual(specs, before)
+        self.assertIs(specs[2]["after_ended"][0], outside)
+
+    def test_a_request_is_cut_at_the_bound_and_before_a_spec_naming_one_of_it(self):
+        specs = [{"name": "a", "command": ["true"]},
+                 {"name": "b", "command": ["true"]},
+                 {"name": "c", "command": ["true"], "after": ["a"]},   # a is in this request: cut before c
+                 {"name": "d", "command": ["true"]},
+                 {"name": "e", "command": ["true"], "after": ["b"]},   # b was in the request before
+                 {"name": "f", "command": ["true"]},                   # three to a request: cut before f
+                 {"name": "g", "command": ["true"], "after_ended": ["d", "f"]},  # f is in this request
+                 {"name": "h", "command": ["true"], "after_ended": ["g"]}]       # g too
+        self.answers += [self.batch_answer(0, specs[0:2]), self.batch_answer(2, specs[2:5]),
+                         self.batch_answer(5, specs[5:6]), self.batch_answer(6, specs[6:7]),
+                         self.batch_answer(7, specs[7:8])]
+        with mock.patch("gpuq.client._BATCH_JOBS", 3):
+            jobs = self.client.submit_many(specs, progress=False)
+        self.assertEqual([len(s[2]["jobs"]) for s in self.seen], [2, 3, 1, 1, 1])
+        self.assertEqual([j.id for j in jobs], [self.batch_id(i) for i in range(8)])
+        sent = [j for s in self.seen for j in s[2]["jobs"]]
+        self.assertEqual([j["name"] for j in sent], list("abcdefgh"))
+        self.assertEqual([sent[2]["after"], sent[4]["after"], sent[6]["after_ended"], sent[7]["after_ended"]],
+                         [[self.batch_id(0)], [self.batch_id(1)], [self.batch_id(3), self.batch_id(5)],
+                          [self.batch_id(6)]])
+
+    def test_a_refused_request_after_a_cut_names_the_spec_by_its_place_in_specs(self):
+        specs = [{"name": "prep", "command": ["true"]},
+                 {"name": "train", "command": ["true"], "after": ["prep"]},
+                 {"name": "train", "command": ["true"], "after": ["prep"], "resources": {"gpu": {"count": 0}}}]
+        problem = {"title": "Unprocessable Entity", "status": 422,
+                   "errors": [{"location": "body.jobs[1].resources.gpu.count", "message": "must be 1 or more"}]}
+        self.answers += [self.batch_answer(0, specs[:1]), (422, problem)]
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            self.client.submit_many(specs, progress=False)
+        self.assertEqual(caught.exception.fields, {"body.jobs[2].resources.gpu.count": "must be 1 or more"})
+        self.assertEqual([len(s[2]["jobs"]) for s in self.seen], [1, 2])
+        self.assertEqual([j["after"] for j in self.seen[1][2]["jobs"]], [[self.batch_id(0)]] * 2)
+
+    def test_a_name_of_no_earlier_spec_is_refused_before_any_request(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        with self.assertRaises(ValueError) as caught:
+            self.client.submit_many([{"name": "train", "command": ["true"], "after": [prep]},
+                                     {"name": "train", "command": ["true"]},
+                                     {"name": "eval", "command": ["true"], "after": ["train"]},
+                                     {"name": "summary", "command": ["true"], "after_ended": ["trian"]}],
+                                    progress=False)
+        self.assertEqual(str(caught.exception),
+                         'specs[3].after_ended[0]: no job named "trian" before it in specs: a job names the jobs '
+                         'it runs after by their id (or Job), or jobs earlier in specs by their name')
+        # A later spec, or the spec itself, is not before it.
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.after\[1\]: no job named "train" before it'):
+            self.client.submit_many([{"name": "eval", "command": ["true"], "after": [self.PREP, "train"]},
+                                     {"name": "train", "command": ["true"]}], progress=False)
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.after\[0\]: no job named "prep" before it'):
+            self.client.submit_many([{"name": "prep", "command": ["true"], "after": ["prep"]}], progress=False)
+        # A job id not in its lower-case form is no job id: it is taken for a name.
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.after\[0\]: no job named "%s" before it'
+                                    % self.PREP.upper()):
+            self.client.submit_many([{"command": ["true"], "after": [self.PREP.upper()]}], progress=False)
+        # A spec named twice, in one list or in both, is refused as the server would refuse its id.
+        with self.assertRaisesRegex(ValueError, r'^specs\[2\]\.after_ended\[0\]: "train" names specs\[1\], '
+                                                r'which the spec names already$'):
+            self.client.submit_many([{"name": "prep", "command": ["true"]},
+                                     {"name": "train", "command": ["true"]},
+                                     {"name": "eval", "command": ["true"], "after": ["train"],
+                                      "after_ended": ["train"]}], progress=False)
+        # Workdirs are not shipped either: nothing was asked of the server.
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(ValueError):
+                self.client.submit_many([{"name": "prep", "command": ["true"], "workdir": d},
+                                         {"command": ["true"], "after": ["perp"]}], progress=False)
         self.assertEqual(self.seen, [])
 
     def test_status_reads_the_jobs_it_runs_after_ended_in_the_specs_order(self):
