@@ -66,7 +66,7 @@ func Sequence(job uuid.UUID, project string, spec *Spec, deps []Dependency) (Rea
 				return Never, fmt.Sprintf("job %s it runs after is not a job of project %s", a, project)
 			case d.State == StateSucceeded, l.ended && d.State.Terminal():
 			case d.State.Terminal():
-				return Never, fmt.Sprintf("job %s%s it runs after ended %s: retry it (gpuq retry %[1]s), then this job", a, NameSuffix(d.Name), d.State)
+				return Never, fmt.Sprintf("job %s%s it runs after ended %s: retry it and the jobs after it (gpuq retry --downstream %[1]s)", a, NameSuffix(d.Name), d.State)
 			default:
 				unfinished, last = append(unfinished, fmt.Sprintf("%s%s %s", a, NameSuffix(d.Name), d.State)), d
 				if l.ended {

@@ -85,7 +85,7 @@ func TestAJobRunsOnlyAfterEveryJobItNamesHasSucceeded(t *testing.T) {
 	await(f, queue.StateWaiting)
 	finish(e, false)
 	job = await(f, queue.StateCancelled)
-	want := fmt.Sprintf("job %s (e) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", e)
+	want := fmt.Sprintf("job %s (e) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", e)
 	if job.Reason != want {
 		t.Fatalf("the cancelled job's reason: %q, want %q", job.Reason, want)
 	}
@@ -263,7 +263,7 @@ func TestAJobRunsAfterTheJobsItNamesHaveEndedHoweverTheyEnded(t *testing.T) {
 	f := x.submit(fmt.Sprintf("%sname: f\nafter: [%s]\nafter_ended: [%s]\n", cmd, d, e))
 	x.await(f, queue.StateWaiting)
 	x.finish(d, false)
-	if j := x.await(f, queue.StateCancelled); j.Reason != fmt.Sprintf("job %s (d) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", d) {
+	if j := x.await(f, queue.StateCancelled); j.Reason != fmt.Sprintf("job %s (d) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", d) {
 		t.Fatalf("f after d failed: %q", j.Reason)
 	}
 	// A waiting job the user cancels has ended: a job after it ended runs.

@@ -62,7 +62,7 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
 		t.Fatalf("wait of a job after a cancelled one: %v", err)
 	}
-	if _, err := gpuq(ExitRejected, "retry", fit); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it (gpuq retry %[1]s), then this job", fetch)) {
+	if _, err := gpuq(ExitRejected, "retry", fit); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", fetch)) {
 		t.Fatalf("retry of a job after a failed one: %v", err)
 	}
 	// Retried by their label, the steps are retried in the order they
