@@ -93,18 +93,25 @@ func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	rows, err := s.q.JobListPage(ctx, db.JobListPageParams{
+	arg := db.JobListPageParams{
 		Every:      slices.Contains(p.Projects, queue.AllProjects),
 		Projects:   nonNil(p.Projects),
 		State:      db.NullJobState{JobState: db.JobState(p.State), Valid: p.State != ""},
 		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},
 		LabelValue: sql.NullString{String: p.LabelValue, Valid: p.LabelKey != ""},
 		Since:      sql.NullTime{Time: p.Since, Valid: !p.Since.IsZero()},
-		RunsAfter:  sql.NullString{String: p.RunsAfter.String(), Valid: p.RunsAfter != uuid.Nil},
 		AfterAt:    sql.NullTime{Time: p.AfterAt, Valid: !p.AfterAt.IsZero()},
 		AfterID:    uuid.NullUUID{UUID: p.AfterID, Valid: !p.AfterAt.IsZero()},
 		MaxRows:    int32(p.Limit),
-	})
+	}
+	var rows []db.JobRow
+	var err error
+	if p.RunsAfter == uuid.Nil {
+		rows, err = s.q.JobListPage(ctx, arg)
+	} else {
+		rows, err = s.q.JobListRunsAfter(ctx, db.JobListRunsAfterParams{RunsAfter: p.RunsAfter.String(), Every: arg.Every, Projects: arg.Projects,
+			State: arg.State, LabelKey: arg.LabelKey, LabelValue: arg.LabelValue, Since: arg.Since, AfterAt: arg.AfterAt, AfterID: arg.AfterID, MaxRows: arg.MaxRows})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing jobs: %w", err)
 	}

@@ -1040,22 +1040,18 @@ const jobListPage = `-- name: JobListPage :many
 SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
 WHERE ($1::boolean OR project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR state = $3::job_state)
-  AND ($4::text IS NULL
-       OR spec->'after' @> jsonb_build_array($4::text)
-       OR spec->'after_ended' @> jsonb_build_array($4::text))
-  AND ($5::text IS NULL OR spec->'labels'->>$5::text = $6::text)
-  AND ($7::timestamptz IS NULL OR submitted_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL
-       OR (submitted_at, id) < ($8::timestamptz, $9::uuid))
+  AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
+  AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL
+       OR (submitted_at, id) < ($7::timestamptz, $8::uuid))
 ORDER BY submitted_at DESC, id DESC
-LIMIT $10
+LIMIT $9
 `
 
 type JobListPageParams struct {
 	Every      bool
 	Projects   []string
 	State      NullJobState
-	RunsAfter  sql.NullString
 	LabelKey   sql.NullString
 	LabelValue sql.NullString
 	Since      sql.NullTime
@@ -1066,20 +1062,105 @@ type JobListPageParams struct {
 
 // JobListPage is one page of a listing scoped to @projects (every project
 // when @every), newest first; the page after a job starts strictly after
-// its (submitted_at, id). @runs_after keeps the jobs whose spec.after or
-// spec.after_ended names that job.
+// its (submitted_at, id).
 func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]JobRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobListPage,
 		arg.Every,
 		pq.Array(arg.Projects),
 		arg.State,
-		arg.RunsAfter,
 		arg.LabelKey,
 		arg.LabelValue,
 		arg.Since,
 		arg.AfterAt,
 		arg.AfterID,
 		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobRow
+	for rows.Next() {
+		var i JobRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Project,
+			&i.Name,
+			&i.IdempotencyKey,
+			&i.Spec,
+			&i.State,
+			&i.Attempt,
+			&i.Errors,
+			&i.Preemptions,
+			&i.PlacementVersion,
+			&i.CheckpointSeq,
+			&i.Pool,
+			&i.ExitCode,
+			&i.Reason,
+			&i.LeaseExpiresAt,
+			&i.SubmittedAt,
+			&i.UpdatedAt,
+			&i.FinalizedAt,
+			&i.ClaimRefusals,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobListRunsAfter = `-- name: JobListRunsAfter :many
+WITH d AS MATERIALIZED (
+  SELECT id FROM jobs
+  WHERE spec->'after' @> jsonb_build_array($10::text)
+     OR spec->'after_ended' @> jsonb_build_array($10::text))
+SELECT j.id, j.project, j.name, j.idempotency_key, j.spec, j.state, j.attempt, j.errors, j.preemptions, j.placement_version, j.checkpoint_seq, j.pool, j.exit_code, j.reason, j.lease_expires_at, j.submitted_at, j.updated_at, j.finalized_at, j.claim_refusals FROM jobs j JOIN d ON d.id = j.id
+WHERE ($1::boolean OR j.project = ANY($2::text[]))
+  AND ($3::job_state IS NULL OR j.state = $3::job_state)
+  AND ($4::text IS NULL OR j.spec->'labels'->>$4::text = $5::text)
+  AND ($6::timestamptz IS NULL OR j.submitted_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL
+       OR (j.submitted_at, j.id) < ($7::timestamptz, $8::uuid))
+ORDER BY j.submitted_at DESC, j.id DESC
+LIMIT $9
+`
+
+type JobListRunsAfterParams struct {
+	Every      bool
+	Projects   []string
+	State      NullJobState
+	LabelKey   sql.NullString
+	LabelValue sql.NullString
+	Since      sql.NullTime
+	AfterAt    sql.NullTime
+	AfterID    uuid.NullUUID
+	MaxRows    int32
+	RunsAfter  string
+}
+
+// JobListRunsAfter is JobListPage of the jobs whose spec.after or
+// spec.after_ended names @runs_after. They are found first, through the
+// partial indexes on those lists, so that a job nothing runs after is
+// answered at once however many jobs are recorded.
+func (q *Queries) JobListRunsAfter(ctx context.Context, arg JobListRunsAfterParams) ([]JobRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobListRunsAfter,
+		arg.Every,
+		pq.Array(arg.Projects),
+		arg.State,
+		arg.LabelKey,
+		arg.LabelValue,
+		arg.Since,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.MaxRows,
+		arg.RunsAfter,
 	)
 	if err != nil {
 		return nil, err

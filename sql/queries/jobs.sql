@@ -375,19 +375,34 @@ LIMIT @max_rows;
 -- name: JobListPage :many
 -- JobListPage is one page of a listing scoped to @projects (every project
 -- when @every), newest first; the page after a job starts strictly after
--- its (submitted_at, id). @runs_after keeps the jobs whose spec.after or
--- spec.after_ended names that job.
+-- its (submitted_at, id).
 SELECT * FROM jobs
 WHERE (@every::boolean OR project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
-  AND (sqlc.narg('runs_after')::text IS NULL
-       OR spec->'after' @> jsonb_build_array(sqlc.narg('runs_after')::text)
-       OR spec->'after_ended' @> jsonb_build_array(sqlc.narg('runs_after')::text))
   AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
   AND (sqlc.narg('after_at')::timestamptz IS NULL
        OR (submitted_at, id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY submitted_at DESC, id DESC
+LIMIT @max_rows;
+
+-- name: JobListRunsAfter :many
+-- JobListRunsAfter is JobListPage of the jobs whose spec.after or
+-- spec.after_ended names @runs_after. They are found first, through the
+-- partial indexes on those lists, so that a job nothing runs after is
+-- answered at once however many jobs are recorded.
+WITH d AS MATERIALIZED (
+  SELECT id FROM jobs
+  WHERE spec->'after' @> jsonb_build_array(@runs_after::text)
+     OR spec->'after_ended' @> jsonb_build_array(@runs_after::text))
+SELECT j.* FROM jobs j JOIN d ON d.id = j.id
+WHERE (@every::boolean OR j.project = ANY(@projects::text[]))
+  AND (sqlc.narg('state')::job_state IS NULL OR j.state = sqlc.narg('state')::job_state)
+  AND (sqlc.narg('label_key')::text IS NULL OR j.spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
+  AND (sqlc.narg('since')::timestamptz IS NULL OR j.submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('after_at')::timestamptz IS NULL
+       OR (j.submitted_at, j.id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
+ORDER BY j.submitted_at DESC, j.id DESC
 LIMIT @max_rows;
 
 -- name: JobLedger :many
