@@ -247,6 +247,12 @@ func TestAJobRunsAfterTheJobsItNamesHaveEndedHoweverTheyEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if st, err := x.client.Status(x.ctx, prep); err != nil || len(st.Dependents) != 1 || st.Dependents[0].ID != summary || st.Dependents[0].State != queue.StateWaiting {
+		t.Fatalf("status of prep: %+v, %v; want summary, waiting, as the job after it", st, err)
+	}
+	if st, err := x.client.Status(x.ctx, b); err != nil || len(st.Dependents) != 1 || st.Dependents[0].Name != "summary" {
+		t.Fatalf("status of lr-b: %+v, %v; want summary as the job after it", st, err)
+	}
 	if len(st.After) != 1 || st.After[0].State != queue.StateSucceeded || len(st.AfterEnded) != 3 ||
 		st.AfterEnded[0].State != queue.StateFailed || st.AfterEnded[1].State != queue.StateCancelled || st.AfterEnded[2].Name != "lr-c" {
 		t.Fatalf("status of summary: after %+v, after_ended %+v", st.After, st.AfterEnded)

@@ -27,6 +27,7 @@ type ClientStore interface {
 	// MissingSecrets returns those of names that project does not hold.
 	MissingSecrets(ctx context.Context, project string, names []string) ([]string, error)
 	Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Dependency, error)
+	Dependents(ctx context.Context, job *queue.Job, limit int) ([]queue.Dependency, error)
 	RetryWaiting(ctx context.Context, job *queue.Job, note, msg string, fresh bool) error
 }
 
@@ -69,7 +70,11 @@ type JobStatus struct {
 	// neither.
 	After []queue.Dependency `json:"after,omitempty"`
 	// AfterEnded is the same for its spec's after_ended.
-	AfterEnded   []queue.Dependency `json:"after_ended,omitempty"`
+	AfterEnded []queue.Dependency `json:"after_ended,omitempty"`
+	// Dependents is the jobs that run after it (their spec's after or
+	// after_ended names it), in the order they were submitted, each with
+	// its name and state now: at most MaxDependents of them.
+	Dependents   []queue.Dependency `json:"dependents,omitempty"`
 	LastLogLines []string           `json:"last_log_lines,omitempty"`
 	// History is the job's audit trail: every state change, oldest first.
 	History []queue.Event `json:"history"`
@@ -116,6 +121,9 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	if st.AfterEnded, err = c.dependencies(ctx, job, job.Spec.AfterEnded); err != nil {
 		return nil, err
 	}
+	if st.Dependents, err = c.Store.Dependents(ctx, job, MaxDependents); err != nil {
+		return nil, err
+	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {
 		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {
 			return nil, err
@@ -151,6 +159,9 @@ func (c *Client) dependencies(ctx context.Context, job *queue.Job, list []string
 	}
 	return out, nil
 }
+
+// MaxDependents bounds the jobs that run after it a job's status lists.
+const MaxDependents = 1000
 
 // ValidState reports whether s names a job state.
 func ValidState(s queue.JobState) bool {

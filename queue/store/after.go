@@ -29,6 +29,21 @@ func (s *Store) Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Depe
 	return out, nil
 }
 
+// Dependents returns up to limit jobs of job's project that run after it
+// (their spec.after or spec.after_ended names it), in the order they were
+// submitted.
+func (s *Store) Dependents(ctx context.Context, job *queue.Job, limit int) ([]queue.Dependency, error) {
+	rows, err := s.q.JobDependents(ctx, db.JobDependentsParams{ID: job.ID.String(), Project: job.Project, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("reading the jobs that run after job %s: %w", job.ID, err)
+	}
+	out := make([]queue.Dependency, len(rows))
+	for i, r := range rows {
+		out[i] = queue.Dependency{ID: r.ID, Project: job.Project, Name: r.Name, State: queue.JobState(r.State)}
+	}
+	return out, nil
+}
+
 // WaitingSettled returns up to limit waiting jobs, longest waiting first,
 // none of whose jobs to run after is unfinished: each is to be placed, or
 // cancelled for a job it runs after that ended otherwise.

@@ -326,6 +326,55 @@ func (q *Queries) JobDependencies(ctx context.Context, ids []uuid.UUID) ([]JobDe
 	return items, nil
 }
 
+const jobDependents = `-- name: JobDependents :many
+WITH d AS MATERIALIZED (
+  SELECT jobs.id FROM jobs
+  WHERE spec->'after' @> jsonb_build_array($3::text)
+     OR spec->'after_ended' @> jsonb_build_array($3::text))
+SELECT j.id, j.name, j.state FROM jobs j JOIN d ON d.id = j.id
+WHERE j.project = $1
+ORDER BY j.submitted_at, j.id
+LIMIT $2
+`
+
+type JobDependentsParams struct {
+	Project string
+	MaxRows int32
+	ID      string
+}
+
+type JobDependentsRow struct {
+	ID    uuid.UUID
+	Name  string
+	State JobState
+}
+
+// JobDependents reads the jobs of @project whose spec.after or
+// spec.after_ended names @id, in the order they were submitted, through the
+// partial indexes on those lists (see JobListRunsAfter).
+func (q *Queries) JobDependents(ctx context.Context, arg JobDependentsParams) ([]JobDependentsRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobDependents, arg.Project, arg.MaxRows, arg.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobDependentsRow
+	for rows.Next() {
+		var i JobDependentsRow
+		if err := rows.Scan(&i.ID, &i.Name, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs
 SET state = 'failed', errors = errors + 1, exit_code = $1, reason = $2,

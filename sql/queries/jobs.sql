@@ -479,6 +479,19 @@ WHERE id = @id AND state::text = @state::text AND placement_version = @placement
 -- row.
 SELECT id, project, name, state FROM jobs WHERE id = ANY(@ids::uuid[]);
 
+-- name: JobDependents :many
+-- JobDependents reads the jobs of @project whose spec.after or
+-- spec.after_ended names @id, in the order they were submitted, through the
+-- partial indexes on those lists (see JobListRunsAfter).
+WITH d AS MATERIALIZED (
+  SELECT jobs.id FROM jobs
+  WHERE spec->'after' @> jsonb_build_array(@id::text)
+     OR spec->'after_ended' @> jsonb_build_array(@id::text))
+SELECT j.id, j.name, j.state FROM jobs j JOIN d ON d.id = j.id
+WHERE j.project = @project
+ORDER BY j.submitted_at, j.id
+LIMIT @max_rows;
+
 -- name: JobWait :execrows
 -- JobWait records a job not placed yet as waiting for the jobs it runs
 -- after; a retried job's pool is its next placement's, not its last one's.

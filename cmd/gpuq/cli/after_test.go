@@ -73,8 +73,13 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	}
 	gpuq(0, "wait", eval)
 	// Retried with --downstream, the failed step brings back the steps
-	// cancelled after it, in turn, in the order they were submitted.
+	// cancelled after it, in turn, in the order they were submitted; its
+	// status says so.
 	gpuq(ExitCancelled, "wait", three)
+	if st, _ := gpuq(0, "status", one); !strings.Contains(st, fmt.Sprintf("\nbefore     %s (two) cancelled\n", two)) ||
+		!strings.Contains(st, fmt.Sprintf("\nretry      gpuq retry --downstream %s runs it again, then the jobs after it that did not succeed\n", one)) {
+		t.Fatalf("status of a failed step with steps cancelled after it:\n%s", st)
+	}
 	if out, _ := gpuq(0, "retry", "--downstream", one); !regexp.MustCompile(`^`+one+` (placed|running) on pool `).MatchString(out) ||
 		!strings.Contains(out, "\n"+two+" waiting\n"+three+" waiting") {
 		t.Fatalf("retry --downstream of a pipeline's failed first step: want it placed, then two and three waiting, got\n%s", out)

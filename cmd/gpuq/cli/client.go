@@ -608,7 +608,11 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		if cp := st.LastCheckpoint; cp != nil {
 			again = fmt.Sprintf("resumes it from checkpoint %d", cp.Seq)
 		}
-		fmt.Fprintf(w, "retry      gpuq retry %s %s\n", j.ID, again)
+		downstream := ""
+		if slices.ContainsFunc(st.Dependents, func(d queue.Dependency) bool { return slices.Contains(retryStates, d.State) }) {
+			downstream, again = "--downstream ", again+", then the jobs after it that did not succeed"
+		}
+		fmt.Fprintf(w, "retry      gpuq retry %s%s %s\n", downstream, j.ID, again)
 	}
 	if j.Spec != nil && j.Spec.Workdir != "" {
 		fmt.Fprintf(w, "workdir    %s\n", j.Spec.Workdir)
@@ -621,6 +625,12 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	}
 	for _, l := range afterLines(st.AfterEnded, true) {
 		fmt.Fprintf(w, "after end  %s\n", l)
+	}
+	for _, l := range afterLines(st.Dependents, false) {
+		fmt.Fprintf(w, "before     %s\n", l)
+	}
+	if len(st.Dependents) >= control.MaxDependents {
+		fmt.Fprintf(w, "before     and maybe more: gpuq ls --runs-after %s --limit 10000 lists them\n", j.ID)
 	}
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
