@@ -185,7 +185,9 @@ class JobStatus:
     """A job with its attempts, latest checkpoint, placement and history,
     and the jobs it runs after: ``after`` those that must succeed first,
     ``after_ended`` those that must have ended first, each in its spec's
-    order."""
+    order; ``dependents`` the jobs that run after it (their ``after`` or
+    ``after_ended`` names it), in the order they were submitted, at most
+    1000 (:meth:`Client.list` with ``runs_after`` lists them all)."""
 
     job: Job
     attempts: List[Attempt]
@@ -197,6 +199,7 @@ class JobStatus:
     waiting: Optional[PoolLine] = None
     after: List[Dependency] = field(default_factory=list)
     after_ended: List[Dependency] = field(default_factory=list)
+    dependents: List[Dependency] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -208,7 +211,8 @@ class JobStatus:
                    placement=d.get("placement"), last_log_lines=list(d.get("last_log_lines") or []),
                    waiting=PoolLine.from_doc(line) if line else None,
                    after=[Dependency.from_doc(a) for a in d.get("after") or []],
-                   after_ended=[Dependency.from_doc(a) for a in d.get("after_ended") or []], raw=d)
+                   after_ended=[Dependency.from_doc(a) for a in d.get("after_ended") or []],
+                   dependents=[Dependency.from_doc(a) for a in d.get("dependents") or []], raw=d)
 
 
 @dataclass

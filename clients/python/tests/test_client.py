@@ -610,6 +610,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(client.get(prep).state, "failed")
         self.assertEqual([j.id for j in client.list(runs_after=prep)], [train.id])
         self.assertEqual([j.id for j in client.list(runs_after=train.id)], [evaluate.id])
+        self.assertEqual([(d.job_id, d.state) for d in client.status(prep).dependents], [(train.id, "cancelled")])
         retried = client.retry_downstream(prep)
         self.assertEqual([j.id for j in retried], [prep.id, train.id, evaluate.id])
         self.assertEqual([client.wait(j, timeout=120, progress=False).state for j in retried], ["succeeded"] * 3)

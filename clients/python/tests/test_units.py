@@ -1219,7 +1219,19 @@ class AfterTest(unittest.TestCase):
                          [(self.PREP, "prep", "failed"), (missing, "", "")])
         self.assertEqual([(d.job_id, d.state) for d in st.after], [(self.EVAL, "succeeded")])
         self.assertEqual(st.after_ended[0].raw, doc["after_ended"][0])
-        self.assertEqual(self.client.status(self.PREP).after_ended, [])
+        self.assertEqual(st.dependents, [])
+        prep = self.client.status(self.PREP)
+        self.assertEqual(prep.after_ended, [])
+
+    def test_status_reads_the_jobs_that_run_after_it(self):
+        doc = {"job": self.job_doc(self.PREP, "failed", "prep"), "attempts": [], "history": [],
+               "dependents": [{"job_id": self.TRAIN, "name": "train", "state": "cancelled"},
+                              {"job_id": self.EVAL, "name": "eval", "state": "cancelled"}]}
+        self.answers.append((200, doc))
+        st = self.client.status(self.PREP)
+        self.assertTrue(all(isinstance(d, gpuq.Dependency) for d in st.dependents), st.dependents)
+        self.assertEqual([(d.job_id, d.name, d.state) for d in st.dependents],
+                         [(self.TRAIN, "train", "cancelled"), (self.EVAL, "eval", "cancelled")])
 
     def test_retry_label_retries_a_pipeline_in_the_order_it_was_submitted(self):
         def at(doc, second):
