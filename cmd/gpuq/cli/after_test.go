@@ -85,6 +85,17 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 		t.Fatalf("retry --downstream of a pipeline's failed first step: want it placed, then two and three waiting, got\n%s", out)
 	}
 	gpuq(0, "wait", three)
+	// Cancelled with --downstream, a pipeline is abandoned whole, newest
+	// first: the report after gather's end is not released to run.
+	fetchAll, _ := gpuq(0, "submit", "--name", "fetch-all", "--", "sleep", "60")
+	gather, _ := gpuq(0, "submit", "--name", "gather", "--after", fetchAll, "--", "true")
+	report, _ := gpuq(0, "submit", "--name", "report", "--after-ended", gather, "--", "true")
+	if out, _ := gpuq(0, "cancel", "--downstream", fetchAll); out != fmt.Sprintf("%s cancelled\n%s cancelled\n%s cancelled", report, gather, fetchAll) {
+		t.Fatalf("cancel --downstream of a pipeline's first step: want report, gather, then fetch-all cancelled, got\n%s", out)
+	}
+	if st, _ := gpuq(0, "status", report); !strings.Contains(st, "\nstate      cancelled\n") || !strings.Contains(st, "\nattempts   0 ") {
+		t.Fatalf("status of the report after a pipeline cancelled whole: want cancelled, never run\n%s", st)
+	}
 	if _, err := gpuq(ExitGeneral, "ls", "--runs-after", "one"); !strings.Contains(err.Error(), `--runs-after: want a job id as gpuq prints it, got "one"`) {
 		t.Fatalf("ls --runs-after a name: %v", err)
 	}

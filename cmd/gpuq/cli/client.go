@@ -1134,19 +1134,27 @@ func truncate(s string, n int) string {
 
 func newCancelCmd() *cobra.Command {
 	cmd := jobsCommand(&cobra.Command{
-		Use:   "cancel JOB_ID… | --label KEY=VALUE",
+		Use:   "cancel JOB_ID… | --label KEY=VALUE [--downstream]",
 		Short: "Cancel jobs that have not finished; a running job is stopped at once",
 		Long: `Cancel jobs that have not finished; a running job is stopped at once.
 
 Give one or more job ids, or --label KEY=VALUE to cancel every unfinished job
 whose labels hold that entry (a sweep submitted with labels: {sweep: lr}).
 Each cancelled job is printed with its state; a job that cannot be cancelled
-is named on stderr and the others are cancelled all the same.`,
+is named on stderr and the others are cancelled all the same.
+
+With --downstream, the jobs that run after them (their spec.after or
+after_ended names one) and have not finished are cancelled too, and in turn
+those after them: a pipeline is abandoned whole. They are cancelled newest
+first, before the jobs given, so that none of them is released to run (as a
+job of after_ended is once those it runs after have ended) in between.`,
 		Example: `  gpuq cancel 01a2490c-414b-74a6-950b-948f7b68feb6
-  gpuq cancel --label sweep=lr-search`,
+  gpuq cancel --label sweep=lr-search
+  gpuq cancel --downstream --label sweep=lr-search`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		ctx := cmd.Context()
-		if len(ids) == 1 {
+		downstream := v.GetBool("downstream")
+		if len(ids) == 1 && !downstream {
 			job, err := svc.Cancel(ctx, ids[0])
 			if err != nil {
 				return notFoundError(ids[0], err)
@@ -1155,18 +1163,34 @@ is named on stderr and the others are cancelled all the same.`,
 		}
 		if label != "" {
 			var err error
-			if ids, err = labelledIDs(ctx, svc, v, label, false, queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning); err != nil {
+			if ids, err = labelledIDs(ctx, svc, v, label, false, unfinishedStates...); err != nil {
 				return err
 			}
 			if len(ids) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: no unfinished job has the label %s\n", label)
 			}
 		}
-		return cancelEach(cmd, svc, ids, label != "", format)
+		var after map[uuid.UUID]bool
+		if downstream {
+			var err error
+			if ids, after, err = withDownstream(ctx, svc, ids, unfinishedStates); err != nil {
+				return err
+			}
+			slices.Reverse(ids)
+		}
+		// A job found by its label or as a job after another that finished
+		// meanwhile is passed over.
+		skip := func(id uuid.UUID, err error) bool { return (label != "" || after[id]) && isConflict(err) }
+		_, err := actOnEach(cmd, ids, "cancelling", "cancelled", svc.Cancel, skip, format)
+		return err
 	})
 	cmd.Flags().String("label", "", "cancel every unfinished job whose spec.labels has this `entry`, key=value")
+	cmd.Flags().Bool("downstream", false, "also cancel the jobs that run after them and have not finished, and in turn those after them")
 	return cmd
 }
+
+// unfinishedStates are the states a job may be cancelled in.
+var unfinishedStates = []queue.JobState{queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning}
 
 // labelledIDs lists the jobs in one of states whose labels hold label, in
 // the --project given or the caller's projects: state by state, newest
@@ -1190,17 +1214,6 @@ func labelledIDs(ctx context.Context, svc jobService, v *viper.Viper, label stri
 		ids[i] = j.ID
 	}
 	return ids, nil
-}
-
-// cancelEach cancels each job, printing those cancelled (-o json: a page of
-// jobs) and naming on stderr those that were not. A job selected by its
-// label that finished meanwhile is skipped; any other failure makes the
-// command fail once every job was tried: with ExitNotFound when each
-// failure was a job not found.
-func cancelEach(cmd *cobra.Command, svc jobService, ids []uuid.UUID, byLabel bool, format string) error {
-	skip := func(_ uuid.UUID, err error) bool { return byLabel && isConflict(err) }
-	_, err := actOnEach(cmd, ids, "cancelling", "cancelled", svc.Cancel, skip, format)
-	return err
 }
 
 // actOnEach does act to each job, printing each job it returns (format

@@ -81,7 +81,7 @@ order they were submitted), so the later steps wait for the earlier ones again.`
 		var after map[uuid.UUID]bool
 		if downstream {
 			var err error
-			if ids, after, err = withDownstream(ctx, svc, ids); err != nil {
+			if ids, after, err = withDownstream(ctx, svc, ids, retryStates); err != nil {
 				return err
 			}
 		}
@@ -114,12 +114,11 @@ order they were submitted), so the later steps wait for the earlier ones again.`
 }
 
 // withDownstream returns ids and the jobs that run after them (their
-// spec.after or spec.after_ended names one) and failed, died, were
-// cancelled or were rejected, and in turn those after them, all in the
-// order they were submitted, so that each is retried after the jobs it runs
-// after; and the jobs it found after them. An id of no job comes first, for
-// the retry to name it.
-func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID) ([]uuid.UUID, map[uuid.UUID]bool, error) {
+// spec.after or spec.after_ended names one) in one of states, and in turn
+// those after them, all in the order they were submitted (so that a retry
+// reaches each job after the jobs it runs after); and the jobs it found
+// after them. An id of no job comes first, for the command to name it.
+func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID, states []queue.JobState) ([]uuid.UUID, map[uuid.UUID]bool, error) {
 	type found struct {
 		id uuid.UUID
 		at time.Time
@@ -148,7 +147,7 @@ func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID) ([]uui
 		}
 		next = next[1:]
 		for _, j := range page.Jobs {
-			if !seen[j.ID] && slices.Contains(retryStates, j.State) {
+			if !seen[j.ID] && slices.Contains(states, j.State) {
 				seen[j.ID], after[j.ID] = true, true
 				all, next = append(all, found{id: j.ID, at: j.SubmittedAt}), append(next, j.ID)
 			}
