@@ -28,8 +28,9 @@ DEV_TOKEN = os.path.join(".gpuq", "token")
 #: A job as the methods take it: its id, or the :class:`Job` itself.
 JobRef = Union[str, Job]
 
-#: The states a job is retried from.
+#: The states a job is retried from, and those it is cancelled in.
 _RETRYABLE = ("failed", "dead", "cancelled", "rejected")
+_UNFINISHED = ("pending", "waiting", "placed", "running")
 
 _MAX_DOC = 64 << 20
 _MAX_LINE = 4 << 20
@@ -378,7 +379,28 @@ class Client:
         (``key=value``: a sweep), those waiting for the jobs they run after
         too, and returns those it cancelled. A job that finishes meanwhile
         is skipped."""
-        return self._each_labelled(label, project, ("pending", "waiting", "placed", "running"), self.cancel)
+        return self._each_labelled(label, project, _UNFINISHED, self.cancel)
+
+    def cancel_downstream(self, job_id: JobRef) -> List[Job]:
+        """Cancels the jobs that run after the job (their ``after`` or
+        ``after_ended`` names it) and have not finished, and in turn those
+        after them, newest first, then the job itself, and returns those it
+        cancelled: a pipeline abandoned whole (``gpuq cancel
+        --downstream``). The jobs after it go first, so that none is
+        released to run in between (as a job of ``after_ended`` is once
+        those it runs after have ended). A job after it that finished is
+        neither cancelled nor looked past; one that finishes meanwhile is
+        skipped. The job itself raises as :meth:`cancel` does, once the
+        others are cancelled."""
+        root = _id(job_id)
+        done = []
+        for job in reversed(self._downstream(root, _UNFINISHED)):
+            try:
+                done.append(self.cancel(job.id))
+            except Conflict:
+                pass  # it finished after it was listed
+        done.append(self.cancel(root))
+        return done
 
     def _each_labelled(self, label: str, project: Optional[str], states: Sequence[str],
                        act: Callable[[str], Job], oldest_first: bool = False) -> List[Job]:
@@ -440,17 +462,8 @@ class Client:
         :meth:`retry` does, before any other is retried; a job found after
         it that was retried meanwhile by someone else is skipped."""
         root = _id(job_id)
-        after: List[Job] = []
-        seen = {root}
-        ahead = [root]
-        while ahead:
-            for job in self.list(runs_after=ahead.pop(0), limit=10_000):
-                if job.id not in seen and job.state in _RETRYABLE:
-                    seen.add(job.id)
-                    after.append(job)
-                    ahead.append(job.id)
+        after = self._downstream(root, _RETRYABLE)
         # A job names only jobs submitted before it: the job itself comes first.
-        after.sort(key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))
         done = [self.retry(root, fresh=fresh)]
         for job in after:
             try:
@@ -458,6 +471,22 @@ class Client:
             except Conflict:
                 pass  # its state changed after it was listed
         return done
+
+    def _downstream(self, root: str, states: Sequence[str]) -> List[Job]:
+        """The jobs that run after root (their ``after`` or ``after_ended``
+        names it) in one of states, and in turn those after them, in the
+        order they were submitted."""
+        after: List[Job] = []
+        seen = {root}
+        ahead = [root]
+        while ahead:
+            for job in self.list(runs_after=ahead.pop(0), limit=10_000):
+                if job.id not in seen and job.state in states:
+                    seen.add(job.id)
+                    after.append(job)
+                    ahead.append(job.id)
+        after.sort(key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))
+        return after
 
     def checkpoints(self, job_id: JobRef) -> List[Checkpoint]:
         """The job's committed checkpoints, oldest first."""

@@ -618,6 +618,17 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.Conflict):
             client.retry_downstream(prep)
 
+    def test_cancel_downstream_abandons_a_pipeline_whole(self):
+        # report runs once gather has ended however it ended: cancelled
+        # with the rest, it must not be released to run in between.
+        fetch = client.submit(name="fetch", command=["sleep", "60"])
+        gather = client.submit(name="gather", command=["true"], after=[fetch])
+        report = client.submit(name="report", command=["true"], after_ended=[gather])
+        cancelled = client.cancel_downstream(fetch)
+        self.assertEqual([(j.id, j.state) for j in cancelled],
+                         [(report.id, "cancelled"), (gather.id, "cancelled"), (fetch.id, "cancelled")])
+        self.assertEqual(client.status(report).attempts, [])
+
     def test_spend_lists_what_is_left_of_each_budget(self):
         # A team's admin sets the project's budget (gpuq dev's token is an
         # admin's of every project); a job of the project runs under it.

@@ -1272,8 +1272,8 @@ class AfterTest(unittest.TestCase):
         return dict(doc, submitted_at="2026-12-07T10:00:%02d.5Z" % second)
 
     def asked(self):
-        """Each request: a listing as ("list", its query), a retry as
-        ("retry", the job's id, its query)."""
+        """Each request: a listing as ("list", its query), a retry or a
+        cancel as ("retry" or "cancel", the job's id, its query)."""
         out = []
         for method, path, _ in self.seen:
             split = urllib.parse.urlsplit(path)
@@ -1281,8 +1281,10 @@ class AfterTest(unittest.TestCase):
             if method == "GET" and split.path == "/v1/jobs":
                 out.append(("list", query))
             else:
-                self.assertEqual((method, split.path[-6:]), ("POST", "/retry"), path)
-                out.append(("retry", split.path.split("/")[3], query))
+                kind = split.path.rsplit("/", 1)[1]
+                self.assertEqual(method, "POST", path)
+                self.assertIn(kind, ("retry", "cancel"), path)
+                out.append((kind, split.path.split("/")[3], query))
         return out
 
     def test_list_sends_runs_after_as_the_jobs_id(self):
@@ -1323,6 +1325,26 @@ class AfterTest(unittest.TestCase):
                          [([j], ["500"]) for j in (self.PREP, self.EVAL, self.TRAIN, self.SUMMARY)])
         self.assertEqual([a[1:] for a in asked if a[0] == "retry"],
                          [(j, {"fresh": ["true"]}) for j in (self.PREP, self.TRAIN, self.EVAL, self.SUMMARY)])
+        self.assertEqual(self.answers, [])
+
+    def test_cancel_downstream_cancels_the_jobs_after_it_newest_first_then_it(self):
+        at = self.at
+        # prep <- train <- eval (after train ended); prep <- report, which
+        # succeeded and is not looked past.
+        self.answers += [
+            (200, {"jobs": [at(self.job_doc(self.REPORT, "succeeded", after=[self.PREP]), 4),
+                            at(self.job_doc(self.TRAIN, "waiting", after=[self.PREP]), 2)]}),
+            (200, {"jobs": [at(self.job_doc(self.EVAL, "waiting", after_ended=[self.TRAIN]), 3)]}),
+            (200, {"jobs": []}),
+            (200, self.job_doc(self.EVAL, "cancelled")),
+            # train finished meanwhile.
+            (409, {"title": "Conflict", "status": 409, "detail": "job already finished"}),
+            (200, self.job_doc(self.PREP, "cancelled"))]
+        cancelled = self.client.cancel_downstream(self.PREP)
+        self.assertEqual([(j.id, j.state) for j in cancelled], [(self.EVAL, "cancelled"), (self.PREP, "cancelled")])
+        asked = self.asked()
+        self.assertEqual([q["runs_after"] for kind, q, *_ in asked if kind == "list"], [[self.PREP], [self.TRAIN], [self.EVAL]])
+        self.assertEqual([a[1] for a in asked if a[0] == "cancel"], [self.EVAL, self.TRAIN, self.PREP])
         self.assertEqual(self.answers, [])
 
     def test_retry_downstream_of_a_job_with_nothing_after_it_retries_it_alone(self):
