@@ -46,9 +46,9 @@ after and after_ended may name jobs earlier in the file by their name (a name
 stands for every earlier job of that name): such a job is submitted once those
 are recorded, with their ids in place of the name, so that a whole pipeline
 fits in one file. Every spec is checked before any job is submitted; an error
-names the job (jobs[7]) and its field. It prints each job's id in the batch's order (-o json: {"jobs":
-[…]}), names each rejected job on stderr and then exits 2; with --wait it waits
-for every job as gpuq wait of their ids does.`,
+names the job (jobs[7]) and its field. It prints each job's id in the batch's
+order (-o json: {"jobs": […]}), names each rejected job on stderr and then
+exits 2; with --wait it waits for every job as gpuq wait of their ids does.`,
 		Example: `  gpuq submit -f job.yaml
   gpuq submit job.yaml
   gpuq submit --name hello --cpu 1 -- echo hello
