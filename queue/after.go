@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/google/uuid"
@@ -25,6 +26,8 @@ type Dependency struct {
 	// Project is the job's project: a job runs after jobs of its own
 	// project only.
 	Project string `json:"-"`
+	// Reason is why it ended as it did, for Sequence.
+	Reason string `json:"-"`
 }
 
 // Readiness is where a job that runs after others stands.
@@ -65,6 +68,10 @@ func Sequence(job uuid.UUID, project string, spec *Spec, deps []Dependency) (Rea
 			case !ok || d.Project != project:
 				return Never, fmt.Sprintf("job %s it runs after is not a job of project %s", a, project)
 			case d.State == StateSucceeded, l.ended && d.State.Terminal():
+			case d.State == StateCancelled && neverReason.MatchString(d.Reason):
+				// Cancelled for a job it ran after: that one is what to
+				// retry (with the jobs after it, this one among them).
+				return Never, d.Reason
 			case d.State.Terminal():
 				return Never, fmt.Sprintf("job %s%s it runs after ended %s: retry it and the jobs after it (gpuq retry --downstream %[1]s)", a, NameSuffix(d.Name), d.State)
 			default:
@@ -98,6 +105,10 @@ func Sequence(job uuid.UUID, project string, spec *Spec, deps []Dependency) (Rea
 	}
 	return Waiting, msg
 }
+
+// neverReason matches the reason a job cancelled for a job it runs after
+// was given, naming the job to retry.
+var neverReason = regexp.MustCompile(`^job ([0-9a-f-]{36})( \(.*\))? it runs after ended (failed|dead|cancelled|rejected): retry it and the jobs after it \(gpuq retry --downstream ([0-9a-f-]{36})\)$`)
 
 // NameSuffix is " (name)" for a job with a name, "" for one without.
 func NameSuffix(name string) string {

@@ -42,6 +42,13 @@ func TestSequenceSaysWhetherAJobMayRunWaitsOrNeverWill(t *testing.T) {
 		{"another project's", ids(a), []queue.Dependency{{ID: a, State: queue.StateSucceeded, Project: "other"}}, queue.Never,
 			fmt.Sprintf("job %s it runs after is not a job of project vision", a)},
 		{"itself", ids(self), []queue.Dependency{dep(self, "", queue.StatePending)}, queue.Never, "spec.after names the job itself"},
+		// Cancelled for a job it ran after in turn: the reason names that
+		// one, which is what to retry.
+		{"cancelled in a chain", ids(a), []queue.Dependency{{ID: a, Name: "train", State: queue.StateCancelled, Project: "vision",
+			Reason: fmt.Sprintf("job %s (prep) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", c)}}, queue.Never,
+			fmt.Sprintf("job %s (prep) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", c)},
+		{"cancelled by its user", ids(a), []queue.Dependency{{ID: a, Name: "train", State: queue.StateCancelled, Project: "vision", Reason: "cancelled by user"}}, queue.Never,
+			fmt.Sprintf("job %s (train) it runs after ended cancelled: retry it and the jobs after it (gpuq retry --downstream %[1]s)", a)},
 	}
 	for _, tc := range cases {
 		r, why := queue.Sequence(self, "vision", &queue.Spec{Project: "vision", After: tc.after}, tc.deps)

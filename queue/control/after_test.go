@@ -82,12 +82,18 @@ func TestAJobRunsOnlyAfterEveryJobItNamesHasSucceeded(t *testing.T) {
 	// a new one naming it is rejected, each saying why.
 	e := submit(cmd + "name: e\n")
 	f := submit(fmt.Sprintf("%sname: f\nafter: [%s]\n", cmd, e))
-	await(f, queue.StateWaiting)
+	f2 := submit(fmt.Sprintf("%sname: f2\nafter: [%s]\n", cmd, f))
+	await(f2, queue.StateWaiting)
 	finish(e, false)
 	job = await(f, queue.StateCancelled)
 	want := fmt.Sprintf("job %s (e) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", e)
 	if job.Reason != want {
 		t.Fatalf("the cancelled job's reason: %q, want %q", job.Reason, want)
+	}
+	// The job after f, cancelled in turn, names e too: that is the job to
+	// retry, not f.
+	if job = await(f2, queue.StateCancelled); job.Reason != want {
+		t.Fatalf("the reason of the job after f: %q, want %q", job.Reason, want)
 	}
 	g := submit(fmt.Sprintf("%sname: g\nafter: [%s]\n", cmd, e))
 	if job = await(g, queue.StateRejected); job.Reason != want {

@@ -24,7 +24,7 @@ func (s *Store) Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Depe
 	}
 	out := make([]queue.Dependency, len(rows))
 	for i, r := range rows {
-		out[i] = queue.Dependency{ID: r.ID, Project: r.Project, Name: r.Name, State: queue.JobState(r.State)}
+		out[i] = queue.Dependency{ID: r.ID, Project: r.Project, Name: r.Name, State: queue.JobState(r.State), Reason: r.Reason}
 	}
 	return out, nil
 }

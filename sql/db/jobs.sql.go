@@ -284,7 +284,7 @@ func (q *Queries) JobCountUnfinished(ctx context.Context) ([]JobCountUnfinishedR
 
 const jobDependencies = `-- name: JobDependencies :many
 
-SELECT id, project, name, state FROM jobs WHERE id = ANY($1::uuid[])
+SELECT id, project, name, state, reason FROM jobs WHERE id = ANY($1::uuid[])
 `
 
 type JobDependenciesRow struct {
@@ -292,12 +292,13 @@ type JobDependenciesRow struct {
 	Project string
 	Name    string
 	State   JobState
+	Reason  string
 }
 
 // by id alone (see JobClaimMany)
 // JobDependencies reads the jobs others run after (spec.after and
-// spec.after_ended): their project, name and state. An id of no job has no
-// row.
+// spec.after_ended): their project, name, state and reason. An id of no job
+// has no row.
 func (q *Queries) JobDependencies(ctx context.Context, ids []uuid.UUID) ([]JobDependenciesRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobDependencies, pq.Array(ids))
 	if err != nil {
@@ -312,6 +313,7 @@ func (q *Queries) JobDependencies(ctx context.Context, ids []uuid.UUID) ([]JobDe
 			&i.Project,
 			&i.Name,
 			&i.State,
+			&i.Reason,
 		); err != nil {
 			return nil, err
 		}

@@ -475,9 +475,9 @@ WHERE id = @id AND state::text = @state::text AND placement_version = @placement
 
 -- name: JobDependencies :many
 -- JobDependencies reads the jobs others run after (spec.after and
--- spec.after_ended): their project, name and state. An id of no job has no
--- row.
-SELECT id, project, name, state FROM jobs WHERE id = ANY(@ids::uuid[]);
+-- spec.after_ended): their project, name, state and reason. An id of no job
+-- has no row.
+SELECT id, project, name, state, reason FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: JobDependents :many
 -- JobDependents reads the jobs of @project whose spec.after or

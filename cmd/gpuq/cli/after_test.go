@@ -59,7 +59,8 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 	if ls, _ := gpuq(0, "ls", "--runs-after", one); !strings.Contains(ls, two) || strings.Contains(ls, three) {
 		t.Fatalf("ls --runs-after one: want two alone\n%s", ls)
 	}
-	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fit) it runs after ended cancelled", fit)) {
+	// eval, cancelled in turn after fit, names the step to retry: fetch.
+	if _, err := gpuq(ExitCancelled, "wait", eval); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", fetch)) {
 		t.Fatalf("wait of a job after a cancelled one: %v", err)
 	}
 	if _, err := gpuq(ExitRejected, "retry", fit); !strings.Contains(err.Error(), fmt.Sprintf("job %s (fetch) it runs after ended failed: retry it and the jobs after it (gpuq retry --downstream %[1]s)", fetch)) {
