@@ -266,20 +266,33 @@ func submitBatch(cmd *cobra.Command, v *viper.Viper, specs []*queue.Spec, refs *
 // submitInWaves submits specs in the file's order, in runs none of whose
 // jobs names another of the same run by name (refs): before each run, the
 // jobs it names are waited for until the scheduler has recorded them
-// (within timeout each), and their ids put in its specs. On an error it
+// (within timeout each, acceptAll), and their ids put in its specs. On an error it
 // returns the jobs submitted before it, the file's first ones.
 func submitInWaves(ctx context.Context, svc jobService, specs []*queue.Spec, refs *batchRefs, done func(int), timeout time.Duration) ([]*queue.Job, error) {
 	jobs := make([]*queue.Job, 0, len(specs))
 	for start := 0; start < len(specs); {
 		end := refs.waveEnd(start)
+		var named []int
+		seen := map[int]bool{}
 		for i := start; i < end; i++ {
 			for _, j := range refs.named[i] {
-				got, err := waitAccepted(ctx, svc, jobs[j], timeout)
-				if err != nil {
-					return jobs, err
+				if !seen[j] {
+					seen[j] = true
+					named = append(named, j)
 				}
-				jobs[j] = got
 			}
+		}
+		waited := make([]*queue.Job, len(named))
+		for k, j := range named {
+			waited[k] = jobs[j]
+		}
+		if err := acceptAll(ctx, svc, waited, timeout, func(int) {}); err != nil {
+			return jobs, err
+		}
+		for k, j := range named {
+			jobs[j] = waited[k]
+		}
+		for i := start; i < end; i++ {
 			refs.fill(specs[i], jobs)
 		}
 		got, err := svc.SubmitMany(ctx, specs[start:end], done)
@@ -297,18 +310,26 @@ func submitInWaves(ctx context.Context, svc jobService, specs []*queue.Spec, ref
 const acceptWaiters = 16
 
 // waitAllAccepted waits until the scheduler has placed or rejected each
-// job (waitAccepted), acceptWaiters at a time, and puts each one's latest
-// record in its place in jobs.
+// job (acceptAll), showing how many are, and puts each one's latest record
+// in its place in jobs.
 func waitAllAccepted(cmd *cobra.Command, svc jobService, jobs []*queue.Job, timeout time.Duration) error {
 	shown := newTransfer(cmd.ErrOrStderr(), "accepted by the scheduler")
 	shown.unit = "jobs"
+	err := acceptAll(cmd.Context(), svc, jobs, timeout, shown.count(int64(len(jobs))))
+	shown.close()
+	return err
+}
+
+// acceptAll waits until the scheduler has placed or rejected each job
+// (waitAccepted), acceptWaiters at a time, puts each one's latest record in
+// its place in jobs and counts it done.
+func acceptAll(ctx context.Context, svc jobService, jobs []*queue.Job, timeout time.Duration, done func(int)) error {
 	var mu sync.Mutex
-	done := shown.count(int64(len(jobs)))
 	g := errgroup.Group{}
 	g.SetLimit(acceptWaiters)
 	for i, job := range jobs {
 		g.Go(func() error {
-			got, err := waitAccepted(cmd.Context(), svc, job, timeout)
+			got, err := waitAccepted(ctx, svc, job, timeout)
 			if err != nil {
 				return err
 			}
@@ -319,9 +340,7 @@ func waitAllAccepted(cmd *cobra.Command, svc jobService, jobs []*queue.Job, time
 			return nil
 		})
 	}
-	err := g.Wait()
-	shown.close()
-	return err
+	return g.Wait()
 }
 
 // SubmitMany submits each spec in turn; on an error it returns the jobs

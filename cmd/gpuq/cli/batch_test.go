@@ -189,7 +189,7 @@ func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"jobs": [
 		{"name": "one", "command": ["true"]},
 		{"name": "nowhere", "command": ["true"], "placement": {"residency": "CH"}},
-		{"name": "three", "command": ["true"]}
+		{"name": "three", "command": ["true"], "after_ended": ["one", "nowhere"]}
 	]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +211,11 @@ func TestSubmitBatchOverNATSNamesTheRejectedJobs(t *testing.T) {
 		if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "wait", ids[i])); !strings.Contains(got, ids[i]+" succeeded") {
 			t.Fatalf("jobs[%d]: %s", i, got)
 		}
+	}
+	// three named the two before it by name: their ids stand in its spec,
+	// and it ran once both had ended, the rejected one too.
+	if st := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "status", ids[2])); !strings.Contains(st, "\nafter end  "+ids[0]+" (one) succeeded\nafter end  "+ids[1]+" (nowhere) rejected\n") {
+		t.Fatalf("jobs[2], after the two before it: %s", st)
 	}
 	// The live workers, through the control plane's client service.
 	if got := string(runBinary(t, bin, home, clientEnv(natsURL, cred), 0, "workers", "--pool", "local-cpu-spot")); !strings.Contains(got, "WORKER") ||
