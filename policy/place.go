@@ -196,18 +196,18 @@ func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*pl
 	// against a budget is not a rounding error.
 	p.runTime = max(p.runTime, c.MinChargedDuration)
 	var names []string
-	narrow := func(class, by string) {
-		set := c.classes[strings.ToUpper(class)]
+	narrowTo := func(set countrySet, class, by string) {
 		if !p.restricted {
 			p.allowed, p.restricted = set, true
 		} else {
 			p.allowed = p.allowed.and(set)
 		}
-		if !slices.Contains(names, strings.ToUpper(class)) {
-			names = append(names, strings.ToUpper(class))
+		if !slices.Contains(names, class) {
+			names = append(names, class)
 		}
 		p.residency.ImposedBy = append(p.residency.ImposedBy, by)
 	}
+	narrow := func(class, by string) { narrowTo(c.classes[strings.ToUpper(class)], strings.ToUpper(class), by) }
 	for _, rule := range c.Rules.Rules {
 		if !rule.matches(job) {
 			continue
@@ -238,6 +238,9 @@ func newPlacer(job Requirements, c *compiled, set *OfferSet, now time.Time) (*pl
 			return nil, fmt.Errorf("job.residency: undefined residency class %q; known classes: %s", job.Residency, c.classNames())
 		}
 		narrow(job.Residency, "job")
+	}
+	for _, r := range job.DataResidency {
+		narrowTo(setOf(r.Countries...), r.Class, r.By)
 	}
 	p.setResidencyNames(names)
 	if m := job.MaxPricePerHour; m != nil {

@@ -420,3 +420,48 @@ func TestPlaceComparesResourceCountsBeyondInt32Exactly(t *testing.T) {
 		}
 	}
 }
+
+// The outputs of another job that a job reads bind it to their residency
+// (Requirements.DataResidency): on top of its own, named in the decision as
+// who required it, and refused offers say so.
+func TestPlaceKeepsAJobInsideTheResidencyOfTheDataItReads(t *testing.T) {
+	t.Parallel()
+	us := baseOffer()
+	us.Pool, us.Region, us.Country, us.PricePerHour = "us-h100", "us-east-1", "US", money("1.00 EUR")
+	job := baseJob()
+	job.Labels, job.Residency, job.Providers, job.Regions = nil, "", nil, nil
+	rules := baseRules()
+	d, err := policy.Place(job, []policy.Offer{baseOffer(), us}, rules, now)
+	if err != nil || d.Chosen.Offer.Pool != "us-h100" {
+		t.Fatalf("without data residency: %+v, %v; want the cheaper us-h100", d.Chosen, err)
+	}
+	job.DataResidency = []policy.DataResidency{{Class: "EU", Countries: []string{"AT", "DE", "FR"}, By: "inputs[0] (job j1)"}}
+	d, err = policy.Place(job, []policy.Offer{baseOffer(), us}, rules, now)
+	if err != nil || d.Chosen.Offer.Pool != "hz-fsn-h100" {
+		t.Fatalf("with data residency: %+v, %v; want hz-fsn-h100", d.Chosen, err)
+	}
+	if d.Residency.Class != "EU" || !reflect.DeepEqual(d.Residency.ImposedBy, []string{"inputs[0] (job j1)"}) || !reflect.DeepEqual(d.Residency.Countries, []string{"AT", "DE", "FR"}) {
+		t.Errorf("residency = %+v", d.Residency)
+	}
+	// With the job's own class, the intersection.
+	job.Residency = "EEA"
+	job.DataResidency = append(job.DataResidency, policy.DataResidency{Class: "DACH", Countries: []string{"AT", "CH", "DE"}, By: "inputs[1] (job j2)"})
+	d, err = policy.Place(job, []policy.Offer{baseOffer(), us}, rules, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Residency.Class != "EEA∩EU∩DACH" || !reflect.DeepEqual(d.Residency.Countries, []string{"AT", "DE"}) ||
+		!reflect.DeepEqual(d.Residency.ImposedBy, []string{"job", "inputs[0] (job j1)", "inputs[1] (job j2)"}) {
+		t.Errorf("residency = %+v", d.Residency)
+	}
+	rejected := d.ReasonsOf(d.Rejected()[0])
+	if len(rejected) == 0 || !strings.Contains(rejected[0].Message, "region us-east-1 (US) outside residency EEA∩EU∩DACH required by job and inputs[0] (job j1) and inputs[1] (job j2)") {
+		t.Errorf("the US offer's reasons: %+v", rejected)
+	}
+	for _, bad := range []policy.DataResidency{{Class: "EU", Countries: []string{"DE"}}, {Countries: []string{"DE"}, By: "x"}, {Class: "EU", Countries: []string{"Germany"}, By: "x"}} {
+		job.DataResidency = []policy.DataResidency{bad}
+		if err := job.Validate(); err == nil || !strings.Contains(err.Error(), "job.data_residency[0]") {
+			t.Errorf("Validate of %+v = %v, want an error naming job.data_residency[0]", bad, err)
+		}
+	}
+}

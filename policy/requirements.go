@@ -57,6 +57,19 @@ type Requirements struct {
 	// after every CPU pool. Without it, or a matching rule that allows it,
 	// a CPU-only job is placed on CPU pools only.
 	AllowGPUForCPU bool `json:"allow_gpu_for_cpu,omitempty" yaml:"allow_gpu_for_cpu" mapstructure:"allow_gpu_for_cpu"`
+	// DataResidency lists the residencies the data the job reads is bound
+	// to, beyond its own: the outputs of another job carry that job's
+	// residency. The job is placed inside each.
+	DataResidency []DataResidency `json:"data_residency,omitempty" yaml:"data_residency" mapstructure:"data_residency"`
+}
+
+// DataResidency is the residency data the job reads is bound to: the
+// countries it may be taken to, the class they make up, and whose data it
+// is ("inputs[0] (job …)").
+type DataResidency struct {
+	Class     string   `json:"class" yaml:"class" mapstructure:"class"`
+	Countries []string `json:"countries" yaml:"countries" mapstructure:"countries"`
+	By        string   `json:"by" yaml:"by" mapstructure:"by"`
 }
 
 // Input is a data set the job reads. Moving it out of its region costs
@@ -115,6 +128,16 @@ func (j Requirements) Validate() error {
 		}
 		if _, err := NormalizeCountry(in.Country); err != nil {
 			return fmt.Errorf("job.inputs[%d].country: %w", i, err)
+		}
+	}
+	for i, r := range j.DataResidency {
+		if r.Class == "" || r.By == "" {
+			return fmt.Errorf("job.data_residency[%d]: must name its class and whose data it is (by)", i)
+		}
+		for k, c := range r.Countries {
+			if n, err := NormalizeCountry(c); err != nil || n == "" {
+				return fmt.Errorf("job.data_residency[%d].countries[%d]: want an ISO 3166-1 alpha-2 code, got %q", i, k, c)
+			}
 		}
 	}
 	return nil

@@ -155,18 +155,26 @@ type CheckpointSpec struct {
 	Interval Duration `json:"interval,omitempty"`
 }
 
-// Input is data the job reads, used to estimate egress cost.
+// Input is data the job reads: data a store holds, used to estimate
+// egress cost, or the outputs of an earlier job of the project (Job),
+// which the worker unpacks in $GPUQ_INPUT_DIR/<name> before the command
+// runs.
 type Input struct {
 	Name string `json:"name,omitempty"`
-	URI  string `json:"uri,omitempty"`
+	// Job names an earlier job of the project, by id, whose outputs the
+	// job reads. Such an input holds only Name (default: the id) and Job;
+	// the job runs after it (spec.after holds it unless
+	// spec.after_ended does) and inside its residency.
+	Job string `json:"job,omitempty"`
+	URI string `json:"uri,omitempty"`
 	// Provider stores the data and bills its egress; empty means any
 	// provider with offers in Region.
 	Provider string `json:"provider,omitempty"`
-	Region   string `json:"region"`
+	Region   string `json:"region,omitempty"`
 	// Country is the ISO 3166-1 alpha-2 code of Region, when the offers
 	// there do not say it.
 	Country string `json:"country,omitempty"`
-	Bytes   int64  `json:"bytes"`
+	Bytes   int64  `json:"bytes,omitempty"`
 }
 
 // Duration is a time.Duration written as "90s", "2h30m".
@@ -594,6 +602,7 @@ func (s *Spec) applyDefaults() {
 	if len(s.Inputs) == 0 {
 		s.Inputs = nil
 	}
+	s.inputJobsAfter()
 	if len(s.Placement.Regions) == 0 {
 		s.Placement.Regions = nil
 	}
@@ -607,6 +616,41 @@ func (s *Spec) applyDefaults() {
 		s.Resources.GPU.Cards = nil
 	}
 }
+
+// inputJobsAfter names each job an input reads the outputs of (one whose
+// id is well formed: Validate refuses the others) in spec.after, unless
+// spec.after or spec.after_ended names it already, and names the input by
+// the job's id when it has no name.
+func (s *Spec) inputJobsAfter() {
+	for i := range s.Inputs {
+		in := &s.Inputs[i]
+		if in.Job == "" || !ValidJobID(in.Job) {
+			continue
+		}
+		if in.Name == "" {
+			in.Name = in.Job
+		}
+		if !slices.Contains(s.After, in.Job) && !slices.Contains(s.AfterEnded, in.Job) {
+			s.After = append(s.After, in.Job)
+		}
+	}
+}
+
+// InputJobs returns the inputs that are the outputs of earlier jobs
+// (Input.Job), in the spec's order.
+func (s *Spec) InputJobs() []Input {
+	var out []Input
+	for _, in := range s.Inputs {
+		if in.Job != "" {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// inputNameRe is the name of an input from a job: a directory of
+// $GPUQ_INPUT_DIR.
+var inputNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // defaultName is a name made from the command's last argument: its first 64
 // bytes (whole characters), control characters as spaces.
@@ -704,7 +748,7 @@ func (s *Spec) Validate() error {
 		}
 	}
 	for i, in := range s.Inputs {
-		for _, f := range []struct{ name, v string }{{"name", in.Name}, {"uri", in.URI}, {"provider", in.Provider}, {"region", in.Region}, {"country", in.Country}} {
+		for _, f := range []struct{ name, v string }{{"name", in.Name}, {"job", in.Job}, {"uri", in.URI}, {"provider", in.Provider}, {"region", in.Region}, {"country", in.Country}} {
 			text(fmt.Sprintf("spec.inputs[%d].%s", i, f.name), f.v, false)
 		}
 	}
@@ -821,7 +865,39 @@ func (s *Spec) Validate() error {
 	if d := time.Duration(s.ExpectedDuration); d < 0 {
 		bad("spec.expected_duration", "must not be negative, got %s", d)
 	}
+	inputNames := map[string]bool{}
+	inputJobs := map[string]bool{}
 	for i, in := range s.Inputs {
+		field := fmt.Sprintf("spec.inputs[%d]", i)
+		if in.Job != "" {
+			switch {
+			case !ValidJobID(in.Job):
+				bad(field+".job", "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits), got %.80q", in.Job)
+			case inputJobs[in.Job]:
+				bad(field+".job", "%s is named twice: one input holds a job's outputs", in.Job)
+			}
+			inputJobs[in.Job] = true
+			switch {
+			case !inputNameRe.MatchString(in.Name):
+				bad(field+".name", "must be 1–128 letters, digits, '.', '_' or '-', starting with a letter or digit: "+
+					"the job finds the outputs in $GPUQ_INPUT_DIR/<name>; got %.80q", in.Name)
+			case inputNames[in.Name]:
+				bad(field+".name", "%s names another input too: each input from a job is a directory of its own", in.Name)
+			}
+			inputNames[in.Name] = true
+			for _, f := range []struct{ name, v string }{{"uri", in.URI}, {"provider", in.Provider}, {"region", in.Region}, {"country", in.Country}} {
+				if f.v != "" {
+					bad(field+"."+f.name, "must be left out with job: gpuq knows where the job's outputs are stored")
+				}
+			}
+			if in.Bytes != 0 {
+				bad(field+".bytes", "must be left out with job: gpuq knows how large the job's outputs are")
+			}
+			if s.IsNoop() {
+				bad(field+".job", "the built-in %s job runs no command, so it reads no job's outputs", NoopCommand)
+			}
+			continue
+		}
 		if in.Region == "" {
 			bad(fmt.Sprintf("spec.inputs[%d].region", i), "must name the region the data lives in")
 		}

@@ -1,9 +1,11 @@
 package queue
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,15 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"secret name too long", "command: [echo]\nsecrets: [A" + strings.Repeat("B", 128) + "]\n", "spec.secrets[0]", "must be at most 128 characters, got 129"},
 		{"too many secrets", "command: [echo]\nsecrets: [" + strings.TrimSuffix(strings.Repeat("S,", 65), ",") + "]\n", "spec.secrets", "must name at most 64 secrets, got 65"},
 		{"allow_gpu_for_cpu type", "command: [echo]\nplacement: {allow_gpu_for_cpu: yes please}\n", "spec.placement.allow_gpu_for_cpu", "must be true or false"},
+		{"input job not an id", "command: [echo]\ninputs: [{job: prep}]\n", "spec.inputs[0].job", "must be a job id as gpuq prints it"},
+		{"input job with a region", "command: [echo]\ninputs: [{job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70, region: eu-west-1}]\n", "spec.inputs[0].region", "must be left out with job: gpuq knows where the job's outputs are stored"},
+		{"input job with bytes", "command: [echo]\ninputs: [{job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70, bytes: 10}]\n", "spec.inputs[0].bytes", "must be left out with job"},
+		{"input job named twice", "command: [echo]\ninputs: [{name: a, job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}, {name: b, job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}]\n", "spec.inputs[1].job", "is named twice"},
+		{"input name twice", "command: [echo]\ninputs: [{name: a, job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}, {name: a, job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f71}]\n", "spec.inputs[1].name", "a names another input too"},
+		{"input name a path", "command: [echo]\ninputs: [{name: ../up, job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}]\n", "spec.inputs[0].name", "$GPUQ_INPUT_DIR/<name>"},
+		{"input name a dot", "command: [echo]\ninputs: [{name: ., job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}]\n", "spec.inputs[0].name", "starting with a letter or digit"},
+		{"input of the noop job", "command: [\"gpuq:noop\"]\ninputs: [{job: 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70}]\n", "spec.inputs[0].job", "reads no job's outputs"},
+		{"input job not a string", "command: [echo]\ninputs: [{job: 3}]\n", "spec.inputs[0].job", "must be a string"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -252,5 +263,39 @@ func TestAWorkdirDigestIsKeptAndItsPoolCopyNamed(t *testing.T) {
 		if _, _, ok := WorkdirPoolCopy(other); ok {
 			t.Errorf("WorkdirPoolCopy(%s) took it for a working directory's copy", other)
 		}
+	}
+}
+
+// An input from a job names the job in spec.after unless spec.after or
+// spec.after_ended holds it already, and is named by the job's id unless
+// it has a name; inputs of data a store holds are left as they are.
+func TestAnInputFromAJobRunsTheJobAfterIt(t *testing.T) {
+	t.Parallel()
+	const a, b, c = "0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70", "0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f71", "0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f72"
+	s, err := ParseSpec([]byte("command: [echo]\nafter: [" + b + "]\nafter_ended: [" + c + "]\ninputs:\n" +
+		"  - {job: " + a + "}\n  - {name: model, job: " + b + "}\n  - {name: runs, job: " + c + "}\n" +
+		"  - {name: imagenet, uri: \"s3://bucket/imagenet\", region: eu-central-1, bytes: 100}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.After, []string{b, a}) || !slices.Equal(s.AfterEnded, []string{c}) {
+		t.Fatalf("after %v, after_ended %v; want %s added to after alone", s.After, s.AfterEnded, a)
+	}
+	want := []Input{{Name: a, Job: a}, {Name: "model", Job: b}, {Name: "runs", Job: c}}
+	if got := s.InputJobs(); !slices.Equal(got, want) {
+		t.Fatalf("InputJobs() = %+v, want %+v", got, want)
+	}
+	if len(s.Inputs) != 4 || s.Inputs[3].Job != "" || s.Inputs[3].Region != "eu-central-1" {
+		t.Fatalf("the data input: %+v", s.Inputs[3])
+	}
+	// The recorded form parses to the same spec: resubmitting it under an
+	// idempotency key names the same job.
+	recorded, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseSpec(recorded)
+	if err != nil || !slices.Equal(again.After, s.After) || !slices.Equal(again.Inputs, s.Inputs) {
+		t.Fatalf("the recorded spec parsed again: %+v, %v", again, err)
 	}
 }

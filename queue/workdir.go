@@ -2,6 +2,8 @@ package queue
 
 import (
 	"errors"
+
+	"github.com/google/uuid"
 	"regexp"
 	"strings"
 )
@@ -72,3 +74,21 @@ type WorkdirCopy struct {
 // job's project: never uploaded, or deleted storage.workdir_retention after
 // its last upload.
 var ErrWorkdirMissing = errors.New("working directory not stored")
+
+// InputCopy is an input from a job (Input.Job) as a worker fetches it: the
+// job's outputs copied into the worker's pool's bucket. StoreURI is empty
+// when there are none to read: the job did not succeed (it is one of
+// spec.after_ended), or succeeded leaving none.
+type InputCopy struct {
+	Name     string    `json:"name"`
+	JobID    uuid.UUID `json:"job_id"`
+	State    JobState  `json:"state"`
+	StoreURI string    `json:"store_uri,omitempty"`
+	SHA256   string    `json:"sha256,omitempty"`
+	Bytes    int64     `json:"bytes,omitempty"`
+}
+
+// ErrInputRefused is an input from a job (Input.Job) that may not be read
+// where the worker runs: the job's outputs are bound to a residency its
+// pool lies outside.
+var ErrInputRefused = errors.New("input refused")

@@ -46,11 +46,15 @@ const (
 	// WorkerOpSecrets asks for the values of the secrets the job names
 	// (spec.secrets), read from its project's.
 	WorkerOpSecrets = "secrets"
+	// WorkerOpInputs asks for the outputs of the jobs the job reads
+	// (spec.inputs' job entries), each copied into the worker's own pool's
+	// bucket.
+	WorkerOpInputs = "inputs"
 )
 
 // WorkerOps are the operations the worker service serves.
 var WorkerOps = []string{WorkerOpClaim, WorkerOpHeartbeat, WorkerOpNotice, WorkerOpCheckpoint, WorkerOpComplete,
-	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore, WorkerOpWorkdir, WorkerOpSecrets}
+	WorkerOpFail, WorkerOpHandback, WorkerOpEnd, WorkerOpDead, WorkerOpJob, WorkerOpNode, WorkerOpCanary, WorkerOpRestore, WorkerOpWorkdir, WorkerOpSecrets, WorkerOpInputs}
 
 // WorkerServiceSubject is the subject of op for a worker of pool.
 func WorkerServiceSubject(pool, op string) string {
@@ -87,7 +91,7 @@ type WorkerRequest struct {
 	// claim
 	Claims []ClaimRequest `json:"claims,omitempty"`
 	// heartbeat, notice, checkpoint, fail, handback, end, dead, job, restore,
-	// workdir, secrets
+	// workdir, secrets, inputs
 	JobID   uuid.UUID `json:"job_id,omitzero"`
 	Attempt int       `json:"attempt,omitempty"`
 	// heartbeat, notice: the lease's new length.
@@ -127,6 +131,8 @@ type WorkerReply struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// workdir: the job's working directory in the pool's own bucket.
 	Workdir *WorkdirCopy `json:"workdir,omitempty"`
+	// inputs: one per input from a job, in the spec's order.
+	Inputs []InputCopy `json:"inputs,omitempty"`
 	// secrets: each secret the job names, by name. A reply holding them
 	// is never logged.
 	Secrets map[string]string `json:"secrets,omitempty"`
@@ -158,7 +164,10 @@ const (
 	WireWorkdirMissing = "workdir_missing"
 	// WireSecretMissing: a secret the job names is not set.
 	WireSecretMissing = "secret_missing"
-	WireInternal      = "internal"
+	// WireInputRefused: an input from a job may not be read where the
+	// worker runs.
+	WireInputRefused = "input_refused"
+	WireInternal     = "internal"
 )
 
 // ErrInternal is a request the control plane could not carry out, most
@@ -211,6 +220,8 @@ func EncodeError(err error) *WireError {
 		return &WireError{Kind: WireWorkdirMissing, Message: err.Error()}
 	case errors.Is(err, ErrSecretMissing):
 		return &WireError{Kind: WireSecretMissing, Message: err.Error()}
+	case errors.Is(err, ErrInputRefused):
+		return &WireError{Kind: WireInputRefused, Message: err.Error()}
 	}
 	return &WireError{Kind: WireInternal, Message: err.Error()}
 }
@@ -237,6 +248,8 @@ func (e *WireError) Err() error {
 		return &sentinelError{msg: e.Message, is: ErrWorkdirMissing}
 	case WireSecretMissing:
 		return &sentinelError{msg: e.Message, is: ErrSecretMissing}
+	case WireInputRefused:
+		return &sentinelError{msg: e.Message, is: ErrInputRefused}
 	case WireInternal:
 		return fmt.Errorf("worker service: %w: %s", ErrInternal, e.Message)
 	}
@@ -245,7 +258,7 @@ func (e *WireError) Err() error {
 
 // sentinelError is an error of the control plane as the worker sees it:
 // its message, matching the sentinel it was (ErrQuotaExceeded,
-// ErrArchiveLost, ErrWorkdirMissing, ErrSecretMissing).
+// ErrArchiveLost, ErrWorkdirMissing, ErrSecretMissing, ErrInputRefused).
 type sentinelError struct {
 	msg string
 	is  error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -118,6 +119,12 @@ type workdirFetcher interface {
 	Workdir(ctx context.Context, id uuid.UUID, attempt int) (*queue.WorkdirCopy, error)
 }
 
+// inputsFetcher is the worker service's inputs (ServiceRecords): the
+// outputs of the jobs the job reads, in the worker's pool's bucket.
+type inputsFetcher interface {
+	Inputs(ctx context.Context, id uuid.UUID, attempt int) ([]queue.InputCopy, error)
+}
+
 // secretsFetcher is the worker service's secrets (ServiceRecords): the
 // values of the secrets the job names.
 type secretsFetcher interface {
@@ -153,6 +160,9 @@ type attempt struct {
 	saveMu sync.Mutex
 	saves  int
 	upload int
+	// notes are written to the job's stderr log before its command
+	// starts: what it should know of how it was set up.
+	notes []string
 	// stderr is the job's stderr log while it runs (under saveMu): what a
 	// checkpoint left out is said there, where the job's author reads it.
 	stderr io.Writer
@@ -246,6 +256,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	if job.Spec.Workdir != "" && !a.unpackWorkdir() {
 		return
 	}
+	if len(job.Spec.InputJobs()) > 0 && !a.unpackInputs() {
+		return
+	}
 	if len(job.Spec.Secrets) > 0 && !a.fetchSecrets() {
 		return
 	}
@@ -305,6 +318,9 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	cmd.Env = a.env(from != nil, ctl.path)
 	cmd.Stdout = logs.writer("stdout")
 	cmd.Stderr = logs.writer("stderr")
+	for _, note := range a.notes {
+		fmt.Fprintf(cmd.Stderr, "gpuq: %s\n", note)
+	}
 	a.saveMu.Lock()
 	a.stderr = cmd.Stderr
 	a.saveMu.Unlock()
@@ -454,6 +470,9 @@ func (a *attempt) env(resumed bool, socket string) []string {
 	if a.workDir != a.base {
 		vars["GPUQ_WORKDIR"] = a.workDir
 	}
+	if len(job.Spec.InputJobs()) > 0 {
+		vars["GPUQ_INPUT_DIR"] = filepath.Join(a.base, inputDir)
+	}
 	vars["GPUQ_POOL"] = cfg.Pool
 	vars["GPUQ_REGION"] = cfg.Region
 	vars[EnvControlSocket] = socket
@@ -599,6 +618,82 @@ func (a *attempt) unpackWorkdir() bool {
 	}
 	a.workDir = dir
 	return true
+}
+
+// inputDir, in the attempt's directory, holds the outputs of the jobs the
+// job reads, a directory each ($GPUQ_INPUT_DIR/<name>).
+const inputDir = "inputs"
+
+// unpackInputs fetches the outputs of the jobs the job reads (spec.inputs'
+// job entries) and unpacks each in its own directory of inputDir; a job
+// that left none (one of spec.after_ended that did not succeed, or one
+// that succeeded leaving no outputs) gets no directory. It reports false
+// when it could not, having ended the attempt as unpackWorkdir does.
+func (a *attempt) unpackInputs() bool {
+	job := a.job
+	reason := "fetching its inputs"
+	fetcher, ok := a.w.store.(inputsFetcher)
+	if !ok {
+		a.hostError(reason + ": this worker reaches no control plane that hands out jobs' outputs")
+		return false
+	}
+	ins, err := fetcher.Inputs(a.io, job.ID, job.Attempt)
+	if err != nil {
+		a.log.Error("fetching the job's inputs", "err", err)
+		if errors.Is(err, queue.ErrInputRefused) || errors.Is(err, queue.ErrArchiveLost) || errors.Is(err, queue.ErrNotFound) {
+			a.fail(nil, fmt.Sprintf("%s: %v; the job was not run", reason, err))
+			return false
+		}
+		a.release(queue.OutcomeHostError, nil, fmt.Sprintf("%s: %v", reason, err), 5*time.Second)
+		return false
+	}
+	root := filepath.Join(a.base, inputDir)
+	if err := os.Mkdir(root, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		a.hostError(fmt.Sprintf("%s: %v", reason, err))
+		return false
+	}
+	for _, in := range ins {
+		what := fmt.Sprintf("input %s, the outputs of job %s", in.Name, in.JobID)
+		if in.StoreURI == "" {
+			why := "left no outputs"
+			if in.State != queue.StateSucceeded {
+				why = fmt.Sprintf("%s, leaving no outputs", in.State)
+			}
+			a.notes = append(a.notes, fmt.Sprintf("input %s: job %s %s; $GPUQ_INPUT_DIR/%s is not there", in.Name, in.JobID, why, in.Name))
+			continue
+		}
+		if !validInputName(in.Name) {
+			a.hostError(fmt.Sprintf("%s: the control plane named an input %q", reason, in.Name))
+			return false
+		}
+		err := a.unpack(in.StoreURI, in.SHA256, filepath.Join(root, in.Name))
+		// The copy was made for this attempt alone: once read, it has
+		// served (the sweep deletes it otherwise).
+		a.w.archives.Delete(a.io, in.StoreURI) //nolint:errcheck // the sweep removes what is left
+		if err != nil {
+			a.log.Error("unpacking an input", "input", in.Name, "from", in.JobID, "err", err)
+			if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
+				a.fail(nil, fmt.Sprintf("%s: %s: %v; the job was not run", reason, what, err))
+				return false
+			}
+			a.hostError(fmt.Sprintf("%s: %s: %v", reason, what, err))
+			return false
+		}
+	}
+	if a.user != nil {
+		if err := a.user.chownTree(root); err != nil {
+			a.hostError(reason + ": " + err.Error())
+			return false
+		}
+	}
+	return true
+}
+
+// validInputName reports whether name may be a directory of inputDir: a
+// spec's input names are checked when it is submitted, and this worker
+// checks again what the control plane hands it.
+func validInputName(name string) bool {
+	return name != "" && name != "." && name != ".." && filepath.IsLocal(name) && !strings.ContainsAny(name, `/\`)
 }
 
 // fetchSecrets asks the control plane for the values of the secrets the job

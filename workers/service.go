@@ -185,6 +185,22 @@ func (r *ServiceRecords) Workdir(ctx context.Context, id uuid.UUID, attempt int)
 	return reply.Workdir, nil
 }
 
+// Inputs returns the inputs of the job from other jobs (spec.inputs' job
+// entries), in the spec's order, their outputs copied into the worker's
+// own pool's bucket.
+func (r *ServiceRecords) Inputs(ctx context.Context, id uuid.UUID, attempt int) ([]queue.InputCopy, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, restoreTimeout)
+		defer cancel()
+	}
+	reply, err := r.call(ctx, queue.WorkerOpInputs, &queue.WorkerRequest{JobID: id, Attempt: attempt}, true)
+	if err != nil {
+		return nil, err
+	}
+	return reply.Inputs, nil
+}
+
 // Secrets returns the values of the secrets the job names (spec.secrets),
 // by name.
 func (r *ServiceRecords) Secrets(ctx context.Context, id uuid.UUID, attempt int) (map[string]string, error) {

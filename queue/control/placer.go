@@ -72,6 +72,11 @@ type PolicyPlacer struct {
 	// When set, a re-placement tells the spot strategy which zone holds
 	// the latest checkpoint, so that it weighs moving it.
 	Checkpoints func(ctx context.Context, id uuid.UUID) ([]queue.Checkpoint, error)
+	// Outputs reads where the jobs a job reads the outputs of (spec.inputs'
+	// job entries) were placed and their outputs stored (store.Store): the
+	// job is placed inside each one's residency, its egress priced from
+	// where they lie. Without it such a job is rejected.
+	Outputs OutputsSource
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
@@ -79,6 +84,13 @@ type PolicyPlacer struct {
 	offers    *Offers
 	fetched   time.Time
 	histories map[string]spot.PoolHistory
+}
+
+// OutputsSource reads a job's latest placement and its outputs' record
+// (store.Store); each returns queue.ErrNotFound when there is none.
+type OutputsSource interface {
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
+	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
 
 // PoolHistory records every pool's availability and reads it back, shared
@@ -102,7 +114,7 @@ type PoolEventRecorder interface {
 // in; the cache is not copied.
 func (p *PolicyPlacer) WithDefaults() *PolicyPlacer {
 	out := &PolicyPlacer{Sources: p.Sources, Rules: p.Rules, Policy: p.Policy, OfferTTL: p.OfferTTL, Strategy: p.Strategy, Spend: p.Spend,
-		History: p.History, Checkpoints: p.Checkpoints, Now: p.Now}
+		History: p.History, Checkpoints: p.Checkpoints, Outputs: p.Outputs, Now: p.Now}
 	if out.OfferTTL == 0 {
 		out.OfferTTL = DefaultOfferTTL
 	}
@@ -135,6 +147,9 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	pj, err := PolicyJob(job.Spec)
 	if err != nil {
 		return queue.Placement{}, &queue.RejectionError{Reason: err.Error()}
+	}
+	if err := cfg.inputData(ctx, job.Spec, &pj); err != nil {
+		return queue.Placement{}, err
 	}
 	offers, err := p.currentOffers(ctx, cfg.OfferTTL, cfg.Now)
 	if err != nil {
@@ -180,6 +195,46 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 		}
 	}
 	return pl, nil
+}
+
+// inputData adds to pj what the outputs of the jobs spec reads (its
+// inputs' job entries) bind it to: each one's residency, as its latest
+// placement recorded it, and where they are stored, for egress. A job
+// whose input left no outputs (it did not succeed, or left none) reads
+// nothing of it.
+func (p *PolicyPlacer) inputData(ctx context.Context, spec *queue.Spec, pj *policy.Requirements) error {
+	for i, in := range spec.Inputs {
+		if in.Job == "" {
+			continue
+		}
+		if p.Outputs == nil {
+			return &queue.RejectionError{Reason: fmt.Sprintf("spec.inputs[%d].job: this control plane cannot read where a job's outputs are stored", i)}
+		}
+		id, err := uuid.Parse(in.Job)
+		if err != nil {
+			return &queue.RejectionError{Reason: fmt.Sprintf("spec.inputs[%d].job: %v", i, err)}
+		}
+		rec, err := p.Outputs.Result(ctx, id)
+		if errors.Is(err, queue.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the outputs of job %s: %w", id, err)
+		}
+		by := fmt.Sprintf("inputs[%d] (job %s)", i, id)
+		pj.Inputs = append(pj.Inputs, policy.Input{Name: by, Region: rec.Region, Bytes: rec.Bytes})
+		pl, err := p.Outputs.LatestPlacement(ctx, id)
+		if errors.Is(err, queue.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the placement of job %s: %w", id, err)
+		}
+		if pl.Residency != "" || len(pl.Countries) > 0 {
+			pj.DataResidency = append(pj.DataResidency, policy.DataResidency{Class: pl.Residency, Countries: pl.Countries, By: by})
+		}
+	}
+	return nil
 }
 
 // spendSnapshot reads the project's spend for each period its budgets need,

@@ -52,6 +52,8 @@ type WorkerStore interface {
 	CommitPlacements(ctx context.Context, d queue.Decided) ([]queue.PlacedJob, error)
 	// SecretValues reads the values of the secrets a job names.
 	SecretValues(ctx context.Context, project string, names []string) (map[string]string, error)
+	// Result finds the outputs of a job another one reads.
+	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
 
 // WorkerService serves the worker service: workers' claims, leases,
@@ -290,6 +292,10 @@ func (s *WorkerService) handle(ctx context.Context, op, subject string, data []b
 	case queue.WorkerOpWorkdir:
 		c, err := s.workdir(ctx, pool, r.JobID, r.Attempt)
 		out.Workdir = c
+		return out, err
+	case queue.WorkerOpInputs:
+		ins, err := s.inputs(ctx, pool, r.JobID, r.Attempt)
+		out.Inputs = ins
 		return out, err
 	case queue.WorkerOpSecrets:
 		v, err := s.secrets(ctx, pool, r.JobID, r.Attempt)
@@ -625,6 +631,82 @@ func (s *WorkerService) workdir(ctx context.Context, pool string, id uuid.UUID, 
 		return nil, errors.New("this control plane keeps no working directories")
 	}
 	return s.Workdirs.CopyToPool(ctx, pool, j.Spec.Project, sum)
+}
+
+// inputs returns the outputs of the jobs the attempt pool runs now reads
+// (spec.inputs' job entries), each copied into pool's bucket for the
+// attempt, as the job's own archives are (jobs/<job>/…): the worker reads
+// the copy once and deletes it, and the sweep of unrecorded archives
+// deletes one it leaves. Outputs bound to a residency are copied only into
+// a pool inside it, whatever placed the job.
+func (s *WorkerService) inputs(ctx context.Context, pool string, id uuid.UUID, attempt int) ([]queue.InputCopy, error) {
+	if err := s.checkRunning(ctx, pool, id, attempt); err != nil {
+		return nil, fmt.Errorf("fetching the job's inputs: %w", err)
+	}
+	j, err := s.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ins := j.Spec.InputJobs()
+	if len(ins) == 0 {
+		return nil, badf("job_id: job %s reads no job's outputs", id)
+	}
+	loc, ok, err := s.Pools.PoolLocation(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, badf("pool: %s is not in the control plane's pool registry", pool)
+	}
+	out := make([]queue.InputCopy, 0, len(ins))
+	for i, in := range ins {
+		from, err := uuid.Parse(in.Job)
+		if err != nil {
+			return nil, fmt.Errorf("spec.inputs[%d].job: %w", i, err)
+		}
+		src, err := s.Store.Job(ctx, from)
+		if err != nil {
+			return nil, fmt.Errorf("input %s (job %s): %w", in.Name, from, err)
+		}
+		if src.Project != j.Project {
+			return nil, fmt.Errorf("input %s: job %s is not a job of project %s: %w", in.Name, from, j.Project, queue.ErrNotFound)
+		}
+		c := queue.InputCopy{Name: in.Name, JobID: from, State: src.State}
+		rec, err := s.Store.Result(ctx, from)
+		if src.State != queue.StateSucceeded || errors.Is(err, queue.ErrNotFound) {
+			out = append(out, c)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := s.Store.LatestPlacement(ctx, from)
+		if err != nil && !errors.Is(err, queue.ErrNotFound) {
+			return nil, err
+		}
+		if p != nil && len(p.Countries) > 0 && !slices.Contains(p.Countries, loc.Country) {
+			return nil, fmt.Errorf("input %s: %w: the outputs of job %s are bound to residency %s, and pool %s lies in %s (%s)",
+				in.Name, queue.ErrInputRefused, from, p.Residency, pool, loc.Region, loc.Country)
+		}
+		if s.Archives == nil {
+			return nil, errors.New("this control plane copies no archives, so it cannot hand a job another job's outputs")
+		}
+		name := fmt.Sprintf("jobs/%s/input-a%d-%d.tar.zst", id, attempt, i)
+		uri, sum, err := copyArchive(ctx, s.Archives, rec.StoreURI, queue.ArchiveBucket(pool), name)
+		if errors.Is(err, queue.ErrArchiveLost) {
+			return nil, fmt.Errorf("input %s, the outputs of job %s: %w", in.Name, from, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("copying input %s, the outputs of job %s, into pool %s's bucket: %w", in.Name, from, pool, err)
+		}
+		if sum != rec.SHA256 {
+			s.Archives.Delete(ctx, uri) //nolint:errcheck // the sweep removes what is left
+			return nil, fmt.Errorf("input %s, the outputs of job %s: %w: %s holds sha256 %s, recorded %s", in.Name, from, queue.ErrArchiveLost, rec.StoreURI, sum, rec.SHA256)
+		}
+		c.StoreURI, c.SHA256, c.Bytes = uri, sum, rec.Bytes
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // secrets returns the values of the secrets (spec.secrets) of the attempt

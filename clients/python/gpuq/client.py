@@ -241,7 +241,21 @@ class Client:
         after_ended=sweep_jobs)``). The job comes back ``"waiting"`` while
         one of them has not ended, and is never cancelled because one of
         them failed. A job named in both lists raises
-        :class:`InvalidRequest` (``spec.after_ended[0]``)."""
+        :class:`InvalidRequest` (``spec.after_ended[0]``).
+
+        An entry of ``inputs`` may hold, instead of data, the outputs of an
+        earlier job: ``{"name": "prep", "job": prep}`` (an id or a
+        :class:`Job`; ``name`` defaults to the job id) unpacks that job's
+        ``$GPUQ_OUTPUT_DIR`` in ``$GPUQ_INPUT_DIR/prep`` before the command
+        runs. The job must be of the same project and submitted before; it
+        is added to ``after`` unless ``after`` or ``after_ended`` names it
+        (one of ``after_ended`` that did not succeed gives no directory),
+        and the job runs inside the data residency of each job it reads.
+        ``name`` is a directory name (1-128 letters, digits, ``.``, ``_``,
+        ``-``, starting with a letter or digit), unique among the job
+        inputs. An entry that is not a dict, or a ``job`` neither a str nor
+        a Job, raises TypeError (``inputs[0].job``); one the server refuses
+        :class:`InvalidRequest` (``spec.inputs[0].job``)."""
         doc = _spec(spec, fields)
         _warn_credential_env([doc])
         self._ship_workdir(doc)
@@ -267,8 +281,9 @@ class Client:
         jobs are submitted (Jupyter, terminal or plain lines on stderr;
         ``progress=False`` hides it). A spec's ``workdir`` is shipped as
         :meth:`submit` ships it, each directory once per project, before
-        the first request, and its ``after`` and ``after_ended`` may hold
-        :class:`Job` objects as :meth:`submit`'s do.
+        the first request, and its ``after``, ``after_ended`` and the
+        ``job`` of its ``inputs`` may hold :class:`Job` objects as
+        :meth:`submit`'s do.
 
         A spec's ``after`` and ``after_ended`` may also name specs earlier
         in ``specs`` by their ``name``: an element that is a str but not a
@@ -285,7 +300,17 @@ class Client:
         jobs named are known (the requests above: prep; the two train runs;
         summary). A name of no spec before it, or one naming a spec the
         spec names already, raises ValueError (``specs[3].after_ended[0]``)
-        before any request."""
+        before any request.
+
+        The ``job`` of an entry of ``inputs`` may name earlier specs too:
+        ``{"job": "prep"}`` reads the outputs of prep's job in
+        ``$GPUQ_INPUT_DIR/prep`` (the entry's ``name`` defaults to the name
+        it gives), and a name of k > 1 specs becomes k entries, in order,
+        named ``<name>-1`` to ``<name>-k`` after the entry's ``name`` or
+        else the name it gives (``train-1``, ``train-2``). A spec so
+        named splits the requests as one named in ``after`` does, and may
+        be named in ``after`` as well. A name of no spec before it raises
+        ValueError (``specs[3].inputs[0].job``) before any request."""
         docs = []
         # named[i]: the earlier specs spec i names by name; by_name: the
         # specs read so far under each name.
@@ -296,7 +321,9 @@ class Client:
                 raise TypeError("specs[%d]: want a dict (the job spec), got %s" % (i, type(spec).__name__))
             doc = dict(spec)
             _after_ids(doc, "specs[%d]." % i)
-            named.append(_after_names(doc, "specs[%d]." % i, by_name))
+            _input_ids(doc, "specs[%d]." % i)
+            named.append(_after_names(doc, "specs[%d]." % i, by_name)
+                         + _input_names(doc, "specs[%d]." % i, by_name))
             name = doc.get("name")
             if isinstance(name, str) and name:
                 by_name.setdefault(name, []).append(i)
@@ -1017,6 +1044,7 @@ def _spec(spec: Optional[Mapping[str, Any]], fields: Dict[str, Any]) -> Dict[str
     doc = dict(spec or {})
     doc.update(fields)
     _after_ids(doc)
+    _input_ids(doc)
     return doc
 
 
@@ -1043,6 +1071,32 @@ def _after_ids(doc: Dict[str, Any], where: str = "") -> None:
         doc[key] = ids
 
 
+def _input_ids(doc: Dict[str, Any], where: str = "") -> None:
+    """Replaces a spec's ``inputs`` by a new list in which an entry whose
+    ``job`` is a :class:`Job` is a new dict naming it by its id
+    (``{"job": prep}``); other entries are left as they are. An element
+    that is not a dict, or a ``job`` neither a str nor a Job, raises
+    TypeError naming it (``where`` first: ``specs[3].inputs[0].job``),
+    before any request. A value that is not a list is left as it is, for
+    the server to refuse."""
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, (list, tuple)):
+        return
+    out = []
+    for i, entry in enumerate(inputs):
+        if not isinstance(entry, Mapping):
+            raise TypeError("%sinputs[%d]: want a dict (an input), got %s" % (where, i, type(entry).__name__))
+        if "job" in entry:
+            job = entry["job"]
+            if isinstance(job, Job):
+                entry = dict(entry)
+                entry["job"] = job.id
+            elif not isinstance(job, str):
+                raise TypeError("%sinputs[%d].job: want a job id or a Job, got %s" % (where, i, type(job).__name__))
+        out.append(entry)
+    doc["inputs"] = out
+
+
 def _is_job_id(s: str) -> bool:
     """Whether s is a job id as the API writes it: a lower-case canonical
     UUID (8-4-4-4-12 hex digits)."""
@@ -1053,7 +1107,8 @@ def _is_job_id(s: str) -> bool:
 
 
 class _Earlier:
-    """Stands, in a spec's ``after`` or ``after_ended``, for the job of an
+    """Stands, in a spec's ``after`` or ``after_ended`` or the ``job`` of
+    one of its ``inputs``, for the job of an
     earlier spec of the same :meth:`Client.submit_many` call (specs[index])
     until that job is submitted and its id known."""
 
@@ -1097,6 +1152,43 @@ def _after_names(doc: Dict[str, Any], where: str, by_name: Mapping[str, List[int
     return named
 
 
+def _input_names(doc: Dict[str, Any], where: str, by_name: Mapping[str, List[int]]) -> List[int]:
+    """Replaces each entry of doc's ``inputs`` whose ``job`` is a name (a
+    str that is not a job id) by one with an :class:`_Earlier` for each
+    spec of that name in by_name, the specs before doc, and returns the
+    indexes of the specs so named, in order. An entry naming one spec is
+    named as the entry says, else by the name it gives; one naming k > 1
+    specs becomes k entries, named ``<name>-1`` to ``<name>-k``. A name of
+    no earlier spec raises ValueError naming it
+    (``specs[3].inputs[0].job``)."""
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or not any(isinstance(e, Mapping) and isinstance(e.get("job"), str)
+                                               and not _is_job_id(e["job"]) for e in inputs):
+        return []
+    named: List[int] = []
+    out: List[Any] = []
+    for k, entry in enumerate(inputs):
+        ref = entry.get("job")
+        if not isinstance(ref, str) or _is_job_id(ref):
+            out.append(entry)
+            continue
+        earlier = by_name.get(ref)
+        if not earlier:
+            raise ValueError("%sinputs[%d].job: no job named %s before it in specs: an input names the job whose "
+                             "outputs it holds by its id (or Job), or a job earlier in specs by its name"
+                             % (where, k, json.dumps(ref, ensure_ascii=False)))
+        name = entry.get("name")
+        if name is None:
+            name = ref
+        if len(earlier) > 1 and not isinstance(name, str):
+            raise TypeError("%sinputs[%d].name: want a str, got %s" % (where, k, type(name).__name__))
+        for n, j in enumerate(earlier, 1):
+            named.append(j)
+            out.append(dict(entry, name=name if len(earlier) == 1 else "%s-%d" % (name, n), job=_Earlier(j)))
+    doc["inputs"] = out
+    return named
+
+
 def _request_end(named: List[List[int]], start: int) -> int:
     """Where the request of :meth:`Client.submit_many` that begins with
     specs[start] ends: after :data:`_BATCH_JOBS` specs, or before the first
@@ -1110,13 +1202,17 @@ def _request_end(named: List[List[int]], start: int) -> int:
 
 
 def _filled(doc: Dict[str, Any], jobs: List[Job]) -> Dict[str, Any]:
-    """doc with each :class:`_Earlier` in its ``after`` and ``after_ended``
-    replaced by the id of that spec's job, one of jobs (those submitted so
-    far, in the specs' order), in new lists."""
+    """doc with each :class:`_Earlier` in its ``after``, ``after_ended``
+    and the ``job`` of its ``inputs`` replaced by the id of that spec's
+    job, one of jobs (those submitted so far, in the specs' order), in new
+    lists and entries."""
     doc = dict(doc)
     for key in ("after", "after_ended"):
         if isinstance(doc.get(key), list):
             doc[key] = [jobs[a.index].id if isinstance(a, _Earlier) else a for a in doc[key]]
+    if isinstance(doc.get("inputs"), list):
+        doc["inputs"] = [dict(e, job=jobs[e["job"].index].id) if isinstance(e.get("job"), _Earlier) else e
+                         for e in doc["inputs"]]
     return doc
 
 

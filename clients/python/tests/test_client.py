@@ -600,6 +600,34 @@ class ClientTest(unittest.TestCase):
             self.assertEqual([(d.job_id, d.name) for d in client.status(train).after], [(prep.id, "prep")])
         self.assertEqual(specs[3]["after_ended"], ["train"])
 
+    def test_a_job_reads_the_outputs_of_the_jobs_it_names_in_inputs(self):
+        specs = [{"name": "prep", "command": ["sh", "-c", "echo 42 > $GPUQ_OUTPUT_DIR/data.txt"]},
+                 {"name": "train", "inputs": [{"job": "prep"}],
+                  "command": ["sh", "-c", "cat $GPUQ_INPUT_DIR/prep/data.txt > $GPUQ_OUTPUT_DIR/copy.txt"]}]
+        prep, train = client.submit_many(specs, progress=False)
+        self.assertEqual(train.spec["inputs"], [{"name": "prep", "job": prep.id}])
+        # The job it reads is added to the jobs it runs after.
+        self.assertEqual(client.wait(train, timeout=120, progress=False).state, "succeeded")
+        self.assertEqual([d.job_id for d in client.status(train).after], [prep.id])
+        with tempfile.TemporaryDirectory() as d:
+            res = client.results(train, d, progress=False)
+            self.assertEqual([f.path for f in res.files], ["copy.txt"])
+            with open(res.files[0].local_path) as f:
+                self.assertEqual(f.read().strip(), "42")
+        # submit takes the Job, under a name of its own.
+        job = client.submit(command=["sh", "-c", "cat $GPUQ_INPUT_DIR/p/data.txt > $GPUQ_OUTPUT_DIR/copy.txt"],
+                            inputs=[{"name": "p", "job": prep}])
+        self.assertEqual(job.spec["inputs"], [{"name": "p", "job": prep.id}])
+        self.assertEqual(client.wait(job, timeout=120, progress=False).state, "succeeded")
+        with tempfile.TemporaryDirectory() as d:
+            client.results(job, d, progress=False)
+            with open(os.path.join(d, "copy.txt")) as f:
+                self.assertEqual(f.read().strip(), "42")
+        self.assertEqual(specs[1]["inputs"], [{"job": "prep"}])
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], inputs=[{"job": "00000000-0000-0000-0000-000000000000"}])
+        self.assertIn("spec.inputs[0].job", caught.exception.fields, caught.exception)
+
     def test_retry_downstream_runs_a_failed_pipeline_again_whole(self):
         # prep fails on its first attempt and succeeds when retried.
         prep = client.submit(name="prep", command=["sh", "-c", 'test "$GPUQ_ATTEMPT" -ge 2'],

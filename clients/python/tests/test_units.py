@@ -974,8 +974,10 @@ class AfterTest(unittest.TestCase):
     ``after_ended`` take Job objects as well as ids and send ids, refuse
     anything else before any request, the status document's ``after`` and
     ``after_ended`` are read, cancel_label cancels waiting jobs too, list
-    sends ``runs_after`` as an id, and retry_downstream retries the jobs
-    after a job in the order they were submitted."""
+    sends ``runs_after`` as an id, retry_downstream retries the jobs
+    after a job in the order they were submitted, and the ``job`` of an
+    entry of ``inputs`` takes a Job, an id or (submit_many) the name of
+    earlier specs."""
 
     PREP = "01a24883-315e-70c4-b75c-ec8c7f9bdf52"
     EVAL = "01a24883-315e-70c4-b75c-ec8c7f9bdf53"
@@ -1201,6 +1203,126 @@ class AfterTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 self.client.submit_many([{"name": "prep", "command": ["true"], "workdir": d},
                                          {"command": ["true"], "after": ["perp"]}], progress=False)
+        self.assertEqual(self.seen, [])
+
+    def test_inputs_send_the_jobs_they_read_as_their_ids(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        data = {"name": "imagenet", "uri": "s3://bucket/imagenet", "bytes": 1000}
+        waiting = self.job_doc(self.TRAIN, "waiting", "train", after=[self.PREP])
+        self.answers += [(201, waiting), (201, waiting), (201, {"jobs": [{"job": waiting}, {"job": waiting}]}),
+                         (200, {"feasible": True, "reason": ""})]
+        self.client.submit(name="train", command=["true"], inputs=[{"name": "p", "job": prep}, data])
+        spec = {"command": ["true"], "inputs": ({"job": prep},), "after": [prep]}
+        self.client.submit(spec, idempotency_key="train-v1")
+        specs = [{"command": ["true"], "inputs": [{"name": "p", "job": self.PREP}]},
+                 {"command": ["true"], "inputs": [data, {"job": prep}]}]
+        self.client.submit_many(specs, progress=False)
+        self.client.plan(command=["true"], inputs=[{"name": "p", "job": prep}])
+        self.assertEqual([s[:2] for s in self.seen], [("POST", "/v1/jobs"), ("POST", "/v1/jobs"),
+                                                     ("POST", "/v1/jobs/batch"), ("POST", "/v1/plan")])
+        self.assertEqual(self.seen[0][2], {"name": "train", "command": ["true"],
+                                           "inputs": [{"name": "p", "job": self.PREP}, data]})
+        # A job named in after too is sent in both, for the server to add it to after once.
+        self.assertEqual((self.seen[1][2]["inputs"], self.seen[1][2]["after"]), ([{"job": self.PREP}], [self.PREP]))
+        self.assertEqual([j["inputs"] for j in self.seen[2][2]["jobs"]],
+                         [[{"name": "p", "job": self.PREP}], [data, {"job": self.PREP}]])
+        self.assertEqual(self.seen[3][2]["inputs"], [{"name": "p", "job": self.PREP}])
+        # The caller's specs are left as they were.
+        self.assertEqual(spec["inputs"], ({"job": prep},))
+        self.assertIs(spec["inputs"][0]["job"], prep)
+        self.assertIs(specs[1]["inputs"][1]["job"], prep)
+        self.assertEqual(data, {"name": "imagenet", "uri": "s3://bucket/imagenet", "bytes": 1000})
+
+    def test_a_bad_input_is_refused_before_any_request(self):
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, name="prep"))
+        with self.assertRaises(TypeError) as caught:
+            self.client.submit(command=["true"], inputs=[{"job": prep}, {"name": "p", "job": 7}])
+        self.assertEqual(str(caught.exception), "inputs[1].job: want a job id or a Job, got int")
+        with self.assertRaisesRegex(TypeError, r"^inputs\[0\]: want a dict \(an input\), got Job$"):
+            self.client.submit({"command": ["true"], "inputs": [prep]})
+        with self.assertRaisesRegex(TypeError, r"^inputs\[0\]: want a dict \(an input\), got str$"):
+            self.client.plan(command=["true"], inputs=[self.PREP])
+        with self.assertRaisesRegex(TypeError, r"^specs\[3\]\.inputs\[0\]\.job: want a job id or a Job, "
+                                               r"got NoneType$"):
+            self.client.submit_many([{"name": "prep", "command": ["true"]}, {"command": ["true"]},
+                                     {"command": ["true"], "inputs": [{"job": "prep"}]},
+                                     {"command": ["true"], "inputs": [{"name": "p", "job": None}]}], progress=False)
+        with self.assertRaisesRegex(TypeError, r"^specs\[0\]\.inputs\[1\]: want a dict \(an input\), got list$"):
+            self.client.submit_many([{"command": ["true"], "inputs": [{"job": prep}, ["prep"]]}], progress=False)
+        self.assertEqual(self.seen, [])
+
+    def test_submit_many_fills_in_inputs_naming_earlier_specs_by_name(self):
+        outside = gpuq.Job.from_doc(self.job_doc(self.EVAL, name="eval"))
+        data = {"name": "imagenet", "uri": "s3://bucket/imagenet"}
+        specs = [{"name": "prep", "command": ["true"]},
+                 {"name": "train", "command": ["true"], "inputs": [{"job": "prep"}, data]},
+                 {"name": "train", "command": ["true"], "inputs": [{"name": "p", "job": "prep"}], "after": ["prep"]},
+                 {"name": "eval", "command": ["true"],
+                  "inputs": [{"job": "train"}, {"job": outside}, {"name": "q", "job": self.PREP}]},
+                 {"name": "summary", "command": ["true"], "inputs": [{"name": "model", "job": "train"}],
+                  "after_ended": ["train"]}]
+        before = copy.deepcopy(specs)
+        self.answers += [self.batch_answer(0, specs[:1]), self.batch_answer(1, specs[1:3]),
+                         self.batch_answer(3, specs[3:])]
+        jobs = self.client.submit_many(specs, progress=False)
+        self.assertEqual([j.id for j in jobs], [self.batch_id(i) for i in range(5)])
+        # train names prep, of the first request, and eval the train runs, of the second.
+        self.assertEqual([len(s[2]["jobs"]) for s in self.seen], [1, 2, 2])
+        sent = [j for s in self.seen for j in s[2]["jobs"]]
+        # A name of one spec: its job, the entry named as it is unless it says otherwise.
+        self.assertEqual(sent[1]["inputs"], [{"name": "prep", "job": self.batch_id(0)}, data])
+        self.assertEqual((sent[2]["inputs"], sent[2]["after"]),
+                         ([{"name": "p", "job": self.batch_id(0)}], [self.batch_id(0)]))
+        # A name of two specs: two entries, numbered, in order; Jobs and ids pass through.
+        self.assertEqual(sent[3]["inputs"], [{"name": "train-1", "job": self.batch_id(1)},
+                                             {"name": "train-2", "job": self.batch_id(2)},
+                                             {"job": self.EVAL}, {"name": "q", "job": self.PREP}])
+        self.assertEqual((sent[4]["inputs"], sent[4]["after_ended"]),
+                         ([{"name": "model-1", "job": self.batch_id(1)}, {"name": "model-2", "job": self.batch_id(2)}],
+                          [self.batch_id(1), self.batch_id(2)]))
+        # The caller's specs are left as they were.
+        self.assertEqual(specs, before)
+        self.assertIs(specs[3]["inputs"][1]["job"], outside)
+
+    def test_a_request_is_cut_before_a_spec_naming_one_of_it_in_inputs(self):
+        specs = [{"name": "a", "command": ["true"]},
+                 {"name": "b", "command": ["true"], "inputs": [{"job": "a"}]},    # a is in this request: cut
+                 {"name": "c", "command": ["true"]},
+                 {"name": "d", "command": ["true"], "inputs": [{"name": "x", "job": "a"}]},  # a was before
+                 {"name": "e", "command": ["true"], "inputs": [{"job": "c"}]}]    # c is in this request: cut
+        self.answers += [self.batch_answer(0, specs[0:1]), self.batch_answer(1, specs[1:4]),
+                         self.batch_answer(4, specs[4:5])]
+        jobs = self.client.submit_many(specs, progress=False)
+        self.assertEqual([len(s[2]["jobs"]) for s in self.seen], [1, 3, 1])
+        self.assertEqual([j.id for j in jobs], [self.batch_id(i) for i in range(5)])
+        sent = [j for s in self.seen for j in s[2]["jobs"]]
+        self.assertEqual([sent[1]["inputs"], sent[3]["inputs"], sent[4]["inputs"]],
+                         [[{"name": "a", "job": self.batch_id(0)}], [{"name": "x", "job": self.batch_id(0)}],
+                          [{"name": "c", "job": self.batch_id(2)}]])
+
+    def test_an_input_naming_no_earlier_spec_is_refused_before_any_request(self):
+        with self.assertRaises(ValueError) as caught:
+            self.client.submit_many([{"name": "prep", "command": ["true"]},
+                                     {"name": "train", "command": ["true"], "inputs": [{"job": "prep"}]},
+                                     {"name": "train", "command": ["true"], "after": ["prep"]},
+                                     {"name": "eval", "command": ["true"],
+                                      "inputs": [{"job": "train"}, {"name": "p", "job": "perp"}]}],
+                                    progress=False)
+        self.assertEqual(str(caught.exception),
+                         'specs[3].inputs[1].job: no job named "perp" before it in specs: an input names the job '
+                         'whose outputs it holds by its id (or Job), or a job earlier in specs by its name')
+        # A later spec, or the spec itself, is not before it.
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.inputs\[0\]\.job: no job named "train" before it'):
+            self.client.submit_many([{"name": "eval", "command": ["true"], "inputs": [{"job": "train"}]},
+                                     {"name": "train", "command": ["true"]}], progress=False)
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.inputs\[0\]\.job: no job named "prep" before it'):
+            self.client.submit_many([{"name": "prep", "command": ["true"], "inputs": [{"job": "prep"}]}],
+                                    progress=False)
+        # A job id not in its lower-case form is no job id: it is taken for a name.
+        with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.inputs\[0\]\.job: no job named "%s" before it'
+                                    % self.PREP.upper()):
+            self.client.submit_many([{"command": ["true"], "inputs": [{"job": self.PREP.upper()}]}],
+                                    progress=False)
         self.assertEqual(self.seen, [])
 
     def test_status_reads_the_jobs_it_runs_after_ended_in_the_specs_order(self):

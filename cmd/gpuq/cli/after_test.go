@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -188,7 +189,41 @@ func TestTheReadmesPipelineRunsAsWritten(t *testing.T) {
 	if !strings.Contains(st, fmt.Sprintf("\nafter end  %s (train) succeeded\nafter end  %s (train) succeeded\n", train1, train2)) {
 		t.Fatalf("status of the summary:\n%s", st)
 	}
-	if out := gpuq("logs", summary); out != "summarized\n" {
-		t.Fatalf("summary's output: %q", out)
+	// Each step read what the steps before it left.
+	for _, train := range []string{train1, train2} {
+		if out := gpuq("logs", train); out != "3 rows\n" {
+			t.Fatalf("a train run's output: %q, want prep's data.txt", out)
+		}
+	}
+	if out := gpuq("logs", summary); out != "lr 0.1\nlr 0.01\n" {
+		t.Fatalf("summary's output: %q, want each train run's result.txt in the file's order", out)
+	}
+
+	// From the command line: --input NAME=ID, and a job of after_ended
+	// that failed, of which there is nothing to read.
+	config := filepath.Join(filepath.Dir(path), devConfigFile)
+	submit := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, append([]string{"submit", "--config", config}, args...)...)
+		if err != nil {
+			t.Fatalf("gpuq submit %v: %v\n%s%s", args, err, out, errOut)
+		}
+		return strings.Fields(out)[0]
+	}
+	if out := gpuq("logs", submit("--input", "p="+prep, "--wait", "--", "sh", "-c", "cat $GPUQ_INPUT_DIR/p/data.txt")); out != "3 rows\n" {
+		t.Fatalf("a job of --input p=PREP: %q", out)
+	}
+	failed := submit("--max-errors", "0", "--", "sh", "-c", "exit 3")
+	after := submit("--after-ended", failed, "--input", failed, "--wait", "--", "sh", "-c", "ls $GPUQ_INPUT_DIR; echo read")
+	out, errOut, err := runCLI(t, "logs", "--config", config, after)
+	if err != nil || !strings.Contains(out, "read\n") ||
+		!strings.Contains(out+errOut, fmt.Sprintf("gpuq: input %s: job %[1]s failed, leaving no outputs; $GPUQ_INPUT_DIR/%[1]s is not there\n", failed)) {
+		t.Fatalf("logs of a job reading a failed job's outputs: %v\n%s%s", err, out, errOut)
+	}
+	// An input of no job of the project changes nothing.
+	unknown := uuid.NewString()
+	out, errOut, err = runCLI(t, "submit", "--config", config, "--input", "x="+unknown, "--", "true")
+	if exitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "spec.inputs[0].job: no job "+unknown+" in project default") {
+		t.Fatalf("an input of no job: exit %d (%v)\n%s%s", exitCode(err), err, out, errOut)
 	}
 }

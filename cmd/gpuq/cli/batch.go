@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -143,6 +144,11 @@ func (r *batchRefs) resolve(i int, raw json.RawMessage) (json.RawMessage, error)
 		}
 		doc[key] = out
 	}
+	inputsChanged, err := r.resolveInputs(i, doc)
+	if err != nil {
+		return nil, err
+	}
+	changed = changed || inputsChanged
 	if name, ok := doc["name"].(string); ok && name != "" {
 		r.byName[name] = append(r.byName[name], i)
 	}
@@ -150,6 +156,52 @@ func (r *batchRefs) resolve(i int, raw json.RawMessage) (json.RawMessage, error)
 		return raw, nil
 	}
 	return json.Marshal(doc)
+}
+
+// resolveInputs replaces, in doc's inputs, each job named by the name of
+// earlier jobs by their placeholders: an input of a name of one job reads
+// that job's outputs, its name by default the job's; one of a name of
+// several jobs becomes one input per job, named <name>-1, <name>-2, … in
+// the file's order.
+func (r *batchRefs) resolveInputs(i int, doc map[string]any) (bool, error) {
+	list, ok := doc["inputs"].([]any)
+	if !ok {
+		return false, nil
+	}
+	changed, seen := false, map[int]bool{}
+	out := make([]any, 0, len(list))
+	for k, el := range list {
+		in, ok := el.(map[string]any)
+		ref, named := in["job"].(string)
+		if !ok || !named || queue.ValidJobID(ref) {
+			out = append(out, el)
+			continue
+		}
+		jobs := r.byName[ref]
+		if len(jobs) == 0 {
+			return false, fmt.Errorf("invalid job spec: spec.inputs[%d].job: no job named %q before it in the file: an input names the job whose outputs it reads by its id, or a job earlier in the batch file by its name", k, ref)
+		}
+		base, _ := in["name"].(string)
+		if base == "" {
+			base = ref
+		}
+		for n, j := range jobs {
+			if seen[j] {
+				return false, fmt.Errorf("invalid job spec: spec.inputs[%d].job: %q names jobs[%d], whose outputs an input reads already", k, ref, j)
+			}
+			seen[j] = true
+			entry := maps.Clone(in)
+			entry["job"], entry["name"] = r.placeholderFor(j), base
+			if len(jobs) > 1 {
+				entry["name"] = fmt.Sprintf("%s-%d", base, n+1)
+			}
+			out = append(out, entry)
+			r.named[i] = append(r.named[i], j)
+		}
+		changed = true
+	}
+	doc["inputs"] = out
+	return changed, nil
 }
 
 // placeholderFor returns the id that stands for job j until it is
@@ -184,6 +236,11 @@ func (r *batchRefs) fill(spec *queue.Spec, jobs []*queue.Job) {
 			if j, ok := r.standsFor[a]; ok {
 				list[k] = jobs[j].ID.String()
 			}
+		}
+	}
+	for k, in := range spec.Inputs {
+		if j, ok := r.standsFor[in.Job]; ok {
+			spec.Inputs[k].Job = jobs[j].ID.String()
 		}
 	}
 }

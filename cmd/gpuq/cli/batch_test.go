@@ -50,6 +50,8 @@ func TestSubmitBatchRefusesABadBatchBeforeConnecting(t *testing.T) {
 		"-f beside it":            {batch: "jobs:\n" + good, args: []string{"-f", "job.yaml"}, want: "--batch and -f: give one"},
 		"a name of no job before": {batch: "jobs:\n  - {name: b, command: [echo], after: [a]}\n" + good, want: `jobs[0]: invalid job spec: spec.after[0]: no job named "a" before it in the file`},
 		"a job named twice":       {batch: "jobs:\n" + good + "  - {name: c, command: [echo], after: [a], after_ended: [a]}\n", want: `jobs[1]: invalid job spec: spec.after_ended[0]: "a" names jobs[0], which the job names already`},
+		"an input of no job":      {batch: "jobs:\n" + good + "  - {name: c, command: [echo], inputs: [{job: a}, {name: m, job: model}]}\n", want: `jobs[1]: invalid job spec: spec.inputs[1].job: no job named "model" before it in the file`},
+		"an input named twice":    {batch: "jobs:\n" + good + "  - {name: c, command: [echo], inputs: [{job: a}, {job: a}]}\n", want: `jobs[1]: invalid job spec: spec.inputs[1].job: "a" names jobs[0], whose outputs an input reads already`},
 		"a name of a later job":   {batch: "jobs:\n" + good + "  - {name: c, command: [echo], after_ended: [a, d]}\n  - {name: d, command: [echo]}\n", want: `jobs[1]: invalid job spec: spec.after_ended[1]: no job named "d" before it in the file`},
 	} {
 		path := writeBatch(t, c.batch)

@@ -107,6 +107,7 @@ exits 2; with --wait it waits for every job as gpuq wait of their ids does.`,
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
 	f.StringSlice("after", nil, "spec.after: the id of a job of the project that must succeed before this one is placed; repeat, or separate ids with commas, for more")
 	f.StringSlice("after-ended", nil, "spec.after_ended: the id of a job of the project that must have ended, however it ended, before this one is placed (a summary of a sweep some of whose runs may fail); repeat, or separate ids with commas, for more")
+	f.StringArray("input", nil, "spec.inputs: NAME=ID (or ID) reads the outputs of job ID, which must succeed first, in $GPUQ_INPUT_DIR/NAME (default NAME: the id); repeat for more")
 	f.StringArray("label", nil, "spec.labels entries, KEY=VALUE (a sweep's jobs share one: gpuq wait and gpuq cancel take --label)")
 	f.Bool("wait", false, "wait for the job to finish and print its outcome; exit status 0 only on success")
 	f.Bool("follow", false, "print the job's output as it runs, then exit as --wait does (standard output holds only the job's output; its id and outcome go to standard error)")
@@ -293,6 +294,25 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 				return err
 			}
 		}
+	}
+	if fl.Changed("input") {
+		vals, _ := fl.GetStringArray("input")
+		list, ok := doc["inputs"].([]any)
+		if !ok && doc["inputs"] != nil {
+			return errors.New("spec.inputs: must be a list of inputs, to which --input adds")
+		}
+		for _, nv := range vals {
+			name, id, ok := strings.Cut(nv, "=")
+			if !ok {
+				name, id = "", nv
+			}
+			in := map[string]any{"job": id}
+			if name != "" {
+				in["name"] = name
+			}
+			list = append(list, in)
+		}
+		doc["inputs"] = list
 	}
 	if len(args) > 0 {
 		set("command", args)

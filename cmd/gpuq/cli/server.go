@@ -197,6 +197,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	placer.Spend = c.store.Charged           // budgets are charged with recorded spend and reservations
 	placer.History = c.store                 // pools' availability is shared by every server
 	placer.Checkpoints = c.store.Checkpoints // a move's cost starts from the latest checkpoint
+	placer.Outputs = c.store                 // a job reading another's outputs is placed inside its residency
 	c.placer = placer
 	errc, err := controlPlane(ctx, c, placer, liveness.LostAfter, logger)
 	if err != nil {
