@@ -874,7 +874,7 @@ func (s *Spec) Validate() error {
 			case !ValidJobID(in.Job):
 				bad(field+".job", "must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits), got %.80q", in.Job)
 			case inputJobs[in.Job]:
-				bad(field+".job", "%s is named twice: one input holds a job's outputs", in.Job)
+				bad(field+".job", "%s is named twice: one input reads a job's outputs", in.Job)
 			}
 			inputJobs[in.Job] = true
 			switch {

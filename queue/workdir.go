@@ -2,10 +2,10 @@ package queue
 
 import (
 	"errors"
-
-	"github.com/google/uuid"
 	"regexp"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // A job's working directory (spec.workdir) is a directory of the user's

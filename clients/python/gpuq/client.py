@@ -1159,8 +1159,8 @@ def _input_names(doc: Dict[str, Any], where: str, by_name: Mapping[str, List[int
     indexes of the specs so named, in order. An entry naming one spec is
     named as the entry says, else by the name it gives; one naming k > 1
     specs becomes k entries, named ``<name>-1`` to ``<name>-k``. A name of
-    no earlier spec raises ValueError naming it
-    (``specs[3].inputs[0].job``)."""
+    no earlier spec, or one naming a spec another entry names already,
+    raises ValueError naming it (``specs[3].inputs[0].job``)."""
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not any(isinstance(e, Mapping) and isinstance(e.get("job"), str)
                                                and not _is_job_id(e["job"]) for e in inputs):
@@ -1175,14 +1175,17 @@ def _input_names(doc: Dict[str, Any], where: str, by_name: Mapping[str, List[int
         earlier = by_name.get(ref)
         if not earlier:
             raise ValueError("%sinputs[%d].job: no job named %s before it in specs: an input names the job whose "
-                             "outputs it holds by its id (or Job), or a job earlier in specs by its name"
+                             "outputs it reads by its id (or Job), or a job earlier in specs by its name"
                              % (where, k, json.dumps(ref, ensure_ascii=False)))
         name = entry.get("name")
-        if name is None:
+        if name is None or name == "":
             name = ref
         if len(earlier) > 1 and not isinstance(name, str):
             raise TypeError("%sinputs[%d].name: want a str, got %s" % (where, k, type(name).__name__))
         for n, j in enumerate(earlier, 1):
+            if j in named:
+                raise ValueError("%sinputs[%d].job: %s names specs[%d], whose outputs an input reads already"
+                                 % (where, k, json.dumps(ref, ensure_ascii=False), j))
             named.append(j)
             out.append(dict(entry, name=name if len(earlier) == 1 else "%s-%d" % (name, n), job=_Earlier(j)))
     doc["inputs"] = out

@@ -1310,7 +1310,13 @@ class AfterTest(unittest.TestCase):
                                     progress=False)
         self.assertEqual(str(caught.exception),
                          'specs[3].inputs[1].job: no job named "perp" before it in specs: an input names the job '
-                         'whose outputs it holds by its id (or Job), or a job earlier in specs by its name')
+                         'whose outputs it reads by its id (or Job), or a job earlier in specs by its name')
+        # One earlier spec is read by one input.
+        with self.assertRaisesRegex(ValueError, r'^specs\[1\]\.inputs\[1\]\.job: "prep" names specs\[0\], whose outputs an '
+                                    r'input reads already$'):
+            self.client.submit_many([{"name": "prep", "command": ["true"]},
+                                     {"command": ["true"], "inputs": [{"job": "prep"}, {"name": "again", "job": "prep"}]}],
+                                    progress=False)
         # A later spec, or the spec itself, is not before it.
         with self.assertRaisesRegex(ValueError, r'^specs\[0\]\.inputs\[0\]\.job: no job named "train" before it'):
             self.client.submit_many([{"name": "eval", "command": ["true"], "inputs": [{"job": "train"}]},
