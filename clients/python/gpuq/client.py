@@ -417,8 +417,9 @@ class Client:
         released to run in between (as a job of ``after_ended`` is once
         those it runs after have ended). A job after it that finished is
         neither cancelled nor looked past; one that finishes meanwhile is
-        skipped. The job itself raises as :meth:`cancel` does, once the
-        others are cancelled."""
+        skipped. A job that has finished is left as it is; otherwise the
+        job itself raises as :meth:`cancel` does, once the others are
+        cancelled."""
         root = _id(job_id)
         done = []
         for job in reversed(self._downstream(root, _UNFINISHED)):
@@ -426,7 +427,11 @@ class Client:
                 done.append(self.cancel(job.id))
             except Conflict:
                 pass  # it finished after it was listed
-        done.append(self.cancel(root))
+        try:
+            done.append(self.cancel(root))
+        except Conflict:
+            if self.get(root).state in _UNFINISHED:
+                raise
         return done
 
     def _each_labelled(self, label: str, project: Optional[str], states: Sequence[str],
@@ -485,13 +490,20 @@ class Client:
         (the jobs after that one are not looked for through it). The jobs
         after it are retried in the order they were submitted, so that each
         is retried after the jobs it runs after and waits for them again
-        (``gpuq retry --downstream``). The job itself raises as
-        :meth:`retry` does, before any other is retried; a job found after
-        it that was retried meanwhile by someone else is skipped."""
+        (``gpuq retry --downstream``). A job that succeeded is not run again,
+        but the jobs after it are (a sweep's failed runs after its data
+        step, and the summary after them); otherwise the job itself raises
+        as :meth:`retry` does, before any other is retried. A job found
+        after it that was retried meanwhile by someone else is skipped."""
         root = _id(job_id)
         after = self._downstream(root, _RETRYABLE)
         # A job names only jobs submitted before it: the job itself comes first.
-        done = [self.retry(root, fresh=fresh)]
+        try:
+            done = [self.retry(root, fresh=fresh)]
+        except Conflict:
+            if self.get(root).state != "succeeded":
+                raise
+            done = []
         for job in after:
             try:
                 done.append(self.retry(job.id, fresh=fresh))

@@ -1400,14 +1400,17 @@ class AfterTest(unittest.TestCase):
         return dict(doc, submitted_at="2026-12-07T10:00:%02d.5Z" % second)
 
     def asked(self):
-        """Each request: a listing as ("list", its query), a retry or a
-        cancel as ("retry" or "cancel", the job's id, its query)."""
+        """Each request: a listing as ("list", its query), a job read, a
+        retry or a cancel as ("get", "retry" or "cancel", the job's id, its
+        query)."""
         out = []
         for method, path, _ in self.seen:
             split = urllib.parse.urlsplit(path)
             query = urllib.parse.parse_qs(split.query)
             if method == "GET" and split.path == "/v1/jobs":
                 out.append(("list", query))
+            elif method == "GET":
+                out.append(("get", split.path.split("/")[3], query))
             else:
                 kind = split.path.rsplit("/", 1)[1]
                 self.assertEqual(method, "POST", path)
@@ -1485,11 +1488,34 @@ class AfterTest(unittest.TestCase):
                                                           ("retry", self.PREP)])
 
     def test_retry_downstream_raises_the_jobs_own_conflict_and_retries_nothing_after_it(self):
-        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, "succeeded", "prep"))
+        prep = gpuq.Job.from_doc(self.job_doc(self.PREP, "running", "prep"))
         self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "cancelled", after=[self.PREP])]}),
                          (200, {"jobs": []}),
-                         (409, {"title": "Conflict", "status": 409, "detail": "job succeeded"})]
+                         (409, {"title": "Conflict", "status": 409, "detail": "job is running"}),
+                         (200, self.job_doc(self.PREP, "running"))]
         with self.assertRaises(gpuq.Conflict):
             self.client.retry_downstream(prep)
         self.assertEqual([a[1] for a in self.asked() if a[0] == "retry"], [self.PREP])
+        self.assertEqual(self.answers, [])
+
+    def test_retry_downstream_of_a_job_that_succeeded_retries_the_jobs_after_it(self):
+        self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "failed", after=[self.PREP])]}),
+                         (200, {"jobs": []}),
+                         (409, {"title": "Conflict", "status": 409, "detail": "job succeeded"}),
+                         (200, self.job_doc(self.PREP, "succeeded")),
+                         (200, self.job_doc(self.TRAIN, "placed"))]
+        retried = self.client.retry_downstream(self.PREP)
+        self.assertEqual([(j.id, j.state) for j in retried], [(self.TRAIN, "placed")])
+        self.assertEqual([a[:2] for a in self.asked() if a[0] != "list"],
+                         [("retry", self.PREP), ("get", self.PREP), ("retry", self.TRAIN)])
+        self.assertEqual(self.answers, [])
+
+    def test_cancel_downstream_of_a_job_that_finished_cancels_the_jobs_after_it(self):
+        self.answers += [(200, {"jobs": [self.job_doc(self.TRAIN, "waiting", after_ended=[self.PREP])]}),
+                         (200, {"jobs": []}),
+                         (200, self.job_doc(self.TRAIN, "cancelled")),
+                         (409, {"title": "Conflict", "status": 409, "detail": "job already finished"}),
+                         (200, self.job_doc(self.PREP, "failed"))]
+        cancelled = self.client.cancel_downstream(self.PREP)
+        self.assertEqual([(j.id, j.state) for j in cancelled], [(self.TRAIN, "cancelled")])
         self.assertEqual(self.answers, [])

@@ -87,6 +87,20 @@ func TestSubmitAfterRunsAJobOnceTheJobsItNamesHaveSucceeded(t *testing.T) {
 		t.Fatalf("retry --downstream of a pipeline's failed first step: want it placed, then two and three waiting, got\n%s", out)
 	}
 	gpuq(0, "wait", three)
+	// A step that succeeded, given to retry --downstream, is not run
+	// again: the steps after it that failed are.
+	ok, _ := gpuq(0, "submit", "--name", "ok", "--", "true")
+	bad, _ := gpuq(0, "submit", "--name", "bad", "--after", ok, "--max-errors", "0", "--", "sh", "-c", `test "$GPUQ_ATTEMPT" -gt 1`)
+	gpuq(ExitFailed, "wait", bad)
+	out, errOut, err := runCLI(t, "retry", "--config", config, "--downstream", ok, "--wait")
+	if err != nil || !strings.Contains(out, bad+" succeeded") || strings.Contains(out, ok) ||
+		!strings.Contains(errOut, fmt.Sprintf("gpuq: %s (ok) succeeded: it is not run again, the jobs after it that did not succeed are\n", ok)) {
+		t.Fatalf("retry --downstream of a step that succeeded, before one that failed: %v\n%s%s", err, out, errOut)
+	}
+	out, errOut, err = runCLI(t, "cancel", "--config", config, "--downstream", ok)
+	if err != nil || out != "" || !strings.Contains(errOut, fmt.Sprintf("gpuq: %s (ok) has finished (succeeded): the jobs after it that have not are cancelled\n", ok)) {
+		t.Fatalf("cancel --downstream of a finished step with nothing unfinished after it: %v\n%s%s", err, out, errOut)
+	}
 	// Cancelled with --downstream, a pipeline is abandoned whole, newest
 	// first: the report after gather's end is not released to run.
 	fetchAll, _ := gpuq(0, "submit", "--name", "fetch-all", "--", "sleep", "60")

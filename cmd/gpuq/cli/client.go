@@ -1167,7 +1167,8 @@ With --downstream, the jobs that run after them (their spec.after or
 after_ended names one) and have not finished are cancelled too, and in turn
 those after them: a pipeline is abandoned whole. They are cancelled newest
 first, before the jobs given, so that none of them is released to run (as a
-job of after_ended is once those it runs after have ended) in between.`,
+job of after_ended is once those it runs after have ended) in between. A job
+given that has finished is left as it is, and the jobs after it are cancelled.`,
 		Example: `  gpuq cancel 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq cancel --label sweep=lr-search
   gpuq cancel --downstream --label sweep=lr-search`,
@@ -1193,7 +1194,13 @@ job of after_ended is once those it runs after have ended) in between.`,
 		var after map[uuid.UUID]bool
 		if downstream {
 			var err error
-			if ids, after, err = withDownstream(ctx, svc, ids, unfinishedStates); err != nil {
+			finished := func(j *queue.Job) string {
+				if !j.State.Terminal() {
+					return ""
+				}
+				return "has finished (" + string(j.State) + "): the jobs after it that have not are cancelled"
+			}
+			if ids, after, err = withDownstream(ctx, cmd.ErrOrStderr(), svc, ids, unfinishedStates, finished); err != nil {
 				return err
 			}
 			slices.Reverse(ids)

@@ -45,7 +45,9 @@ With --downstream, the jobs that run after them (their spec.after or
 after_ended names one) and failed, died, were cancelled or were rejected are
 retried too, and in turn those after them: a pipeline whose first step failed
 runs again whole. Every job is retried after the jobs it runs after (in the
-order they were submitted), so the later steps wait for the earlier ones again.`,
+order they were submitted), so the later steps wait for the earlier ones again.
+A job given that succeeded is not run again, but the jobs after it are: the
+failed runs of a sweep after a data step, and the summary after them.`,
 		Example: `  gpuq retry 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq retry --fresh 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq retry --label sweep=lr --wait
@@ -81,7 +83,13 @@ order they were submitted), so the later steps wait for the earlier ones again.`
 		var after map[uuid.UUID]bool
 		if downstream {
 			var err error
-			if ids, after, err = withDownstream(ctx, svc, ids, retryStates); err != nil {
+			succeeded := func(j *queue.Job) string {
+				if j.State != queue.StateSucceeded {
+					return ""
+				}
+				return "succeeded: it is not run again, the jobs after it that did not succeed are"
+			}
+			if ids, after, err = withDownstream(ctx, cmd.ErrOrStderr(), svc, ids, retryStates, succeeded); err != nil {
 				return err
 			}
 		}
@@ -117,8 +125,11 @@ order they were submitted), so the later steps wait for the earlier ones again.`
 // spec.after or spec.after_ended names one) in one of states, and in turn
 // those after them, all in the order they were submitted (so that a retry
 // reaches each job after the jobs it runs after); and the jobs it found
-// after them. An id of no job comes first, for the command to name it.
-func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID, states []queue.JobState) ([]uuid.UUID, map[uuid.UUID]bool, error) {
+// after them. An id of no job comes first, for the command to name it. A
+// job of ids in a state past acting on (passed: one that succeeded, for a
+// retry) is left out, said so on w, and the jobs after it are looked for
+// all the same.
+func withDownstream(ctx context.Context, w io.Writer, svc jobService, ids []uuid.UUID, states []queue.JobState, passed func(*queue.Job) string) ([]uuid.UUID, map[uuid.UUID]bool, error) {
 	type found struct {
 		id uuid.UUID
 		at time.Time
@@ -132,10 +143,17 @@ func withDownstream(ctx context.Context, svc jobService, ids []uuid.UUID, states
 		}
 		seen[id] = true
 		f := found{id: id}
-		if j, err := svc.Job(ctx, id); err == nil {
-			f.at = j.SubmittedAt
-		} else if !errors.Is(err, queue.ErrNotFound) {
+		j, err := svc.Job(ctx, id)
+		if err != nil && !errors.Is(err, queue.ErrNotFound) {
 			return nil, nil, err
+		}
+		if err == nil {
+			f.at = j.SubmittedAt
+			if why := passed(j); why != "" {
+				fmt.Fprintf(w, "gpuq: %s%s %s\n", id, queue.NameSuffix(j.Name), why)
+				next = append(next, id)
+				continue
+			}
 		}
 		all, next = append(all, f), append(next, id)
 	}
