@@ -642,9 +642,13 @@ class ClientTest(unittest.TestCase):
         retried = client.retry_downstream(prep)
         self.assertEqual([j.id for j in retried], [prep.id, train.id, evaluate.id])
         self.assertEqual([client.wait(j, timeout=120, progress=False).state for j in retried], ["succeeded"] * 3)
-        # Nothing is left to retry: prep itself raises.
+        # Nothing is left to retry: prep, which succeeded, is not run again.
+        self.assertEqual(client.retry_downstream(prep), [])
+        # A job that has not finished raises.
+        running = client.submit(name="running", command=["sleep", "30"])
         with self.assertRaises(gpuq.Conflict):
-            client.retry_downstream(prep)
+            client.retry_downstream(running)
+        client.cancel(running)
 
     def test_cancel_downstream_abandons_a_pipeline_whole(self):
         # report runs once gather has ended however it ended: cancelled
