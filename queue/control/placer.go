@@ -86,9 +86,10 @@ type PolicyPlacer struct {
 	histories map[string]spot.PoolHistory
 }
 
-// OutputsSource reads a job's latest placement and its outputs' record
+// OutputsSource reads a job, its latest placement and its outputs' record
 // (store.Store); each returns queue.ErrNotFound when there is none.
 type OutputsSource interface {
+	Job(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 	Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error)
 }
@@ -148,7 +149,7 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	if err != nil {
 		return queue.Placement{}, &queue.RejectionError{Reason: err.Error()}
 	}
-	if err := cfg.inputData(ctx, job.Spec, &pj); err != nil {
+	if err := InputData(ctx, cfg.Outputs, job.Spec, &pj); err != nil {
 		return queue.Placement{}, err
 	}
 	offers, err := p.currentOffers(ctx, cfg.OfferTTL, cfg.Now)
@@ -197,33 +198,44 @@ func (p *PolicyPlacer) Place(ctx context.Context, job *queue.Job, prior *Prior) 
 	return pl, nil
 }
 
-// inputData adds to pj what the outputs of the jobs spec reads (its
+// InputData adds to pj what the outputs of the jobs spec reads (its
 // inputs' job entries) bind it to: each one's residency, as its latest
-// placement recorded it, and where they are stored, for egress. A job
-// whose input left no outputs (it did not succeed, or left none) reads
-// nothing of it.
-func (p *PolicyPlacer) inputData(ctx context.Context, spec *queue.Spec, pj *policy.Requirements) error {
+// placement recorded it, and where they are stored, for egress. A job that
+// finished leaving no outputs (one of spec.after_ended that did not
+// succeed, or one that left none) binds it to nothing; one that has not
+// finished yet (a plan made before it has) binds it to the residency its
+// outputs will have. Without src, a spec reading a job's outputs is
+// rejected.
+func InputData(ctx context.Context, src OutputsSource, spec *queue.Spec, pj *policy.Requirements) error {
 	for i, in := range spec.Inputs {
 		if in.Job == "" {
 			continue
 		}
-		if p.Outputs == nil {
+		if src == nil {
 			return &queue.RejectionError{Reason: fmt.Sprintf("spec.inputs[%d].job: this control plane cannot read where a job's outputs are stored", i)}
 		}
 		id, err := uuid.Parse(in.Job)
 		if err != nil {
 			return &queue.RejectionError{Reason: fmt.Sprintf("spec.inputs[%d].job: %v", i, err)}
 		}
-		rec, err := p.Outputs.Result(ctx, id)
-		if errors.Is(err, queue.ErrNotFound) {
-			continue
+		j, err := src.Job(ctx, id)
+		if errors.Is(err, queue.ErrNotFound) || err == nil && j.Project != spec.Project {
+			return &queue.RejectionError{Reason: fmt.Sprintf("spec.inputs[%d].job: no job %s in project %s", i, id, spec.Project)}
 		}
 		if err != nil {
-			return fmt.Errorf("reading the outputs of job %s: %w", id, err)
+			return fmt.Errorf("reading job %s: %w", id, err)
 		}
 		by := fmt.Sprintf("inputs[%d] (job %s)", i, id)
-		pj.Inputs = append(pj.Inputs, policy.Input{Name: by, Region: rec.Region, Bytes: rec.Bytes})
-		pl, err := p.Outputs.LatestPlacement(ctx, id)
+		rec, err := src.Result(ctx, id)
+		switch {
+		case err == nil:
+			pj.Inputs = append(pj.Inputs, policy.Input{Name: by, Region: rec.Region, Bytes: rec.Bytes})
+		case !errors.Is(err, queue.ErrNotFound):
+			return fmt.Errorf("reading the outputs of job %s: %w", id, err)
+		case j.State.Terminal():
+			continue
+		}
+		pl, err := src.LatestPlacement(ctx, id)
 		if errors.Is(err, queue.ErrNotFound) {
 			continue
 		}
@@ -487,6 +499,9 @@ func PolicyJob(s *queue.Spec) (policy.Requirements, error) {
 		j.Budget = &v
 	}
 	for _, in := range s.Inputs {
+		if in.Job != "" {
+			continue // another job's outputs: InputData
+		}
 		name := in.Name
 		if name == "" {
 			name = in.URI

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/gpuq/gpuq/policy"
@@ -276,6 +278,31 @@ func TestEveryEndpointAnswersAsTheDocumentSays(t *testing.T) {
 	r = call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte("command: [x]\nplacement: {residency: XX}\n"), 422)
 	if !strings.Contains(string(r.Body), `"location":"spec.placement.residency"`) {
 		t.Fatalf("an unknown residency class must be located: %s", r.Body)
+	}
+	// The outputs of a job bound to France keep that residency: a plan of
+	// a job reading them finds the German pool outside it.
+	french := uuid.New()
+	frenchSpec, err := queue.ParseSpec([]byte("project: " + failing.Spec.Project + "\ncommand: [x]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.RecordJobs(context.Background(), []queue.NewJob{{ID: french, Spec: frenchSpec}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Store.RecordPlacements(context.Background(), []queue.PlacedJob{{JobID: french, Placement: queue.Placement{
+		Version: 1, Pool: "fr-cpu", Region: "eu-west-3", Residency: "FR", Countries: []string{"FR"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	reads := fmt.Sprintf("project: %s\ncommand: [x]\ninputs: [{job: %s}]\n", failing.Spec.Project, french)
+	call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte(reads), 200).json(t, &plan)
+	if plan.Feasible || !strings.Contains(plan.Reason, "1 offer outside residency FR") ||
+		!strings.Contains(string(plan.Decision), "region eu-local-1 (DE) outside residency FR required by inputs[0] (job "+french.String()+")") ||
+		strings.Contains(string(plan.Decision), `"notes"`) {
+		t.Fatalf("a plan reading outputs bound to France: %+v", plan)
+	}
+	r = call("POST", "/v1/plan", "/v1/plan", "application/yaml", []byte(fmt.Sprintf("command: [x]\ninputs: [{job: %s}]\n", uuid.New())), 422)
+	if !strings.Contains(string(r.Body), `"location":"spec.inputs[0].job"`) {
+		t.Fatalf("a plan reading the outputs of no job must be refused naming the input: %s", r.Body)
 	}
 	var offers httpapi.OfferList
 	call("GET", "/v1/offers", "/v1/offers", "", nil, 200).json(t, &offers)

@@ -172,6 +172,14 @@ func (s *Server) plan(ctx context.Context, in *submitInput) (*planOutput, error)
 	if err != nil {
 		return nil, policyProblem(err)
 	}
+	// The outputs it reads keep their residency: a plan says so.
+	if err := control.InputData(ctx, s.cfg.Store, spec, &job); err != nil {
+		var rejected *queue.RejectionError
+		if errors.As(err, &rejected) {
+			return nil, policyProblem(err)
+		}
+		return nil, internal(s.cfg.Logger, "reading the outputs a spec reads", err)
+	}
 	offers, err := control.CollectOffers(ctx, s.cfg.Sources)
 	if err != nil {
 		return nil, internal(s.cfg.Logger, "collecting offers", err)
