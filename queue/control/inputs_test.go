@@ -125,6 +125,9 @@ func TestAJobReadsTheOutputsOfAnotherInsideTheirResidency(t *testing.T) {
 	if !strings.Contains(string(p.Decision), fmt.Sprintf("inputs[0] (job %s)", prep)) {
 		t.Fatalf("train's decision does not say whose data bound it: %s", p.Decision)
 	}
+	if strings.Contains(string(p.Decision), "cannot be shown") {
+		t.Fatalf("train's decision takes an input from a job for data of no region: %s", p.Decision)
+	}
 
 	// Before its claim, train's attempt 1 gets nothing.
 	if r := inputs(train, "spot-a"); r.Error == nil || r.Error.Kind != queue.WireFenced {
