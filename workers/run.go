@@ -666,11 +666,7 @@ func (a *attempt) unpackInputs() bool {
 			a.hostError(fmt.Sprintf("%s: the control plane named an input %q", reason, in.Name))
 			return false
 		}
-		err := a.unpack(in.StoreURI, in.SHA256, filepath.Join(root, in.Name))
-		// The copy was made for this attempt alone: once read, it has
-		// served (the sweep deletes it otherwise).
-		a.w.archives.Delete(a.io, in.StoreURI) //nolint:errcheck // the sweep removes what is left
-		if err != nil {
+		if err := a.unpack(in.StoreURI, in.SHA256, filepath.Join(root, in.Name)); err != nil {
 			a.log.Error("unpacking an input", "input", in.Name, "from", in.JobID, "err", err)
 			if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
 				a.fail(nil, fmt.Sprintf("%s: %s: %v; the job was not run", reason, what, err))

@@ -21,9 +21,10 @@ import (
 
 // A job that reads the outputs of another (an input's job) runs after it,
 // is placed inside the residency that job's outputs are bound to (here EU,
-// though a US pool is cheaper), and its worker gets those outputs copied
-// into its own pool's bucket for its attempt; a job of after_ended that
-// failed is handed over as having left nothing. A worker of a pool outside
+// though a US pool is cheaper), and its worker reads those outputs where
+// they are on the pool that made them, and from one copy in its own pool's
+// bucket on another pool; a job of after_ended that failed is handed over
+// as having left nothing. A worker of a pool outside
 // that residency is refused the outputs, whatever placed its job there, and
 // a worker of an attempt that does not run gets nothing.
 func TestAJobReadsTheOutputsOfAnotherInsideTheirResidency(t *testing.T) {
@@ -138,30 +139,69 @@ func TestAJobReadsTheOutputsOfAnotherInsideTheirResidency(t *testing.T) {
 	if r.Error != nil || len(r.Inputs) != 2 {
 		t.Fatalf("train's inputs: %+v %+v", r.Error, r.Inputs)
 	}
+	// On prep's own pool, train reads prep's outputs where they are.
 	data, left := r.Inputs[0], r.Inputs[1]
-	if data.Name != "data" || data.JobID != prep || data.State != queue.StateSucceeded || data.SHA256 != rec.SHA256 || data.Bytes != rec.Bytes ||
-		!strings.HasPrefix(data.StoreURI, queue.JobArchivePrefix("spot-a", train)) {
-		t.Fatalf("train's input data: %+v", data)
-	}
-	var got bytes.Buffer
-	if err := archives.Get(ctx, data.StoreURI, &got); err != nil || !bytes.Equal(got.Bytes(), outputs) {
-		t.Fatalf("the copy holds %d bytes (%v), want prep's %d", got.Len(), err, len(outputs))
+	if data != (queue.InputCopy{Name: "data", JobID: prep, State: queue.StateSucceeded, StoreURI: uri, SHA256: rec.SHA256, Bytes: rec.Bytes}) {
+		t.Fatalf("train's input data: %+v, want prep's outputs as recorded", data)
 	}
 	if left != (queue.InputCopy{Name: lost.String(), JobID: lost, State: queue.StateFailed}) {
 		t.Fatalf("the input of a failed job: %+v, want its state and nothing to read", left)
 	}
 
+	// placedOn records a job reading prep's outputs placed on pool by
+	// whatever means, claimed there.
+	placedOn := func(name, pool, region string) uuid.UUID {
+		t.Helper()
+		id := uuid.New()
+		spec := mustSpec(t, fmt.Sprintf("%sname: %s\ninputs: [{job: %s}]\n", cmd, name, prep))
+		if _, err := st.RecordJobs(ctx, []queue.NewJob{{ID: id, Spec: spec}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RecordPlacements(ctx, []queue.PlacedJob{{JobID: id, Placement: queue.Placement{Version: 1, Pool: pool, Region: region}}}); err != nil {
+			t.Fatal(err)
+		}
+		claim(id, pool)
+		return id
+	}
+	// On another pool inside the residency, the jobs reading them get one
+	// copy in that pool's bucket.
+	var copied time.Time
+	for _, name := range []string{"fr-1", "fr-2"} {
+		r := inputs(placedOn(name, "spot-b", "eu-west-3"), "spot-b")
+		if r.Error != nil || len(r.Inputs) != 1 {
+			t.Fatalf("inputs of %s on spot-b: %+v %+v", name, r.Error, r.Inputs)
+		}
+		c := r.Inputs[0]
+		if c.SHA256 != rec.SHA256 || c.Bytes != rec.Bytes || !strings.HasPrefix(c.StoreURI, queue.JobArchivePrefix("spot-b", prep)) {
+			t.Fatalf("inputs of %s on spot-b: %+v, want a copy in spot-b's bucket", name, c)
+		}
+		var got bytes.Buffer
+		if err := archives.Get(ctx, c.StoreURI, &got); err != nil || !bytes.Equal(got.Bytes(), outputs) {
+			t.Fatalf("the copy holds %d bytes (%v), want prep's %d", got.Len(), err, len(outputs))
+		}
+		stat, err := archives.Stat(ctx, c.StoreURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !copied.IsZero() && !stat.ModTime.Equal(copied) {
+			t.Fatalf("the second job of spot-b copied prep's outputs again (written %v, then %v)", copied, stat.ModTime)
+		}
+		copied = stat.ModTime
+	}
+
+	// The sweep of unrecorded archives deletes the copy once it is old
+	// enough, and keeps prep's outputs.
+	res, err := archives.Sweep(ctx, time.Now().Add(time.Hour), st.RecordedArchives)
+	if err != nil || res.Archives != 1 || res.Bytes != int64(len(outputs)) {
+		t.Fatalf("the sweep: %+v, %v; want the copy alone deleted", res, err)
+	}
+	if _, err := archives.Stat(ctx, uri); err != nil {
+		t.Fatalf("prep's outputs after the sweep: %v", err)
+	}
+
 	// A job placed on a US pool by whatever means is refused prep's
 	// outputs there.
-	astray := uuid.New()
-	astraySpec := mustSpec(t, fmt.Sprintf("%sname: astray\ninputs: [{job: %s}]\n", cmd, prep))
-	if _, err := st.RecordJobs(ctx, []queue.NewJob{{ID: astray, Spec: astraySpec}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.RecordPlacements(ctx, []queue.PlacedJob{{JobID: astray, Placement: queue.Placement{Version: 1, Pool: "us-spot", Region: "us-east-1"}}}); err != nil {
-		t.Fatal(err)
-	}
-	claim(astray, "us-spot")
+	astray := placedOn("astray", "us-spot", "us-east-1")
 	if r := inputs(astray, "us-spot"); r.Error == nil || r.Error.Kind != queue.WireInputRefused ||
 		!strings.Contains(r.Error.Message, fmt.Sprintf("the outputs of job %s are bound to residency EU, and pool us-spot lies in us-east-1 (US)", prep)) {
 		t.Fatalf("inputs outside their residency: %+v", r.Error)

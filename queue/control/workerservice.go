@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/batch"
@@ -88,6 +90,13 @@ type WorkerService struct {
 	// Workdirs copies the working directory of a job that has one into the
 	// pool's bucket; without it such a job's workers cannot fetch it.
 	Workdirs *Workdirs
+	// OutputsReuse is how long a copy of a job's outputs in a pool's
+	// bucket, made for a job reading them (spec.inputs), serves the next
+	// one there before it is copied afresh. The sweep of unrecorded
+	// archives deletes such a copy storage.orphan_age after it was made,
+	// so a worker that starts reading it has at least OrphanAge less this
+	// to do so. Default 30m, half the default orphan_age.
+	OutputsReuse time.Duration
 	// Concurrency bounds the requests handled at once. Default 64.
 	Concurrency int
 	// Logger; default slog.Default().
@@ -97,6 +106,8 @@ type WorkerService struct {
 	Claims *RecentClaims
 	// Metrics, when set, observes how long each job it starts waited.
 	Metrics *Metrics
+
+	outputCopies singleflight.Group
 
 	claims    *batch.Batcher[[]queue.ClaimRequest, []queue.ClaimResult]
 	successes *batch.Batcher[queue.PoolAttemptRef, bool]
@@ -634,11 +645,12 @@ func (s *WorkerService) workdir(ctx context.Context, pool string, id uuid.UUID, 
 }
 
 // inputs returns the outputs of the jobs the attempt pool runs now reads
-// (spec.inputs' job entries), each copied into pool's bucket for the
-// attempt, as the job's own archives are (jobs/<job>/…): the worker reads
-// the copy once and deletes it, and the sweep of unrecorded archives
-// deletes one it leaves. Outputs bound to a residency are copied only into
-// a pool inside it, whatever placed the job.
+// (spec.inputs' job entries), each in pool's bucket: where the job that
+// left them ran on pool, as it left them; else a copy, made once for every
+// job of the pool reading them within OutputsReuse (a sweep's runs reading
+// its data step), which the sweep of unrecorded archives deletes once it
+// is older than storage.orphan_age. Outputs bound to a residency are
+// copied only into a pool inside it, whatever placed the job.
 func (s *WorkerService) inputs(ctx context.Context, pool string, id uuid.UUID, attempt int) ([]queue.InputCopy, error) {
 	if err := s.checkRunning(ctx, pool, id, attempt); err != nil {
 		return nil, fmt.Errorf("fetching the job's inputs: %w", err)
@@ -688,25 +700,58 @@ func (s *WorkerService) inputs(ctx context.Context, pool string, id uuid.UUID, a
 			return nil, fmt.Errorf("input %s: %w: the outputs of job %s are bound to residency %s, and pool %s lies in %s (%s)",
 				in.Name, queue.ErrInputRefused, from, p.Residency, pool, loc.Region, loc.Country)
 		}
-		if s.Archives == nil {
-			return nil, errors.New("this control plane copies no archives, so it cannot hand a job another job's outputs")
-		}
-		name := fmt.Sprintf("jobs/%s/input-a%d-%d.tar.zst", id, attempt, i)
-		uri, sum, err := copyArchive(ctx, s.Archives, rec.StoreURI, queue.ArchiveBucket(pool), name)
-		if errors.Is(err, queue.ErrArchiveLost) {
+		uri, err := s.outputsInPool(ctx, pool, from, rec)
+		if err != nil {
 			return nil, fmt.Errorf("input %s, the outputs of job %s: %w", in.Name, from, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("copying input %s, the outputs of job %s, into pool %s's bucket: %w", in.Name, from, pool, err)
-		}
-		if sum != rec.SHA256 {
-			s.Archives.Delete(ctx, uri) //nolint:errcheck // the sweep removes what is left
-			return nil, fmt.Errorf("input %s, the outputs of job %s: %w: %s holds sha256 %s, recorded %s", in.Name, from, queue.ErrArchiveLost, rec.StoreURI, sum, rec.SHA256)
-		}
-		c.StoreURI, c.SHA256, c.Bytes = uri, sum, rec.Bytes
+		c.StoreURI, c.SHA256, c.Bytes = uri, rec.SHA256, rec.Bytes
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// outputsInPool returns where the outputs rec of job from lie in pool's
+// bucket: where they were recorded, when that is pool's bucket; else a
+// copy, made afresh when none of their digest younger than OutputsReuse is
+// there.
+func (s *WorkerService) outputsInPool(ctx context.Context, pool string, from uuid.UUID, rec *queue.ArchiveRecord) (string, error) {
+	bucket := queue.ArchiveBucket(pool)
+	if strings.HasPrefix(rec.StoreURI, queue.ArchiveScheme+bucket+"/") {
+		return rec.StoreURI, nil
+	}
+	if s.Archives == nil {
+		return "", errors.New("this control plane copies no archives, so it cannot hand a job another job's outputs")
+	}
+	store, ok := s.Archives.(interface {
+		Stat(ctx context.Context, uri string) (queue.ObjectStat, error)
+	})
+	name := fmt.Sprintf("jobs/%s/outputs-copy-%s.tar.zst", from, rec.SHA256)
+	dst := queue.ArchiveScheme + bucket + "/" + name
+	reuse := cmp.Or(s.OutputsReuse, 30*time.Minute)
+	if ok {
+		if st, err := store.Stat(ctx, dst); err == nil && st.SHA256 == rec.SHA256 && time.Since(st.ModTime) < reuse {
+			return dst, nil
+		}
+	}
+	// The runs of a sweep starting at once on one pool make one copy.
+	v, err, _ := s.outputCopies.Do(dst, func() (any, error) {
+		uri, sum, err := copyArchive(ctx, s.Archives, rec.StoreURI, bucket, name)
+		if err != nil {
+			if errors.Is(err, queue.ErrArchiveLost) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("copying them into pool %s's bucket: %w", pool, err)
+		}
+		if sum != rec.SHA256 {
+			s.Archives.Delete(ctx, uri) //nolint:errcheck // the sweep removes what is left
+			return nil, fmt.Errorf("%w: %s holds sha256 %s, recorded %s", queue.ErrArchiveLost, rec.StoreURI, sum, rec.SHA256)
+		}
+		return uri, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
 }
 
 // secrets returns the values of the secrets (spec.secrets) of the attempt

@@ -324,7 +324,8 @@ func controlPlane(ctx context.Context, c *clients, placer *control.PolicyPlacer,
 	c.workers = workers
 	c.metrics = control.NewMetrics(c.store, c.js, workers, logger)
 	svc := &control.WorkerService{NATS: c.nc, Store: c.store, Pools: &control.OfferRegistry{Sources: placer.Sources},
-		Placer: placer, JS: c.js, Archives: archiveStore(c), Workdirs: c.workdirs, Logger: logger, Claims: claims, Metrics: c.metrics}
+		Placer: placer, JS: c.js, Archives: archiveStore(c), Workdirs: c.workdirs, Logger: logger, Claims: claims, Metrics: c.metrics,
+		OutputsReuse: c.store.Storage.OrphanAge / 2}
 	if _, err := svc.Start(ctx); err != nil {
 		return nil, err
 	}
