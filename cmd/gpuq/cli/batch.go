@@ -42,6 +42,8 @@ func batchFromFile(cmd *cobra.Command, v *viper.Viper, args []string, wd *workdi
 		return nil, nil, errors.New("--batch and -f: give one; each job of a batch is a spec of the batch file")
 	case len(args) > 0:
 		return nil, nil, errors.New("--batch: each job of a batch names its own command in the batch file; give no command")
+	case cmd.Flags().Changed("sweep"):
+		return nil, nil, errors.New("--sweep and --batch: give one; a batch file lists its jobs itself")
 	case cmd.Flags().Changed("idempotency-key"):
 		return nil, nil, errors.New("--idempotency-key: each job of a batch has its own, as idempotency_key in its spec")
 	case v.GetBool("follow"):

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +275,104 @@ func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 			t.Fatalf("%s/%s/result.txt: %q, %v", results, ids[i], b, err)
 		}
 	}
+
+	// The same sweep without a file, as the README's --sweep line runs it
+	// in gpuq dev's directory.
+	line := regexp.MustCompile(`(?m)^\./bin/gpuq submit --sweep .*$`).FindString(readme(t))
+	if line == "" {
+		t.Fatal("README.md has no gpuq submit --sweep line")
+	}
+	sh := exec.Command("sh", "-c", strings.Replace(line, "./bin/gpuq", buildGpuq(t), 1))
+	sh.Dir = dir
+	out, err := sh.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+	ids = strings.Fields(string(out))
+	if len(ids) != 3 {
+		t.Fatalf("%s: want three ids, got %q", line, out)
+	}
+	gpuq("wait", "--label", "sweep=lr2")
+	for i, lr := range []string{"0.1", "0.01", "0.001"} {
+		if ls := gpuq("ls", "--label", "lr="+lr, "-o", "json"); !strings.Contains(ls, ids[i]) || strings.Count(ls, `"id"`) != 1 {
+			t.Fatalf("ls --label lr=%s: want the job %s alone, got %s", lr, ids[i], ls)
+		}
+		res := filepath.Join(dir, "sweep2-"+lr)
+		gpuq("results", ids[i], "--dir", res)
+		if b, err := os.ReadFile(filepath.Join(res, "result.txt")); err != nil || string(b) != "lr "+lr+"\n" {
+			t.Fatalf("the --sweep run of lr %s: result.txt %q, %v", lr, b, err)
+		}
+	}
+}
+
+// A --sweep that cannot be what its author meant is refused before
+// anything is submitted, naming the flag; a sweep's jobs get the values in
+// their command, env, name, labels and idempotency key.
+func TestSubmitSweepPutsEachValueInItsJobAndRefusesWhatItCannotMean(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no key":           {[]string{"--sweep", "=1,2", "--", "echo"}, `--sweep "=1,2": want KEY=V1,V2,…`},
+		"no values":        {[]string{"--sweep", "lr", "--", "echo", "{lr}"}, `--sweep "lr": want KEY=V1,V2,…`},
+		"a bad key":        {[]string{"--sweep", "l r=1", "--", "echo", "{l r}"}, `--sweep "l r=1": want KEY=V1,V2,…`},
+		"an empty value":   {[]string{"--sweep", "lr=0.1,", "--", "echo", "{lr}"}, "--sweep lr: value 2 is empty"},
+		"a value twice":    {[]string{"--sweep", "lr=1,2,1", "--", "echo", "{lr}"}, `--sweep lr: "1" is given twice`},
+		"a key twice":      {[]string{"--sweep", "lr=1", "--sweep", "lr=2", "--", "echo", "{lr}"}, "--sweep lr: given twice"},
+		"a key not used":   {[]string{"--sweep", "lr=1,2", "--", "echo", "{rate}"}, "--sweep lr: neither the command nor an env value holds {lr}"},
+		"too many":         {[]string{"--sweep", "a=" + sweepValues(101), "--sweep", "b=" + sweepValues(100), "--", "echo", "{a}{b}"}, "--sweep: 10100 jobs or more, more than the 10000"},
+		"with a batch":     {[]string{"--sweep", "lr=1,2", "--batch", "jobs.yaml"}, "--sweep and --batch: give one"},
+		"with follow":      {[]string{"--sweep", "lr=1,2", "--follow", "--", "echo", "{lr}"}, "--follow prints one job's output: a sweep takes --wait"},
+		"a label too long": {[]string{"--sweep", "lr=1," + strings.Repeat("9", 300), "--", "echo", "{lr}"}, "jobs[1] (lr=" + strings.Repeat("9", 300) + "): invalid job spec: spec.labels.lr: must be at most 256 characters"},
+	} {
+		// An unreachable server: nothing can have been published.
+		args := append([]string{"submit", "--nats-url", "nats://127.0.0.1:1"}, c.args...)
+		if _, _, err := runCLI(t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want an error containing %q, got %v", name, c.want, err)
+		}
+	}
+
+	base, err := queue.ParseSpec([]byte("name: train-{lr}\ncommand: [python, train.py, --lr, \"{lr}\", --bs, \"{bs}\"]\nenv: {RUN: \"lr{lr}-bs{bs}\"}\nlabels: {team: ml}\nidempotency_key: run7\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	axes, err := parseSweeps([]string{"lr=0.1,0.01", "bs=32,64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := sweepSpecs(base, axes, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range specs {
+		got = append(got, fmt.Sprintf("%s|%s|%s|%v|%s", s.Name, strings.Join(s.Command, " "), s.Env["RUN"], s.Labels, s.IdempotencyKey))
+	}
+	want := []string{
+		"train-0.1|python train.py --lr 0.1 --bs 32|lr0.1-bs32|map[bs:32 lr:0.1 team:ml]|run7 lr=0.1 bs=32",
+		"train-0.1|python train.py --lr 0.1 --bs 64|lr0.1-bs64|map[bs:64 lr:0.1 team:ml]|run7 lr=0.1 bs=64",
+		"train-0.01|python train.py --lr 0.01 --bs 32|lr0.01-bs32|map[bs:32 lr:0.01 team:ml]|run7 lr=0.01 bs=32",
+		"train-0.01|python train.py --lr 0.01 --bs 64|lr0.01-bs64|map[bs:64 lr:0.01 team:ml]|run7 lr=0.01 bs=64",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the sweep's specs:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if base.Command[3] != "{lr}" || len(base.Labels) != 1 || base.Env["RUN"] != "lr{lr}-bs{bs}" {
+		t.Fatalf("the base spec was changed: %+v", base)
+	}
+	// A name without {KEY} gets the values appended.
+	base.Name = "train"
+	if specs, err = sweepSpecs(base, axes[:1], false); err != nil || specs[1].Name != "train lr=0.01" {
+		t.Fatalf("a name without {lr}: %v, %v", specs, err)
+	}
+}
+
+// sweepValues is n distinct --sweep values, separated by commas.
+func sweepValues(n int) string {
+	vals := make([]string, n)
+	for i := range vals {
+		vals[i] = strconv.Itoa(i)
+	}
+	return strings.Join(vals, ",")
 }

@@ -48,12 +48,20 @@ are recorded, with their ids in place of the name, so that a whole pipeline
 fits in one file. Every spec is checked before any job is submitted; an error
 names the job (jobs[7]) and its field. It prints each job's id in the batch's
 order (-o json: {"jobs": […]}), names each rejected job on stderr and then
-exits 2; with --wait it waits for every job as gpuq wait of their ids does.`,
+exits 2; with --wait it waits for every job as gpuq wait of their ids does.
+
+--sweep KEY=V1,V2,… submits one job per value without a file: the value
+replaces {KEY} in the command, the env values and the name (a name without
+{KEY} gets " KEY=value" appended), KEY=value is added to the job's labels, and
+an --idempotency-key K becomes "K KEY=value". Several --sweep flags submit
+every combination, the last varying fastest. The ids are printed, and --wait
+waits, as with --batch.`,
 		Example: `  gpuq submit -f job.yaml
   gpuq submit job.yaml
   gpuq submit --name hello --cpu 1 -- echo hello
   gpuq submit -f sweep.yaml --label lr=0.1 -- python train.py --lr 0.1
   gpuq submit --batch sweep-jobs.yaml --label sweep=lr-search --wait
+  gpuq submit --sweep lr=0.1,0.01 --sweep seed=1,2 -- python train.py --lr {lr} --seed {seed}
   gpuq submit --gpu-count 1 --card H100 --residency EU --max-price "2.50 EUR" --wait -- python train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, format, err := loadConfigFormat(cmd)
@@ -70,11 +78,23 @@ exits 2; with --wait it waits for every job as gpuq wait of their ids does.`,
 				warnCredentialEnv(cmd.ErrOrStderr(), specs...)
 				return submitBatch(cmd, v, specs, refs, format)
 			}
+			sweeps, _ := cmd.Flags().GetStringArray("sweep")
+			axes, err := parseSweeps(sweeps)
+			if err != nil {
+				return err
+			}
 			spec, err := specFromFlags(cmd, v, args, wd)
 			if err != nil {
 				return err
 			}
 			warnCredentialEnv(cmd.ErrOrStderr(), spec)
+			if len(axes) > 0 {
+				specs, err := sweepSpecs(spec, axes, v.GetBool("follow"))
+				if err != nil {
+					return err
+				}
+				return submitBatch(cmd, v, specs, &batchRefs{named: make([][]int, len(specs))}, format)
+			}
 			return submit(cmd, v, spec, format)
 		},
 	}
@@ -88,6 +108,7 @@ exits 2; with --wait it waits for every job as gpuq wait of their ids does.`,
 	jobFlags(cmd)
 	f := cmd.Flags()
 	f.StringP("file", "f", "", "job spec file (YAML or JSON; - for standard input)")
+	f.StringArray("sweep", nil, "KEY=V1,V2,…: submit one job per value (per combination, with several), {KEY} in the command and env values replaced by it and KEY=value in its labels; prints the ids as --batch does")
 	f.String("batch", "", `batch file: {"jobs": [spec, …]} in YAML or JSON, as POST /v1/jobs/batch takes it (- for standard input); the spec flags complete every job`)
 	f.String("name", "", "spec.name")
 	f.String("project", "", "spec.project")
@@ -324,7 +345,7 @@ func anyFlagChanged(cmd *cobra.Command) bool {
 	changed := false
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "file", "batch", "wait", "follow", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
+		case "file", "batch", "sweep", "wait", "follow", "output", "config", "nats-url", "url", "no-wait-accept", "accept-timeout", "wait-timeout":
 		default:
 			changed = true
 		}
