@@ -42,8 +42,9 @@ the command to each submission. A lone argument ending in .yaml, .yml or
 --batch FILE submits many jobs at once (a sweep): FILE holds {"jobs": [spec,
 …]} as POST /v1/jobs/batch takes it, and the spec flags complete every job
 (--label sweep=lr gives each the label gpuq wait --label follows). A job's
-after and after_ended may name jobs earlier in the file by their name (a name
-stands for every earlier job of that name): such a job is submitted once those
+after, after_ended and inputs' job may name jobs earlier in the file by their
+name (a name stands for every earlier job of that name; an input of several
+reads each, as NAME-1, NAME-2, …): such a job is submitted once those
 are recorded, with their ids in place of the name, so that a whole pipeline
 fits in one file. Every spec is checked before any job is submitted; an error
 names the job (jobs[7]) and its field. It prints each job's id in the batch's
