@@ -92,10 +92,11 @@ type WorkerService struct {
 	Workdirs *Workdirs
 	// OutputsReuse is how long a copy of a job's outputs in a pool's
 	// bucket, made for a job reading them (spec.inputs), serves the next
-	// one there before it is copied afresh. The sweep of unrecorded
-	// archives deletes such a copy storage.orphan_age after it was made,
-	// so a worker that starts reading it has at least OrphanAge less this
-	// to do so. Default 30m, half the default orphan_age.
+	// ones there: each period of this length has a copy of its own. The
+	// sweep of unrecorded archives deletes such a copy storage.orphan_age
+	// after it was made, so a worker that starts reading it has at least
+	// OrphanAge less this to do so. Default 30m, half the default
+	// orphan_age.
 	OutputsReuse time.Duration
 	// Concurrency bounds the requests handled at once. Default 64.
 	Concurrency int
@@ -711,9 +712,8 @@ func (s *WorkerService) inputs(ctx context.Context, pool string, id uuid.UUID, a
 }
 
 // outputsInPool returns where the outputs rec of job from lie in pool's
-// bucket: where they were recorded, when that is pool's bucket; else a
-// copy, made afresh when none of their digest younger than OutputsReuse is
-// there.
+// bucket: where they were recorded, when that is pool's bucket; else the
+// copy of this period of OutputsReuse, made when there is none yet.
 func (s *WorkerService) outputsInPool(ctx context.Context, pool string, from uuid.UUID, rec *queue.ArchiveRecord) (string, error) {
 	bucket := queue.ArchiveBucket(pool)
 	if strings.HasPrefix(rec.StoreURI, queue.ArchiveScheme+bucket+"/") {
@@ -725,11 +725,13 @@ func (s *WorkerService) outputsInPool(ctx context.Context, pool string, from uui
 	store, ok := s.Archives.(interface {
 		Stat(ctx context.Context, uri string) (queue.ObjectStat, error)
 	})
-	name := fmt.Sprintf("jobs/%s/outputs-copy-%s.tar.zst", from, rec.SHA256)
-	dst := queue.ArchiveScheme + bucket + "/" + name
+	// Each period of OutputsReuse has a copy of its own, so that a copy
+	// is never written over while a worker reads it.
 	reuse := cmp.Or(s.OutputsReuse, 30*time.Minute)
+	name := fmt.Sprintf("jobs/%s/outputs-copy-%s-%d.tar.zst", from, rec.SHA256, time.Now().UnixNano()/int64(reuse))
+	dst := queue.ArchiveScheme + bucket + "/" + name
 	if ok {
-		if st, err := store.Stat(ctx, dst); err == nil && st.SHA256 == rec.SHA256 && time.Since(st.ModTime) < reuse {
+		if st, err := store.Stat(ctx, dst); err == nil && st.SHA256 == rec.SHA256 {
 			return dst, nil
 		}
 	}
