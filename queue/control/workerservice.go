@@ -672,10 +672,10 @@ func (s *WorkerService) inputs(ctx context.Context, pool string, id uuid.UUID, a
 		return nil, badf("pool: %s is not in the control plane's pool registry", pool)
 	}
 	out := make([]queue.InputCopy, 0, len(ins))
-	for i, in := range ins {
+	for _, in := range ins {
 		from, err := uuid.Parse(in.Job)
 		if err != nil {
-			return nil, fmt.Errorf("spec.inputs[%d].job: %w", i, err)
+			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
 		src, err := s.Store.Job(ctx, from)
 		if err != nil {

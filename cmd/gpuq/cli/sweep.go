@@ -36,13 +36,15 @@ func parseSweeps(flags []string) ([]sweepAxis, error) {
 			return nil, fmt.Errorf("--sweep %s: given twice; list all its values in one --sweep %s=V1,V2,…", key, key)
 		}
 		values := strings.Split(list, ",")
+		seen := make(map[string]bool, len(values))
 		for i, val := range values {
 			switch {
 			case val == "":
 				return nil, fmt.Errorf("--sweep %s: value %d is empty", key, i+1)
-			case slices.Index(values, val) < i:
+			case seen[val]:
 				return nil, fmt.Errorf("--sweep %s: %q is given twice", key, val)
 			}
+			seen[val] = true
 		}
 		axes = append(axes, sweepAxis{key: key, values: values})
 		if jobs *= len(values); jobs > maxBatchFileJobs {

@@ -29,14 +29,13 @@ func (s *Server) checkAfter(ctx context.Context, spec *queue.Spec, location stri
 	// A job an input reads is in after (or after_ended) too: it is
 	// refused where its author named it.
 	read := map[string]bool{}
-	for _, in := range spec.Inputs {
-		if in.Job != "" {
-			read[in.Job] = true
-		}
-	}
 	var bad []error
 	for k, in := range spec.Inputs {
-		if in.Job != "" && !own[in.Job] {
+		if in.Job == "" {
+			continue
+		}
+		read[in.Job] = true
+		if !own[in.Job] {
 			bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s.inputs[%d].job", location, k), Value: in.Job, Message: fmt.Sprintf(
 				"no job %s in project %s: a job reads the outputs of jobs of its own project, submitted before it", in.Job, spec.Project)})
 		}
