@@ -50,6 +50,8 @@ type Spec struct {
 	// Secrets names secrets of the project (see Secret) the job receives
 	// as environment variables of those names.
 	Secrets []string `json:"secrets,omitempty"`
+	// Notify posts the job's ends to a webhook (see Notify).
+	Notify *Notify `json:"notify,omitempty"`
 	// After names jobs of the project, by id, that must all succeed before
 	// this one is placed (see StateWaiting).
 	After []string `json:"after,omitempty"`
@@ -525,7 +527,12 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 		for _, k := range sortedKeys(m) {
 			ft, ok := fields.types[k]
 			if !ok {
-				out = append(out, FieldError{Field: path + "." + keyName(k), Message: "unknown field; allowed: " + fields.names})
+				msg := "unknown field; allowed: " + fields.names
+				if k == "true" || k == "false" {
+					// YAML 1.1 reads on, off, yes, no, y and n as booleans.
+					msg += ` (YAML reads a key "on", "off", "yes" or "no" as ` + k + `)`
+				}
+				out = append(out, FieldError{Field: path + "." + keyName(k), Message: msg})
 				continue
 			}
 			out = append(out, checkShape(path+"."+keyName(k), m[k], ft)...)
@@ -742,6 +749,12 @@ func (s *Spec) Validate() error {
 	for i, n := range s.Secrets {
 		text(fmt.Sprintf("spec.secrets[%d]", i), n, false)
 	}
+	if s.Notify != nil {
+		text("spec.notify.webhook", s.Notify.Webhook, false)
+		for i, st := range s.Notify.When {
+			text(fmt.Sprintf("spec.notify.when[%d]", i), string(st), false)
+		}
+	}
 	for k, v := range s.Labels {
 		if text("spec.labels."+strconv.Quote(k), k, false) {
 			text("spec.labels."+k, v, false)
@@ -930,6 +943,7 @@ func (s *Spec) Validate() error {
 			bad(field, "the built-in %s job runs no command, so it takes no secrets", NoopCommand)
 		}
 	}
+	s.Notify.validate(s, bad)
 	if n := len(s.After) + len(s.AfterEnded); n > MaxAfter {
 		field, with := "spec.after", ""
 		if len(s.AfterEnded) > 0 {

@@ -29,6 +29,7 @@ type ClientStore interface {
 	Dependencies(ctx context.Context, ids []uuid.UUID) ([]queue.Dependency, error)
 	Dependents(ctx context.Context, job *queue.Job, limit int) ([]queue.Dependency, error)
 	RetryWaiting(ctx context.Context, job *queue.Job, note, msg string, fresh bool) error
+	LatestNotification(ctx context.Context, job uuid.UUID) (*queue.Notification, error)
 }
 
 // Client carries out what users ask of jobs: status, list, wait, logs,
@@ -74,8 +75,12 @@ type JobStatus struct {
 	// Dependents is the jobs that run after it (their spec's after or
 	// after_ended names it), in the order they were submitted, each with
 	// its name and state now: at most MaxDependents of them.
-	Dependents   []queue.Dependency `json:"dependents,omitempty"`
-	LastLogLines []string           `json:"last_log_lines,omitempty"`
+	Dependents []queue.Dependency `json:"dependents,omitempty"`
+	// Notification is how posting the end the job is in to its webhook
+	// went (spec.notify): absent until it is tried, and while the job has
+	// not ended.
+	Notification *queue.Notification `json:"notification,omitempty"`
+	LastLogLines []string            `json:"last_log_lines,omitempty"`
 	// History is the job's audit trail: every state change, oldest first.
 	History []queue.Event `json:"history"`
 }
@@ -123,6 +128,16 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	}
 	if st.Dependents, err = c.Store.Dependents(ctx, job, MaxDependents); err != nil {
 		return nil, err
+	}
+	if job.Spec.Notify != nil && job.FinalizedAt != nil {
+		n, err := c.Store.LatestNotification(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		// One of an end the job has left since (a retry) is not its.
+		if n != nil && n.EndedAt.Equal(*job.FinalizedAt) {
+			st.Notification = n
+		}
 	}
 	if job.State == queue.StateFailed || job.State == queue.StateDead {
 		if st.LastLogLines, err = queue.TailLogs(ctx, c.JS, id, 20); err != nil {
@@ -300,8 +315,8 @@ func (c *Client) Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Jo
 				job.Spec.Workdir, job.Project, sum)}
 		}
 	}
-	if len(job.Spec.Secrets) > 0 {
-		missing, err := c.Store.MissingSecrets(ctx, job.Project, job.Spec.Secrets)
+	if names := job.Spec.NamedSecrets(); len(names) > 0 {
+		missing, err := c.Store.MissingSecrets(ctx, job.Project, names)
 		if err != nil {
 			return nil, err
 		}

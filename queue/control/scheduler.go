@@ -223,8 +223,8 @@ func (s *Scheduler) handle(ctx context.Context, batch []jetstream.Msg) error {
 		// A job naming a secret its project does not hold is rejected
 		// here, before a pool (and a machine) is taken for it, whichever
 		// way it was submitted.
-		if len(spec.Secrets) > 0 {
-			missing, err := s.Store.MissingSecrets(ctx, spec.Project, spec.Secrets)
+		if names := spec.NamedSecrets(); len(names) > 0 {
+			missing, err := s.Store.MissingSecrets(ctx, spec.Project, names)
 			if err != nil {
 				return err
 			}

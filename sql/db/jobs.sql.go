@@ -136,7 +136,7 @@ SET attempt = c.attempt,
     updated_at = now()
 FROM c
 WHERE jobs.id = c.id
-RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
+RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals, jobs.notified_at
 `
 
 type JobClaimManyParams struct {
@@ -227,6 +227,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -483,7 +484,7 @@ func (q *Queries) JobFenceLost(ctx context.Context, arg JobFenceLostParams) ([]J
 }
 
 const jobGetByClaim = `-- name: JobGetByClaim :one
-SELECT jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals FROM jobs
+SELECT jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals, jobs.notified_at FROM jobs
 JOIN attempts a ON a.job_id = jobs.id AND a.attempt = jobs.attempt
 WHERE jobs.id = $1 AND a.claim_id = $2 AND jobs.state::text = 'running'
 `
@@ -518,12 +519,13 @@ func (q *Queries) JobGetByClaim(ctx context.Context, arg JobGetByClaimParams) (J
 		&i.UpdatedAt,
 		&i.FinalizedAt,
 		&i.ClaimRefusals,
+		&i.NotifiedAt,
 	)
 	return i, err
 }
 
 const jobGetByID = `-- name: JobGetByID :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE id = $1
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals, notified_at FROM jobs WHERE id = $1
 `
 
 func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (JobRow, error) {
@@ -549,12 +551,13 @@ func (q *Queries) JobGetByID(ctx context.Context, id uuid.UUID) (JobRow, error) 
 		&i.UpdatedAt,
 		&i.FinalizedAt,
 		&i.ClaimRefusals,
+		&i.NotifiedAt,
 	)
 	return i, err
 }
 
 const jobGetByIdempotencyKey = `-- name: JobGetByIdempotencyKey :one
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE project = $1 AND idempotency_key = $2
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals, notified_at FROM jobs WHERE project = $1 AND idempotency_key = $2
 `
 
 type JobGetByIdempotencyKeyParams struct {
@@ -585,6 +588,7 @@ func (q *Queries) JobGetByIdempotencyKey(ctx context.Context, arg JobGetByIdempo
 		&i.UpdatedAt,
 		&i.FinalizedAt,
 		&i.ClaimRefusals,
+		&i.NotifiedAt,
 	)
 	return i, err
 }
@@ -625,12 +629,12 @@ WITH ins AS (
     FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS project, unnest($3::text[]) AS name,
                  unnest($4::text[]) AS idempotency_key, unnest($5::text[]) AS spec) AS u
     ON CONFLICT DO NOTHING
-    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
+    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals, jobs.notified_at
 ), ev AS (
     INSERT INTO job_events (job_id, state, attempt, message)
     SELECT ins.id, 'pending', 0, 'submitted' FROM ins
 )
-SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals FROM ins
+SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals, ins.notified_at FROM ins
 `
 
 type JobInsertManyParams struct {
@@ -661,6 +665,7 @@ type JobInsertManyRow struct {
 	UpdatedAt        time.Time
 	FinalizedAt      sql.NullTime
 	ClaimRefusals    int32
+	NotifiedAt       sql.NullTime
 }
 
 // JobInsertMany records a batch of new jobs and their "submitted" events in
@@ -702,6 +707,7 @@ func (q *Queries) JobInsertMany(ctx context.Context, arg JobInsertManyParams) ([
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -731,7 +737,7 @@ WITH u AS (
     SELECT u.id, u.project, u.name, NULLIF(u.idempotency_key, ''), u.spec::jsonb, 'placed', 1, u.pool
     FROM u
     ON CONFLICT DO NOTHING
-    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals
+    RETURNING jobs.id, jobs.project, jobs.name, jobs.idempotency_key, jobs.spec, jobs.state, jobs.attempt, jobs.errors, jobs.preemptions, jobs.placement_version, jobs.checkpoint_seq, jobs.pool, jobs.exit_code, jobs.reason, jobs.lease_expires_at, jobs.submitted_at, jobs.updated_at, jobs.finalized_at, jobs.claim_refusals, jobs.notified_at
 ), p AS (
     INSERT INTO placements (job_id, version, pool, region, residency, countries, price_micros, currency, decision,
                             estimate_micros, estimate_currency, provider)
@@ -754,7 +760,7 @@ WITH u AS (
     ) e
     ORDER BY e.job_id, e.step
 )
-SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals FROM ins
+SELECT ins.id, ins.project, ins.name, ins.idempotency_key, ins.spec, ins.state, ins.attempt, ins.errors, ins.preemptions, ins.placement_version, ins.checkpoint_seq, ins.pool, ins.exit_code, ins.reason, ins.lease_expires_at, ins.submitted_at, ins.updated_at, ins.finalized_at, ins.claim_refusals, ins.notified_at FROM ins
 `
 
 type JobInsertPlacedManyParams struct {
@@ -797,6 +803,7 @@ type JobInsertPlacedManyRow struct {
 	UpdatedAt        time.Time
 	FinalizedAt      sql.NullTime
 	ClaimRefusals    int32
+	NotifiedAt       sql.NullTime
 }
 
 // JobInsertPlacedMany records a batch of new jobs whose first placement is
@@ -854,6 +861,7 @@ func (q *Queries) JobInsertPlacedMany(ctx context.Context, arg JobInsertPlacedMa
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -983,7 +991,7 @@ func (q *Queries) JobLedger(ctx context.Context, arg JobLedgerParams) ([]JobLedg
 
 const jobList = `-- name: JobList :many
 
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals, notified_at FROM jobs
 WHERE ($1::job_state IS NULL OR state = $1::job_state)
   AND ($2::text IS NULL OR project = $2::text)
 ORDER BY submitted_at DESC, id
@@ -1026,6 +1034,7 @@ func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, err
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1041,7 +1050,7 @@ func (q *Queries) JobList(ctx context.Context, arg JobListParams) ([]JobRow, err
 }
 
 const jobListByIDs = `-- name: JobListByIDs :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs WHERE id = ANY($1::uuid[])
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals, notified_at FROM jobs WHERE id = ANY($1::uuid[])
 `
 
 func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, error) {
@@ -1073,6 +1082,7 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1088,7 +1098,7 @@ func (q *Queries) JobListByIDs(ctx context.Context, ids []uuid.UUID) ([]JobRow, 
 }
 
 const jobListPage = `-- name: JobListPage :many
-SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals FROM jobs
+SELECT id, project, name, idempotency_key, spec, state, attempt, errors, preemptions, placement_version, checkpoint_seq, pool, exit_code, reason, lease_expires_at, submitted_at, updated_at, finalized_at, claim_refusals, notified_at FROM jobs
 WHERE ($1::boolean OR project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR state = $3::job_state)
   AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
@@ -1153,6 +1163,7 @@ func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]Job
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1172,7 +1183,7 @@ WITH d AS MATERIALIZED (
   SELECT id FROM jobs
   WHERE spec->'after' @> jsonb_build_array($10::text)
      OR spec->'after_ended' @> jsonb_build_array($10::text))
-SELECT j.id, j.project, j.name, j.idempotency_key, j.spec, j.state, j.attempt, j.errors, j.preemptions, j.placement_version, j.checkpoint_seq, j.pool, j.exit_code, j.reason, j.lease_expires_at, j.submitted_at, j.updated_at, j.finalized_at, j.claim_refusals FROM jobs j JOIN d ON d.id = j.id
+SELECT j.id, j.project, j.name, j.idempotency_key, j.spec, j.state, j.attempt, j.errors, j.preemptions, j.placement_version, j.checkpoint_seq, j.pool, j.exit_code, j.reason, j.lease_expires_at, j.submitted_at, j.updated_at, j.finalized_at, j.claim_refusals, j.notified_at FROM jobs j JOIN d ON d.id = j.id
 WHERE ($1::boolean OR j.project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR j.state = $3::job_state)
   AND ($4::text IS NULL OR j.spec->'labels'->>$4::text = $5::text)
@@ -1240,6 +1251,7 @@ func (q *Queries) JobListRunsAfter(ctx context.Context, arg JobListRunsAfterPara
 			&i.UpdatedAt,
 			&i.FinalizedAt,
 			&i.ClaimRefusals,
+			&i.NotifiedAt,
 		); err != nil {
 			return nil, err
 		}

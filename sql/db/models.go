@@ -312,6 +312,18 @@ type JobEvent struct {
 	Message string
 }
 
+type JobNotification struct {
+	JobID       uuid.UUID
+	FinalizedAt time.Time
+	State       JobState
+	Tries       int32
+	NextAt      sql.NullTime
+	LastAt      sql.NullTime
+	HttpStatus  int32
+	Error       string
+	Outcome     string
+}
+
 type JobRow struct {
 	ID               uuid.UUID
 	Project          string
@@ -332,6 +344,7 @@ type JobRow struct {
 	UpdatedAt        time.Time
 	FinalizedAt      sql.NullTime
 	ClaimRefusals    int32
+	NotifiedAt       sql.NullTime
 }
 
 type Node struct {

@@ -13,7 +13,7 @@ from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, Unreachable, WaitTimeout)
 from .types import (TERMINAL_STATES, Attempt, BudgetUsage, Checkpoint, Dependency, Event, Job, JobStatus, LogChunk,
-                    Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob)
+                    Notification, Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob)
 
 __version__ = "0.1.0"
 
@@ -22,5 +22,5 @@ __all__ = [
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
     "RateLimited", "Unauthorized", "Unreachable", "WaitTimeout",
     "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Dependency", "Event", "Job", "JobStatus", "LogChunk",
-    "Offer", "Plan", "PoolLine", "ResultFile", "Results", "Secret", "Spend", "SpendAmount", "SpendJob",
+    "Notification", "Offer", "Plan", "PoolLine", "ResultFile", "Results", "Secret", "Spend", "SpendAmount", "SpendJob",
 ]

@@ -227,6 +227,13 @@ class Client:
         the names. A name not set for the spec's project, or one ``env``
         sets too, raises :class:`InvalidRequest` (``spec.secrets[0]``).
 
+        ``notify`` posts the job's end as JSON to a webhook whose URL a
+        project secret holds (``notify={"webhook": "SLACK_HOOK", "when":
+        ["failed", "dead"]}``; ``when`` left out posts every end); the job
+        does not get that secret, and :meth:`status`'s ``notification``
+        says how the post went. A webhook secret not set for the spec's
+        project raises :class:`InvalidRequest` (``spec.notify.webhook``).
+
         ``after`` lists jobs of the same project, submitted before, that
         must all succeed first, as ids or :class:`Job` objects
         (``after=[prep]``): the job comes back ``"waiting"``, is placed once
@@ -366,7 +373,9 @@ class Client:
 
     def status(self, job_id: JobRef) -> JobStatus:
         """The job with its attempts, latest checkpoint, placement and
-        history; a failed job carries its last log lines."""
+        history; a failed job carries its last log lines, and a job whose
+        spec has ``notify`` the delivery of its latest end to the webhook
+        (``notification``) once it was tried."""
         job_id = _id(job_id)
         return JobStatus.from_doc(self._get(_job_path(job_id, "/status")))
 

@@ -181,13 +181,42 @@ class Dependency:
 
 
 @dataclass
+class Notification:
+    """The delivery of a job's latest end to the webhook its spec's
+    ``notify`` names: ``state`` and ``ended_at`` name the end, ``outcome``
+    is ``"pending"`` (tried, and tried again at ``next_at``),
+    ``"delivered"`` (the webhook answered 2xx) or ``"failed"`` (given up
+    on: ``error`` says why); ``http_status`` is the webhook's last answer,
+    0 when none came."""
+
+    state: str
+    ended_at: Optional[datetime]
+    outcome: str
+    tries: int
+    last_at: Optional[datetime] = None
+    next_at: Optional[datetime] = None
+    http_status: int = 0
+    error: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "Notification":
+        return cls(state=d.get("state", ""), ended_at=parse_time(d.get("ended_at")), outcome=d.get("outcome", ""),
+                   tries=int(d.get("tries", 0)), last_at=parse_time(d.get("last_at")),
+                   next_at=parse_time(d.get("next_at")), http_status=int(d.get("http_status") or 0),
+                   error=d.get("error", ""), raw=d)
+
+
+@dataclass
 class JobStatus:
     """A job with its attempts, latest checkpoint, placement and history,
     and the jobs it runs after: ``after`` those that must succeed first,
     ``after_ended`` those that must have ended first, each in its spec's
     order; ``dependents`` the jobs that run after it (their ``after`` or
     ``after_ended`` names it), in the order they were submitted, at most
-    1000 (:meth:`Client.list` with ``runs_after`` lists them all)."""
+    1000 (:meth:`Client.list` with ``runs_after`` lists them all);
+    ``notification`` how its latest end was posted to the webhook its
+    spec's ``notify`` names, None until one was tried."""
 
     job: Job
     attempts: List[Attempt]
@@ -200,11 +229,12 @@ class JobStatus:
     after: List[Dependency] = field(default_factory=list)
     after_ended: List[Dependency] = field(default_factory=list)
     dependents: List[Dependency] = field(default_factory=list)
+    notification: Optional[Notification] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "JobStatus":
-        cp, line = d.get("last_checkpoint"), d.get("waiting")
+        cp, line, note = d.get("last_checkpoint"), d.get("waiting"), d.get("notification")
         return cls(job=Job.from_doc(d["job"]), attempts=[Attempt.from_doc(a) for a in d.get("attempts") or []],
                    history=[Event.from_doc(e) for e in d.get("history") or []],
                    last_checkpoint=Checkpoint.from_doc(cp) if cp else None, pool=d.get("pool", ""),
@@ -212,7 +242,8 @@ class JobStatus:
                    waiting=PoolLine.from_doc(line) if line else None,
                    after=[Dependency.from_doc(a) for a in d.get("after") or []],
                    after_ended=[Dependency.from_doc(a) for a in d.get("after_ended") or []],
-                   dependents=[Dependency.from_doc(a) for a in d.get("dependents") or []], raw=d)
+                   dependents=[Dependency.from_doc(a) for a in d.get("dependents") or []],
+                   notification=Notification.from_doc(note) if note else None, raw=d)
 
 
 @dataclass

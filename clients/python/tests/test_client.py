@@ -7,6 +7,7 @@ the README whose "Python" section's examples these tests run as written.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import io
 import json
 import os
@@ -490,6 +491,64 @@ class ClientTest(unittest.TestCase):
         self.assertIn("spec.secrets[0]", caught.exception.fields, caught.exception)
         with open(os.path.join(workdir, "dev.log"), encoding="utf-8", errors="replace") as f:
             self.assertNotIn(value, f.read(), "gpuq dev logged the secret's value")
+
+    def test_a_jobs_end_is_posted_to_the_webhook_its_secret_holds(self):
+        # A receiver on loopback (gpuq dev lets webhooks post there) records
+        # each POST: its path, headers and JSON body.
+        posts = []
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                posts.append((self.path, dict(self.headers), json.loads(raw)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        path = "/hooks/T0/B0/secretpart"
+        self.addCleanup(forget_secret, "HOOK")
+        client.set_secret("HOOK", "http://127.0.0.1:%d%s" % (server.server_address[1], path))
+
+        failed = client.submit(name="notified", command=["sh", "-c", "exit 3"], retries={"max_errors": 0},
+                               notify={"webhook": "HOOK"})
+        quiet = client.submit(name="not-notified", command=["true"], notify={"webhook": "HOOK", "when": ["failed"]})
+        self.assertEqual(failed.spec.get("notify"), {"webhook": "HOOK"}, failed.raw)
+        self.assertEqual(quiet.spec.get("notify"), {"webhook": "HOOK", "when": ["failed"]}, quiet.raw)
+        self.assertEqual([client.wait(j, timeout=120, progress=False).state for j in (failed, quiet)],
+                         ["failed", "succeeded"])
+        deadline = time.monotonic() + 30
+        while True:
+            note = client.status(failed).notification
+            if note is not None and note.outcome == "delivered":
+                break
+            self.assertLess(time.monotonic(), deadline, "not delivered in time: %r\n%s" % (note, dev_log()))
+            time.sleep(0.2)
+        self.assertEqual((note.state, note.tries, note.http_status), ("failed", 1, 200), note)
+        self.assertIsNotNone(note.ended_at)
+        # The succeeded one's end is not among those its spec wants posted.
+        time.sleep(2)
+        self.assertIsNone(client.status(quiet).notification)
+        self.assertEqual([p for p in posts if p[2].get("job", {}).get("id") == quiet.id], [])
+        mine = [p for p in posts if p[2].get("job", {}).get("id") == failed.id]
+        self.assertEqual(len(mine), 1, posts)
+        got_path, headers, body = mine[0]
+        self.assertEqual(got_path, path)
+        self.assertEqual((body["job"]["id"], body["job"]["state"], body["job"]["exit_code"]), (failed.id, "failed", 3))
+        self.assertTrue(body["text"].startswith("gpuq: job"), body["text"])
+        headers = {k.lower(): v for k, v in headers.items()}
+        self.assertEqual(headers.get("content-type"), "application/json")
+        self.assertTrue(headers.get("x-gpuq-delivery", "").startswith(failed.id + "/"), headers)
+
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], notify={"webhook": "NOT_SET"})
+        self.assertIn("spec.notify.webhook", caught.exception.fields, caught.exception)
 
     def test_a_workdir_not_uploaded_is_refused_naming_the_field(self):
         with self.assertRaises(gpuq.InvalidRequest) as caught:

@@ -969,6 +969,41 @@ class SecretTest(unittest.TestCase):
             self.client.submit(command=["true"], env={"WANDB_MODE": "offline", "MONKEY": "1"})
 
 
+class NotificationTest(unittest.TestCase):
+    """The status document's ``notification``: how the job's latest end
+    was posted to the webhook its spec's ``notify`` names."""
+
+    JOB = {"id": "01a24883-315e-70c4-b75c-ec8c7f9bdf52", "project": "default", "name": "train", "state": "failed",
+           "attempt": 1, "exit_code": 3,
+           "spec": {"command": ["true"], "notify": {"webhook": "SLACK_HOOK", "when": ["failed", "dead"]}}}
+
+    def test_status_reads_the_notification_and_none_when_absent(self):
+        doc = {"job": self.JOB, "attempts": [], "history": [],
+               "notification": {"state": "failed", "ended_at": "2026-12-07T01:02:03.123456789Z",
+                                "outcome": "pending", "tries": 2, "last_at": "2026-12-07T01:02:08Z",
+                                "next_at": "2026-12-07T01:02:18.5Z", "http_status": 503,
+                                "error": "the webhook answered 503 Service Unavailable"}}
+        st = gpuq.JobStatus.from_doc(doc)
+        note = st.notification
+        self.assertIsInstance(note, gpuq.Notification)
+        self.assertEqual((note.state, note.outcome, note.tries, note.http_status, note.error),
+                         ("failed", "pending", 2, 503, "the webhook answered 503 Service Unavailable"))
+        self.assertEqual((note.ended_at, note.last_at, note.next_at),
+                         (parse_time("2026-12-07T01:02:03.123456Z"), parse_time("2026-12-07T01:02:08Z"),
+                          parse_time("2026-12-07T01:02:18.5Z")))
+        self.assertEqual(note.ended_at.microsecond, 123456)
+        self.assertEqual(note.raw, doc["notification"])
+        self.assertEqual(st.job.spec["notify"], {"webhook": "SLACK_HOOK", "when": ["failed", "dead"]})
+        # Delivered: the optional fields left out read as their defaults.
+        st = gpuq.JobStatus.from_doc({"job": self.JOB, "notification": {
+            "state": "failed", "ended_at": "2026-12-07T01:02:03Z", "outcome": "delivered", "tries": 1,
+            "last_at": "2026-12-07T01:02:04Z", "http_status": 200}})
+        self.assertEqual((st.notification.outcome, st.notification.tries, st.notification.http_status,
+                          st.notification.next_at, st.notification.error), ("delivered", 1, 200, None, ""))
+        for absent in ({"job": self.JOB}, {"job": self.JOB, "notification": None}):
+            self.assertIsNone(gpuq.JobStatus.from_doc(absent).notification)
+
+
 class AfterTest(unittest.TestCase):
     """Jobs that run after others, against a fake API: ``after`` and
     ``after_ended`` take Job objects as well as ids and send ids, refuse

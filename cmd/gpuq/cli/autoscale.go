@@ -32,6 +32,9 @@ const capacityRole = "capacity"
 // budgetRole is the leadership the budget stop and the rebalancer run under.
 const budgetRole = "budget"
 
+// notifyRole is the leadership the notifier runs under.
+const notifyRole = "notifications"
+
 // autoscalerConfig reads the config key `autoscaler` and refuses a bad one,
 // naming the field.
 func autoscalerConfig(v *viper.Viper) (control.AutoscalerConfig, error) {

@@ -127,6 +127,8 @@ waits, as with --batch.`,
 	f.Duration("timeout", 0, "spec.timeout")
 	f.StringArray("env", nil, "spec.env entries, KEY=VALUE")
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
+	f.String("notify", "", "spec.notify.webhook: a secret of the project holding a webhook's URL (Slack, Mattermost, any JSON receiver) the job's end is posted to")
+	f.StringSlice("notify-when", nil, "spec.notify.when: the ends posted (succeeded, failed, dead, cancelled, rejected); default every end")
 	f.StringSlice("after", nil, "spec.after: the id of a job of the project that must succeed before this one is placed; repeat, or separate ids with commas, for more")
 	f.StringSlice("after-ended", nil, "spec.after_ended: the id of a job of the project that must have ended, however it ended, before this one is placed (a summary of a sweep some of whose runs may fail); repeat, or separate ids with commas, for more")
 	f.StringArray("input", nil, "spec.inputs: NAME=ID (or ID) reads the outputs of job ID, which must succeed first, in $GPUQ_INPUT_DIR/NAME (default NAME: the id); repeat for more")
@@ -244,7 +246,8 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 	}
 	fl := cmd.Flags()
 	for flag, path := range map[string]string{"name": "name", "project": "project", "tier": "placement.tier",
-		"residency": "placement.residency", "max-price": "budget.max_price_per_hour", "idempotency-key": "idempotency_key"} {
+		"residency": "placement.residency", "max-price": "budget.max_price_per_hour", "idempotency-key": "idempotency_key",
+		"notify": "notify.webhook"} {
 		if fl.Changed(flag) {
 			set(path, v.GetString(flag))
 		}
@@ -283,6 +286,9 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 	}
 	if fl.Changed("timeout") {
 		set("timeout", v.GetDuration("timeout").String())
+	}
+	if fl.Changed("notify-when") {
+		set("notify.when", v.GetStringSlice("notify-when"))
 	}
 	// --env and --label add entries to the file's map.
 	for flag, key := range map[string]string{"env": "env", "label": "labels"} {
@@ -661,6 +667,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	}
 	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
+	}
+	if l := notifyLine(j, st.Notification); l != "" {
+		fmt.Fprintf(w, "notify     %s\n", l)
 	}
 	for _, l := range afterLines(st.After, false) {
 		fmt.Fprintf(w, "after      %s\n", l)
@@ -1514,4 +1523,49 @@ func afterLines(deps []queue.Dependency, ended bool) []string {
 		parts[i] = fmt.Sprintf("%d %s", counts[st], name)
 	}
 	return append([]string{fmt.Sprintf("%d jobs: %s", len(deps), strings.Join(parts, ", "))}, open...)
+}
+
+// notifyLine says where the job's ends are posted and how its latest end's
+// post went; empty for a job that asked for none.
+func notifyLine(j *queue.Job, n *queue.Notification) string {
+	if j.Spec == nil || j.Spec.Notify == nil {
+		return ""
+	}
+	l := "webhook " + j.Spec.Notify.Webhook + " at every end"
+	if when := j.Spec.Notify.When; len(when) > 0 {
+		ends := make([]string, len(when))
+		for i, st := range when {
+			ends[i] = string(st)
+		}
+		l = "webhook " + j.Spec.Notify.Webhook + " when " + strings.Join(ends[:len(ends)-1], ", ")
+		if len(ends) > 1 {
+			l += " or "
+		}
+		l += ends[len(ends)-1]
+	}
+	if j.FinalizedAt == nil {
+		return l
+	}
+	if n == nil {
+		if !j.Spec.Notify.Wants(j.State) {
+			return l + ": this end (" + string(j.State) + ") is not posted"
+		}
+		return l + ": posting this end"
+	}
+	switch n.Outcome {
+	case queue.NotifyDelivered:
+		l += ": delivered"
+		if n.LastAt != nil {
+			l += " at " + n.LastAt.Local().Format(time.TimeOnly)
+		}
+		return fmt.Sprintf("%s (HTTP %d)", l, n.HTTPStatus)
+	case queue.NotifyPending:
+		l += fmt.Sprintf(": try %d failed: %s", n.Tries, printable(n.Error))
+		if n.NextAt != nil {
+			l += "; next try at " + n.NextAt.Local().Format(time.TimeOnly)
+		}
+		return l
+	default:
+		return l + ": not delivered: " + printable(n.Error)
+	}
 }

@@ -185,6 +185,11 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 		c.Close()
 		return nil, err
 	}
+	notifier, err := notifierConfig(v)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	// The policy an admin set (gpuq policy set, PUT /v1/policy) is in
 	// effect on every server; the config file's until one is set.
 	c.policy = &control.PolicyWatch{Store: c.store, Config: placer.Rules, Logger: logger}
@@ -259,6 +264,10 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	rebalancer := &control.Rebalancer{Store: c.store, Placer: placer, NATS: c.nc, Logger: logger}
 	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run, rebalancer.Run}, Logger: logger}
 	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
+	// One server posts the ends of jobs to their webhooks (spec.notify).
+	notifier.Store, notifier.Logger = c.store, logger
+	notifyLead := &control.Leader{Store: c.store, Role: notifyRole, Loops: []func(context.Context) error{notifier.Run}, Logger: logger}
+	go func() { loopEnded("notifier", notifyLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))
 	return c, nil
 }
@@ -397,6 +406,11 @@ gpuq submit, status, logs… run from the same directory find it.`,
 					return fmt.Errorf("making gpuq dev's secrets key: %w", err)
 				}
 				v.Set(secretsKeyFile, key)
+			}
+			// Everything gpuq dev runs is on this machine, and so may be a
+			// webhook its jobs notify: its address is allowed.
+			if !v.IsSet(notifyAllowPrivate) {
+				v.Set(notifyAllowPrivate, true)
 			}
 			var sources []adapters.OfferSource
 			if simulated != nil {
@@ -537,4 +551,26 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// notifyAllowPrivate is the config key letting webhooks have internal
+// addresses.
+const notifyAllowPrivate = "notifications.allow_private_addresses"
+
+// notifierConfig reads the config key notifications: how the ends of jobs
+// are posted to their webhooks (spec.notify).
+func notifierConfig(v *viper.Viper) (*control.Notifier, error) {
+	var cfg struct {
+		AllowPrivateAddresses bool          `mapstructure:"allow_private_addresses"`
+		Timeout               time.Duration `mapstructure:"timeout"`
+		Tries                 int           `mapstructure:"tries"`
+	}
+	if err := v.UnmarshalKey("notifications", &cfg, configDecodeHook()); err != nil {
+		return nil, fmt.Errorf("config key notifications: %w", control.UnknownKeys(err, reflect.TypeOf(cfg)))
+	}
+	n := &control.Notifier{AllowPrivateAddresses: cfg.AllowPrivateAddresses, Timeout: cfg.Timeout, Tries: cfg.Tries}
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }

@@ -105,7 +105,7 @@ func (s *Server) submitBatch(ctx context.Context, in *batchInput) (*batchOutput,
 			if err := s.checkWorkdir(ctx, spec, fmt.Sprintf("body.jobs[%d].workdir", i)); err != nil {
 				return nil, err
 			}
-			if err := s.checkSecrets(ctx, spec, fmt.Sprintf("body.jobs[%d].secrets", i)); err != nil {
+			if err := s.checkSecrets(ctx, spec, fmt.Sprintf("body.jobs[%d]", i)); err != nil {
 				return nil, err
 			}
 			if err := s.checkAfter(ctx, spec, fmt.Sprintf("body.jobs[%d]", i)); err != nil {

@@ -150,7 +150,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*jobOutput, error
 	if err := s.checkWorkdir(ctx, spec, "spec.workdir"); err != nil {
 		return nil, err
 	}
-	if err := s.checkSecrets(ctx, spec, "spec.secrets"); err != nil {
+	if err := s.checkSecrets(ctx, spec, "spec"); err != nil {
 		return nil, err
 	}
 	if err := s.checkAfter(ctx, spec, "spec"); err != nil {

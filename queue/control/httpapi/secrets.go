@@ -121,22 +121,29 @@ func (s *Server) deleteSecret(ctx context.Context, in *secretInput) (*struct{}, 
 }
 
 // checkSecrets refuses a spec naming a secret its project does not hold,
-// located at location (spec.secrets, or body.jobs[i].secrets) and the
-// secret's index.
+// in spec.secrets or spec.notify.webhook, located under location (spec, or
+// body.jobs[i]).
 func (s *Server) checkSecrets(ctx context.Context, spec *queue.Spec, location string) error {
-	if len(spec.Secrets) == 0 {
+	names := spec.NamedSecrets()
+	if len(names) == 0 {
 		return nil
 	}
-	missing, err := s.cfg.Store.MissingSecrets(ctx, spec.Project, spec.Secrets)
+	missing, err := s.cfg.Store.MissingSecrets(ctx, spec.Project, names)
 	if err != nil {
 		return internal(s.cfg.Logger, "looking up secrets", err)
 	}
 	var bad []error
+	refuse := func(at, n string) {
+		bad = append(bad, &huma.ErrorDetail{Location: at, Value: n, Message: fmt.Sprintf(
+			"secret %s is not set for project %s: gpuq secret set --project %s %s first", n, spec.Project, spec.Project, n)})
+	}
 	for i, n := range spec.Secrets {
 		if slices.Contains(missing, n) {
-			bad = append(bad, &huma.ErrorDetail{Location: fmt.Sprintf("%s[%d]", location, i), Value: n, Message: fmt.Sprintf(
-				"secret %s is not set for project %s: gpuq secret set --project %s %s first", n, spec.Project, spec.Project, n)})
+			refuse(fmt.Sprintf("%s.secrets[%d]", location, i), n)
 		}
+	}
+	if n := spec.Notify; n != nil && slices.Contains(missing, n.Webhook) && !slices.Contains(spec.Secrets, n.Webhook) {
+		refuse(location+".notify.webhook", n.Webhook)
 	}
 	if len(bad) > 0 {
 		return huma.Error422UnprocessableEntity("invalid job spec", bad...)

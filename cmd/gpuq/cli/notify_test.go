@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuq/gpuq/queue"
+)
+
+// The README's lines for being told when a job ends, run as written on
+// gpuq dev: the webhook's URL set in a secret from the environment, a job
+// that fails posted to it once, with its end in the body; one whose end
+// notify.when leaves out not posted, and status saying so; a webhook secret
+// that is not set refused at submission. The URL's path, the credential, is
+// in no output of gpuq dev's.
+func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq dev with worker processes")
+	}
+	t.Parallel()
+	type post struct {
+		path, delivery string
+		body           queue.NotificationBody
+	}
+	var (
+		mu    sync.Mutex
+		posts []post
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p := post{path: r.URL.Path, delivery: r.Header.Get("X-Gpuq-Delivery")}
+		if err := json.Unmarshal(b, &p.body); err != nil || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "not json", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		posts = append(posts, p)
+		mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	postsOf := func(id string) []post {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []post
+		for _, p := range posts {
+			if p.body.Job.ID.String() == id {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+
+	bin := buildGpuq(t)
+	dir := t.TempDir()
+	dev, _, httpEnv := startDevClients(t, bin, dir)
+	gpuq := func(wantCode int, args ...string) string {
+		t.Helper()
+		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
+	}
+	const path = "/services/T0AB12/B0CD34/XyZsecretPart"
+	block := readme(t)
+	block = block[strings.Index(block, "### Being told when a job ends"):]
+	var lines []string
+	for _, re := range []string{`(?m)^printenv SLACK_WEBHOOK_URL \| .*$`, `(?m)^\./bin/gpuq submit --notify .*$`} {
+		l := regexp.MustCompile(re).FindString(block)
+		if l == "" {
+			t.Fatalf("README.md's Being told when a job ends has no line %s", re)
+		}
+		lines = append(lines, strings.Replace(l, "./bin/gpuq", bin, 1))
+	}
+	run := func(line string) string {
+		t.Helper()
+		sh := exec.Command("sh", "-c", line)
+		sh.Dir, sh.Env = dir, append(httpEnv, "SLACK_WEBHOOK_URL="+srv.URL+path)
+		out, err := sh.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		return string(out)
+	}
+	if out := run(lines[0]); !strings.Contains(out, "secret SLACK_HOOK of project default set") {
+		t.Fatalf("%s: %s", lines[0], out)
+	}
+	// python3 train.py finds no train.py where the job runs: it fails,
+	// exit status 2, on each of its three attempts.
+	failed := lastLine(strings.TrimSpace(run(lines[1])))
+	var status string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if status = gpuq(0, "status", failed); strings.Contains(status, "delivered at") {
+			break
+		}
+	}
+	if !regexp.MustCompile(`\nnotify     webhook SLACK_HOOK when failed or dead: delivered at \d\d:\d\d:\d\d \(HTTP 200\)\n`).MatchString(status) {
+		t.Fatalf("status of a job whose end was posted:\n%s", status)
+	}
+	got := postsOf(failed)
+	if len(got) != 1 || got[0].path != path || !strings.HasPrefix(got[0].delivery, failed+"/") {
+		t.Fatalf("posts of the failed job's end: %+v", got)
+	}
+	if j := got[0].body.Job; j.State != queue.StateFailed || j.ExitCode == nil || *j.ExitCode != 2 || j.Attempts != 3 || j.Project != "default" ||
+		!strings.HasPrefix(got[0].body.Text, "gpuq: job train.py ("+failed+") of project default failed: exited with status 2 after 3 attempt(s)") {
+		t.Fatalf("the body posted: %+v", got[0].body)
+	}
+
+	// An end the job does not ask for: not posted.
+	ok := strings.TrimSpace(gpuq(0, "submit", "--notify", "SLACK_HOOK", "--notify-when", "failed,dead", "--wait", "--", "true"))
+	ok = strings.Fields(ok)[0]
+	time.Sleep(2 * time.Second) // the notifier looks every second
+	if st := gpuq(0, "status", ok); !strings.Contains(st, "\nnotify     webhook SLACK_HOOK when failed or dead: this end (succeeded) is not posted\n") || len(postsOf(ok)) != 0 {
+		t.Fatalf("a job that succeeded, notified of failures only: %d posts\n%s", len(postsOf(ok)), st)
+	}
+	if out := gpuq(1, "submit", "--notify", "NOT_SET", "--", "true"); !strings.Contains(out,
+		"spec.notify.webhook: secret NOT_SET is not set for project default: gpuq secret set --project default NOT_SET first") {
+		t.Fatalf("a webhook secret not set: %s", out)
+	}
+	if strings.Contains(dev.logs.String(), "secretPart") {
+		t.Fatal("gpuq dev's output holds the webhook's URL")
+	}
+}

@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Notify asks the control plane to post the job's end to a webhook: a
+// chat's incoming webhook (Slack, Mattermost, Google Chat, Rocket.Chat read
+// the body's text) or any service taking JSON.
+type Notify struct {
+	// Webhook names a secret of the job's project that holds the URL: a
+	// webhook's URL is a credential (whoever holds it posts to the channel),
+	// so it is never part of a spec.
+	Webhook string `json:"webhook"`
+	// When lists the ends posted; empty posts every end. (Not "on": YAML reads that key as true.)
+	When []JobState `json:"when,omitempty"`
+}
+
+// Wants reports whether an end in state s is posted.
+func (n *Notify) Wants(s JobState) bool {
+	return n != nil && (len(n.When) == 0 || slices.Contains(n.When, s))
+}
+
+// validate appends n's problems, located under spec.notify.
+func (n *Notify) validate(s *Spec, bad func(field, format string, args ...any)) {
+	if n == nil {
+		return
+	}
+	if n.Webhook == "" {
+		bad("spec.notify.webhook", "must name a secret of the project holding the webhook's URL (gpuq secret set --project %s NAME)", s.Project)
+	} else if err := ValidateSecretName(n.Webhook); err != nil {
+		bad("spec.notify.webhook", "%v", err)
+	}
+	if len(n.When) > len(endNames) {
+		bad("spec.notify.when", "must name at most the %d ends (%s), got %d", len(endNames), strings.Join(endNames, ", "), len(n.When))
+		return
+	}
+	for i, st := range n.When {
+		field := fmt.Sprintf("spec.notify.when[%d]", i)
+		switch {
+		case !st.Terminal():
+			bad(field, "must be an end: one of %s, got %.40q", strings.Join(endNames, ", "), st)
+		case slices.Index(n.When, st) < i:
+			bad(field, "%s is named twice", st)
+		}
+	}
+}
+
+var endNames = []string{string(StateSucceeded), string(StateFailed), string(StateDead), string(StateCancelled), string(StateRejected)}
+
+// NamedSecrets returns every secret the spec names, each once: those the
+// job receives (spec.secrets) and the webhook it is notified through.
+func (s *Spec) NamedSecrets() []string {
+	if s.Notify == nil || s.Notify.Webhook == "" || slices.Contains(s.Secrets, s.Notify.Webhook) {
+		return s.Secrets
+	}
+	return append(slices.Clip(s.Secrets), s.Notify.Webhook)
+}
+
+// Notification outcomes.
+const (
+	NotifyPending   = "pending"   // tried, and tried again at NextAt
+	NotifyDelivered = "delivered" // the webhook answered 2xx
+	NotifyFailed    = "failed"    // given up on: Error says why
+)
+
+// Notification is the delivery of one end of a job to its webhook.
+type Notification struct {
+	// State and EndedAt name the end.
+	State   JobState  `json:"state"`
+	EndedAt time.Time `json:"ended_at"`
+	// Outcome is pending, delivered or failed.
+	Outcome string `json:"outcome"`
+	Tries   int    `json:"tries"`
+	// LastAt is the latest try; NextAt the next one, while pending.
+	LastAt *time.Time `json:"last_at,omitempty"`
+	NextAt *time.Time `json:"next_at,omitempty"`
+	// HTTPStatus is the webhook's last answer; 0 when none came.
+	HTTPStatus int `json:"http_status,omitempty"`
+	// Error says why the last try failed.
+	Error string `json:"error,omitempty"`
+}
+
+// NotificationBody is what a webhook receives: a line for people in text,
+// and the job's end for programs.
+type NotificationBody struct {
+	Text string      `json:"text"`
+	Job  NotifiedJob `json:"job"`
+}
+
+// NotifiedJob is a job's end as posted.
+type NotifiedJob struct {
+	ID          uuid.UUID         `json:"id"`
+	Name        string            `json:"name"`
+	Project     string            `json:"project"`
+	State       JobState          `json:"state"`
+	ExitCode    *int              `json:"exit_code,omitempty"`
+	Reason      string            `json:"reason,omitempty"`
+	Attempts    int               `json:"attempts"`
+	Errors      int               `json:"errors"`
+	Preemptions int               `json:"preemptions"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	SubmittedAt time.Time         `json:"submitted_at"`
+	EndedAt     time.Time         `json:"ended_at"`
+}
+
+// Summary is the body's text: the job, how it ended and why.
+func (j NotifiedJob) Summary() string {
+	name := j.Name
+	if name == "" {
+		name = j.ID.String()
+	} else {
+		name += " (" + j.ID.String() + ")"
+	}
+	s := fmt.Sprintf("gpuq: job %s of project %s %s", name, j.Project, j.State)
+	switch {
+	case j.State == StateSucceeded:
+	case j.ExitCode != nil && j.Reason == "":
+		s += fmt.Sprintf(": exited with status %d", *j.ExitCode)
+	case j.Reason != "":
+		s += ": " + j.Reason
+	}
+	s += fmt.Sprintf(" after %d attempt(s), %s", j.Attempts, j.EndedAt.Sub(j.SubmittedAt).Round(time.Second))
+	return s
+}
+
+// DueNotification is an end whose delivery is due, with its tries so far.
+type DueNotification struct {
+	Job    NotifiedJob
+	Notify Notify
+	Tries  int
+}
