@@ -108,7 +108,8 @@ type Metrics struct {
 	Workers *LiveWorkers
 	Logger  *slog.Logger
 
-	startWait *prometheus.HistogramVec
+	startWait     *prometheus.HistogramVec
+	notifications *prometheus.CounterVec
 
 	mu   sync.Mutex
 	at   time.Time
@@ -143,11 +144,31 @@ func NewMetrics(s MetricsStore, js MetricsStreams, workers *LiveWorkers, logger 
 			Name:    "gpuq_job_start_wait_seconds",
 			Help:    "From a job's submission to the claim of its first attempt, by pool (jobs this server's worker service started).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600},
-		}, []string{"pool"})}
+		}, []string{"pool"}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuq_notifications_total",
+			Help: "Tries of posting a job's end to its webhook (spec.notify) made by this server, by outcome: delivered, retrying (failed, tried again later) or failed (given up on).",
+		}, []string{"outcome"})}
 }
 
-// Histograms are the metrics observed as jobs start.
-func (m *Metrics) Histograms() prometheus.Collector { return m.startWait }
+// Observed are the metrics counted as things happen: jobs starting, ends
+// posted to webhooks.
+func (m *Metrics) Observed() []prometheus.Collector {
+	return []prometheus.Collector{m.startWait, m.notifications}
+}
+
+// NotificationTried counts a try of posting a job's end to its webhook
+// with its outcome (queue.NotifyDelivered, NotifyPending or NotifyFailed).
+// A nil Metrics counts nothing.
+func (m *Metrics) NotificationTried(outcome string) {
+	if m == nil {
+		return
+	}
+	if outcome == queue.NotifyPending {
+		outcome = "retrying"
+	}
+	m.notifications.WithLabelValues(outcome).Inc()
+}
 
 // JobStarted observes a job's wait from its submission to the claim of its
 // first attempt. A nil Metrics observes nothing.

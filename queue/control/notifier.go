@@ -70,6 +70,8 @@ type Notifier struct {
 	// Client posts; default one built from the settings above, which
 	// follows no redirect and uses no proxy.
 	Client *http.Client
+	// Metrics, when set, counts the tries by outcome.
+	Metrics *Metrics
 }
 
 // WithDefaults returns n with every unset default filled in.
@@ -213,6 +215,7 @@ func (n *Notifier) deliver(ctx context.Context, d queue.DueNotification) error {
 			n.Logger.Info("posting a job's end to its webhook failed; trying again", "job", j.ID, "project", j.Project, "tries", tries, "next", at.UTC(), "err", why)
 		}
 	}
+	n.Metrics.NotificationTried(outcome)
 	return n.Store.NotificationTried(ctx, j.ID, j.EndedAt, outcome, next, status, why)
 }
 

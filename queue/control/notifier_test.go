@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
@@ -129,8 +131,9 @@ func TestTheEndOfAJobIsPostedToItsWebhookOnceAndAFailureSaysWhy(t *testing.T) {
 		return logs.Write(b)
 	}), nil))
 	records := &failOnce{Store: s}
+	metrics := control.NewMetrics(nil, nil, nil, logger)
 	notifier := &control.Notifier{Store: records, Logger: logger, AllowPrivateAddresses: true, Tries: 3,
-		Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
+		Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, Metrics: metrics}
 
 	ended := func(spec string) *queue.Job {
 		t.Helper()
@@ -286,6 +289,28 @@ func TestTheEndOfAJobIsPostedToItsWebhookOnceAndAFailureSaysWhy(t *testing.T) {
 	if l := latest(deleted); l == nil || l.Outcome != queue.NotifyPending || l.NextAt == nil ||
 		l.Error != "secret GONE, which spec.notify.webhook names, is not set for project ml (deleted since the job was submitted): gpuq secret set --project ml GONE" {
 		t.Fatalf("a webhook secret deleted since: %+v", l)
+	}
+
+	// Every try counted by outcome: ok's twice (its first record lost),
+	// busy's and the retried job's two ends, as delivered; busy's first,
+	// down's first two and the deleted secret's as retrying; down's last
+	// and the three refused at once as failed.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.Observed()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == "gpuq_notifications_total" {
+			for _, m := range f.GetMetric() {
+				counted[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if want := map[string]float64{"delivered": 5, "retrying": 4, "failed": 4}; !maps.Equal(counted, want) {
+		t.Fatalf("gpuq_notifications_total: %v, want %v", counted, want)
 	}
 
 	// An internal address, not allowed: refused when dialled, nothing

@@ -30,8 +30,8 @@ func startMetrics(ctx context.Context, v *viper.Viper, c *clients, logger *slog.
 		return "", nil
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		c.metrics, c.metrics.Histograms())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), c.metrics)
+	reg.MustRegister(c.metrics.Observed()...)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		MaxRequestsInFlight: 4, Timeout: 10 * time.Second}))
