@@ -61,7 +61,7 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 
 	bin := buildGpuq(t)
 	dir := t.TempDir()
-	dev, _, httpEnv := startDevClients(t, bin, dir)
+	dev, natsEnv, httpEnv := startDevClients(t, bin, dir)
 	gpuq := func(wantCode int, args ...string) string {
 		t.Helper()
 		return string(runBinary(t, bin, dir, httpEnv, wantCode, args...))
@@ -121,6 +121,16 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	if out := gpuq(1, "submit", "--notify", "NOT_SET", "--", "true"); !strings.Contains(out,
 		"spec.notify.webhook: secret NOT_SET is not set for project default: gpuq secret set --project default NOT_SET first") {
 		t.Fatalf("a webhook secret not set: %s", out)
+	}
+	// Over NATS, the scheduler rejects it before a pool is taken; a retry
+	// of a job whose webhook secret is gone is refused until it is set.
+	if out := string(runBinary(t, bin, t.TempDir(), natsEnv, ExitRejected, "submit", "--notify", "NOT_SET", "--", "true")); !strings.Contains(out,
+		"rejected: secret NOT_SET is not set for project default: set it (gpuq secret set --project default NOT_SET) and retry the job") {
+		t.Fatalf("a webhook secret not set, over NATS: %s", out)
+	}
+	gpuq(0, "secret", "rm", "SLACK_HOOK")
+	if out := gpuq(ExitRejected, "retry", failed); !strings.Contains(out, "secret SLACK_HOOK is not set for project default") {
+		t.Fatalf("retry of a job whose webhook secret is gone: %s", out)
 	}
 	if strings.Contains(dev.logs.String(), "secretPart") {
 		t.Fatal("gpuq dev's output holds the webhook's URL")
