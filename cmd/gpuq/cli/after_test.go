@@ -195,7 +195,8 @@ func TestTheReadmesPipelineRunsAsWritten(t *testing.T) {
 	}
 	prep, train1, train2, summary := ids[0], ids[1], ids[2], ids[3]
 	for _, train := range []string{train1, train2} {
-		if st := gpuq("status", train); !strings.Contains(st, fmt.Sprintf("\nafter      %s (prep) succeeded\n", prep)) {
+		if st := gpuq("status", train); !strings.Contains(st, fmt.Sprintf("\nafter      %s (prep) succeeded\n", prep)) ||
+			!strings.Contains(st, fmt.Sprintf("\ninput      prep: the outputs of job %s (prep), succeeded, in $GPUQ_INPUT_DIR/prep\n", prep)) {
 			t.Fatalf("status of a train run:\n%s", st)
 		}
 	}

@@ -668,6 +668,9 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if j.Spec != nil && len(j.Spec.Secrets) > 0 {
 		fmt.Fprintf(w, "secrets    %s (values not shown)\n", strings.Join(j.Spec.Secrets, ", "))
 	}
+	for _, l := range inputLines(j.Spec, append(slices.Clip(st.After), st.AfterEnded...)) {
+		fmt.Fprintf(w, "input      %s\n", l)
+	}
 	if l := notifyLine(j, st.Notification); l != "" {
 		fmt.Fprintf(w, "notify     %s\n", l)
 	}
@@ -1568,4 +1571,39 @@ func notifyLine(j *queue.Job, n *queue.Notification) string {
 	default:
 		return l + ": not delivered: " + printable(n.Error)
 	}
+}
+
+// inputLines says what the job reads (spec.inputs): the data with where it
+// is stored, and the outputs of other jobs with their name and state now
+// (from deps, the jobs it runs after), at most a few before a count.
+func inputLines(spec *queue.Spec, deps []queue.Dependency) []string {
+	const listed = 8
+	if spec == nil {
+		return nil
+	}
+	var out []string
+	for i, in := range spec.Inputs {
+		if i == listed {
+			out = append(out, fmt.Sprintf("and %d more (gpuq status -o json lists them)", len(spec.Inputs)-listed))
+			break
+		}
+		if in.Job == "" {
+			where := strings.TrimSpace(strings.Join([]string{in.Provider, in.Region}, " "))
+			l := printable(in.Name) + ": " + printable(orDash(in.URI))
+			if where != "" {
+				l += " (" + printable(where) + ")"
+			}
+			out = append(out, l)
+			continue
+		}
+		l := fmt.Sprintf("%s: the outputs of job %s", printable(in.Name), in.Job)
+		for _, d := range deps {
+			if d.ID.String() == in.Job && d.State != "" {
+				l += queue.NameSuffix(d.Name) + ", " + string(d.State)
+				break
+			}
+		}
+		out = append(out, l+", in $GPUQ_INPUT_DIR/"+printable(in.Name))
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuq/gpuq/queue"
 )
 
@@ -96,5 +98,58 @@ func TestWorkersTableShowsWhatEachHoldsAndWhyOnePauses(t *testing.T) {
 		if !strings.Contains(lines[2], want) {
 			t.Errorf("the paused worker's line lacks %q:\n%s", want, lines[2])
 		}
+	}
+}
+
+// Status lists what a job reads, the outputs of other jobs with their name
+// and state now, and says how its end's post to its webhook went.
+func TestStatusSaysWhatAJobReadsAndHowItsEndWasPosted(t *testing.T) {
+	prep := uuid.MustParse("01a25057-59e8-75a3-b0b2-9bc2cbdddf98")
+	ended := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	spec, err := queue.ParseSpec([]byte(`command: [train]
+inputs:
+  - {name: imagenet, uri: "s3://bucket/imagenet", provider: aws, region: eu-central-1, bytes: 1000}
+  - {name: prep, job: ` + prep.String() + `}
+notify: {webhook: SLACK_HOOK, when: [failed, dead]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &queue.Job{State: queue.StateFailed, Spec: spec, FinalizedAt: &ended}
+	for _, tc := range []struct {
+		name string
+		st   JobStatus
+		want []string
+	}{
+		{"tried and failing", JobStatus{After: []queue.Dependency{{ID: prep, Name: "prep", State: queue.StateSucceeded}},
+			Notification: &queue.Notification{State: queue.StateFailed, EndedAt: ended, Outcome: queue.NotifyPending, Tries: 2,
+				NextAt: ptr(ended.Add(10 * time.Second)), Error: "posting to hooks.slack.com: HTTP 503: busy"}},
+			[]string{"\ninput      imagenet: s3://bucket/imagenet (aws eu-central-1)\n",
+				"\ninput      prep: the outputs of job " + prep.String() + " (prep), succeeded, in $GPUQ_INPUT_DIR/prep\n",
+				"\nnotify     webhook SLACK_HOOK when failed or dead: try 2 failed: posting to hooks.slack.com: HTTP 503: busy; next try at "}},
+		{"not tried yet", JobStatus{}, []string{"\nnotify     webhook SLACK_HOOK when failed or dead: posting this end\n"}},
+		{"given up", JobStatus{Notification: &queue.Notification{State: queue.StateFailed, EndedAt: ended, Outcome: queue.NotifyFailed, Tries: 1,
+			HTTPStatus: 404, Error: "posting to hooks.slack.com: HTTP 404: no_service"}},
+			[]string{"\nnotify     webhook SLACK_HOOK when failed or dead: not delivered: posting to hooks.slack.com: HTTP 404: no_service\n"}},
+	} {
+		tc.st.Job = job
+		var out strings.Builder
+		if err := printStatus(&out, &tc.st); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: status printed\n%s\nwant %q", tc.name, out.String(), want)
+			}
+		}
+	}
+	running := &queue.Job{State: queue.StateRunning, Spec: spec}
+	var out strings.Builder
+	if err := printStatus(&out, &JobStatus{Job: running}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "\nnotify     webhook SLACK_HOOK when failed or dead\n") ||
+		!strings.Contains(out.String(), "\ninput      prep: the outputs of job "+prep.String()+", in $GPUQ_INPUT_DIR/prep\n") {
+		t.Errorf("a running job's status:\n%s", out.String())
 	}
 }
