@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -19,7 +20,19 @@ type Notify struct {
 	Webhook string `json:"webhook"`
 	// When lists the ends posted; empty posts every end. (Not "on": YAML reads that key as true.)
 	When []JobState `json:"when,omitempty"`
+	// LogLines is how many of the job's last lines of output the post
+	// carries, 0 (the default) to MaxNotifyLogLines. The output leaves
+	// gpuq for the webhook's service, wherever that is: it is sent only
+	// when asked for.
+	LogLines int `json:"log_lines,omitempty"`
 }
+
+// MaxNotifyLogLines bounds Notify.LogLines.
+const MaxNotifyLogLines = 50
+
+// MaxNotifyLogLine bounds each line of output a post carries, in bytes;
+// a longer one is cut, ending in "…".
+const MaxNotifyLogLine = 500
 
 // Wants reports whether an end in state s is posted.
 func (n *Notify) Wants(s JobState) bool {
@@ -35,6 +48,9 @@ func (n *Notify) validate(s *Spec, bad func(field, format string, args ...any)) 
 		bad("spec.notify.webhook", "must name a secret of the project holding the webhook's URL (gpuq secret set --project %s NAME)", s.Project)
 	} else if err := ValidateSecretName(n.Webhook); err != nil {
 		bad("spec.notify.webhook", "%v", err)
+	}
+	if n.LogLines < 0 || n.LogLines > MaxNotifyLogLines {
+		bad("spec.notify.log_lines", "must be 0–%d, got %d", MaxNotifyLogLines, n.LogLines)
 	}
 	if len(n.When) > len(endNames) {
 		bad("spec.notify.when", "must name at most the %d ends (%s), got %d", len(endNames), strings.Join(endNames, ", "), len(n.When))
@@ -107,6 +123,9 @@ type NotifiedJob struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	SubmittedAt time.Time         `json:"submitted_at"`
 	EndedAt     time.Time         `json:"ended_at"`
+	// LastLogLines are the job's last lines of output, when its spec's
+	// notify.log_lines asks for them.
+	LastLogLines []string `json:"last_log_lines,omitempty"`
 }
 
 // Summary is the body's text: the job, how it ended and why.
@@ -126,7 +145,25 @@ func (j NotifiedJob) Summary() string {
 		s += ": " + j.Reason
 	}
 	s += fmt.Sprintf(" after %d attempt(s), %s", j.Attempts, j.EndedAt.Sub(j.SubmittedAt).Round(time.Second))
+	if len(j.LastLogLines) > 0 {
+		// A block chats show as it is; a fence inside would end it.
+		s += "\n```\n" + strings.ReplaceAll(strings.Join(j.LastLogLines, "\n"), "```", "'''") + "\n```"
+	}
 	return s
+}
+
+// NotifyLogLine is line as a post carries it: valid UTF-8, at most
+// MaxNotifyLogLine bytes.
+func NotifyLogLine(line string) string {
+	line = strings.ToValidUTF8(strings.TrimRight(line, "\r"), "\uFFFD")
+	if len(line) <= MaxNotifyLogLine {
+		return line
+	}
+	cut := MaxNotifyLogLine - len("…")
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut--
+	}
+	return line[:cut] + "…"
 }
 
 // DueNotification is an end whose delivery is due, with its tries so far.

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,23 @@ func TestTheNotificationsTextSaysHowTheJobEnded(t *testing.T) {
 	} {
 		if got := c.job.Summary(); got != c.want {
 			t.Errorf("Summary:\n got %s\nwant %s", got, c.want)
+		}
+	}
+}
+
+// A line of output a post carries is valid UTF-8 without its carriage
+// return, cut on a character's boundary.
+func TestALineOfOutputAPostCarriesIsCut(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"epoch 3 loss 0.2\r": "epoch 3 loss 0.2",
+		"a\xffb":             "a\uFFFDb",
+		strings.Repeat("x", queue.MaxNotifyLogLine):       strings.Repeat("x", queue.MaxNotifyLogLine),
+		strings.Repeat("x", queue.MaxNotifyLogLine+1):     strings.Repeat("x", queue.MaxNotifyLogLine-len("…")) + "…",
+		"é" + strings.Repeat("€", queue.MaxNotifyLogLine): "é" + strings.Repeat("€", (queue.MaxNotifyLogLine-len("…")-2)/3) + "…",
+	} {
+		if got := queue.NotifyLogLine(in); got != want || len(got) > queue.MaxNotifyLogLine {
+			t.Errorf("NotifyLogLine(%.20q…) = %.20q… (%d bytes), want %.20q… (%d bytes)", in, got, len(got), want, len(want))
 		}
 	}
 }

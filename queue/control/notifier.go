@@ -72,6 +72,9 @@ type Notifier struct {
 	Client *http.Client
 	// Metrics, when set, counts the tries by outcome.
 	Metrics *Metrics
+	// JS reads a job's last lines of output for a spec whose
+	// notify.log_lines asks for them; without it none are sent.
+	JS queue.OrderedConsumers
 }
 
 // WithDefaults returns n with every unset default filled in.
@@ -258,6 +261,16 @@ func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, erro
 		return 0, &permanentError{fmt.Errorf("secret %s of project %s does not hold an http:// or https:// URL with a host; set the webhook's URL in it", name, j.Project)}
 	}
 	host := u.Hostname()
+	if k := d.Notify.LogLines; k > 0 && n.JS != nil {
+		lines, err := queue.TailLogs(ctx, n.JS, j.ID, k)
+		if err != nil {
+			return 0, fmt.Errorf("reading the job's last %d lines of output (notify.log_lines): %w", k, err)
+		}
+		for i, l := range lines {
+			lines[i] = queue.NotifyLogLine(l)
+		}
+		j.LastLogLines = lines
+	}
 	body, err := json.Marshal(queue.NotificationBody{Text: j.Summary(), Job: j})
 	if err != nil {
 		return 0, err

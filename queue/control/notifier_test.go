@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -311,6 +313,37 @@ func TestTheEndOfAJobIsPostedToItsWebhookOnceAndAFailureSaysWhy(t *testing.T) {
 	}
 	if want := map[string]float64{"delivered": 5, "retrying": 4, "failed": 4}; !maps.Equal(counted, want) {
 		t.Fatalf("gpuq_notifications_total: %v, want %v", counted, want)
+	}
+
+	// With log_lines, the post carries the job's last lines of output,
+	// each cut to MaxNotifyLogLine, in a block chats show as it is.
+	if _, err := s.SetSecret(ctx, "ml", "TALK", srv.URL+"/ok/talk/"+token, "test"); err != nil {
+		t.Fatal(err)
+	}
+	talk := placedJobOf(t, s, "project: ml\nname: talk\ncommand: [x]\nnotify: {webhook: TALK, log_lines: 3}\n")
+	var out strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&out, "line %d\n", i)
+	}
+	out.WriteString("a fence ``` inside\n" + strings.Repeat("é", 400) + "\nlast, without a newline")
+	if _, err := n.JS.PublishMsg(ctx, queue.NewLogMsg("p", talk, queue.LogChunk{Attempt: 1, Stream: "stdout", Data: []byte(out.String())})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, talk, "cancelled by the test"); err != nil {
+		t.Fatal(err)
+	}
+	talker := &control.Notifier{Store: s, Logger: logger, AllowPrivateAddresses: true, JS: n.JS}
+	if _, err := talker.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	posts = hook.postsTo("/ok/talk/")
+	long := strings.Repeat("é", (queue.MaxNotifyLogLine-len("…"))/2) + "…"
+	if len(posts) != 1 || !slices.Equal(posts[0].body.Job.LastLogLines, []string{"a fence ``` inside", long, "last, without a newline"}) ||
+		!strings.HasSuffix(posts[0].body.Text, "\n```\na fence ''' inside\n"+long+"\nlast, without a newline\n```") {
+		t.Fatalf("a post with the job's last lines: %+v", posts)
+	}
+	if len(posts[0].body.Job.LastLogLines[1]) > queue.MaxNotifyLogLine {
+		t.Fatalf("a line of %d bytes", len(posts[0].body.Job.LastLogLines[1]))
 	}
 
 	// An internal address, not allowed: refused when dialled, nothing

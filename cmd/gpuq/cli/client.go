@@ -129,6 +129,7 @@ waits, as with --batch.`,
 	f.StringArray("secret", nil, "spec.secrets: a secret of the project (gpuq secret set) the job finds in the variable of its name; repeat for more")
 	f.String("notify", "", "spec.notify.webhook: a secret of the project holding a webhook's URL (Slack, Mattermost, any JSON receiver) the job's end is posted to")
 	f.StringSlice("notify-when", nil, "spec.notify.when: the ends posted (succeeded, failed, dead, cancelled, rejected); default every end")
+	f.Int("notify-log-lines", 0, "spec.notify.log_lines: how many of the job's last lines of output the post carries (0–50; default none: they leave gpuq for the webhook's service)")
 	f.StringSlice("after", nil, "spec.after: the id of a job of the project that must succeed before this one is placed; repeat, or separate ids with commas, for more")
 	f.StringSlice("after-ended", nil, "spec.after_ended: the id of a job of the project that must have ended, however it ended, before this one is placed (a summary of a sweep some of whose runs may fail); repeat, or separate ids with commas, for more")
 	f.StringArray("input", nil, "spec.inputs: NAME=ID (or ID) reads the outputs of job ID, which must succeed first, in $GPUQ_INPUT_DIR/NAME (default NAME: the id); repeat for more")
@@ -289,6 +290,9 @@ func applySpecFlags(cmd *cobra.Command, v *viper.Viper, doc map[string]any, args
 	}
 	if fl.Changed("notify-when") {
 		set("notify.when", v.GetStringSlice("notify-when"))
+	}
+	if fl.Changed("notify-log-lines") {
+		set("notify.log_lines", v.GetInt("notify-log-lines"))
 	}
 	// --env and --label add entries to the file's map.
 	for flag, key := range map[string]string{"env": "env", "label": "labels"} {
@@ -1545,6 +1549,9 @@ func notifyLine(j *queue.Job, n *queue.Notification) string {
 			l += " or "
 		}
 		l += ends[len(ends)-1]
+	}
+	if k := j.Spec.Notify.LogLines; k > 0 {
+		l += fmt.Sprintf(", with its last %d lines of output", k)
 	}
 	if j.FinalizedAt == nil {
 		return l

@@ -99,7 +99,7 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 			break
 		}
 	}
-	if !regexp.MustCompile(`\nnotify     webhook SLACK_HOOK when failed or dead: delivered at \d\d:\d\d:\d\d \(HTTP 200\)\n`).MatchString(status) {
+	if !regexp.MustCompile(`\nnotify     webhook SLACK_HOOK when failed or dead, with its last 20 lines of output: delivered at \d\d:\d\d:\d\d \(HTTP 200\)\n`).MatchString(status) {
 		t.Fatalf("status of a job whose end was posted:\n%s", status)
 	}
 	got := postsOf(failed)
@@ -109,6 +109,13 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	if j := got[0].body.Job; j.State != queue.StateFailed || j.ExitCode == nil || *j.ExitCode != 2 || j.Attempts != 3 || j.Project != "default" ||
 		!strings.HasPrefix(got[0].body.Text, "gpuq: job train.py ("+failed+") of project default failed: exited with status 2 after 3 attempt(s)") {
 		t.Fatalf("the body posted: %+v", got[0].body)
+	}
+	// Its last lines of output say why: each of the three attempts'
+	// python3 found no train.py.
+	tail := got[0].body.Job.LastLogLines
+	if len(tail) == 0 || len(tail) > 20 || !strings.Contains(tail[len(tail)-1], "train.py") ||
+		!strings.Contains(got[0].body.Text, "\n```\n"+strings.Join(tail, "\n")+"\n```") {
+		t.Fatalf("the job's last lines of output in the post: %q\n%s", tail, got[0].body.Text)
 	}
 
 	// An end the job does not ask for: not posted.

@@ -265,7 +265,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	budgetLead := &control.Leader{Store: c.store, Role: budgetRole, Loops: []func(context.Context) error{stopper.Run, rebalancer.Run}, Logger: logger}
 	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
 	// One server posts the ends of jobs to their webhooks (spec.notify).
-	notifier.Store, notifier.Logger, notifier.Metrics = c.store, logger, c.metrics
+	notifier.Store, notifier.Logger, notifier.Metrics, notifier.JS = c.store, logger, c.metrics, c.js
 	notifyLead := &control.Leader{Store: c.store, Role: notifyRole, Loops: []func(context.Context) error{notifier.Run}, Logger: logger}
 	go func() { loopEnded("notifier", notifyLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))
