@@ -57,7 +57,7 @@ func TestArgumentAndConnectionErrorsSayWhatToDo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"logs"}, "logs takes 1 argument, got 0 (usage: gpuq logs JOB_ID [flags])"},
+		{[]string{"logs"}, "logs takes job ids or --label KEY=VALUE (usage: gpuq logs JOB_ID… | --label KEY=VALUE [flags])"},
 		{[]string{"status", "a", "b"}, "status takes 1 argument, got 2 (usage: gpuq status JOB_ID [flags])"},
 		{[]string{"token", "revoke"}, "token revoke takes 1 argument, got 0 (usage: gpuq token revoke TOKEN_ID [flags])"},
 		{[]string{"ls", "--config", config}, "GET /v1/jobs: cannot reach the gpuq HTTP API at http://127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (is gpuq dev or gpuq server running there?)"},

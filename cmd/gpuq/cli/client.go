@@ -854,43 +854,93 @@ func orDash(s string) string {
 }
 
 func newLogsCmd() *cobra.Command {
-	cmd := jobCommand("logs JOB_ID", "Print a job's output; -f follows it until the job finishes",
-		func(cmd *cobra.Command, v *viper.Viper, svc jobService, id uuid.UUID, format string) error {
-			ctx := cmd.Context()
-			follow, only := v.GetBool("follow"), v.GetInt("attempt")
-			if only < 0 {
-				return fmt.Errorf("--attempt: must be 1 or more (0: every attempt), got %d", only)
+	cmd := jobsCommand(&cobra.Command{
+		Use:   "logs JOB_ID… | --label KEY=VALUE",
+		Short: "Print a job's output; -f follows it until the job finishes",
+		Long: `Print a job's output; -f follows it until the job finishes.
+
+With several ids, or --label KEY=VALUE for every job whose labels hold that
+entry (a sweep's, in the order submitted), print each job's output in turn
+under a line naming it (==> ID (name) state <==); -f follows each until it
+finishes before the next. -o json adds the job's id to each line's object.`,
+		Example: `  gpuq logs -f 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq logs --label sweep=lr-search`,
+	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
+		ctx := cmd.Context()
+		follow, only := v.GetBool("follow"), v.GetInt("attempt")
+		if only < 0 {
+			return fmt.Errorf("--attempt: must be 1 or more (0: every attempt), got %d", only)
+		}
+		if label != "" {
+			var err error
+			if ids, _, err = labelled(ctx, svc, v.GetString("project"), label); err != nil {
+				return err
 			}
-			if only > 0 {
-				// An attempt the job has not had prints nothing: say so,
-				// unless following a job that may still come to it.
-				job, err := svc.Job(ctx, id)
-				if err != nil {
-					return notFoundError(id, err)
+		}
+		if len(ids) == 1 && label == "" {
+			return notFoundError(ids[0], jobLogs(ctx, cmd, svc, ids[0], follow, only, format, false))
+		}
+		for i, id := range ids {
+			job, err := svc.Job(ctx, id)
+			if err != nil {
+				return notFoundError(id, err)
+			}
+			if format != "json" {
+				if i > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
 				}
-				if job.Attempt < only && (!follow || job.State.Terminal()) {
-					return fmt.Errorf("--attempt %d: job %s has had %d attempt(s)", only, id, job.Attempt)
-				}
+				fmt.Fprintf(cmd.OutOrStdout(), "==> %s%s %s <==\n", id, queue.NameSuffix(printable(job.Name)), job.State)
 			}
-			if format == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
-					if only != 0 && ch.Attempt != only {
-						return nil
-					}
-					for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
-						if err := enc.Encode(map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
+			// An attempt a job has not had prints nothing of it.
+			if only > job.Attempt && job.State.Terminal() {
+				continue
 			}
-			return printOutput(ctx, cmd, svc, id, follow, only)
-		})
-	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes")
+			if err := notFoundError(id, jobLogs(ctx, cmd, svc, id, follow, only, format, true)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes (with several jobs, each in turn)")
 	cmd.Flags().Int("attempt", 0, "only this attempt's output (`n`: 1 for the first; 0 for every attempt's)")
+	cmd.Flags().String("label", "", "print the output of every job whose spec.labels has this `entry`, key=value, in the order submitted")
 	return cmd
+}
+
+// jobLogs prints job id's output: only attempt only's unless 0, following
+// it until the job finishes with follow; as JSON lines with format json,
+// carrying the job's id with withID.
+func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, follow bool, only int, format string, withID bool) error {
+	if only > 0 && !withID {
+		// An attempt the job has not had prints nothing: say so, unless
+		// following a job that may still come to it.
+		job, err := svc.Job(ctx, id)
+		if err != nil {
+			return err
+		}
+		if job.Attempt < only && (!follow || job.State.Terminal()) {
+			return fmt.Errorf("--attempt %d: job %s has had %d attempt(s)", only, id, job.Attempt)
+		}
+	}
+	if format != "json" {
+		return printOutput(ctx, cmd, svc, id, follow, only)
+	}
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+		if only != 0 && ch.Attempt != only {
+			return nil
+		}
+		for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
+			obj := map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}
+			if withID {
+				obj["job"] = id
+			}
+			if err := enc.Encode(obj); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // printOutput writes the job's output (only attempt only's, unless 0) to
