@@ -123,6 +123,8 @@ type NotifiedJob struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	SubmittedAt time.Time         `json:"submitted_at"`
 	EndedAt     time.Time         `json:"ended_at"`
+	// Spent is what its attempts cost, one amount per currency.
+	Spent []string `json:"spent,omitempty"`
 	// LastLogLines are the job's last lines of output, when its spec's
 	// notify.log_lines asks for them.
 	LastLogLines []string `json:"last_log_lines,omitempty"`
@@ -145,6 +147,9 @@ func (j NotifiedJob) Summary() string {
 		s += ": " + j.Reason
 	}
 	s += fmt.Sprintf(" after %d attempt(s), %s", j.Attempts, j.EndedAt.Sub(j.SubmittedAt).Round(time.Second))
+	if len(j.Spent) > 0 {
+		s += ", " + strings.Join(j.Spent, " + ")
+	}
 	if len(j.LastLogLines) > 0 {
 		// A block chats show as it is; a fence inside would end it.
 		s += "\n```\n" + strings.ReplaceAll(strings.Join(j.LastLogLines, "\n"), "```", "'''") + "\n```"

@@ -55,8 +55,9 @@ func TestTheNotificationsTextSaysHowTheJobEnded(t *testing.T) {
 			"gpuq: job train (01a25060-1db8-7e86-b90e-4171fbeaaca1) of project ml succeeded after 1 attempt(s), 1h30m0s"},
 		{queue.NotifiedJob{ID: id, Project: "ml", State: queue.StateFailed, ExitCode: &three, Attempts: 3, SubmittedAt: at, EndedAt: at.Add(20 * time.Second)},
 			"gpuq: job 01a25060-1db8-7e86-b90e-4171fbeaaca1 of project ml failed: exited with status 3 after 3 attempt(s), 20s"},
-		{queue.NotifiedJob{ID: id, Name: "eval", Project: "ml", State: queue.StateDead, Reason: "preempted 21 times", Attempts: 21, SubmittedAt: at, EndedAt: at.Add(time.Hour)},
-			"gpuq: job eval (01a25060-1db8-7e86-b90e-4171fbeaaca1) of project ml dead: preempted 21 times after 21 attempt(s), 1h0m0s"},
+		{queue.NotifiedJob{ID: id, Name: "eval", Project: "ml", State: queue.StateDead, Reason: "preempted 21 times", Attempts: 21, SubmittedAt: at, EndedAt: at.Add(time.Hour),
+			Spent: []string{"4.12 EUR", "0.50 USD"}},
+			"gpuq: job eval (01a25060-1db8-7e86-b90e-4171fbeaaca1) of project ml dead: preempted 21 times after 21 attempt(s), 1h0m0s, 4.12 EUR + 0.50 USD"},
 	} {
 		if got := c.job.Summary(); got != c.want {
 			t.Errorf("Summary:\n got %s\nwant %s", got, c.want)

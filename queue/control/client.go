@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 )
 
@@ -30,6 +33,7 @@ type ClientStore interface {
 	Dependents(ctx context.Context, job *queue.Job, limit int) ([]queue.Dependency, error)
 	RetryWaiting(ctx context.Context, job *queue.Job, note, msg string, fresh bool) error
 	LatestNotification(ctx context.Context, job uuid.UUID) (*queue.Notification, error)
+	JobSpend(ctx context.Context, job uuid.UUID) (map[string]int64, error)
 }
 
 // Client carries out what users ask of jobs: status, list, wait, logs,
@@ -59,8 +63,12 @@ type Client struct {
 // JobStatus is a job with its attempts, latest checkpoint, placement and
 // audit trail (what `gpuq status -o json` prints).
 type JobStatus struct {
-	Job            *queue.Job        `json:"job"`
-	Attempts       []queue.Attempt   `json:"attempts"`
+	Job      *queue.Job      `json:"job"`
+	Attempts []queue.Attempt `json:"attempts"`
+	// Spent is what its attempts have cost so far, one amount per currency
+	// ("0.0312 EUR"): each attempt's price over its run time, up to its
+	// last heartbeat while it runs.
+	Spent          []string          `json:"spent,omitempty"`
 	LastCheckpoint *queue.Checkpoint `json:"last_checkpoint,omitempty"`
 	Placement      json.RawMessage   `json:"placement,omitempty"`
 	Pool           string            `json:"pool,omitempty"`
@@ -98,6 +106,13 @@ func (c *Client) Status(ctx context.Context, id uuid.UUID) (*JobStatus, error) {
 	}
 	if st.History, err = c.Store.EventsOf(ctx, id); err != nil {
 		return nil, err
+	}
+	if len(st.Attempts) > 0 {
+		spent, err := c.Store.JobSpend(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		st.Spent = amounts(spent)
 	}
 	cps, err := c.Store.Checkpoints(ctx, id)
 	if err != nil {
@@ -410,4 +425,14 @@ func (c *Client) awaitAnnounced(ctx context.Context, job uuid.UUID, since time.T
 // Result returns where a succeeded job's outputs are stored.
 func (c *Client) Result(ctx context.Context, id uuid.UUID) (*queue.ArchiveRecord, error) {
 	return c.Store.Result(ctx, id)
+}
+
+// amounts writes micros per currency as "0.0312 EUR", one amount per
+// currency in the currencies' order.
+func amounts(micros map[string]int64) []string {
+	var out []string
+	for _, cur := range slices.Sorted(maps.Keys(micros)) {
+		out = append(out, policy.Money{Micros: micros[cur], Currency: cur}.String())
+	}
+	return out
 }

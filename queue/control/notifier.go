@@ -30,6 +30,7 @@ type NotifierStore interface {
 	NotificationTried(ctx context.Context, job uuid.UUID, endedAt time.Time, outcome string, next *time.Time, status int, why string) error
 	NotificationSkipped(ctx context.Context, job uuid.UUID, endedAt time.Time) error
 	SecretValues(ctx context.Context, project string, names []string) (map[string]string, error)
+	JobSpend(ctx context.Context, job uuid.UUID) (map[string]int64, error)
 }
 
 // Notifier posts the ends of jobs whose spec asks for it (spec.notify) to
@@ -261,6 +262,11 @@ func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, erro
 		return 0, &permanentError{fmt.Errorf("secret %s of project %s does not hold an http:// or https:// URL with a host; set the webhook's URL in it", name, j.Project)}
 	}
 	host := u.Hostname()
+	spent, err := n.Store.JobSpend(ctx, j.ID)
+	if err != nil {
+		return 0, err
+	}
+	j.Spent = amounts(spent)
 	if k := d.Notify.LogLines; k > 0 && n.JS != nil {
 		lines, err := queue.TailLogs(ctx, n.JS, j.ID, k)
 		if err != nil {

@@ -41,6 +41,13 @@ func TestCommitRejectsAPlacementThatSpendRecordedSinceTheDecisionPushesOverBudge
 	if err != nil || spend["EUR"] != 10_000_000 {
 		t.Fatalf("spend of vision = %v, %v; want 10 EUR", spend, err)
 	}
+	// The job's own spend, as gpuq status and a notification show it.
+	if own, err := s.JobSpend(ctx, running); err != nil || len(own) != 1 || own["EUR"] != 10_000_000 {
+		t.Fatalf("spend of the job = %v, %v; want 10.00 EUR", own, err)
+	}
+	if none, err := s.JobSpend(ctx, uuid.New()); err != nil || len(none) != 0 {
+		t.Fatalf("spend of no job = %v, %v", none, err)
+	}
 
 	eur := map[string]int64{"EUR": 1_000_000}
 	guard := func(limitEUR int64, rates map[string]int64, reason string) []queue.BudgetGuard {

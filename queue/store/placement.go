@@ -497,6 +497,21 @@ func (s *Store) Spend(ctx context.Context, project string, since time.Time) (map
 	return out, nil
 }
 
+// JobSpend returns what job's attempts have cost so far, in micros per
+// currency: each attempt's price over its run time, up to its last
+// heartbeat while it runs.
+func (s *Store) JobSpend(ctx context.Context, job uuid.UUID) (map[string]int64, error) {
+	rows, err := s.q.JobSpend(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("summing the spend of job %s: %w", job, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Currency] = r.Micros
+	}
+	return out, nil
+}
+
 // RunningSpend lists every running job with what all its attempts have
 // cost so far, per currency, and its spec's budget.total.
 func (s *Store) RunningSpend(ctx context.Context) ([]queue.RunningSpend, error) {

@@ -170,6 +170,45 @@ func (q *Queries) AttemptSpendByProject(ctx context.Context, arg AttemptSpendByP
 	return items, nil
 }
 
+const jobSpend = `-- name: JobSpend :many
+SELECT a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM attempts a
+WHERE a.job_id = $1 AND a.currency <> ''
+GROUP BY a.currency
+ORDER BY a.currency
+`
+
+type JobSpendRow struct {
+	Currency string
+	Micros   int64
+}
+
+// JobSpend sums what a job's attempts have cost so far, per currency, as
+// AttemptSpendByProject does.
+func (q *Queries) JobSpend(ctx context.Context, jobID uuid.UUID) ([]JobSpendRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobSpend, jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobSpendRow
+	for rows.Next() {
+		var i JobSpendRow
+		if err := rows.Scan(&i.Currency, &i.Micros); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runningJobSpend = `-- name: RunningJobSpend :many
 SELECT j.id, j.project, j.attempt, COALESCE(j.spec->'budget'->>'total', '')::text AS budget_total,
        a.currency,

@@ -38,3 +38,13 @@ JOIN attempts a ON a.job_id = j.id
 WHERE j.state = 'running' AND a.currency <> ''
 GROUP BY j.id, a.currency
 ORDER BY j.id, a.currency;
+
+-- name: JobSpend :many
+-- JobSpend sums what a job's attempts have cost so far, per currency, as
+-- AttemptSpendByProject does.
+SELECT a.currency,
+       COALESCE(SUM(a.price_micros * EXTRACT(EPOCH FROM (COALESCE(a.ended_at, a.heartbeat_at) - a.started_at)) / 3600), 0)::bigint AS micros
+FROM attempts a
+WHERE a.job_id = @job_id AND a.currency <> ''
+GROUP BY a.currency
+ORDER BY a.currency;

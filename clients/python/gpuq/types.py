@@ -216,7 +216,8 @@ class JobStatus:
     ``after_ended`` names it), in the order they were submitted, at most
     1000 (:meth:`Client.list` with ``runs_after`` lists them all);
     ``notification`` how its latest end was posted to the webhook its
-    spec's ``notify`` names, None until one was tried."""
+    spec's ``notify`` names, None until one was tried; ``spent`` what its
+    attempts have cost so far, one amount per currency (``"4.12 EUR"``)."""
 
     job: Job
     attempts: List[Attempt]
@@ -230,6 +231,7 @@ class JobStatus:
     after_ended: List[Dependency] = field(default_factory=list)
     dependents: List[Dependency] = field(default_factory=list)
     notification: Optional[Notification] = None
+    spent: List[str] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -243,6 +245,7 @@ class JobStatus:
                    after=[Dependency.from_doc(a) for a in d.get("after") or []],
                    after_ended=[Dependency.from_doc(a) for a in d.get("after_ended") or []],
                    dependents=[Dependency.from_doc(a) for a in d.get("dependents") or []],
+                   spent=list(d.get("spent") or []),
                    notification=Notification.from_doc(note) if note else None, raw=d)
 
 

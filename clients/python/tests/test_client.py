@@ -531,6 +531,11 @@ class ClientTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "not delivered in time: %r\n%s" % (note, dev_log()))
             time.sleep(0.2)
         self.assertEqual((note.state, note.tries, note.http_status), ("failed", 1, 200), note)
+        # Its one attempt ran on a priced pool: what it cost, in the status
+        # and in the post.
+        spent = client.status(failed).spent
+        self.assertEqual(len(spent), 1, spent)
+        self.assertRegex(spent[0], r"^\d+\.\d{2,6} EUR$")
         self.assertIsNotNone(note.ended_at)
         # The succeeded one's end is not among those its spec wants posted.
         time.sleep(2)
@@ -541,6 +546,7 @@ class ClientTest(unittest.TestCase):
         got_path, headers, body = mine[0]
         self.assertEqual(got_path, path)
         self.assertEqual((body["job"]["id"], body["job"]["state"], body["job"]["exit_code"]), (failed.id, "failed", 3))
+        self.assertEqual(body["job"]["spent"], spent)
         self.assertTrue(body["text"].startswith("gpuq: job"), body["text"])
         headers = {k.lower(): v for k, v in headers.items()}
         self.assertEqual(headers.get("content-type"), "application/json")

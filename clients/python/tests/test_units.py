@@ -1002,6 +1002,11 @@ class NotificationTest(unittest.TestCase):
                           st.notification.next_at, st.notification.error), ("delivered", 1, 200, None, ""))
         for absent in ({"job": self.JOB}, {"job": self.JOB, "notification": None}):
             self.assertIsNone(gpuq.JobStatus.from_doc(absent).notification)
+            self.assertEqual(gpuq.JobStatus.from_doc(absent).spent, [])
+
+    def test_status_reads_what_the_job_cost(self):
+        st = gpuq.JobStatus.from_doc({"job": self.JOB, "spent": ["4.12 EUR", "0.50 USD"]})
+        self.assertEqual(st.spent, ["4.12 EUR", "0.50 USD"])
 
 
 class AfterTest(unittest.TestCase):

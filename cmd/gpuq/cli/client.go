@@ -628,6 +628,13 @@ func printStatus(w io.Writer, st *JobStatus) error {
 		fmt.Fprintf(w, "reason     %s\n", printable(j.Reason))
 	}
 	fmt.Fprintf(w, "attempts   %d (errors %d, preemptions %d)\n", j.Attempt, j.Errors, j.Preemptions)
+	if len(st.Spent) > 0 {
+		sofar := ""
+		if !j.State.Terminal() {
+			sofar = " so far"
+		}
+		fmt.Fprintf(w, "spent      %s%s\n", strings.Join(st.Spent, " + "), sofar)
+	}
 	if l := leaseLine(j, st.Attempts, time.Now()); l != "" {
 		fmt.Fprintf(w, "heartbeat  %s\n", l)
 	}

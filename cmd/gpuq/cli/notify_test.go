@@ -106,6 +106,15 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	if len(got) != 1 || got[0].path != path || !strings.HasPrefix(got[0].delivery, failed+"/") {
 		t.Fatalf("posts of the failed job's end: %+v", got)
 	}
+	// Its three attempts ran on local-cpu-spot at 0.03 EUR/h: what they
+	// cost, in status and in the post.
+	if !regexp.MustCompile(`\nspent      \d+\.\d{2,6} EUR\n`).MatchString(status) {
+		t.Fatalf("status of a job that ran: no spent line\n%s", status)
+	}
+	if j := got[0].body.Job; len(j.Spent) != 1 || !regexp.MustCompile(`^\d+\.\d{2,6} EUR$`).MatchString(j.Spent[0]) ||
+		!strings.Contains(got[0].body.Text, " attempt(s), ") || !strings.Contains(got[0].body.Text, ", "+j.Spent[0]) {
+		t.Fatalf("what the job cost in the post: %q\n%s", j.Spent, got[0].body.Text)
+	}
 	if j := got[0].body.Job; j.State != queue.StateFailed || j.ExitCode == nil || *j.ExitCode != 2 || j.Attempts != 3 || j.Project != "default" ||
 		!strings.HasPrefix(got[0].body.Text, "gpuq: job train.py ("+failed+") of project default failed: exited with status 2 after 3 attempt(s)") {
 		t.Fatalf("the body posted: %+v", got[0].body)
