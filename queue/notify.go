@@ -18,7 +18,8 @@ type Notify struct {
 	// webhook's URL is a credential (whoever holds it posts to the channel),
 	// so it is never part of a spec.
 	Webhook string `json:"webhook"`
-	// When lists the ends posted; empty posts every end. (Not "on": YAML reads that key as true.)
+	// When lists the ends posted; empty posts every end. (Not "on": YAML
+	// reads that key as true.)
 	When []JobState `json:"when,omitempty"`
 	// LogLines is how many of the job's last lines of output the post
 	// carries, 0 (the default) to MaxNotifyLogLines. The output leaves

@@ -2,7 +2,7 @@
 -- its end posted to a webhook by the control plane. An end waits to be
 -- notified while jobs.notified_at differs from jobs.finalized_at; the
 -- notifier sets it to the end's finalized_at once the end is delivered, not
--- asked for (spec.notify.on) or given up on, so that a job retried and
+-- asked for (spec.notify.when) or given up on, so that a job retried and
 -- ended again is notified again. The partial index holds only the ends
 -- waiting: a job without spec.notify costs the predicate's check on a write.
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS notified_at timestamptz;

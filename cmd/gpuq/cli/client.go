@@ -1623,13 +1623,13 @@ func notifyLine(j *queue.Job, n *queue.Notification) string {
 	case queue.NotifyDelivered:
 		l += ": delivered"
 		if n.LastAt != nil {
-			l += " at " + n.LastAt.Local().Format(time.TimeOnly)
+			l += " at " + n.LastAt.Format(time.TimeOnly)
 		}
 		return fmt.Sprintf("%s (HTTP %d)", l, n.HTTPStatus)
 	case queue.NotifyPending:
 		l += fmt.Sprintf(": try %d failed: %s", n.Tries, printable(n.Error))
 		if n.NextAt != nil {
-			l += "; next try at " + n.NextAt.Local().Format(time.TimeOnly)
+			l += "; next try at " + n.NextAt.Format(time.TimeOnly)
 		}
 		return l
 	default:

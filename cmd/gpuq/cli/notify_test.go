@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/viper"
+
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 // The README's lines for being told when a job ends, run as written on
@@ -150,5 +153,50 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	}
 	if strings.Contains(dev.logs.String(), "secretPart") {
 		t.Fatal("gpuq dev's output holds the webhook's URL")
+	}
+}
+
+// The servers' config key notifications is read whole, naming a bad entry;
+// gpuq dev allows webhooks internal addresses unless its file says
+// otherwise, and keeps the file's other settings.
+func TestTheNotificationsConfigIsCheckedAndGpuqDevAllowsLocalWebhooks(t *testing.T) {
+	t.Parallel()
+	read := func(yaml string, dev bool) (*control.Notifier, error) {
+		v := viper.New()
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(strings.NewReader(yaml)); err != nil {
+			t.Fatal(err)
+		}
+		if dev {
+			v.Set(devWebhooksKey, true)
+		}
+		return notifierConfig(v)
+	}
+	for _, c := range []struct {
+		yaml    string
+		dev     bool
+		allow   bool
+		tries   int
+		timeout time.Duration
+	}{
+		{"", false, false, 0, 0},
+		{"", true, true, 0, 0},
+		{"notifications: {tries: 5, timeout: 3s}\n", true, true, 5, 3 * time.Second},
+		{"notifications: {allow_private_addresses: false}\n", true, false, 0, 0},
+		{"notifications: {allow_private_addresses: true}\n", false, true, 0, 0},
+	} {
+		n, err := read(c.yaml, c.dev)
+		if err != nil || n.AllowPrivateAddresses != c.allow || n.Tries != c.tries || n.Timeout != c.timeout {
+			t.Errorf("%q (dev %v): %+v, %v", c.yaml, c.dev, n, err)
+		}
+	}
+	for yaml, want := range map[string]string{
+		"notifications: {url: x}\n":      "config key notifications: ",
+		"notifications: {tries: 1000}\n": "notifications.tries: must be 1–100, got 1000",
+		"notifications: {timeout: 1h}\n": "notifications.timeout: must be at most 5m, got 1h0m0s",
+	} {
+		if _, err := read(yaml, false); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", yaml, err, want)
+		}
 	}
 }

@@ -408,10 +408,9 @@ gpuq submit, status, logs… run from the same directory find it.`,
 				v.Set(secretsKeyFile, key)
 			}
 			// Everything gpuq dev runs is on this machine, and so may be a
-			// webhook its jobs notify: its address is allowed.
-			if !v.IsSet(notifyAllowPrivate) {
-				v.Set(notifyAllowPrivate, true)
-			}
+			// webhook its jobs notify: internal addresses are allowed
+			// unless its config file says otherwise.
+			v.Set(devWebhooksKey, true)
 			var sources []adapters.OfferSource
 			if simulated != nil {
 				sources = simulated.sources()
@@ -553,9 +552,11 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// notifyAllowPrivate is the config key letting webhooks have internal
-// addresses.
-const notifyAllowPrivate = "notifications.allow_private_addresses"
+// devWebhooksKey, set by gpuq dev, allows webhooks internal addresses
+// when the config key notifications.allow_private_addresses is not set. (A
+// key under notifications set with viper's Set would hide the file's
+// others.)
+const devWebhooksKey = "internal-dev-webhooks"
 
 // notifierConfig reads the config key notifications: how the ends of jobs
 // are posted to their webhooks (spec.notify).
@@ -567,6 +568,9 @@ func notifierConfig(v *viper.Viper) (*control.Notifier, error) {
 	}
 	if err := v.UnmarshalKey("notifications", &cfg, configDecodeHook()); err != nil {
 		return nil, fmt.Errorf("config key notifications: %w", control.UnknownKeys(err, reflect.TypeOf(cfg)))
+	}
+	if v.GetBool(devWebhooksKey) && !v.IsSet("notifications.allow_private_addresses") {
+		cfg.AllowPrivateAddresses = true
 	}
 	n := &control.Notifier{AllowPrivateAddresses: cfg.AllowPrivateAddresses, Timeout: cfg.Timeout, Tries: cfg.Tries}
 	if err := n.Validate(); err != nil {
