@@ -92,6 +92,21 @@ func TestAProjectsSecretsAreSetByItsAdminAndNeverShown(t *testing.T) {
 		t.Fatalf("a batch naming a secret not set: %d, want 422: %s", r.Status, r.Body)
 	}
 	problemAt(t, r, "body.jobs[1].secrets[0]", "secret AWS_KEY is not set for project ml")
+	// A webhook's secret (spec.notify) is checked as any secret of the
+	// spec, and located at its own field; one also in secrets once.
+	notified := e.submit(submitter, "project: ml\ncommand: [\"true\"]\nnotify: {webhook: HF_TOKEN, when: [failed]}\n")
+	if notified.Spec.Notify == nil || notified.Spec.Notify.Webhook != "HF_TOKEN" {
+		t.Fatalf("the job's spec lost its notify: %+v", notified.Spec)
+	}
+	r = e.do("POST", "/v1/jobs", submitter, "application/yaml", []byte("project: ml\ncommand: [\"true\"]\nnotify: {webhook: SLACK_HOOK}\n"))
+	problemAt(t, r, "spec.notify.webhook", "secret SLACK_HOOK is not set for project ml: gpuq secret set --project ml SLACK_HOOK first")
+	r = e.do("POST", "/v1/jobs", submitter, "application/yaml", []byte("project: ml\ncommand: [\"true\"]\nsecrets: [SLACK_HOOK]\nnotify: {webhook: SLACK_HOOK}\n"))
+	if r.Status != http.StatusUnprocessableEntity || strings.Contains(string(r.Body), "spec.notify.webhook") {
+		t.Fatalf("a secret not set, named twice: %d %s", r.Status, r.Body)
+	}
+	problemAt(t, r, "spec.secrets[0]", "secret SLACK_HOOK is not set")
+	batch = `{"jobs": [{"project": "ml", "command": ["true"]}, {"project": "ml", "command": ["true"], "notify": {"webhook": "SLACK_HOOK"}}]}`
+	problemAt(t, e.do("POST", "/v1/jobs/batch", submitter, "application/json", []byte(batch)), "body.jobs[1].notify.webhook", "secret SLACK_HOOK is not set for project ml")
 
 	// Deleted: gone from the list, a second delete is 404, and a retry of
 	// a job naming it is refused until it is set again.
