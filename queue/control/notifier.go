@@ -206,9 +206,10 @@ func (n *Notifier) deliver(ctx context.Context, d queue.DueNotification) error {
 	if err != nil {
 		why = err.Error()
 		var perm *permanentError
-		if errors.As(err, &perm) || tries >= n.Tries {
+		permanent := errors.As(err, &perm)
+		if permanent || tries >= n.Tries {
 			outcome = queue.NotifyFailed
-			if !errors.As(err, &perm) {
+			if !permanent {
 				why += fmt.Sprintf(" (gave up after %d tries)", tries)
 			}
 			n.Logger.Warn("gave up posting a job's end to its webhook", "job", j.ID, "project", j.Project, "state", j.State, "tries", tries, "err", why)
