@@ -430,10 +430,11 @@ func (a *Autoscaler) beatConn() BeatConn {
 	return nil
 }
 
-// listening starts hearing beats on the first call; it returns the
-// listener and whether it has listened long enough for a booting
-// instance's silence to count.
-func (a *Autoscaler) listening(logger *slog.Logger, now func() time.Time, live []*queue.Instance) (*beatListener, bool, error) {
+// listening starts hearing beats on the first call; it returns the latest
+// beat heard from each live instance's workers, as they stand now, and
+// whether it has listened long enough for a booting instance's silence to
+// count.
+func (a *Autoscaler) listening(logger *slog.Logger, now func() time.Time, live []*queue.Instance) (map[heardFrom]heardBeat, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	conn := a.beatConn()
@@ -452,7 +453,8 @@ func (a *Autoscaler) listening(logger *slog.Logger, now func() time.Time, live [
 			booting[in.ID] = true
 		}
 	}
-	return a.beats, a.beats.pass(conn, now(), ids, booting), nil
+	heard, long := a.beats.pass(conn, now(), ids, booting)
+	return heard, long, nil
 }
 
 // expectBoot has the first beat of instance id's worker wake Run for a
@@ -522,18 +524,22 @@ func (a *Autoscaler) Pass(ctx context.Context) error {
 	for i, in := range live {
 		ids[i] = in.ID
 	}
-	activity, err := a.Workers.WorkerActivity(ctx, ids)
+	// The beats are taken before the activity: a worker's job is claimed
+	// before the beat that says the worker pauses, so a paused worker's
+	// job is among the activity read after it, and its machine is not
+	// released under it.
+	beats, heardLong, err := a.listening(logger, now, live)
 	if err != nil {
 		return err
 	}
-	beats, heardLong, err := a.listening(logger, now, live)
+	activity, err := a.Workers.WorkerActivity(ctx, ids)
 	if err != nil {
 		return err
 	}
 	byPool := map[string][]*queue.Instance{}
 	var errs []error
 	for _, in := range live {
-		beat := beats.lastBeat(in.ID, in.Pool)
+		beat := beats[heardFrom{in.ID, in.Pool}]
 		w := workerSign{WorkerActivity: activity[in.ID], beat: beat.at, paused: beat.paused, pauseReason: beat.reason, heardLong: heardLong}
 		in, err := a.watch(ctx, cfg, logger, now(), pools, in, w)
 		if err != nil {

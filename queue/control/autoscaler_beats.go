@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -92,9 +93,9 @@ func listen(conn BeatConn, now func() time.Time, wake chan<- struct{}, logger *s
 // pass readies the listener for one autoscaler pass over the live
 // instances: it forgets nodes that are not among them, notes those still
 // booting, and restarts its listening time when the connection is not up.
-// It reports whether it has listened long enough for a booting instance's
-// silence to count.
-func (l *beatListener) pass(conn BeatConn, now time.Time, live, booting map[string]bool) bool {
+// It returns the beats heard so far, as they stand now, and whether it has
+// listened long enough for a booting instance's silence to count.
+func (l *beatListener) pass(conn BeatConn, now time.Time, live, booting map[string]bool) (heard map[heardFrom]heardBeat, long bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.booting = booting
@@ -103,14 +104,15 @@ func (l *beatListener) pass(conn BeatConn, now time.Time, live, booting map[stri
 			delete(l.heard, from)
 		}
 	}
+	heard = maps.Clone(l.heard)
 	if conn.Status() != nats.CONNECTED {
 		l.since = time.Time{}
-		return false
+		return heard, false
 	}
 	if l.since.IsZero() {
 		l.since = now
 	}
-	return now.Sub(l.since) >= beatListenFor
+	return heard, now.Sub(l.since) >= beatListenFor
 }
 
 // expect notes an instance about to boot, until the next pass.
@@ -118,14 +120,6 @@ func (l *beatListener) expect(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.booting[id] = true
-}
-
-// lastBeat is the latest beat of a worker of pool on node; its time is zero
-// if none was heard since the listener started.
-func (l *beatListener) lastBeat(node, pool string) heardBeat {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.heard[heardFrom{node, pool}]
 }
 
 func (l *beatListener) stop() {

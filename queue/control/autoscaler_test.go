@@ -973,3 +973,75 @@ func TestReaperLeavesALaunchRecordedAfterItReadTheTable(t *testing.T) {
 		t.Fatalf("the machine after the reaper: %+v %v; want it running", listed, err)
 	}
 }
+
+// racingWorkers reads the workers' activity for a pass and then, before
+// the pass goes on, runs between: what happens while the query's answer is
+// on its way.
+type racingWorkers struct {
+	*store.Store
+	between func()
+}
+
+func (w *racingWorkers) WorkerActivity(ctx context.Context, ids []string) (map[string]queue.WorkerActivity, error) {
+	act, err := w.Store.WorkerActivity(ctx, ids)
+	if w.between != nil {
+		w.between()
+		w.between = nil
+	}
+	return act, err
+}
+
+func TestAPassDoesNotReleaseAMachineWhoseWorkerPausedAfterClaimingAJob(t *testing.T) {
+	t.Parallel()
+	c, limits, boot := startWithAPlacedJob(t)
+	ctx := context.Background()
+	workers := &racingWorkers{Store: c.s}
+	a := &control.Autoscaler{Providers: []control.InstanceProvider{c.provider}, Store: c.s, Workers: workers, JS: c.n.JS,
+		Placer: c.placer, Config: limits, Boot: boot, Logger: c.auto.Logger}
+	if err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	launched, err := c.s.Instances(ctx, "od", queue.InstancePending)
+	if err != nil || len(launched) != 1 {
+		t.Fatalf("after a pass with a job placed: %+v (%v), want one pending instance", launched, err)
+	}
+	in := launched[0]
+	beat := queue.Beat{BeatSender: queue.BeatSender{Worker: "worker-" + in.ID, Node: in.ID, Pool: "od"}}
+	queuetest.Eventually(t, 30*time.Second, "the instance to be ready at its worker's beats", func() bool {
+		publishBeat(t, c.n.NC, "od", beat)
+		if err := a.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.s.Instance(ctx, in.ID)
+		return err == nil && got.State == queue.InstanceReady
+	})
+	jobs, err := c.s.List(ctx, queue.ListFilter{})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs: %+v (%v), want the one placed", jobs, err)
+	}
+	// While the pass's activity query answers "no job", the worker claims
+	// the job, fails host errors in a row around other work and says it
+	// pauses: the pass must not pair the old activity with the new beat.
+	workers.between = func() {
+		if _, err := c.s.Claim(ctx, queue.ClaimRequest{JobID: jobs[0].ID, PlacementVersion: 1, Lease: time.Hour, WorkerID: beat.Worker,
+			Host: "h", PID: 1, Pool: "od", Country: "DE", NodeID: in.ID}); err != nil {
+			t.Error(err)
+			return
+		}
+		until := time.Now().Add(time.Minute)
+		beat.PausedUntil, beat.PauseReason = &until, "preparing directories: no space left on device"
+		publishBeat(t, c.n.NC, "od", beat)
+		if err := c.n.NC.Flush(); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(500 * time.Millisecond) // time for the autoscaler's subscription to hear it
+	}
+	for range 2 {
+		if err := a.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.s.Instance(ctx, in.ID); err != nil || got.State != queue.InstanceReady {
+			t.Fatalf("a machine whose paused worker runs a job: %+v (%v), want ready", got, err)
+		}
+	}
+}
