@@ -24,7 +24,8 @@ type Notify struct {
 	// LogLines is how many of the job's last lines of output the post
 	// carries, 0 (the default) to MaxNotifyLogLines. The output leaves
 	// gpuq for the webhook's service, wherever that is: it is sent only
-	// when asked for.
+	// when asked for, and never for a job placed under a residency (see
+	// OutputBoundTo).
 	LogLines int `json:"log_lines,omitempty"`
 }
 
@@ -52,6 +53,8 @@ func (n *Notify) validate(s *Spec, bad func(field, format string, args ...any)) 
 	}
 	if n.LogLines < 0 || n.LogLines > MaxNotifyLogLines {
 		bad("spec.notify.log_lines", "must be 0–%d, got %d", MaxNotifyLogLines, n.LogLines)
+	} else if r := s.Placement.Residency; n.LogLines > 0 && r != "" {
+		bad("spec.notify.log_lines", "the job is kept in residency %s (spec.placement.residency), and its output would leave it for the webhook's service, wherever that runs: leave log_lines out (the post still says how the job ended)", r)
 	}
 	if len(n.When) > len(endNames) {
 		bad("spec.notify.when", "must name at most the %d ends (%s), got %d", len(endNames), strings.Join(endNames, ", "), len(n.When))
@@ -129,6 +132,24 @@ type NotifiedJob struct {
 	// LastLogLines are the job's last lines of output, when its spec's
 	// notify.log_lines asks for them.
 	LastLogLines []string `json:"last_log_lines,omitempty"`
+	// OutputWithheld says why the lines notify.log_lines asks for are not
+	// posted: the job was placed under a residency.
+	OutputWithheld string `json:"output_withheld,omitempty"`
+}
+
+// OutputBoundTo names what keeps a job's output where it runs: the
+// residency its placement binds it to (its class, or else its countries),
+// "" when none does. Such a job's lines of output are not posted to a
+// webhook, whose service may be anywhere: an organisation's residency
+// rule holds for the job's output as for its data.
+func OutputBoundTo(class string, countries []string) string {
+	switch {
+	case class != "":
+		return "residency " + class
+	case len(countries) > 0:
+		return "countries " + strings.Join(countries, " ")
+	}
+	return ""
 }
 
 // Summary is the body's text: the job, how it ended and why.
@@ -150,6 +171,9 @@ func (j NotifiedJob) Summary() string {
 	s += fmt.Sprintf(" after %d attempt(s), %s", j.Attempts, j.EndedAt.Sub(j.SubmittedAt).Round(time.Second))
 	if len(j.Spent) > 0 {
 		s += ", " + strings.Join(j.Spent, " + ")
+	}
+	if j.OutputWithheld != "" {
+		s += "\n(" + j.OutputWithheld + ")"
 	}
 	if len(j.LastLogLines) > 0 {
 		// A block chats show as it is; a fence inside would end it.

@@ -57,6 +57,8 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 		{"notify when too long", "command: [echo]\nnotify: {webhook: HOOK, when: [failed, failed, failed, failed, failed, failed]}\n", "spec.notify.when", "must name at most the 5 ends"},
 		{"notify log lines over", "command: [echo]\nnotify: {webhook: HOOK, log_lines: 51}\n", "spec.notify.log_lines", "must be 0–50, got 51"},
 		{"notify log lines negative", "command: [echo]\nnotify: {webhook: HOOK, log_lines: -1}\n", "spec.notify.log_lines", "must be 0–50, got -1"},
+		{"notify log lines of a job kept in a residency", "command: [echo]\nplacement: {residency: EU}\nnotify: {webhook: HOOK, log_lines: 5}\n", "spec.notify.log_lines",
+			"the job is kept in residency EU (spec.placement.residency), and its output would leave it for the webhook's service"},
 		{"notify on, read by YAML as true", "command: [echo]\nnotify: {webhook: HOOK, on: [failed]}\n", "spec.notify.true", `unknown field; allowed: webhook, when, log_lines (YAML reads a key "on", "off", "yes" or "no" as true)`},
 		{"secret of the built-in", "command: [\"gpuq:noop\"]\nsecrets: [HF_TOKEN]\n", "spec.secrets[0]", "takes no secrets"},
 		{"after not a job id", "command: [echo]\nafter: [train]\n", "spec.after[0]", `must be a job id as gpuq prints it (8-4-4-4-12 lower-case hex digits, such as 0190f3c2-7a1e-7d4b-9c1a-2b3c4d5e6f70), got "train"`},

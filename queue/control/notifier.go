@@ -31,6 +31,7 @@ type NotifierStore interface {
 	NotificationSkipped(ctx context.Context, job uuid.UUID, endedAt time.Time) error
 	SecretValues(ctx context.Context, project string, names []string) (map[string]string, error)
 	JobSpend(ctx context.Context, job uuid.UUID) (map[string]int64, error)
+	LatestPlacement(ctx context.Context, id uuid.UUID) (*queue.Placement, error)
 }
 
 // Notifier posts the ends of jobs whose spec asks for it (spec.notify) to
@@ -269,14 +270,11 @@ func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, erro
 	}
 	j.Spent = amounts(spent)
 	if k := d.Notify.LogLines; k > 0 && n.JS != nil {
-		lines, err := queue.TailLogs(ctx, n.JS, j.ID, k)
+		lines, withheld, err := n.lastLines(ctx, j.ID, k)
 		if err != nil {
-			return 0, fmt.Errorf("reading the job's last %d lines of output (notify.log_lines): %w", k, err)
+			return 0, err
 		}
-		for i, l := range lines {
-			lines[i] = queue.NotifyLogLine(l)
-		}
-		j.LastLogLines = lines
+		j.LastLogLines, j.OutputWithheld = lines, withheld
 	}
 	body, err := json.Marshal(queue.NotificationBody{Text: j.Summary(), Job: j})
 	if err != nil {
@@ -325,6 +323,29 @@ func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, erro
 	default:
 		return code, &permanentError{errors.New(what)}
 	}
+}
+
+// lastLines reads the job's last k lines of output for its post, or says
+// why they are withheld: its latest placement keeps it in a residency
+// (queue.OutputBoundTo; a job never placed is kept in none).
+func (n *Notifier) lastLines(ctx context.Context, job uuid.UUID, k int) (lines []string, withheld string, err error) {
+	pl, err := n.Store.LatestPlacement(ctx, job)
+	switch {
+	case err == nil:
+		if bound := queue.OutputBoundTo(pl.Residency, pl.Countries); bound != "" {
+			return nil, fmt.Sprintf("its last %d lines of output are not posted: the job is kept in %s", k, bound), nil
+		}
+	case !errors.Is(err, queue.ErrNotFound):
+		return nil, "", fmt.Errorf("reading the job's placement: %w", err)
+	}
+	lines, err = queue.TailLogs(ctx, n.JS, job, k)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the job's last %d lines of output (notify.log_lines): %w", k, err)
+	}
+	for i, l := range lines {
+		lines[i] = queue.NotifyLogLine(l)
+	}
+	return lines, "", nil
 }
 
 // answerText is the start of a webhook's answer, on one line of printable

@@ -37,6 +37,7 @@ type webhook struct {
 type post struct {
 	path, delivery, contentType string
 	body                        queue.NotificationBody
+	raw                         string
 }
 
 func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +48,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mu.Lock()
-	h.posts = append(h.posts, post{r.URL.Path, r.Header.Get("X-Gpuq-Delivery"), r.Header.Get("Content-Type"), body})
+	h.posts = append(h.posts, post{r.URL.Path, r.Header.Get("X-Gpuq-Delivery"), r.Header.Get("Content-Type"), body, string(b)})
 	h.tries[r.URL.Path]++
 	n := h.tries[r.URL.Path]
 	h.mu.Unlock()
@@ -344,6 +345,34 @@ func TestTheEndOfAJobIsPostedToItsWebhookOnceAndAFailureSaysWhy(t *testing.T) {
 	}
 	if len(posts[0].body.Job.LastLogLines[1]) > queue.MaxNotifyLogLine {
 		t.Fatalf("a line of %d bytes", len(posts[0].body.Job.LastLogLines[1]))
+	}
+
+	// A job placed under a residency (an organisation's rule put it in
+	// the EU) keeps its output there: the post says how it ended, and
+	// that its lines are not posted.
+	kept := uuid.New()
+	if _, err := s.RecordJobs(ctx, []queue.NewJob{{ID: kept, Spec: mustSpec(t, "project: ml\nname: kept\ncommand: [x]\nlabels: {data: personal}\nnotify: {webhook: TALK, log_lines: 3}\n")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordPlacements(ctx, []queue.PlacedJob{{JobID: kept, Placement: queue.Placement{Version: 1, Pool: "p", Region: "r",
+		Residency: "EU", Countries: []string{"DE", "FR"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.JS.PublishMsg(ctx, queue.NewLogMsg("p", kept, queue.LogChunk{Attempt: 1, Stream: "stdout", Data: []byte("patient 4711: positive\n")})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, kept, "cancelled by the test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := talker.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	posts = hook.postsTo("/ok/talk/")
+	const withheld = "its last 3 lines of output are not posted: the job is kept in residency EU"
+	if len(posts) != 2 || posts[1].body.Job.ID != kept || len(posts[1].body.Job.LastLogLines) != 0 ||
+		posts[1].body.Job.OutputWithheld != withheld || !strings.HasSuffix(posts[1].body.Text, "\n("+withheld+")") ||
+		strings.Contains(posts[1].raw, "patient") {
+		t.Fatalf("the post of a job kept in a residency: %+v", posts)
 	}
 
 	// An internal address, not allowed: refused when dialled, nothing

@@ -638,10 +638,12 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	if l := leaseLine(j, st.Attempts, time.Now()); l != "" {
 		fmt.Fprintf(w, "heartbeat  %s\n", l)
 	}
+	bound := "" // the residency that keeps the job's output where it runs
 	if st.Pool != "" {
 		fmt.Fprintf(w, "placement  v%d on pool %s\n", j.PlacementVersion, st.Pool)
 		var d policy.Compact
 		if json.Unmarshal(st.Placement, &d) == nil && d.Chosen != nil {
+			bound = queue.OutputBoundTo(d.Residency.Class, d.Residency.Countries)
 			o := d.Chosen.Offer
 			fmt.Fprintf(w, "           %s %s (%s), %s, %s/h, estimated %s; %d of %d offers feasible\n",
 				o.Provider, o.Region, orDash(o.Country), o.Tier, o.PricePerHour, d.Chosen.Cost.Total, d.Feasible, d.Offers)
@@ -682,7 +684,7 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	for _, l := range inputLines(j.Spec, append(slices.Clip(st.After), st.AfterEnded...)) {
 		fmt.Fprintf(w, "input      %s\n", l)
 	}
-	if l := notifyLine(j, st.Notification); l != "" {
+	if l := notifyLine(j, st.Notification, bound); l != "" {
 		fmt.Fprintf(w, "notify     %s\n", l)
 	}
 	for _, l := range afterLines(st.After, false) {
@@ -1590,8 +1592,10 @@ func afterLines(deps []queue.Dependency, ended bool) []string {
 }
 
 // notifyLine says where the job's ends are posted and how its latest end's
-// post went; empty for a job that asked for none.
-func notifyLine(j *queue.Job, n *queue.Notification) string {
+// post went; empty for a job that asked for none. bound names the
+// residency its placement keeps it in, which keeps its output out of the
+// post.
+func notifyLine(j *queue.Job, n *queue.Notification, bound string) string {
 	if j.Spec == nil || j.Spec.Notify == nil {
 		return ""
 	}
@@ -1607,7 +1611,9 @@ func notifyLine(j *queue.Job, n *queue.Notification) string {
 		}
 		l += ends[len(ends)-1]
 	}
-	if k := j.Spec.Notify.LogLines; k > 0 {
+	if k := j.Spec.Notify.LogLines; k > 0 && bound != "" {
+		l += fmt.Sprintf(", without its last %d lines of output (the job is kept in %s)", k, bound)
+	} else if k > 0 {
 		l += fmt.Sprintf(", with its last %d lines of output", k)
 	}
 	if j.FinalizedAt == nil {

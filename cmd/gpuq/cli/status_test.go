@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/gpuq/gpuq/policy"
 	"github.com/gpuq/gpuq/queue"
 )
 
@@ -151,5 +153,32 @@ notify: {webhook: SLACK_HOOK, when: [failed, dead]}
 	if !strings.Contains(out.String(), "\nnotify     webhook SLACK_HOOK when failed or dead\n") ||
 		!strings.Contains(out.String(), "\ninput      prep: the outputs of job "+prep.String()+", in $GPUQ_INPUT_DIR/prep\n") {
 		t.Errorf("a running job's status:\n%s", out.String())
+	}
+
+	// Placed under a residency, the job's output stays out of its posts.
+	talk, err := queue.ParseSpec([]byte("command: [train]\nnotify: {webhook: SLACK_HOOK, log_lines: 20}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		residency policy.ResidencyDecision
+		want      string
+	}{
+		{policy.ResidencyDecision{}, "\nnotify     webhook SLACK_HOOK at every end, with its last 20 lines of output\n"},
+		{policy.ResidencyDecision{Class: "EU", Countries: []string{"DE", "FR"}, ImposedBy: []string{"rule personal-data"}},
+			"\nnotify     webhook SLACK_HOOK at every end, without its last 20 lines of output (the job is kept in residency EU)\n"},
+	} {
+		decision, err := json.Marshal(policy.Compact{Chosen: &policy.Candidate{}, Residency: tc.residency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		st := &JobStatus{Job: &queue.Job{State: queue.StateRunning, Spec: talk, Pool: "p", PlacementVersion: 1}, Pool: "p", Placement: decision}
+		if err := printStatus(&out, st); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("status printed\n%s\nwant %q", out.String(), tc.want)
+		}
 	}
 }
