@@ -202,3 +202,25 @@ type DueNotification struct {
 	Notify Notify
 	Tries  int
 }
+
+// WebhookTest is the outcome of a test post to the webhook a project's
+// secret holds (gpuq notify test, POST
+// /v1/projects/{project}/webhooks/{name}/test).
+type WebhookTest struct {
+	Project string `json:"project"`
+	Secret  string `json:"secret"`
+	// Host is the webhook's host; never its path, which is the
+	// credential.
+	Host       string `json:"host,omitempty"`
+	Delivered  bool   `json:"delivered"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	// Error says why the post failed.
+	Error string `json:"error,omitempty"`
+}
+
+// WebhookTestBody is what a webhook receives from a test post: a line for
+// people, and test true for programs, which find no job in it.
+type WebhookTestBody struct {
+	Text string `json:"text"`
+	Test bool   `json:"test"`
+}

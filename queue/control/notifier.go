@@ -251,19 +251,13 @@ func DeliveryID(job uuid.UUID, endedAt time.Time) string {
 // credential.
 func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, error) {
 	j := d.Job
-	name := d.Notify.Webhook
-	values, err := n.Store.SecretValues(ctx, j.Project, []string{name})
+	u, err := n.webhookURL(ctx, j.Project, d.Notify.Webhook)
 	if errors.Is(err, queue.ErrSecretMissing) {
-		return 0, fmt.Errorf("secret %s, which spec.notify.webhook names, is not set for project %s (deleted since the job was submitted): gpuq secret set --project %[2]s %[1]s", name, j.Project)
+		return 0, fmt.Errorf("secret %s, which spec.notify.webhook names, is not set for project %s (deleted since the job was submitted): gpuq secret set --project %[2]s %[1]s", d.Notify.Webhook, j.Project)
 	}
 	if err != nil {
 		return 0, err
 	}
-	u, err := url.Parse(strings.TrimSpace(values[name]))
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return 0, &permanentError{fmt.Errorf("secret %s of project %s does not hold an http:// or https:// URL with a host; set the webhook's URL in it", name, j.Project)}
-	}
-	host := u.Hostname()
 	spent, err := n.Store.JobSpend(ctx, j.ID)
 	if err != nil {
 		return 0, err
@@ -280,15 +274,70 @@ func (n *Notifier) post(ctx context.Context, d queue.DueNotification) (int, erro
 	if err != nil {
 		return 0, err
 	}
+	return n.send(ctx, u, d.Notify.Webhook, j.Project, body, DeliveryID(j.ID, j.EndedAt))
+}
+
+// TestPost posts a test message to the webhook whose URL secret name of
+// project holds, as a job's end would be posted: the same addresses
+// allowed, the same timeout, no redirect followed; by says who asked for
+// it. A secret that is not set is queue.ErrSecretMissing; the webhook's
+// failure is in the result, never holding the URL.
+func (n *Notifier) TestPost(ctx context.Context, project, name, by string) (*queue.WebhookTest, error) {
+	cfg := n.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	res := &queue.WebhookTest{Project: project, Secret: name}
+	u, err := cfg.webhookURL(ctx, project, name)
+	var notURL *permanentError
+	switch {
+	case errors.As(err, &notURL):
+		res.Error = err.Error()
+		return res, nil
+	case err != nil:
+		return nil, err
+	}
+	res.Host = u.Hostname()
+	body, err := json.Marshal(queue.WebhookTestBody{Test: true, Text: fmt.Sprintf(
+		"gpuq: a test post to webhook %s of project %s, asked for by %s: the ends of jobs naming it in notify.webhook are posted here", name, project, by)})
+	if err != nil {
+		return nil, err
+	}
+	res.HTTPStatus, err = cfg.send(ctx, u, name, project, body, "test/"+uuid.NewString())
+	res.Delivered = err == nil
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, nil
+}
+
+// webhookURL reads the URL secret name of project holds
+// (queue.ErrSecretMissing when it is not set).
+func (n *Notifier) webhookURL(ctx context.Context, project, name string) (*url.URL, error) {
+	values, err := n.Store.SecretValues(ctx, project, []string{name})
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(strings.TrimSpace(values[name]))
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, &permanentError{fmt.Errorf("secret %s of project %s does not hold an http:// or https:// URL with a host; set the webhook's URL in it", name, project)}
+	}
+	return u, nil
+}
+
+// send posts body to u, the URL secret name of project holds, and returns
+// the webhook's HTTP status (0 when none came).
+func (n *Notifier) send(ctx context.Context, u *url.URL, name, project string, body []byte, delivery string) (int, error) {
+	host := u.Hostname()
 	ctx, cancel := context.WithTimeout(ctx, n.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
-		return 0, &permanentError{fmt.Errorf("secret %s of project %s does not hold a URL gpuq can post to", name, j.Project)}
+		return 0, &permanentError{fmt.Errorf("secret %s of project %s does not hold a URL gpuq can post to", name, project)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", n.UserAgent)
-	req.Header.Set("X-Gpuq-Delivery", DeliveryID(j.ID, j.EndedAt))
+	req.Header.Set("X-Gpuq-Delivery", delivery)
 	resp, err := n.Client.Do(req)
 	if err != nil {
 		var ue *url.Error

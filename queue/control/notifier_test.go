@@ -71,6 +71,18 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// startWebhook starts JetStream, a store and a webhook answering by its
+// paths' first words (see webhook).
+func startWebhook(t *testing.T) (*queuetest.NATS, *store.Store, *webhook, *httptest.Server) {
+	t.Helper()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	hook := &webhook{tries: map[string]int{}}
+	srv := httptest.NewServer(hook)
+	t.Cleanup(srv.Close)
+	return n, s, hook, srv
+}
+
 func (h *webhook) postsTo(prefix string) []post {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -111,12 +123,8 @@ func (f *failOnce) NotificationTried(ctx context.Context, job uuid.UUID, endedAt
 // the URL, and an internal address is refused unless allowed.
 func TestTheEndOfAJobIsPostedToItsWebhookOnceAndAFailureSaysWhy(t *testing.T) {
 	t.Parallel()
-	n := queuetest.StartNATS(t)
-	s, _ := queuetest.Store(t, n)
+	n, s, hook, srv := startWebhook(t)
 	ctx := context.Background()
-	hook := &webhook{tries: map[string]int{}}
-	srv := httptest.NewServer(hook)
-	t.Cleanup(srv.Close)
 	const token = "T0AB12/B0CD34/XyZsecretPart"
 	for name, path := range map[string]string{"OK": "/ok/", "BUSY": "/busy/", "DOWN": "/down/", "GONE": "/gone/", "MOVED": "/moved/", "RETRIED": "/ok/retried/"} {
 		if _, err := s.SetSecret(ctx, "ml", name, srv.URL+path+token, "test"); err != nil {
@@ -425,5 +433,54 @@ func TestOnlyPublicAddressesArePublic(t *testing.T) {
 		if got := control.PublicAddress(net.ParseIP(addr)); got != want {
 			t.Errorf("PublicAddress(%s) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// A test post reaches the webhook a project's secret holds as a job's end
+// would, marked as a test, and says how the webhook answered; a secret that
+// is not set is an error, one that is no URL or a webhook that refuses is
+// a failed post saying why, never holding the URL.
+func TestATestPostSaysHowTheWebhookAnswered(t *testing.T) {
+	t.Parallel()
+	_, s, hook, srv := startWebhook(t)
+	ctx := context.Background()
+	const token = "T0AB12/B0CD34/XyZsecretPart"
+	for name, value := range map[string]string{"OK": srv.URL + "/ok/" + token, "GONE": srv.URL + "/gone/" + token, "NOT_A_URL": "hooks.example.com/" + token} {
+		if _, err := s.SetSecret(ctx, "ml", name, value, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notifier := &control.Notifier{Store: s, AllowPrivateAddresses: true}
+	res, err := notifier.TestPost(ctx, "ml", "OK", "alice")
+	host := strings.TrimPrefix(srv.URL, "http://")
+	host = host[:strings.LastIndex(host, ":")]
+	if err != nil || !res.Delivered || res.HTTPStatus != 200 || res.Host != host || res.Project != "ml" || res.Secret != "OK" || res.Error != "" {
+		t.Fatalf("a test post to a webhook that takes it: %+v, %v", res, err)
+	}
+	posts := hook.postsTo("/ok/")
+	if len(posts) != 1 || !strings.HasPrefix(posts[0].delivery, "test/") || posts[0].contentType != "application/json" ||
+		!strings.Contains(posts[0].raw, `"test":true`) ||
+		posts[0].body.Text != "gpuq: a test post to webhook OK of project ml, asked for by alice: the ends of jobs naming it in notify.webhook are posted here" {
+		t.Fatalf("what the webhook was posted: %+v", posts)
+	}
+	for name, want := range map[string]string{
+		"GONE":      "posting to " + host + ": HTTP 404: no_service",
+		"NOT_A_URL": "secret NOT_A_URL of project ml does not hold an http:// or https:// URL with a host",
+	} {
+		res, err := notifier.TestPost(ctx, "ml", name, "alice")
+		if err != nil || res.Delivered || !strings.Contains(res.Error, want) || strings.Contains(res.Error, "secretPart") {
+			t.Errorf("a test post to %s: %+v, %v; want it failed with %q", name, res, err, want)
+		}
+	}
+	if _, err := notifier.TestPost(ctx, "ml", "NOT_SET", "alice"); !errors.Is(err, queue.ErrSecretMissing) {
+		t.Fatalf("a test post to a secret not set: %v", err)
+	}
+	// The rules of the server's posts hold: an internal address is refused
+	// unless allowed.
+	strict := &control.Notifier{Store: s}
+	res, err = strict.TestPost(ctx, "ml", "OK", "alice")
+	if err != nil || res.Delivered || !strings.Contains(res.Error, "is not a public one, and notifications.allow_private_addresses is off") ||
+		len(hook.postsTo("/ok/")) != 1 {
+		t.Fatalf("a test post to an internal address, not allowed: %+v, %v", res, err)
 	}
 }

@@ -13,7 +13,8 @@ from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, Unreachable, WaitTimeout)
 from .types import (TERMINAL_STATES, Attempt, BudgetUsage, Checkpoint, Dependency, Event, Job, JobStatus, LogChunk,
-                    Notification, Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob)
+                    Notification, Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob,
+                    WebhookTest)
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "RateLimited", "Unauthorized", "Unreachable", "WaitTimeout",
     "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Dependency", "Event", "Job", "JobStatus", "LogChunk",
     "Notification", "Offer", "Plan", "PoolLine", "ResultFile", "Results", "Secret", "Spend", "SpendAmount", "SpendJob",
+    "WebhookTest",
 ]

@@ -18,7 +18,8 @@ from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, O
 
 from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
-from .types import Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Secret, Spend, TERMINAL_STATES
+from .types import (TERMINAL_STATES, Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Secret, Spend,
+                    WebhookTest)
 from .workdir import DIGEST_PREFIX, Packed, packed
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
@@ -591,6 +592,19 @@ class Client:
         answer 404."""
         self._call("DELETE", _secret_path(project, name))
 
+    def test_webhook(self, name: str, project: str = "default") -> WebhookTest:
+        """Has the server post a test message to the webhook whose URL the
+        project's secret ``name`` holds (``gpuq secret test-webhook``), once,
+        from where and as it posts the ends of jobs naming it in
+        ``notify``, and returns how the webhook answered: ``delivered``,
+        its ``http_status`` and, when the post failed, ``error`` saying why
+        (never the URL, only its ``host``). A failed post is an answer, not
+        an exception; a secret not set raises :class:`NotFound`, a token
+        that may only read :class:`Forbidden`. The request is not sent
+        again after a 502, 503 or 504: the server may have posted."""
+        answer = self._call("POST", _secret_path(project, name, under="/webhooks/") + "/test")
+        return WebhookTest.from_doc(answer)
+
     # --- working directories --------------------------------------------
 
     def upload_workdir(self, path: Union[str, "os.PathLike[str]"], project: Optional[str] = None,
@@ -1008,14 +1022,15 @@ def _project_path(project: str, rest: str = "") -> str:
     return "/v1/projects/" + urllib.parse.quote(project, safe="") + rest
 
 
-def _secret_path(project: str, name: str) -> str:
-    """The path of a project's secret. An empty or non-str name is refused
-    here: its path would name the list, or a secret called ``None``."""
+def _secret_path(project: str, name: str, under: str = "/secrets/") -> str:
+    """The path of a project's secret (``under`` ``/webhooks/``: of the
+    webhook it holds). An empty or non-str name is refused here: its path
+    would name the list, or a secret called ``None``."""
     if not isinstance(name, str):
         raise TypeError("name: want a str (an environment variable's name), got %s" % type(name).__name__)
     if not name:
         raise ValueError("name: want an environment variable's name such as WANDB_API_KEY, got ''")
-    return _project_path(project, "/secrets/" + urllib.parse.quote(name, safe=""))
+    return _project_path(project, under + urllib.parse.quote(name, safe=""))
 
 
 def _mask(err: APIError, secret: str) -> None:

@@ -323,6 +323,28 @@ class Secret:
 
 
 @dataclass
+class WebhookTest:
+    """How a test post to the webhook a project's secret holds went
+    (:meth:`Client.test_webhook`): ``delivered`` when it answered 2xx,
+    its ``http_status`` (0 when none came), and ``error`` saying why a
+    failed post failed. ``host`` is the webhook's host; its URL, a
+    credential, is never sent back."""
+
+    project: str
+    secret: str
+    delivered: bool
+    host: str = ""
+    http_status: int = 0
+    error: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "WebhookTest":
+        return cls(project=d.get("project", ""), secret=d.get("secret", ""), delivered=bool(d.get("delivered")),
+                   host=d.get("host", ""), http_status=int(d.get("http_status") or 0), error=d.get("error", ""), raw=d)
+
+
+@dataclass
 class SpendAmount:
     """A project's spend in one currency, in micros (millionths) of it:
     what its attempts accrued since the ledger's start, and what its

@@ -516,6 +516,15 @@ class ClientTest(unittest.TestCase):
         self.addCleanup(forget_secret, "HOOK")
         client.set_secret("HOOK", "http://127.0.0.1:%d%s" % (server.server_address[1], path))
 
+        # A test post first: the server posts it as it will post an end.
+        tested = client.test_webhook("HOOK")
+        self.assertEqual((tested.delivered, tested.http_status, tested.host, tested.secret, tested.error),
+                         (True, 200, "127.0.0.1", "HOOK", ""), tested)
+        self.assertNotIn("secretpart", json.dumps(tested.raw))
+        self.assertEqual([(p[0], p[2].get("test")) for p in posts], [(path, True)])
+        with self.assertRaises(gpuq.NotFound):
+            client.test_webhook("NOT_SET")
+
         failed = client.submit(name="notified", command=["sh", "-c", "exit 3"], retries={"max_errors": 0},
                                notify={"webhook": "HOOK"})
         quiet = client.submit(name="not-notified", command=["true"], notify={"webhook": "HOOK", "when": ["failed"]})
@@ -555,6 +564,10 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(gpuq.InvalidRequest) as caught:
             client.submit(command=["true"], notify={"webhook": "NOT_SET"})
         self.assertIn("spec.notify.webhook", caught.exception.fields, caught.exception)
+        # A job kept in a residency posts none of its output.
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.submit(command=["true"], placement={"residency": "EU"}, notify={"webhook": "HOOK", "log_lines": 5})
+        self.assertIn("spec.notify.log_lines", caught.exception.fields, caught.exception)
 
     def test_a_workdir_not_uploaded_is_refused_naming_the_field(self):
         with self.assertRaises(gpuq.InvalidRequest) as caught:

@@ -1004,6 +1004,17 @@ class NotificationTest(unittest.TestCase):
             self.assertIsNone(gpuq.JobStatus.from_doc(absent).notification)
             self.assertEqual(gpuq.JobStatus.from_doc(absent).spent, [])
 
+    def test_a_failed_test_post_is_an_answer_saying_why(self):
+        failed = gpuq.WebhookTest.from_doc({"project": "ml", "secret": "SLACK_HOOK", "host": "hooks.slack.com",
+                                            "delivered": False, "http_status": 404,
+                                            "error": "posting to hooks.slack.com: HTTP 404: no_service"})
+        self.assertEqual((failed.delivered, failed.http_status, failed.host, failed.error),
+                         (False, 404, "hooks.slack.com", "posting to hooks.slack.com: HTTP 404: no_service"))
+        # No answer from the webhook: no status; no URL in the secret: no host.
+        refused = gpuq.WebhookTest.from_doc({"project": "ml", "secret": "HOOK", "delivered": False,
+                                             "error": "secret HOOK of project ml does not hold an http:// or https:// URL"})
+        self.assertEqual((refused.delivered, refused.http_status, refused.host), (False, 0, ""))
+
     def test_status_reads_what_the_job_cost(self):
         st = gpuq.JobStatus.from_doc({"job": self.JOB, "spent": ["4.12 EUR", "0.50 USD"]})
         self.assertEqual(st.spent, ["4.12 EUR", "0.50 USD"])

@@ -198,6 +198,9 @@ type clients struct {
 	// workdirs keeps the working directories users upload; nil outside
 	// startControlPlane.
 	workdirs *control.Workdirs
+	// notifier posts the ends of jobs to their webhooks, and test
+	// messages; nil outside startControlPlane.
+	notifier *control.Notifier
 	// serving counts what serves from the store in the background (the
 	// HTTP API), stopped by stopServing before the store is closed.
 	serving     sync.WaitGroup

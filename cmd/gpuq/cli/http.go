@@ -48,9 +48,13 @@ func startHTTP(ctx context.Context, v *viper.Viper, c *clients, fallback bool, l
 		return "", err
 	}
 	rps := v.GetFloat64("http-rate")
+	var webhooks httpapi.WebhookTester
+	if c.notifier != nil {
+		webhooks = c.notifier
+	}
 	srv, err := httpapi.New(httpapi.Config{Store: c.store, JS: c.js, NATS: c.nc, Archives: archiveStore(c),
 		Sources: sources, Policy: c.policy, Rules: rules, RatePerSecond: rps, Burst: int(2 * rps), Workers: c.workers,
-		Placer: c.placer, Runs: c.js, Workdirs: c.workdirs, Logger: logger})
+		Placer: c.placer, Runs: c.js, Workdirs: c.workdirs, Webhooks: webhooks, Logger: logger})
 	if err != nil {
 		return "", err
 	}

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/gpuq/gpuq/queue"
 	"github.com/gpuq/gpuq/queue/control"
+	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
 // The README's lines for being told when a job ends, run as written on
@@ -30,8 +35,8 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	}
 	t.Parallel()
 	type post struct {
-		path, delivery string
-		body           queue.NotificationBody
+		path, delivery, raw string
+		body                queue.NotificationBody
 	}
 	var (
 		mu    sync.Mutex
@@ -39,7 +44,7 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		p := post{path: r.URL.Path, delivery: r.Header.Get("X-Gpuq-Delivery")}
+		p := post{path: r.URL.Path, delivery: r.Header.Get("X-Gpuq-Delivery"), raw: string(b)}
 		if err := json.Unmarshal(b, &p.body); err != nil || r.Header.Get("Content-Type") != "application/json" {
 			http.Error(w, "not json", http.StatusBadRequest)
 			return
@@ -73,7 +78,7 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	block := readme(t)
 	block = block[strings.Index(block, "### Being told when a job ends"):]
 	var lines []string
-	for _, re := range []string{`(?m)^printenv SLACK_WEBHOOK_URL \| .*$`, `(?m)^\./bin/gpuq submit --notify .*$`} {
+	for _, re := range []string{`(?m)^printenv SLACK_WEBHOOK_URL \| .*$`, `(?m)^\./bin/gpuq secret test-webhook .*$`, `(?m)^\./bin/gpuq submit --notify .*$`} {
 		l := regexp.MustCompile(re).FindString(block)
 		if l == "" {
 			t.Fatalf("README.md's Being told when a job ends has no line %s", re)
@@ -93,9 +98,23 @@ func TestTheReadmesNotifyRecipeRunsAsWritten(t *testing.T) {
 	if out := run(lines[0]); !strings.Contains(out, "secret SLACK_HOOK of project default set") {
 		t.Fatalf("%s: %s", lines[0], out)
 	}
+	// The test post: one, marked as a test, as the server posts.
+	if out := run(lines[1]); out != "posted a test message to 127.0.0.1, the webhook in secret SLACK_HOOK of project default: HTTP 200\n" {
+		t.Fatalf("%s: %s", lines[1], out)
+	}
+	mu.Lock()
+	tests := slices.Clone(posts)
+	mu.Unlock()
+	if len(tests) != 1 || tests[0].path != path || !strings.HasPrefix(tests[0].delivery, "test/") || !strings.Contains(tests[0].raw, `"test":true`) ||
+		!strings.HasPrefix(tests[0].body.Text, "gpuq: a test post to webhook SLACK_HOOK of project default, asked for by ") {
+		t.Fatalf("the test post: %+v", tests)
+	}
+	if out := gpuq(ExitNotFound, "secret", "test-webhook", "NOT_SET"); !strings.Contains(out, "secret NOT_SET is not set for project default") {
+		t.Fatalf("a test post to a secret not set: %s", out)
+	}
 	// python3 train.py finds no train.py where the job runs: it fails,
 	// exit status 2, on each of its three attempts.
-	failed := lastLine(strings.TrimSpace(run(lines[1])))
+	failed := lastLine(strings.TrimSpace(run(lines[2])))
 	var status string
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if status = gpuq(0, "status", failed); strings.Contains(status, "delivered at") {
@@ -198,5 +217,54 @@ func TestTheNotificationsConfigIsCheckedAndGpuqDevAllowsLocalWebhooks(t *testing
 		if _, err := read(yaml, false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", yaml, err, want)
 		}
+	}
+}
+
+// On the control-plane host, without an API URL, gpuq secret test-webhook
+// posts from the database's secret as the servers do, by the config file's
+// notifications settings: a loopback webhook refused by default, taken
+// once the file allows internal addresses.
+func TestATestPostFromTheControlPlaneHostFollowsTheServersConfig(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, url := queuetest.Store(t, n)
+	var (
+		mu    sync.Mutex
+		posts int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		posts++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	if _, err := s.SetSecret(context.Background(), "ml", "HOOK", srv.URL+"/services/XyZsecretPart", "test"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	strict, open := filepath.Join(dir, "strict.yaml"), filepath.Join(dir, "open.yaml")
+	for file, body := range map[string]string{strict: "notifications: {timeout: 5s}\n", open: "notifications: {allow_private_addresses: true}\n"} {
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"secret", "test-webhook", "HOOK", "--project", "ml", "--database-url", url, "--config"}
+	out, errOut, err := runCLI(t, append(args, strict)...)
+	if exitCode(err) != ExitGeneral || !strings.Contains(err.Error(), "the test post to the webhook in secret HOOK of project ml failed: posting to 127.0.0.1: address 127.0.0.1 is not a public one") ||
+		strings.Contains(out+errOut+err.Error(), "secretPart") {
+		t.Fatalf("a test post to a loopback webhook, not allowed: %v\n%s%s", err, out, errOut)
+	}
+	out, errOut, err = runCLI(t, append(args, open)...)
+	if err != nil || out != "posted a test message to 127.0.0.1, the webhook in secret HOOK of project ml: HTTP 200\n" {
+		t.Fatalf("a test post, allowed: %v\n%s%s", err, out, errOut)
+	}
+	if _, _, err := runCLI(t, "secret", "test-webhook", "NOT_SET", "--project", "ml", "--database-url", url, "--config", open); exitCode(err) != ExitNotFound ||
+		!strings.Contains(err.Error(), "secret NOT_SET is not set for project ml") {
+		t.Fatalf("a test post to a secret not set: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if posts != 1 {
+		t.Fatalf("the webhook was posted %d times, want once", posts)
 	}
 }

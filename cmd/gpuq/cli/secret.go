@@ -33,6 +33,7 @@ type secretService interface {
 	Set(ctx context.Context, project, name, value string) (*queue.Secret, error)
 	List(ctx context.Context, project string) (*httpapi.Secrets, error)
 	Delete(ctx context.Context, project, name string) error
+	TestWebhook(ctx context.Context, project, name string) (*queue.WebhookTest, error)
 	Close()
 }
 
@@ -119,10 +120,7 @@ command line, where other users of the machine could read it.`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := queue.ValidateSecretName(name); err != nil {
-				return fmt.Errorf("NAME: %w", err)
-			}
-			return withSecrets(cmd, func(svc secretService, project, format string) error {
+			return withSecretNamed(cmd, name, func(svc secretService, project, format string) error {
 				if err := svc.Delete(cmd.Context(), project, name); err != nil {
 					return err
 				}
@@ -134,12 +132,46 @@ command line, where other users of the machine could read it.`,
 			})
 		},
 	}
-	for _, c := range []*cobra.Command{set, ls, rm} {
+	testHook := &cobra.Command{
+		Use:   "test-webhook NAME",
+		Short: "Post a test message to the webhook secret NAME holds, as a job's end would be posted, and say how it went",
+		Long: `test-webhook has the server post a test message to the webhook whose URL the
+secret holds, from where and as it posts the ends of jobs naming it in
+notify.webhook (the same addresses allowed, the same timeout, no redirect
+followed), once: a URL set wrong shows now rather than when a long job ends.
+It exits 1 when the post fails, saying why; neither says the URL, only its
+host. Any token of the project that may submit jobs may ask for it.`,
+		Example: `  printenv SLACK_WEBHOOK_URL | gpuq secret set SLACK_HOOK
+  gpuq secret test-webhook SLACK_HOOK`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			return withSecretNamed(cmd, name, func(svc secretService, project, format string) error {
+				res, err := svc.TestWebhook(cmd.Context(), project, name)
+				if err != nil {
+					return err
+				}
+				if format == "json" {
+					if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
+						return err
+					}
+				} else if res.Delivered {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "posted a test message to %s, the webhook in secret %s of project %s: HTTP %d\n", res.Host, name, project, res.HTTPStatus)
+					return err
+				}
+				if !res.Delivered {
+					return fmt.Errorf("the test post to the webhook in secret %s of project %s failed: %s", name, project, printable(res.Error))
+				}
+				return nil
+			})
+		},
+	}
+	for _, c := range []*cobra.Command{set, ls, rm, testHook} {
 		c.Flags().String("project", queue.DefaultProject, "the project")
 		c.Flags().String("url", "", "gpuq HTTP API URL (env GPUQ_URL; token from GPUQ_TOKEN or the config file's token key)")
 		c.Flags().String("database-url", "", "PostgreSQL URL (env GPUQ_DATABASE_URL), when there is no API URL")
 	}
-	cmd.AddCommand(set, ls, rm)
+	cmd.AddCommand(set, ls, rm, testHook)
 	return cmd
 }
 
@@ -191,6 +223,15 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
+// withSecretNamed runs fn as withSecrets does, once name is checked as
+// the NAME argument.
+func withSecretNamed(cmd *cobra.Command, name string, fn func(svc secretService, project, format string) error) error {
+	if err := queue.ValidateSecretName(name); err != nil {
+		return fmt.Errorf("NAME: %w", err)
+	}
+	return withSecrets(cmd, fn)
+}
+
 // withSecrets runs fn with --project and the secret service.
 func withSecrets(cmd *cobra.Command, fn func(svc secretService, project, format string) error) error {
 	project, _ := cmd.Flags().GetString("project")
@@ -207,7 +248,12 @@ func connectSecrets(cmd *cobra.Command, v *viper.Viper) (secretService, error) {
 			return nil, err
 		}
 		s.Sealer = sealer
-		return storeSecrets{s}, nil
+		notifier, err := notifierConfig(v)
+		if err != nil {
+			return nil, err
+		}
+		notifier.Store = s
+		return storeSecrets{s, notifier}, nil
 	})
 }
 
@@ -321,9 +367,23 @@ func (a apiSecrets) Delete(ctx context.Context, project, name string) error {
 	return resp.Body.Close()
 }
 
+func (a apiSecrets) TestWebhook(ctx context.Context, project, name string) (*queue.WebhookTest, error) {
+	var res queue.WebhookTest
+	err := a.call(ctx, http.MethodPost, "/v1/projects/"+url.PathEscape(project)+"/webhooks/"+url.PathEscape(name)+"/test", nil, nil, "", &res)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil, &ExitError{Code: ExitNotFound, Err: errors.New(ae.Detail)}
+	}
+	return &res, err
+}
+
 // storeSecrets manages secrets in the database directly, on the
-// control-plane host.
-type storeSecrets struct{ s *store.Store }
+// control-plane host, and posts test messages from it as its notifier
+// would.
+type storeSecrets struct {
+	s        *store.Store
+	notifier *control.Notifier
+}
 
 func (q storeSecrets) Close() { q.s.Close() }
 
@@ -345,4 +405,12 @@ func (q storeSecrets) Delete(ctx context.Context, project, name string) error {
 		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("secret %s is not set for project %s", name, project)}
 	}
 	return err
+}
+
+func (q storeSecrets) TestWebhook(ctx context.Context, project, name string) (*queue.WebhookTest, error) {
+	res, err := q.notifier.TestPost(ctx, project, name, "cli")
+	if errors.Is(err, queue.ErrSecretMissing) {
+		return nil, &ExitError{Code: ExitNotFound, Err: fmt.Errorf("secret %s is not set for project %s", name, project)}
+	}
+	return res, err
 }

@@ -266,6 +266,7 @@ func startControlPlane(ctx context.Context, v *viper.Viper, logger *slog.Logger,
 	go func() { loopEnded("budget stop", budgetLead.Run(ctx)) }()
 	// One server posts the ends of jobs to their webhooks (spec.notify).
 	notifier.Store, notifier.Logger, notifier.Metrics, notifier.JS = c.store, logger, c.metrics, c.js
+	c.notifier = notifier
 	notifyLead := &control.Leader{Store: c.store, Role: notifyRole, Loops: []func(context.Context) error{notifier.Run}, Logger: logger}
 	go func() { loopEnded("notifier", notifyLead.Run(ctx)) }()
 	logger.Info("control plane running", "offer_sources", len(placer.Sources))

@@ -98,6 +98,10 @@ type Config struct {
 	// Workdirs keeps the working directories users upload; an API without
 	// it answers an upload with 501 and refuses a spec naming one.
 	Workdirs *control.Workdirs
+	// Webhooks posts test messages to the webhooks projects' secrets hold
+	// (control.Notifier, configured as the server posts the ends of jobs);
+	// an API without it answers a test post with 501.
+	Webhooks WebhookTester
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -337,6 +341,7 @@ func (s *Server) registerOn(api huma.API) {
 	s.registerQuota(api)
 	s.registerWorkdirs(api)
 	s.registerSecrets(api)
+	s.registerWebhooks(api)
 }
 
 // register adds an operation, documenting the errors every operation of

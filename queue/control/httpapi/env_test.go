@@ -87,7 +87,9 @@ func startEnvOn(t testing.TB, n *queuetest.NATS, dbURL string, tweak func(*httpa
 	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck // ends with ctx
 	cfg := httpapi.Config{Store: st, JS: n.JS, NATS: n.NC, Archives: &workers.ObjectStore{JS: n.JS}, Sources: sources,
 		Policy: watch, RatePerSecond: 1000, Burst: 1000, Placer: placer, Runs: n.JS,
-		Workdirs: &control.Workdirs{Store: &workers.ObjectStore{JS: n.JS}}}
+		Workdirs: &control.Workdirs{Store: &workers.ObjectStore{JS: n.JS}},
+		// The tests' webhooks listen on loopback addresses.
+		Webhooks: &control.Notifier{Store: st, AllowPrivateAddresses: true}}
 	if tweak != nil {
 		tweak(&cfg)
 	}

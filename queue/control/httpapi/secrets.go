@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,43 @@ func (s *Server) registerSecrets(api huma.API) {
 		DefaultStatus: http.StatusNoContent,
 		Metadata:      map[string]any{metaRole: queue.RoleAdmin},
 	}, s.deleteSecret)
+}
+
+// WebhookTester posts a test message to the webhook whose URL a project's
+// secret holds.
+type WebhookTester interface {
+	TestPost(ctx context.Context, project, name, by string) (*queue.WebhookTest, error)
+}
+
+func (s *Server) registerWebhooks(api huma.API) {
+	register(api, huma.Operation{
+		OperationID: "test-webhook", Errors: []int{404, 422, 501}, Method: http.MethodPost, Path: "/v1/projects/{project}/webhooks/{name}/test", Tags: []string{"jobs"},
+		Summary: "Post a test message to the webhook a project's secret holds, as the end of a job naming it in notify.webhook would be posted (submit role)",
+		Description: "The server posts `{\"text\": \"gpuq: a test post to webhook NAME of project P, asked for by TOKEN: …\", \"test\": true}` from where it posts the ends of jobs, " +
+			"with the same rules (public addresses only unless notifications.allow_private_addresses, no redirect followed, notifications.timeout) and once, and answers how it went: " +
+			"`delivered`, the webhook's `http_status`, and `error` saying why it failed. The answer holds the webhook's host, never its URL. " +
+			"404 when the secret is not set; 501 when the server posts to no webhooks.",
+		Metadata: map[string]any{metaRole: queue.RoleSubmit},
+	}, s.testWebhook)
+}
+
+func (s *Server) testWebhook(ctx context.Context, in *secretInput) (*struct{ Body *queue.WebhookTest }, error) {
+	if err := checkSecretInput(ctx, in); err != nil {
+		return nil, err
+	}
+	if s.cfg.Webhooks == nil {
+		return nil, huma.Error501NotImplemented("this server posts to no webhooks")
+	}
+	tok := tokenOf(ctx)
+	res, err := s.cfg.Webhooks.TestPost(ctx, in.Project, in.Name, cmp.Or(tok.Name, tok.Prefix))
+	if errors.Is(err, queue.ErrSecretMissing) {
+		return nil, huma.Error404NotFound(fmt.Sprintf("secret %s is not set for project %s: gpuq secret set --project %[2]s %[1]s first", in.Name, in.Project))
+	}
+	if err != nil {
+		return nil, internal(s.cfg.Logger, "posting a test message to a webhook", err)
+	}
+	s.cfg.Logger.Info("test post to a webhook", "project", in.Project, "secret", in.Name, "host", res.Host, "delivered", res.Delivered, "token", tok.ID.String())
+	return &struct{ Body *queue.WebhookTest }{Body: res}, nil
 }
 
 func (s *Server) listSecrets(ctx context.Context, in *projectInput) (*struct{ Body *Secrets }, error) {

@@ -2,8 +2,12 @@ package httpapi_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpuq/gpuq/queue"
@@ -127,5 +131,82 @@ func TestAProjectsSecretsAreSetByItsAdminAndNeverShown(t *testing.T) {
 	call("PUT", "/v1/projects/ml/secrets/HF_TOKEN", admin, set, http.StatusOK)
 	if r := e.do("POST", jobPath+"/retry", submitter, "", nil); r.Status != http.StatusOK {
 		t.Fatalf("retry once the secret is set again: %d %s", r.Status, r.Body)
+	}
+}
+
+// A token of a project that may submit its jobs has the server post a test
+// message to the webhook a secret of the project holds, and reads how it
+// went; the answer names the webhook's host, never its URL. A secret not
+// set, a project the token does not see: 404; a reader: 403; a server
+// that posts to no webhooks: 501.
+func TestATestPostToAProjectsWebhookSaysHowItWent(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, nil)
+	doc := loadOpenAPI(t)
+	var (
+		mu     sync.Mutex
+		posted []string
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, r.URL.Path+" "+string(b))
+		mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/gone/") {
+			http.Error(w, "no_service", http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(hook.Close)
+	const token = "T0AB12/B0CD34/XyZsecretPart"
+	admin := e.token(queue.RoleAdmin, nil, "ml")
+	submitter := e.token(queue.RoleSubmit, nil, "ml")
+	reader := e.token(queue.RoleRead, nil, "ml")
+	vision := e.token(queue.RoleSubmit, nil, "vision")
+	for name, path := range map[string]string{"SLACK_HOOK": "/ok/", "OLD_HOOK": "/gone/"} {
+		if r := e.do("PUT", "/v1/projects/ml/secrets/"+name, admin, "application/json", []byte(`{"value": "`+hook.URL+path+token+`"}`)); r.Status != http.StatusOK {
+			t.Fatalf("setting %s: %d %s", name, r.Status, r.Body)
+		}
+	}
+	call := func(path, tok string, want int) *response {
+		t.Helper()
+		r := e.do("POST", path, tok, "", nil)
+		if r.Status != want {
+			t.Fatalf("POST %s: %d, want %d: %s", path, r.Status, want, r.Body)
+		}
+		if strings.Contains(string(r.Body), "secretPart") {
+			t.Fatalf("POST %s answered the webhook's URL: %s", path, r.Body)
+		}
+		doc.check(t, "POST", "/v1/projects/{project}/webhooks/{name}/test", r)
+		return r
+	}
+	postedSoFar := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(posted)
+	}
+	var res queue.WebhookTest
+	call("/v1/projects/ml/webhooks/SLACK_HOOK/test", submitter, http.StatusOK).json(t, &res)
+	if got := postedSoFar(); !res.Delivered || res.HTTPStatus != 200 || res.Host != "127.0.0.1" || res.Error != "" || len(got) != 1 ||
+		!strings.HasPrefix(got[0], "/ok/"+token+" ") || !strings.Contains(got[0], `"test":true`) {
+		t.Fatalf("a test post: %+v; posted %q", res, got)
+	}
+	call("/v1/projects/ml/webhooks/OLD_HOOK/test", submitter, http.StatusOK).json(t, &res)
+	if res.Delivered || res.HTTPStatus != 404 || res.Error != "posting to 127.0.0.1: HTTP 404: no_service" {
+		t.Fatalf("a test post to a webhook that is gone: %+v", res)
+	}
+	if r := call("/v1/projects/ml/webhooks/NOT_SET/test", submitter, http.StatusNotFound); !strings.Contains(string(r.Body),
+		"secret NOT_SET is not set for project ml: gpuq secret set --project ml NOT_SET first") {
+		t.Fatalf("a test post to a secret not set: %s", r.Body)
+	}
+	call("/v1/projects/ml/webhooks/SLACK_HOOK/test", vision, http.StatusNotFound)
+	call("/v1/projects/ml/webhooks/SLACK_HOOK/test", reader, http.StatusForbidden)
+	call("/v1/projects/ml/webhooks/slack-hook/test", submitter, http.StatusUnprocessableEntity)
+	if got := postedSoFar(); len(got) != 2 {
+		t.Fatalf("posts: %q, want the two tests only", got)
+	}
+
+	none := startEnv(t, func(c *httpapi.Config) { c.Webhooks = nil })
+	if r := none.do("POST", "/v1/projects/ml/webhooks/SLACK_HOOK/test", none.token(queue.RoleSubmit, nil, "ml"), "", nil); r.Status != http.StatusNotImplemented {
+		t.Fatalf("a server posting to no webhooks: %d %s", r.Status, r.Body)
 	}
 }
