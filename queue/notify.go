@@ -204,7 +204,7 @@ type DueNotification struct {
 }
 
 // WebhookTest is the outcome of a test post to the webhook a project's
-// secret holds (gpuq notify test, POST
+// secret holds (gpuq secret test-webhook, POST
 // /v1/projects/{project}/webhooks/{name}/test).
 type WebhookTest struct {
 	Project string `json:"project"`
