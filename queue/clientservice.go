@@ -85,6 +85,9 @@ const (
 	MaxClientArchiveChunk = 256 << 10
 	// MaxClientEvents bounds the events one wait answer carries.
 	MaxClientEvents = 100
+	// MaxLogTail bounds the lines of output a logs read may begin with
+	// (tail), over NATS and HTTP.
+	MaxLogTail = 10000
 )
 
 // ClientRequest is the body of every client service request; each
@@ -107,6 +110,11 @@ type ClientRequest struct {
 	Limit int `json:"limit,omitempty"`
 	// logs: only chunks after this log stream sequence.
 	After uint64 `json:"after,omitempty"`
+	// logs: without After, begin with the job's last Tail lines of output
+	// (at most MaxLogTail), counting only attempt Attempt's when it is set;
+	// the chunks that follow are every attempt's.
+	Tail    int `json:"tail,omitempty"`
+	Attempt int `json:"attempt,omitempty"`
 	// archive: the first byte wanted.
 	Offset int64 `json:"offset,omitempty"`
 	// wait: how many events of the job's audit trail the caller has seen.

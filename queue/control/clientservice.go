@@ -215,6 +215,10 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 		return nil, clientErr("400", "wait: must be 0–%s, got %s", queue.MaxClientWait, r.Wait)
 	case len(r.Pool) > 64:
 		return nil, clientErr("400", "pool: at most 64 characters, got %d", len(r.Pool))
+	case r.Tail < 0 || r.Tail > queue.MaxLogTail:
+		return nil, clientErr("400", "tail: must be 0–%d lines, got %d", queue.MaxLogTail, r.Tail)
+	case r.Attempt < 0:
+		return nil, clientErr("400", "attempt: must not be negative, got %d", r.Attempt)
 	}
 	switch op {
 	case queue.ClientOpList:
@@ -379,7 +383,14 @@ func (s *ClientService) logs(ctx context.Context, job *queue.Job, r queue.Client
 	if mp := int(s.NATS.MaxPayload()) / 8; mp > 0 && mp < maxBytes {
 		maxBytes = mp
 	}
-	return ReadLogPage(ctx, s.JS, job, r.After, limit, maxBytes)
+	from := LogStart{After: r.After}
+	if r.Tail > 0 && r.After == 0 {
+		var err error
+		if from, err = LogTail(ctx, s.JS, job.ID, r.Tail, r.Attempt); err != nil {
+			return nil, err
+		}
+	}
+	return ReadLogPage(ctx, s.JS, job, from, limit, maxBytes)
 }
 
 // result returns a succeeded job's output record, nil when it wrote none.
@@ -497,11 +508,13 @@ func (s *ClientService) wait(ctx context.Context, job *queue.Job, r queue.Client
 	}
 }
 
-// ReadLogPage reads the job's stored output after the log stream sequence
-// after: at most limit chunks and about maxBytes of output. Done says the
+// ReadLogPage reads the job's stored output from from (after the log
+// stream sequence from.After, the first chunk cut where the tail it begins
+// with starts): at most limit chunks and about maxBytes of output. Done says the
 // job had finished before the read and the page reaches the end of its
 // output.
-func ReadLogPage(ctx context.Context, js LogStreams, job *queue.Job, after uint64, limit, maxBytes int) (*queue.ClientLogPage, error) {
+func ReadLogPage(ctx context.Context, js LogStreams, job *queue.Job, from LogStart, limit, maxBytes int) (*queue.ClientLogPage, error) {
+	after := from.After
 	subject := queue.JobLogsSubject(job.ID.String())
 	last, err := lastSeq(ctx, js, queue.StreamLogs, subject)
 	if err != nil {
@@ -531,7 +544,9 @@ func ReadLogPage(ctx context.Context, js LogStreams, job *queue.Job, after uint6
 				if size > 0 && size+len(msg.Data()) > maxBytes {
 					break read
 				}
-				page.Chunks = append(page.Chunks, logChunkOf(msg, meta.Sequence.Stream))
+				ch := logChunkOf(msg, meta.Sequence.Stream)
+				ch.Data = from.Trim(ch.Seq, ch.Data)
+				page.Chunks = append(page.Chunks, ch)
 				page.NextAfter = meta.Sequence.Stream
 				size += len(msg.Data())
 			}

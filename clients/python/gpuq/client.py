@@ -805,29 +805,42 @@ class Client:
                 raise
             return known
 
-    def logs(self, job_id: JobRef, follow: bool = False, attempt: Optional[int] = None) -> Iterator[LogChunk]:
+    def logs(self, job_id: JobRef, follow: bool = False, attempt: Optional[int] = None,
+             tail: Optional[int] = None) -> Iterator[LogChunk]:
         """The job's output as chunks (``chunk.data``), every attempt's in
         order (``chunk.attempt`` says whose), or only ``attempt``'s. With
-        follow, new output is yielded as it is written and the iterator ends
-        once the job has finished and all of it was sent."""
+        ``tail``, it begins with the last ``tail`` lines stored now (of
+        ``attempt``'s, when given; 1–10000). With follow, new output is
+        yielded as it is written and the iterator ends once the job has
+        finished and all of it was sent: ``logs(job, follow=True, tail=20)``
+        shows where a long job stands and follows it from there."""
         job_id = _id(job_id)
         if attempt is not None and attempt < 1:
             raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= 10000):
+            raise ValueError("tail: must be 1–10000 lines, got %r" % (tail,))
         if attempt is not None:
             # An attempt the job has not had yields nothing: say so, unless
             # following a job that may still come to it.
             job = self.get(job_id)
             if job.attempt < attempt and (not follow or job.done):
                 raise ValueError("attempt: job %s has had %d attempt(s), not %d" % (job_id, job.attempt, attempt))
-        for chunk in self._logs(job_id, follow):
+        start: Dict[str, Any] = {}
+        if tail is not None:
+            start["tail"] = tail
+            if attempt is not None:
+                start["attempt"] = attempt
+        for chunk in self._logs(job_id, follow, start):
             if attempt is None or chunk.attempt == attempt:
                 yield chunk
 
-    def _logs(self, job_id: str, follow: bool) -> Iterator[LogChunk]:
+    def _logs(self, job_id: str, follow: bool, start: Dict[str, Any]) -> Iterator[LogChunk]:
         if not follow:
             after = 0
             while True:
-                page = self._get(_job_path(job_id, "/logs"), {"after": after, "limit": 1000})
+                # The tail sets where the output begins; the next pages go
+                # on from next_after.
+                page = self._get(_job_path(job_id, "/logs"), dict({"after": after, "limit": 1000}, **(start if after == 0 else {})))
                 chunks = page.get("chunks") or []
                 for c in chunks:
                     yield LogChunk.from_doc(c)
@@ -839,7 +852,9 @@ class Client:
         again = _Reconnect(job_id)
         while True:
             try:
-                for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), {"follow": "true"}, last_id=last):
+                # Reopened after a drop, the stream goes on from its last
+                # chunk (Last-Event-ID), which the server prefers to the tail.
+                for ev_id, kind, data in self._events(_job_path(job_id, "/logs"), dict({"follow": "true"}, **start), last_id=last):
                     again.heard()
                     if kind == "end":
                         return

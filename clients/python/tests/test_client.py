@@ -365,6 +365,20 @@ class ClientTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "has had 2 attempt"):
             list(client.logs(job.id, attempt=3))
 
+    def test_logs_from_the_last_lines(self):
+        # A job of hours: where it stands now, and then followed from there.
+        job = client.submit(name="tailed", command=["sh", "-c", "for i in 1 2 3 4 5; do echo step $i; done; "
+                                                    "echo attempt $GPUQ_ATTEMPT; test $GPUQ_ATTEMPT -ge 2"],
+                            retries={"max_errors": 1, "delay": "1s"})
+        self.assertEqual(client.wait(job, timeout=120, progress=False).state, "succeeded")
+        self.assertEqual("".join(c.data for c in client.logs(job, tail=2)), "step 5\nattempt 2\n")
+        self.assertEqual([(c.attempt, c.data) for c in client.logs(job, tail=1, attempt=1)], [(1, "attempt 1\n")])
+        self.assertEqual("".join(c.data for c in client.logs(job, tail=3, follow=True)), "step 4\nstep 5\nattempt 2\n")
+        self.assertEqual("".join(c.data for c in client.logs(job, tail=1000)), "".join(c.data for c in client.logs(job)))
+        for bad in (0, -1, 10001, True, "3"):
+            with self.assertRaisesRegex(ValueError, "tail"):
+                list(client.logs(job, tail=bad))
+
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])
         self.assertIn(job.id, [j.id for j in client.list(limit=500)])

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -514,9 +515,20 @@ func chunkOf(c httpapi.LogChunk) queue.LogChunk {
 	return queue.LogChunk{Attempt: c.Attempt, Stream: c.Stream, Data: []byte(c.Data)}
 }
 
-func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error {
-	if follow {
-		return a.stream(ctx, jobPath(id, "/logs"), url.Values{"follow": {"true"}}, func(e sseEvent) (bool, error) {
+func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, r logRead, fn func(queue.LogChunk) error) error {
+	tail := url.Values{}
+	if r.Tail > 0 {
+		tail.Set("tail", strconv.Itoa(r.Tail))
+		if r.Attempt > 0 {
+			tail.Set("attempt", strconv.Itoa(r.Attempt))
+		}
+	}
+	if r.Follow {
+		// A stream reopened after a drop goes on from its last chunk
+		// (Last-Event-ID), which the server prefers to the tail.
+		q := url.Values{"follow": {"true"}}
+		maps.Copy(q, tail)
+		return a.stream(ctx, jobPath(id, "/logs"), q, func(e sseEvent) (bool, error) {
 			switch e.Event {
 			case "end":
 				return false, nil
@@ -534,6 +546,9 @@ func (a *apiJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(q
 	for {
 		var page httpapi.LogPage
 		q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}}
+		if after == 0 {
+			maps.Copy(q, tail)
+		}
 		if err := a.call(ctx, http.MethodGet, jobPath(id, "/logs"), q, nil, "", &page); err != nil {
 			return err
 		}

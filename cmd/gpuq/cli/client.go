@@ -444,7 +444,7 @@ func followJob(cmd *cobra.Command, svc jobService, id uuid.UUID, timeout time.Du
 		defer cancel()
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "gpuq: job %s submitted; its output follows\n", id)
-	err := printOutput(ctx, cmd, svc, id, true, 0)
+	err := printOutput(ctx, cmd, svc, id, logRead{Follow: true})
 	var job *queue.Job
 	if err == nil {
 		job, err = waitJob(ctx, svc, id, func(queue.Event) {})
@@ -868,17 +868,26 @@ func newLogsCmd() *cobra.Command {
 		Short: "Print a job's output; -f follows it until the job finishes",
 		Long: `Print a job's output; -f follows it until the job finishes.
 
+--tail N begins with the last N lines of the output stored now (of attempt
+--attempt's, when given), so that -f --tail 20 shows where a job of hours
+stands and follows it from there.
+
 With several ids, or --label KEY=VALUE for every job whose labels hold that
 entry (a sweep's, in the order submitted), print each job's output in turn
 under a line naming it (==> ID (name) state <==); -f follows each until it
 finishes before the next. -o json adds the job's id to each line's object.`,
 		Example: `  gpuq logs -f 01a2490c-414b-74a6-950b-948f7b68feb6
+  gpuq logs -f --tail 20 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq logs --label sweep=lr-search`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		ctx := cmd.Context()
-		follow, only := v.GetBool("follow"), v.GetInt("attempt")
+		r := logRead{Follow: v.GetBool("follow"), Tail: v.GetInt("tail"), Attempt: v.GetInt("attempt")}
+		only := r.Attempt
 		if only < 0 {
 			return fmt.Errorf("--attempt: must be 1 or more (0: every attempt), got %d", only)
+		}
+		if r.Tail < 0 || r.Tail > queue.MaxLogTail {
+			return fmt.Errorf("--tail: must be 1–%d lines (0: the whole output), got %d", queue.MaxLogTail, r.Tail)
 		}
 		if label != "" {
 			var err error
@@ -887,7 +896,7 @@ finishes before the next. -o json adds the job's id to each line's object.`,
 			}
 		}
 		if len(ids) == 1 && label == "" {
-			return notFoundError(ids[0], jobLogs(ctx, cmd, svc, ids[0], follow, only, format, false))
+			return notFoundError(ids[0], jobLogs(ctx, cmd, svc, ids[0], r, format, false))
 		}
 		for i, id := range ids {
 			job, err := svc.Job(ctx, id)
@@ -904,7 +913,7 @@ finishes before the next. -o json adds the job's id to each line's object.`,
 			if only > job.Attempt && job.State.Terminal() {
 				continue
 			}
-			if err := notFoundError(id, jobLogs(ctx, cmd, svc, id, follow, only, format, true)); err != nil {
+			if err := notFoundError(id, jobLogs(ctx, cmd, svc, id, r, format, true)); err != nil {
 				return err
 			}
 		}
@@ -912,14 +921,17 @@ finishes before the next. -o json adds the job's id to each line's object.`,
 	})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes (with several jobs, each in turn)")
 	cmd.Flags().Int("attempt", 0, "only this attempt's output (`n`: 1 for the first; 0 for every attempt's)")
+	cmd.Flags().Int("tail", 0, "begin with the last `n` lines of output (with --attempt, of that attempt); with -f, then follow new output; 0 prints it all")
 	cmd.Flags().String("label", "", "print the output of every job whose spec.labels has this `entry`, key=value, in the order submitted")
 	return cmd
 }
 
-// jobLogs prints job id's output: only attempt only's unless 0, following
-// it until the job finishes with follow; as JSON lines with format json,
-// carrying the job's id with withID.
-func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, follow bool, only int, format string, withID bool) error {
+// jobLogs prints job id's output as r says: only attempt r.Attempt's unless
+// 0, from its last r.Tail lines when set, following it until the job
+// finishes with r.Follow; as JSON lines with format json, carrying the job's
+// id with withID.
+func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, r logRead, format string, withID bool) error {
+	follow, only := r.Follow, r.Attempt
 	if only > 0 && !withID {
 		// An attempt the job has not had prints nothing: say so, unless
 		// following a job that may still come to it.
@@ -932,10 +944,10 @@ func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UU
 		}
 	}
 	if format != "json" {
-		return printOutput(ctx, cmd, svc, id, follow, only)
+		return printOutput(ctx, cmd, svc, id, r)
 	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
-	return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+	return svc.Logs(ctx, id, r, func(ch queue.LogChunk) error {
 		if only != 0 && ch.Attempt != only {
 			return nil
 		}
@@ -952,14 +964,13 @@ func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UU
 	})
 }
 
-// printOutput writes the job's output (only attempt only's, unless 0) to
-// stdout, following it until the job finishes with follow. A job retried or
-// preempted has output from several attempts: where one ends and the next
-// begins is said on stderr, so that standard output holds only the job's
-// own.
-func printOutput(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, follow bool, only int) error {
-	out, shown := cmd.OutOrStdout(), 0
-	return svc.Logs(ctx, id, follow, func(ch queue.LogChunk) error {
+// printOutput writes the job's output, read as r says (only attempt
+// r.Attempt's, unless 0), to stdout. A job retried or preempted has output
+// from several attempts: where one ends and the next begins is said on
+// stderr, so that standard output holds only the job's own.
+func printOutput(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UUID, r logRead) error {
+	out, shown, only := cmd.OutOrStdout(), 0, r.Attempt
+	return svc.Logs(ctx, id, r, func(ch queue.LogChunk) error {
 		if only != 0 && ch.Attempt != only {
 			return nil
 		}

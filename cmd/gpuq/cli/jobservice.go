@@ -37,7 +37,8 @@ type jobService interface {
 	// Events calls fn with the job's latest state change and each later
 	// one until fn returns false, the job is finished or ctx ends.
 	Events(ctx context.Context, id uuid.UUID, fn func(queue.Event) bool) error
-	Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error
+	// Logs calls fn with each chunk of the job's output read as r says.
+	Logs(ctx context.Context, id uuid.UUID, r logRead, fn func(queue.LogChunk) error) error
 	Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error)
 	Retry(ctx context.Context, id uuid.UUID, fresh bool) (*queue.Job, error)
 	// Results unpacks a succeeded job's outputs into dir and lists them; a
@@ -101,4 +102,13 @@ func listFiles(dir string) ([]ResultFile, error) {
 		return err
 	})
 	return files, err
+}
+
+// logRead says how a job's output is read: from its first line, or from
+// where its last Tail lines begin (counting only attempt Attempt's when it
+// is set); with Follow, until the job finishes.
+type logRead struct {
+	Follow  bool
+	Tail    int
+	Attempt int
 }

@@ -304,8 +304,12 @@ func (n *natsJobs) Events(ctx context.Context, id uuid.UUID, fn func(queue.Event
 	}
 }
 
-func (n *natsJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(queue.LogChunk) error) error {
-	req := queue.ClientRequest{JobID: id, Limit: queue.MaxClientLogChunks}
+func (n *natsJobs) Logs(ctx context.Context, id uuid.UUID, r logRead, fn func(queue.LogChunk) error) error {
+	follow := r.Follow
+	req := queue.ClientRequest{JobID: id, Limit: queue.MaxClientLogChunks, Tail: r.Tail, Attempt: r.Attempt}
+	if r.Tail == 0 {
+		req.Attempt = 0
+	}
 	answered := false
 	for {
 		var page queue.ClientLogPage
@@ -316,6 +320,9 @@ func (n *natsJobs) Logs(ctx context.Context, id uuid.UUID, follow bool, fn func(
 			return err
 		}
 		answered = true
+		// The tail sets where the output begins; the next pages go on
+		// from NextAfter.
+		req.Tail, req.Attempt = 0, 0
 		for _, c := range page.Chunks {
 			if err := fn(queue.LogChunk{Attempt: c.Attempt, Stream: c.Stream, Data: []byte(c.Data)}); err != nil {
 				return err

@@ -290,7 +290,9 @@ func TestWaitOverNATSOutlivesARestartOfTheControlPlane(t *testing.T) {
 		})
 	}()
 	followed := make(chan error, 1)
-	go func() { followed <- jobs.Logs(ctx, id, true, func(queue.LogChunk) error { return nil }) }()
+	go func() {
+		followed <- jobs.Logs(ctx, id, logRead{Follow: true}, func(queue.LogChunk) error { return nil })
+	}()
 	queuetest.Eventually(t, 30*time.Second, "the wait's first answer", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -86,6 +86,22 @@ func TestARetriedJobResumesFromItsCheckpointAndIsWaitedForPastTheEndItWasRetried
 			t.Fatalf("logs: want %q (each retry resumes from the latest checkpoint), got\n%s", want, logs)
 		}
 	}
+	// Its last line, and its first attempt's, over either path; -f from
+	// the last line of a finished job prints it and ends.
+	for _, over := range []func(int, ...string) string{overNATS, overHTTP} {
+		if got := over(0, "logs", "--tail", "1", id); got != "run 3 resumed=1\n" {
+			t.Fatalf("logs --tail 1: want the last run's line alone, got %q", got)
+		}
+		if got := over(0, "logs", "--tail", "1", "--attempt", "1", id); got != "run 1 resumed=0\n" {
+			t.Fatalf("logs --tail 1 --attempt 1: want the first run's line alone, got %q", got)
+		}
+		if got := over(0, "logs", "-f", "--tail", "2", id); got != "run 2 resumed=1\nrun 3 resumed=1\ngpuq: attempt 3's output follows\n" { // stdout, then stderr
+			t.Fatalf("logs -f --tail 2: want the last two runs' lines, got %q", got)
+		}
+	}
+	if got := overHTTP(1, "logs", "--tail", "-2", id); !strings.Contains(got, "--tail: must be 1–10000 lines") {
+		t.Fatalf("logs --tail -2: %s", got)
+	}
 	out := filepath.Join(home, "out")
 	overNATS(0, "results", id, "--dir", out)
 	if b, err := os.ReadFile(filepath.Join(out, "runs")); err != nil || string(b) != "3\n" {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/control"
 )
 
 // maxLogPageBytes bounds the output one range answer carries; a range
@@ -73,6 +74,8 @@ type logsInput struct {
 	Limit       int       `query:"limit" minimum:"1" maximum:"1000" default:"200" doc:"at most this many chunks (without follow)"`
 	Follow      bool      `query:"follow" doc:"stream the output as Server-Sent Events until the job finishes"`
 	LastEventID string    `header:"Last-Event-ID" maxLength:"20" doc:"with follow: resume after this chunk"`
+	Tail        int       `query:"tail" minimum:"0" maximum:"10000" doc:"without after and Last-Event-ID: begin with the job's last this many lines of output (the first chunk cut where they begin); 0 begins with the first"`
+	Attempt     int       `query:"attempt" minimum:"0" doc:"with tail: count only this attempt's lines (the chunks that follow are every attempt's); 0 counts every attempt's"`
 }
 
 // sseContent documents a text/event-stream response whose events carry the
@@ -130,7 +133,7 @@ func (s *Server) registerStreams(api huma.API) {
 	register(api, huma.Operation{
 		OperationID: "get-job-logs", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}/logs", Tags: []string{"jobs"},
 		Summary:     "Read a job's output: a range, or followed live (follow=true, Server-Sent Events)",
-		Description: "Without follow: the chunks after `after`, at most `limit`, as JSON. With follow: every chunk after `after` (or Last-Event-ID) as a `log` event, new ones as they are written, and an `end` event once the job has finished and all its output was sent.",
+		Description: "Without follow: the chunks after `after`, at most `limit`, as JSON. With follow: every chunk after `after` (or Last-Event-ID) as a `log` event, new ones as they are written, and an `end` event once the job has finished and all its output was sent. With `tail` (and no `after` or Last-Event-ID), either begins with the job's last `tail` lines of output: a job's output of hours, followed from where it is now.",
 		Responses: map[string]*huma.Response{"200": {Description: "output", Content: map[string]*huma.MediaType{
 			"application/json":  {Schema: logSchema},
 			"text/event-stream": sseContent(api, map[string]any{"log": LogChunk{}, "end": LogEnd{}}),
@@ -414,6 +417,13 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			return nil, err
 		}
 	}
+	from := control.LogStart{After: after}
+	if in.Tail > 0 && after == 0 {
+		if from, err = control.LogTail(ctx, s.cfg.JS, job.ID, in.Tail, in.Attempt); err != nil {
+			return nil, internal(s.cfg.Logger, "reading logs", err)
+		}
+		after = from.After
+	}
 	subject := queue.JobLogsSubject(job.ID.String())
 	last, err := s.lastSeq(ctx, queue.StreamLogs, subject)
 	if err != nil {
@@ -429,6 +439,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			size := 0
 			err = follow(ctx, c, 2*time.Second, func(msg jetstream.Msg) (bool, error) {
 				ch := chunkOf(msg)
+				ch.Data = from.Trim(ch.Seq, ch.Data)
 				page.Chunks = append(page.Chunks, ch)
 				page.NextAfter = ch.Seq
 				size += len(ch.Data)
@@ -464,6 +475,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 		lastSent, quiet := after, time.Now()
 		err := follow(rctx, c, time.Second, func(msg jetstream.Msg) (bool, error) {
 			ch := chunkOf(msg)
+			ch.Data = from.Trim(ch.Seq, ch.Data)
 			lastSent = ch.Seq
 			return true, w.send(ch.Seq, "log", ch)
 		}, func() (bool, error) {
