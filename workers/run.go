@@ -169,6 +169,11 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 	// recheck asks the heartbeat to check the lease now.
 	recheck chan struct{}
+	// prepLogs ships what the job's log says of its preparation (see
+	// stepProgress), before the command's output; prepOut is its stderr.
+	prepMu   sync.Mutex
+	prepLogs *logShipper
+	prepOut  io.Writer
 }
 
 func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
@@ -178,6 +183,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 	a.outDir = filepath.Join(a.base, "output")
 	a.workDir = a.base
 	defer os.RemoveAll(a.base)
+	defer a.closePrep()
 	for _, d := range []string{a.ckptDir, a.outDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			a.hostError("preparing directories: " + err.Error())
@@ -310,6 +316,7 @@ func (a *attempt) run(ctx context.Context, from *queue.Checkpoint) {
 		a.finishError(&code, fmt.Sprintf("starting %q: %v", job.Spec.Command[0], err), queue.OutcomeRetry)
 		return
 	}
+	a.closePrep()
 	logs := newLogShipper(w.js, w.cfg.Pool, job.ID, job.Attempt)
 	logs.mask(slices.Collect(maps.Values(a.secrets)))
 	cmd := exec.Command(path, job.Spec.Command[1:]...)
@@ -601,7 +608,7 @@ func (a *attempt) unpackWorkdir() bool {
 		return false
 	}
 	dir := filepath.Join(a.base, "workdir")
-	if err := a.unpack(c.StoreURI, c.SHA256, dir); err != nil {
+	if err := a.unpack("fetching its working directory", c.Bytes, c.StoreURI, c.SHA256, dir); err != nil {
 		a.log.Error("unpacking the job's working directory", "workdir", job.Spec.Workdir, "err", err)
 		if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
 			a.fail(nil, fmt.Sprintf("%s: %v; the job was not run", reason, err))
@@ -666,7 +673,7 @@ func (a *attempt) unpackInputs() bool {
 			a.hostError(fmt.Sprintf("%s: the control plane named an input %q", reason, in.Name))
 			return false
 		}
-		if err := a.unpack(in.StoreURI, in.SHA256, filepath.Join(root, in.Name)); err != nil {
+		if err := a.unpack("fetching input "+in.Name, in.Bytes, in.StoreURI, in.SHA256, filepath.Join(root, in.Name)); err != nil {
 			a.log.Error("unpacking an input", "input", in.Name, "from", in.JobID, "err", err)
 			if errors.Is(err, ErrArchiveRefused) || errors.Is(err, queue.ErrArchiveLost) {
 				a.fail(nil, fmt.Sprintf("%s: %s: %v; the job was not run", reason, what, err))
@@ -723,14 +730,16 @@ func (a *attempt) fetchSecrets() bool {
 
 // unpack downloads the archive at uri, checks it against sha and unpacks
 // it into dir.
-func (a *attempt) unpack(uri, sha, dir string) error {
+func (a *attempt) unpack(what string, size int64, uri, sha, dir string) (err error) {
+	p := a.progress(what, size)
+	defer func() { p.end(err) }()
 	f, err := os.CreateTemp(a.base, "unpack-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := Download(a.io, a.w.archives, uri, sha, f); err != nil {
+	if err := Download(a.io, counted{ArchiveStore: a.w.archives, p: p}, uri, sha, f); err != nil {
 		return err
 	}
 	return Unpack(f, dir, a.w.cfg.Unpack)
@@ -739,7 +748,7 @@ func (a *attempt) unpack(uri, sha, dir string) error {
 // restore unpacks a recorded checkpoint into the checkpoint directory after
 // checking its hash.
 func (a *attempt) restore(cp *queue.Checkpoint) error {
-	if err := a.unpack(cp.StoreURI, cp.SHA256, a.ckptDir); err != nil {
+	if err := a.unpack(fmt.Sprintf("restoring checkpoint %d", cp.Seq), cp.Bytes, cp.StoreURI, cp.SHA256, a.ckptDir); err != nil {
 		return err
 	}
 	a.log.Info("resuming from checkpoint", "seq", cp.Seq)
@@ -799,6 +808,7 @@ func (a *attempt) complete(rec *queue.ArchiveRecord) {
 // blip. Fencing makes a repeat harmless: the attempt is recorded once, or
 // not at all when a newer one owns the job.
 func (a *attempt) settle(what string, record func() error) error {
+	a.closePrep() // what the log says of the preparation precedes the end
 	retry := queue.NewBackoff(settleRetryFirst, settleRetryMax)
 	until := time.Now().Add(a.w.cfg.AckWait)
 	for {
@@ -961,6 +971,7 @@ func handBackDelay(d time.Duration) time.Duration {
 // release hands the job back to its pool for another attempt; it reports
 // whether the control plane recorded the hand-back.
 func (a *attempt) release(outcome string, code *int, reason string, delay time.Duration) bool {
+	a.closePrep()
 	if err := a.w.store.Requeue(a.io, a.job.ID, a.job.Attempt, outcome, code, reason); err != nil {
 		a.log.Error("handing the job back", "err", err)
 		return false

@@ -109,7 +109,12 @@ type Config struct {
 	JobUIDs *UIDRange
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
-	Logger *slog.Logger
+	// Progress is how often a step preparing a job (restoring its
+	// checkpoint, fetching its working directory or inputs) says in the
+	// job's log how far it has come, once it has lasted that long.
+	// Default 10s.
+	Progress time.Duration
+	Logger   *slog.Logger
 }
 
 // WithDefaults fills unset fields.
@@ -132,6 +137,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.NoticeReserve == 0 {
 		c.NoticeReserve = time.Second
+	}
+	if c.Progress <= 0 {
+		c.Progress = 10 * time.Second
 	}
 	if c.Executable == "" {
 		c.Executable, _ = os.Executable()
