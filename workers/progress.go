@@ -10,17 +10,17 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
-// A step that prepares a job (restoring its checkpoint, fetching its
-// working directory or the outputs it reads) may take minutes for large
-// archives. While one lasts, the job's log says how far it has come, a line
-// every Config.Progress, and where it ended, so that `gpuq logs -f` shows
-// why a job running for minutes has printed nothing yet. A step shorter
-// than Config.Progress says nothing.
+// A step moving an archive for a job (restoring its checkpoint, fetching
+// its working directory or the outputs it reads, uploading a checkpoint or
+// its outputs) may take minutes for large archives. While one lasts, the
+// job's log says how far it has come, a line every Config.Progress, and
+// where it ended, so that `gpuq logs -f` shows why a job has printed
+// nothing for minutes. A step shorter than Config.Progress says nothing.
 
-// stepProgress counts the bytes of one preparation step and reports them
-// in the job's log while the step lasts.
+// stepProgress counts the bytes of one step and reports them in the job's
+// log while the step lasts.
 type stepProgress struct {
-	a     *attempt
+	say   func(format string, args ...any)
 	what  string
 	total int64
 	start time.Time
@@ -31,10 +31,19 @@ type stepProgress struct {
 }
 
 // progress starts reporting the step what, of total bytes (0: unknown),
-// every Config.Progress until end is called.
-func (a *attempt) progress(what string, total int64) *stepProgress {
-	p := &stepProgress{a: a, what: what, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
-	go p.loop(a.w.cfg.Progress)
+// every Config.Progress until end is called: on out, the job's stderr log
+// while its command runs, else (nil) before or after it, through prepLine.
+func (a *attempt) progress(what string, total int64, out io.Writer) *stepProgress {
+	say := a.prepLine
+	if out != nil {
+		say = func(format string, args ...any) { fmt.Fprintf(out, "gpuq: "+format+"\n", args...) }
+	}
+	p := &stepProgress{say: say, what: what, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
+	every := a.w.cfg.Progress
+	if every <= 0 {
+		every = Config{}.WithDefaults().Progress
+	}
+	go p.loop(every)
 	return p
 }
 
@@ -48,7 +57,7 @@ func (p *stepProgress) loop(every time.Duration) {
 			return
 		case <-t.C:
 			p.shown = true
-			p.a.prepLine("%s: %s, %s", p.what, p.sofar(), time.Since(p.start).Round(time.Second))
+			p.say("%s: %s, %s", p.what, p.sofar(), time.Since(p.start).Round(time.Second))
 		}
 	}
 }
@@ -71,10 +80,10 @@ func (p *stepProgress) end(err error) {
 	}
 	took := time.Since(p.start).Round(time.Second)
 	if err != nil {
-		p.a.prepLine("%s: failed after %s, %s", p.what, humanize.IBytes(uint64(p.done.Load())), took)
+		p.say("%s: failed after %s, %s", p.what, humanize.IBytes(uint64(p.done.Load())), took)
 		return
 	}
-	p.a.prepLine("%s: done, %s in %s", p.what, humanize.IBytes(uint64(p.done.Load())), took)
+	p.say("%s: done, %s in %s", p.what, humanize.IBytes(uint64(p.done.Load())), took)
 }
 
 // counted is an archive store whose reads p counts.
@@ -85,6 +94,19 @@ type counted struct {
 
 func (c counted) Get(ctx context.Context, uri string, w io.Writer) error {
 	return c.ArchiveStore.Get(ctx, uri, progressWriter{w: w, n: &c.p.done})
+}
+
+// progressReader counts what is read from r on n, which another goroutine
+// reads.
+type progressReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c progressReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // progressWriter counts what it writes on n, which another goroutine reads.
@@ -99,8 +121,8 @@ func (c progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// prepLine writes a line to the job's stderr log before its command
-// starts, through a shipper of its own that closePrep ends.
+// prepLine writes a line to the job's stderr log before its command starts
+// or after it ended, through a shipper of its own that closePrep ends.
 func (a *attempt) prepLine(format string, args ...any) {
 	a.prepMu.Lock()
 	defer a.prepMu.Unlock()

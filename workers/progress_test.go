@@ -28,6 +28,23 @@ type slowStore struct {
 	failAt int
 }
 
+// Put reads r a piece at a time, pausing before each.
+func (s slowStore) Put(ctx context.Context, bucket, name string, r io.Reader) (string, error) {
+	buf := make([]byte, 16<<10)
+	for {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(s.pause):
+		}
+		if _, err := r.Read(buf); err == io.EOF {
+			return "mem://" + bucket + "/" + name, nil
+		} else if err != nil {
+			return "", err
+		}
+	}
+}
+
 func (s slowStore) Get(ctx context.Context, _ string, w io.Writer) error {
 	size := (len(s.data) + s.pieces - 1) / s.pieces
 	for i := 0; i*size < len(s.data); i++ {
@@ -46,10 +63,11 @@ func (s slowStore) Get(ctx context.Context, _ string, w io.Writer) error {
 	return nil
 }
 
-// A step preparing a job that lasts (a large checkpoint restored) says in
-// the job's log, on stderr under the attempt, how far it has come and how
-// it ended, before the command's own output; a short one says nothing.
-func TestALongPreparationSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
+// A step moving a job's archive that lasts (a large checkpoint restored,
+// its outputs uploaded) says in the job's log, on stderr under the
+// attempt, how far it has come and how it ended, apart from the command's
+// own output; a short one says nothing.
+func TestAnArchiveStepThatLastsSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
 	t.Parallel()
 	n := queuetest.StartNATS(t)
 	ctx := context.Background()
@@ -94,6 +112,12 @@ func TestALongPreparationSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
 		t.Fatal("a download that fails must fail the step")
 	}
 	b.closePrep()
+	// Its outputs uploaded after the command ended.
+	up := attemptOn(slowStore{pause: 20 * time.Millisecond}, 40*time.Millisecond)
+	if rec, err := up.pack("uploading its outputs", src, nil, "jobs/x/outputs-a2.tar.zst"); err != nil || rec.SHA256 != arch.SHA256 {
+		t.Fatalf("packing and uploading the outputs: %+v, %v", rec, err)
+	}
+	up.closePrep()
 
 	var lines []string
 	err = queue.ReadLogChunks(ctx, n.JS, job.ID, false, nil, func(c queue.LogChunk) error {
@@ -107,7 +131,7 @@ func TestALongPreparationSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
 		t.Fatal(err)
 	}
 	progress := regexp.MustCompile(`^gpuq: restoring checkpoint 3: [0-9.]+ (B|KiB) of [0-9.]+ KiB \([0-9]+%\), [0-9]+s$`)
-	var shown, done, failed int
+	var shown, done, failed, uploaded int
 	for _, l := range lines {
 		switch {
 		case progress.MatchString(l):
@@ -117,6 +141,8 @@ func TestALongPreparationSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
 			}
 		case regexp.MustCompile(`^gpuq: restoring checkpoint 3: done, [0-9.]+ KiB in [0-9]+s$`).MatchString(l):
 			done++
+		case regexp.MustCompile(`^gpuq: uploading its outputs: ([0-9.]+ (B|KiB) of [0-9.]+ KiB \([0-9]+%\), [0-9]+s|done, [0-9.]+ KiB in [0-9]+s)$`).MatchString(l):
+			uploaded++
 		case regexp.MustCompile(`^gpuq: fetching input big: `).MatchString(l):
 			if strings.Contains(l, "failed after") {
 				failed++
@@ -125,7 +151,7 @@ func TestALongPreparationSaysInTheJobsLogHowFarItHasCome(t *testing.T) {
 			t.Errorf("unexpected line in the job's log: %q", l)
 		}
 	}
-	if shown == 0 || done != 1 || failed != 1 {
-		t.Fatalf("want progress lines, one done line and one failed line; got %d, %d, %d in\n%s", shown, done, failed, strings.Join(lines, "\n"))
+	if shown == 0 || done != 1 || failed != 1 || uploaded < 2 {
+		t.Fatalf("want progress lines, one done line, one failed line and the upload's; got %d, %d, %d, %d in\n%s", shown, done, failed, uploaded, strings.Join(lines, "\n"))
 	}
 }

@@ -533,7 +533,7 @@ func (a *attempt) save(context.Context) (int, error) {
 	defer a.saveMu.Unlock()
 	a.upload++
 	name := fmt.Sprintf("jobs/%s/checkpoint-a%d-%d.tar.zst", a.job.ID, a.job.Attempt, a.upload)
-	rec, err := a.pack(a.ckptDir, a.job.Spec.Checkpoint.Paths, name)
+	rec, err := a.pack("uploading a checkpoint", a.ckptDir, a.job.Spec.Checkpoint.Paths, name)
 	if err != nil {
 		return 0, err
 	}
@@ -556,8 +556,9 @@ func (a *attempt) save(context.Context) (int, error) {
 }
 
 // pack packs dir and uploads it as name to the worker's pool's bucket, in
-// its region.
-func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveRecord, error) {
+// its region; an upload that lasts says how far it has come, as what, in
+// the job's log.
+func (a *attempt) pack(what, dir string, paths []string, name string) (_ *queue.ArchiveRecord, err error) {
 	arch, err := Pack(dir, paths, a.base)
 	if err != nil {
 		return nil, err
@@ -575,7 +576,9 @@ func (a *attempt) pack(dir string, paths []string, name string) (*queue.ArchiveR
 		return nil, err
 	}
 	defer f.Close()
-	uri, err := a.w.archives.Put(a.io, queue.ArchiveBucket(a.w.cfg.Pool), name, f)
+	p := a.progress(what, arch.Bytes, a.stderr)
+	defer func() { p.end(err) }()
+	uri, err := a.w.archives.Put(a.io, queue.ArchiveBucket(a.w.cfg.Pool), name, progressReader{r: f, n: &p.done})
 	if err != nil {
 		return nil, err
 	}
@@ -731,7 +734,7 @@ func (a *attempt) fetchSecrets() bool {
 // unpack downloads the archive at uri, checks it against sha and unpacks
 // it into dir.
 func (a *attempt) unpack(what string, size int64, uri, sha, dir string) (err error) {
-	p := a.progress(what, size)
+	p := a.progress(what, size, nil)
 	defer func() { p.end(err) }()
 	f, err := os.CreateTemp(a.base, "unpack-*")
 	if err != nil {
@@ -759,7 +762,7 @@ func (a *attempt) succeed() {
 	var rec *queue.ArchiveRecord
 	if entries, _ := os.ReadDir(a.outDir); len(entries) > 0 {
 		var err error
-		rec, err = a.pack(a.outDir, nil, fmt.Sprintf("jobs/%s/outputs-a%d.tar.zst", a.job.ID, a.job.Attempt))
+		rec, err = a.pack("uploading its outputs", a.outDir, nil, fmt.Sprintf("jobs/%s/outputs-a%d.tar.zst", a.job.ID, a.job.Attempt))
 		if err != nil {
 			a.log.Error("uploading outputs", "err", err)
 			a.hostError("uploading outputs: " + err.Error())
