@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -868,17 +870,20 @@ func newLogsCmd() *cobra.Command {
 		Short: "Print a job's output; -f follows it until the job finishes",
 		Long: `Print a job's output; -f follows it until the job finishes.
 
---tail N begins with the last N lines of the output stored now (of attempt
---attempt's, when given), so that -f --tail 20 shows where a job of hours
-stands and follows it from there.
+--tail N begins with the last N lines of the output stored now (of the
+attempt --attempt names, when given), so that -f --tail 20 shows where a job
+of hours stands and follows it from there.
 
 With several ids, or --label KEY=VALUE for every job whose labels hold that
 entry (a sweep's, in the order submitted), print each job's output in turn
 under a line naming it (==> ID (name) state <==); -f follows each until it
-finishes before the next. -o json adds the job's id to each line's object.`,
+finishes before the next. --prefix instead prints every job's output as it
+comes, each line under its job's name and short id, so that -f follows a
+running sweep whole. -o json adds the job's id to each line's object.`,
 		Example: `  gpuq logs -f 01a2490c-414b-74a6-950b-948f7b68feb6
   gpuq logs -f --tail 20 01a2490c-414b-74a6-950b-948f7b68feb6
-  gpuq logs --label sweep=lr-search`,
+  gpuq logs --label sweep=lr-search
+  gpuq logs -f --prefix --label sweep=lr-search`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		ctx := cmd.Context()
 		r := logRead{Follow: v.GetBool("follow"), Tail: v.GetInt("tail"), Attempt: v.GetInt("attempt")}
@@ -894,6 +899,9 @@ finishes before the next. -o json adds the job's id to each line's object.`,
 			if ids, _, err = labelled(ctx, svc, v.GetString("project"), label); err != nil {
 				return err
 			}
+		}
+		if v.GetBool("prefix") {
+			return prefixedLogs(ctx, cmd, svc, ids, r, format)
 		}
 		if len(ids) == 1 && label == "" {
 			return notFoundError(ids[0], jobLogs(ctx, cmd, svc, ids[0], r, format, false))
@@ -921,6 +929,7 @@ finishes before the next. -o json adds the job's id to each line's object.`,
 	})
 	cmd.Flags().BoolP("follow", "f", false, "keep printing new output until the job finishes (with several jobs, each in turn)")
 	cmd.Flags().Int("attempt", 0, "only this attempt's output (`n`: 1 for the first; 0 for every attempt's)")
+	cmd.Flags().Bool("prefix", false, "print the jobs' output as it comes, every job's at once, each line under its job's name and short id, instead of one job after another (with -f: follow them all at once)")
 	cmd.Flags().Int("tail", 0, "begin with the last `n` lines of output (with --attempt, of that attempt); with -f, then follow new output; 0 prints it all")
 	cmd.Flags().String("label", "", "print the output of every job whose spec.labels has this `entry`, key=value, in the order submitted")
 	return cmd
@@ -951,17 +960,120 @@ func jobLogs(ctx context.Context, cmd *cobra.Command, svc jobService, id uuid.UU
 		if only != 0 && ch.Attempt != only {
 			return nil
 		}
-		for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
-			obj := map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}
-			if withID {
-				obj["job"] = id
-			}
-			if err := enc.Encode(obj); err != nil {
+		return encodeLines(enc, ch, id, withID)
+	})
+}
+
+// encodeLines writes each line of ch as a JSON object, carrying the job's
+// id with withID.
+func encodeLines(enc *json.Encoder, ch queue.LogChunk, id uuid.UUID, withID bool) error {
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(ch.Data), "\n"), "\n") {
+		obj := map[string]any{"attempt": ch.Attempt, "stream": ch.Stream, "line": strings.TrimSuffix(line, "\n")}
+		if withID {
+			obj["job"] = id
+		}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxPrefixedReads bounds the jobs whose output gpuq logs --prefix reads
+// at once; the next job in order is read when one of them is done.
+const maxPrefixedReads = 32
+
+// prefixedLogs prints the output of the jobs of ids as it comes, up to
+// maxPrefixedReads of them at once in the order given, each line under its
+// job's name and short id ([lr-0.1 …4f1c9a2b7e10] step 3; -o json: the
+// job's id in each line's object), read as r says. It returns the error of
+// the first job, in that order, whose output could not be read.
+func prefixedLogs(ctx context.Context, cmd *cobra.Command, svc jobService, ids []uuid.UUID, r logRead, format string) error {
+	var mu sync.Mutex // one line at a time
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	enc := json.NewEncoder(out)
+	errs := make([]error, len(ids))
+	slots := make(chan struct{}, maxPrefixedReads)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = notFoundError(id, prefixedJob(ctx, svc, id, r, func(ch queue.LogChunk, tag string, partial map[string]string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if format == "json" {
+					if ch.Stream == "" {
+						return nil // each line's object says its attempt
+					}
+					return encodeLines(enc, ch, id, true)
+				}
+				key := strconv.Itoa(ch.Attempt) + "/" + ch.Stream
+				lines := strings.Split(partial[key]+string(ch.Data), "\n")
+				partial[key] = lines[len(lines)-1]
+				w := out
+				if ch.Stream == "" {
+					w = errOut // what gpuq itself says of the job
+				}
+				for _, l := range lines[:len(lines)-1] {
+					fmt.Fprintf(w, "%s%s\n", tag, l)
+				}
+				return nil
+			}))
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prefixedJob reads job id's output for prefixedLogs, calling fn with each
+// chunk of attempt r.Attempt (every attempt's unless 0), the job's tag and
+// the line it left unfinished in each attempt and stream; a line left
+// unfinished at the end is ended there, and where a later attempt's
+// output begins is said as gpuq says it on stderr.
+func prefixedJob(ctx context.Context, svc jobService, id uuid.UUID, r logRead, fn func(queue.LogChunk, string, map[string]string) error) error {
+	job, err := svc.Job(ctx, id)
+	if err != nil {
+		return err
+	}
+	tag := "[" + shortID(id) + "] "
+	if name := printable(job.Name); name != "" {
+		tag = "[" + name + " " + shortID(id) + "] "
+	}
+	if r.Attempt > job.Attempt && job.State.Terminal() {
+		return nil // an attempt the job has not had prints nothing of it
+	}
+	partial, shown := map[string]string{}, 0
+	err = svc.Logs(ctx, id, r, func(ch queue.LogChunk) error {
+		if r.Attempt != 0 && ch.Attempt != r.Attempt {
+			return nil
+		}
+		if shown != 0 && ch.Attempt != shown {
+			if err := fn(queue.LogChunk{Attempt: ch.Attempt, Data: []byte(fmt.Sprintf("gpuq: attempt %d's output follows\n", ch.Attempt))}, tag, partial); err != nil {
 				return err
 			}
 		}
-		return nil
+		shown = ch.Attempt
+		return fn(ch, tag, partial)
 	})
+	for key, rest := range partial {
+		if rest != "" {
+			attempt, stream, _ := strings.Cut(key, "/")
+			n, _ := strconv.Atoi(attempt)
+			fn(queue.LogChunk{Attempt: n, Stream: stream, Data: []byte("\n")}, tag, partial) //nolint:errcheck // ends the line it left
+		}
+	}
+	return err
 }
 
 // printOutput writes the job's output, read as r says (only attempt

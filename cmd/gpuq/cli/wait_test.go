@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,5 +251,27 @@ func TestSubmitFollowPrintsTheJobsOutputThenExitsWithItsOutcome(t *testing.T) {
 		if _, _, err := runCLI(t, append([]string{"submit", "--config", config, "--follow"}, args...)...); err == nil || !strings.Contains(err.Error(), "--follow prints") {
 			t.Fatalf("submit --follow %v: want a refusal, got %v", args, err)
 		}
+	}
+
+	// gpuq logs -f --prefix follows a sweep's jobs at once (one on each of
+	// gpuq dev's pools), each line under its job's name and short id: the
+	// second job's first line comes while the first job sleeps.
+	tags := map[string]string{}
+	for _, name := range []string{"ja", "jb"} {
+		l, tier := name[1:], map[string]string{"ja": "spot", "jb": "on-demand"}[name]
+		id, errOut, err := runCLI(t, "submit", "--config", config, "--name", name, "--tier", tier, "--label", "sweep=both", "--", "sh", "-c", "echo "+l+"1; sleep 4; printf "+l+"2")
+		if err != nil {
+			t.Fatalf("submit %s: %v\n%s", name, err, errOut)
+		}
+		tags[l] = "[" + name + " " + shortID(uuid.MustParse(strings.TrimSpace(id))) + "] "
+	}
+	out, errOut, err = runCLI(t, "logs", "--config", config, "-f", "--prefix", "--label", "sweep=both")
+	if err != nil {
+		t.Fatalf("logs -f --prefix --label: %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 || slices.Index(lines, tags["b"]+"b1") > slices.Index(lines, tags["a"]+"a2") || slices.Index(lines, tags["a"]+"a1") < 0 ||
+		slices.Index(lines, tags["b"]+"b2") < 0 || slices.Index(lines, tags["b"]+"b1") < 0 {
+		t.Fatalf("logs -f --prefix: want each job's two lines under its tag, the second job's first before the first job's last, got:\n%s", out)
 	}
 }
