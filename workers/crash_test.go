@@ -3,7 +3,9 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +182,29 @@ command: [sh, -c, 'echo $GPUQ_JOB_ID > $GPUQ_CHECKPOINT_DIR/step && gpuq checkpo
 	queuetest.Eventually(t, 90*time.Second, "every run message to be acknowledged", func() bool {
 		return queuetest.StreamMessages(t, c.n.JS, queue.StreamRun) == 0
 	})
+}
+
+// A worker started before any control plane answers (a machine booted
+// while the control plane restarts, or started before it) waits for one,
+// as gpuq dev and the systemd unit start it, and then runs the pool's jobs.
+func TestAWorkerStartedBeforeTheControlPlaneWaitsForIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gpuq worker and gpuq server processes")
+	}
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	st, dbURL := queuetest.Store(t, nil)
+	c := &cluster{n: n, store: st, dbURL: dbURL}
+	_, logPath := c.launch(t, &local.Launcher{Executable: gpuqBin, Args: []string{"--nats-url", c.natsURL(), "--data-dir", jobsDir(t)}}, testPool)
+	queuetest.Eventually(t, 30*time.Second, "the worker to say it waits for a control plane", func() bool {
+		out, _ := os.ReadFile(logPath)
+		return strings.Contains(string(out), "waiting for a control plane to answer")
+	})
+	time.Sleep(5 * time.Second) // it asks again meanwhile, and goes on waiting
+	runServer(t, "server", n.ServerCommand(t, gpuqBin, dbURL, "--config", testPoolConfig(t)))
+	id := c.submit(t, "command: [sh, -c, 'echo ran']\n")
+	c.waitState(t, id, queue.StateSucceeded, 60*time.Second)
+	if out := c.logs(t, id); out != "ran\n" {
+		t.Fatalf("the job's output: %q", out)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/gpuq/gpuq/queue"
@@ -15,6 +16,10 @@ import (
 // Schedule.QuarantineAfter times in a row (counted across worker restarts):
 // the worker takes no more work there, so that its capacity can be replaced.
 var ErrQuarantined = errors.New("node quarantined")
+
+// noControlPlaneWait is how long a starting worker waits before asking
+// again for its node's record when no control plane answered.
+const noControlPlaneWait = 2 * time.Second
 
 // CanaryConfig makes a worker prove its node with the NVML canary before it
 // pulls any job, and again on Schedule.
@@ -33,7 +38,7 @@ type canaryGate struct {
 	lastRun    int64
 }
 
-func newCanaryGate(ctx context.Context, cfg CanaryConfig, store Records, nodeID string) (*canaryGate, error) {
+func newCanaryGate(ctx context.Context, cfg CanaryConfig, store Records, nodeID string, log *slog.Logger) (*canaryGate, error) {
 	cfg.Expect = cfg.Expect.WithDefaults()
 	if err := cfg.Expect.Validate(); err != nil {
 		return nil, fmt.Errorf("worker canary: %w", err)
@@ -45,6 +50,19 @@ func newCanaryGate(ctx context.Context, cfg CanaryConfig, store Records, nodeID 
 	}
 	g := &canaryGate{cfg: cfg, gate: gate}
 	node, err := store.Node(ctx, nodeID)
+	// A worker may start before any control plane answers (a machine
+	// booted while the control plane restarts): it waits for one.
+	for waiting, said := time.Now(), (time.Time{}); errors.Is(err, ErrNoControlPlane); node, err = store.Node(ctx, nodeID) {
+		if time.Since(said) >= 30*time.Second {
+			said = time.Now()
+			log.Warn("waiting for a control plane to answer", "node", nodeID, "waited", time.Since(waiting).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(noControlPlaneWait):
+		}
+	}
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
 	case err != nil:

@@ -287,7 +287,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	if w.cfg.Canary != nil {
-		if w.canary, err = newCanaryGate(ctx, *w.cfg.Canary, w.store, w.cfg.NodeID); err != nil {
+		if w.canary, err = newCanaryGate(ctx, *w.cfg.Canary, w.store, w.cfg.NodeID, w.cfg.Logger); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting for a control plane
+			}
 			return err
 		}
 	}

@@ -549,6 +549,11 @@ func ReadLogPage(ctx context.Context, js LogStreams, job *queue.Job, from LogSta
 				page.Chunks = append(page.Chunks, ch)
 				page.NextAfter = meta.Sequence.Stream
 				size += len(msg.Data())
+				// Once the last chunk is read, the fetch need not wait
+				// for more.
+				if page.NextAfter >= last || meta.NumPending == 0 {
+					break read
+				}
 			}
 			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 				return nil, fmt.Errorf("reading logs of job %s: %w", job.ID, err)

@@ -44,7 +44,21 @@ type lineStart struct {
 // (chunks carry whole lines, except one longer than a chunk or a last line
 // with no newline yet); of output of fewer lines than n, every line is
 // shown.
+//
+// It reads the log stream back from the job's last chunk, in windows four
+// times longer each time, until one holds n lines or the stream's start:
+// the tail of a job that wrote gigabytes costs what the tail holds, not
+// the whole log. In a window that does not reach the stream's start, the
+// first chunk of an attempt and stream may go on with a line begun before
+// it; its first line is not counted, which can only add a line to the tail.
 func LogTail(ctx context.Context, js LogStreams, job uuid.UUID, n, attempt int) (LogStart, error) {
+	return logTail(ctx, js, job, n, attempt, logTailWindow)
+}
+
+// logTailWindow is the stream sequences LogTail reads first.
+const logTailWindow = 4096
+
+func logTail(ctx context.Context, js LogStreams, job uuid.UUID, n, attempt int, window uint64) (LogStart, error) {
 	if n <= 0 {
 		return LogStart{}, nil
 	}
@@ -53,9 +67,29 @@ func LogTail(ctx context.Context, js LogStreams, job uuid.UUID, n, attempt int) 
 	if err != nil || last == 0 {
 		return LogStart{}, err
 	}
-	c, err := js.OrderedConsumer(ctx, queue.StreamLogs, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	for ; ; window *= 4 {
+		from := uint64(1)
+		if last > window {
+			from = last - window + 1
+		}
+		start, found, err := tailFrom(ctx, js, job, from, last, n, attempt)
+		if err != nil || found >= n || from == 1 {
+			return start, err
+		}
+	}
+}
+
+// tailFrom reads the job's chunks of stream sequences from to last and
+// returns where its last n lines among them begin, and how many lines it
+// found (at most n).
+func tailFrom(ctx context.Context, js LogStreams, job uuid.UUID, from, last uint64, n, attempt int) (LogStart, int, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{queue.JobLogsSubject(job.String())}}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	c, err := js.OrderedConsumer(ctx, queue.StreamLogs, cfg)
 	if err != nil {
-		return LogStart{}, fmt.Errorf("reading logs of job %s: %w", job, err)
+		return LogStart{}, 0, fmt.Errorf("reading logs of job %s: %w", job, err)
 	}
 	// starts holds the beginnings of the last n lines seen, a ring whose
 	// oldest entry is at next once it is full.
@@ -71,61 +105,72 @@ func LogTail(ctx context.Context, js LogStreams, job uuid.UUID, n, attempt int) 
 		next = (next + 1) % n
 	}
 	// open says, per attempt and stream, that its latest chunk ended inside
-	// a line, which the next chunk of that attempt and stream goes on with.
-	open := map[string]bool{}
-	var seen uint64
-	for seen < last {
+	// a line, which the next chunk of that attempt and stream goes on with;
+	// a window that does not begin the stream cannot tell of its first.
+	open, seen := map[string]bool{}, map[string]bool{}
+	take := func(seq uint64, msg jetstream.Msg) {
+		h := msg.Headers()
+		a, _ := strconv.Atoi(h.Get(queue.HeaderAttempt))
+		data := msg.Data()
+		if (attempt != 0 && a != attempt) || len(data) == 0 {
+			return
+		}
+		key := strconv.Itoa(a) + "/" + h.Get(queue.HeaderStream)
+		if !seen[key] {
+			seen[key], open[key] = true, from > 1
+		}
+		i := 0
+		if open[key] {
+			nl := bytes.IndexByte(data, '\n')
+			if nl < 0 {
+				return // the open line goes on past this chunk
+			}
+			i = nl + 1
+		}
+		for i < len(data) {
+			add(lineStart{seq: seq, skip: i})
+			nl := bytes.IndexByte(data[i:], '\n')
+			if nl < 0 {
+				break
+			}
+			i += nl + 1
+		}
+		open[key] = data[len(data)-1] != '\n'
+	}
+	var at uint64
+	for at < last {
 		batch, err := c.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return LogStart{}, fmt.Errorf("reading logs of job %s: %w", job, err)
+			return LogStart{}, 0, fmt.Errorf("reading logs of job %s: %w", job, err)
 		}
 		got := 0
 		for msg := range batch.Messages() {
 			got++
 			meta, err := msg.Metadata()
 			if err != nil {
-				return LogStart{}, err
+				return LogStart{}, 0, err
 			}
-			seen = meta.Sequence.Stream
-			if seen > last {
+			if meta.Sequence.Stream > last {
+				at = last // written since the read began
 				break
 			}
-			h := msg.Headers()
-			a, _ := strconv.Atoi(h.Get(queue.HeaderAttempt))
-			data := msg.Data()
-			if (attempt != 0 && a != attempt) || len(data) == 0 {
-				continue
+			take(meta.Sequence.Stream, msg)
+			// Once the last chunk is read, the fetch need not wait for more.
+			if at = meta.Sequence.Stream; at >= last || meta.NumPending == 0 {
+				at = last
+				break
 			}
-			key := strconv.Itoa(a) + "/" + h.Get(queue.HeaderStream)
-			at := 0
-			if open[key] {
-				i := bytes.IndexByte(data, '\n')
-				if i < 0 {
-					continue // the open line goes on past this chunk
-				}
-				at = i + 1
-			}
-			for at < len(data) {
-				add(lineStart{seq: seen, skip: at})
-				i := bytes.IndexByte(data[at:], '\n')
-				if i < 0 {
-					break
-				}
-				at += i + 1
-			}
-			open[key] = data[len(data)-1] != '\n'
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return LogStart{}, fmt.Errorf("reading logs of job %s: %w", job, err)
+			return LogStart{}, 0, fmt.Errorf("reading logs of job %s: %w", job, err)
 		}
 		if got == 0 {
 			break // trimmed or deleted meanwhile: what was read decides
 		}
 	}
 	if len(starts) == 0 {
-		return LogStart{}, nil
+		return LogStart{}, 0, nil
 	}
 	first := starts[next] // starts[0] until the ring is full
-
-	return LogStart{After: first.seq - 1, Seq: first.seq, Skip: first.skip}, nil
+	return LogStart{After: first.seq - 1, Seq: first.seq, Skip: first.skip}, len(starts), nil
 }
