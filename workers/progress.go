@@ -17,6 +17,9 @@ import (
 // where it ended, so that `gpuq logs -f` shows why a job has printed
 // nothing for minutes. A step shorter than Config.Progress says nothing.
 
+// defaultProgress is Config.Progress' default.
+const defaultProgress = 10 * time.Second
+
 // stepProgress counts the bytes of one step and reports them in the job's
 // log while the step lasts.
 type stepProgress struct {
@@ -41,7 +44,7 @@ func (a *attempt) progress(what string, total int64, out io.Writer) *stepProgres
 	p := &stepProgress{say: say, what: what, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
 	every := a.w.cfg.Progress
 	if every <= 0 {
-		every = Config{}.WithDefaults().Progress
+		every = defaultProgress
 	}
 	go p.loop(every)
 	return p

@@ -169,8 +169,8 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 	// recheck asks the heartbeat to check the lease now.
 	recheck chan struct{}
-	// prepLogs ships what the job's log says of its preparation (see
-	// stepProgress), before the command's output; prepOut is its stderr.
+	// prepLogs ships what the job's log says of the steps before and
+	// after its command (see stepProgress); prepOut is its stderr.
 	prepMu   sync.Mutex
 	prepLogs *logShipper
 	prepOut  io.Writer

@@ -109,10 +109,10 @@ type Config struct {
 	JobUIDs *UIDRange
 	// Canary, when set, gates pulling on the NVML canary.
 	Canary *CanaryConfig
-	// Progress is how often a step preparing a job (restoring its
-	// checkpoint, fetching its working directory or inputs) says in the
-	// job's log how far it has come, once it has lasted that long.
-	// Default 10s.
+	// Progress is how often a step moving a job's archive (restoring its
+	// checkpoint, fetching its working directory or inputs, uploading a
+	// checkpoint or its outputs) says in the job's log how far it has
+	// come, once it has lasted that long. Default 10s.
 	Progress time.Duration
 	Logger   *slog.Logger
 }
@@ -139,7 +139,7 @@ func (c Config) WithDefaults() Config {
 		c.NoticeReserve = time.Second
 	}
 	if c.Progress <= 0 {
-		c.Progress = 10 * time.Second
+		c.Progress = defaultProgress
 	}
 	if c.Executable == "" {
 		c.Executable, _ = os.Executable()
