@@ -110,7 +110,7 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		}
 	}
 	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
+		if c.port, err = choosePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -159,20 +159,41 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	// neither a path over the 107 bytes a socket's name may hold nor one
 	// with a space (pg_ctl passes these settings through a shell) could
 	// hold it, which would keep gpuq dev from starting in such a place.
-	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k '' -c max_connections=200", c.port)
-	if !opts.Durable {
-		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-	}
-	for _, kv := range opts.Settings {
-		settings += " -c " + kv
-	}
 	logFile := filepath.Join(dir, "postgres.log")
-	if err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", settings, "-w", "-t", "60", "start"); err != nil {
+	// A free port found here may be taken by another process before the
+	// server binds it; a port chosen here is then chosen again.
+	for try := 1; ; try++ {
+		settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k '' -c max_connections=200", c.port)
+		if !opts.Durable {
+			settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		}
+		for _, kv := range opts.Settings {
+			settings += " -c " + kv
+		}
+		start, _ := os.Stat(logFile)
+		err := c.run(ctx, "pg_ctl", "-D", data, "-l", logFile, "-o", settings, "-w", "-t", "60", "start")
+		if err == nil {
+			return c, nil
+		}
 		log, _ := os.ReadFile(logFile)
-		return nil, fmt.Errorf("starting PostgreSQL in %s: %w\n%s", data, err, tail(log, 2000))
+		if start != nil && int64(len(log)) >= start.Size() {
+			log = log[start.Size():] // this try's lines
+		}
+		if opts.Port != 0 || try == portTries || !bytes.Contains(log, []byte("Address already in use")) {
+			return nil, fmt.Errorf("starting PostgreSQL in %s: %w\n%s", data, err, tail(log, 2000))
+		}
+		if c.port, err = choosePort(); err != nil {
+			return nil, err
+		}
 	}
-	return c, nil
 }
+
+// choosePort chooses the port of a cluster started without one.
+var choosePort = freePort
+
+// portTries bounds how often Start chooses a port again when the one it
+// chose was taken before the server bound it.
+const portTries = 5
 
 // URL is the connection string of the cluster's `postgres` database.
 func (c *Cluster) URL() string { return c.DatabaseURL("postgres") }
