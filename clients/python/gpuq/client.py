@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import posixpath
+import queue
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -834,6 +836,59 @@ class Client:
             if attempt is None or chunk.attempt == attempt:
                 yield chunk
 
+    def logs_all(self, jobs: Optional[Iterable[JobRef]] = None, *, label: Optional[str] = None,
+                 project: Optional[str] = None, follow: bool = False, attempt: Optional[int] = None,
+                 tail: Optional[int] = None, at_once: int = 32) -> Iterator[LogChunk]:
+        """The output of several jobs (ids or :class:`Job` objects, in the
+        order given), or of every job whose labels hold ``label``
+        (``key=value``: a sweep's, a pipeline's, in the order submitted),
+        each chunk with ``chunk.job`` set to its job's id. ``attempt`` and
+        ``tail`` apply to each job as :meth:`logs` takes them (a job that
+        has not had that attempt yields nothing).
+
+        Without follow, each job's output comes whole, one job after the
+        other. With follow, up to ``at_once`` jobs are read at the same
+        time and their chunks come as they are written, the next job in
+        order taking the place of one that has finished, and the iterator
+        ends once every job has finished and all of its output was sent:
+        ``for c in c.logs_all(label="sweep=lr", follow=True, tail=5):
+        print(names[c.job], c.data, end="")`` follows a running sweep
+        whole."""
+        if (jobs is None) == (label is None):
+            raise ValueError("logs_all: give jobs or label, not both or neither")
+        if isinstance(at_once, bool) or not isinstance(at_once, int) or not 1 <= at_once <= 64:
+            raise ValueError("at_once: must be 1–64 jobs, got %r" % (at_once,))
+        if attempt is not None and attempt < 1:
+            raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= 10000):
+            raise ValueError("tail: must be 1–10000 lines, got %r" % (tail,))
+        if label is not None:
+            if "=" not in label or label.startswith("="):
+                raise ValueError("label: want key=value, got %r" % label)
+            listed = self.list(project=project, label=label, limit=10_000)
+            ids = [j.id for j in sorted(listed, key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))]
+        else:
+            if isinstance(jobs, (str, Job)):
+                raise TypeError("jobs: want a list of ids or jobs, got one %s" % type(jobs).__name__)
+            ids = [_id(j) for j in jobs]
+        start: Dict[str, Any] = {}
+        if tail is not None:
+            start["tail"] = tail
+            if attempt is not None:
+                start["attempt"] = attempt
+
+        def one(job_id: str) -> Iterator[LogChunk]:
+            for chunk in self._logs(job_id, follow, start):
+                if attempt is None or chunk.attempt == attempt:
+                    chunk.job = job_id
+                    yield chunk
+
+        if not follow or at_once == 1 or len(ids) <= 1:
+            for job_id in ids:
+                yield from one(job_id)
+            return
+        yield from _merged([one(job_id) for job_id in ids], at_once)
+
     def _logs(self, job_id: str, follow: bool, start: Dict[str, Any]) -> Iterator[LogChunk]:
         if not follow:
             after = 0
@@ -986,6 +1041,62 @@ class _Reconnect:
     def pause(self, limit: Optional[float] = None) -> None:
         time.sleep(self.next if limit is None else max(0.0, min(self.next, limit)))
         self.next = min(self.next * 2, _RETRY_MAX)
+
+
+def _merged(sources: List[Iterator[Any]], at_once: int) -> Iterator[Any]:
+    """The items of sources as they come, up to at_once sources read at the
+    same time (each in a thread of its own), the next in order starting
+    when one is exhausted. An exception a source raises is raised here once
+    the items it yielded before it are. Closing the iterator stops the
+    readers at their next item (one blocked waiting for its next item ends
+    with it)."""
+    items: "queue.Queue[Tuple[int, Any, Optional[BaseException]]]" = queue.Queue(maxsize=256)
+    stop = threading.Event()
+    done = object()
+
+    def put(msg: Tuple[int, Any, Optional[BaseException]]) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(msg, timeout=0.2)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def read(i: int) -> None:
+        src = sources[i]
+        try:
+            for item in src:
+                if not put((i, item, None)):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            put((i, done, e))
+            return
+        finally:
+            close = getattr(src, "close", None)
+            if close is not None and stop.is_set():
+                try:
+                    close()
+                except Exception:
+                    pass
+        put((i, done, None))
+
+    started = running = 0
+    try:
+        while started < len(sources) or running:
+            while running < at_once and started < len(sources):
+                threading.Thread(target=read, args=(started,), daemon=True, name="gpuq-logs-%d" % started).start()
+                started += 1
+                running += 1
+            _, item, err = items.get()
+            if item is done:
+                running -= 1
+                if err is not None:
+                    raise err
+                continue
+            yield item
+    finally:
+        stop.set()
 
 
 def _unavailable(e: GpuqError) -> bool:

@@ -251,12 +251,14 @@ class JobStatus:
 
 @dataclass
 class LogChunk:
-    """A piece of a job's output, as one attempt wrote it."""
+    """A piece of a job's output, as one attempt wrote it; ``job`` is the
+    job's id where :meth:`Client.logs_all` read it among others."""
 
     seq: int
     attempt: int
     stream: str
     data: str
+    job: str = ""
 
     @classmethod
     def from_doc(cls, d: Dict[str, Any]) -> "LogChunk":

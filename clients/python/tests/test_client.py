@@ -379,6 +379,36 @@ class ClientTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "tail"):
                 list(client.logs(job, tail=bad))
 
+    def test_logs_of_a_sweep_followed_whole(self):
+        # Two runs of a sweep, one on each of gpuq dev's pools so that both
+        # run at once: followed together, the second's first line comes
+        # before the first's last.
+        label = "sweep=logs-%d" % os.getpid()
+        runs = [client.submit(name="run-%d" % i, labels={"sweep": label.split("=")[1]}, placement={"tier": tier},
+                              command=["sh", "-c", "sleep %s; for i in 1 2 3 4 5; do echo run-%d step $i; sleep 0.6; done"
+                                       % (0.3 * i, i)])
+                for i, tier in enumerate(("spot", "on-demand"))]
+        seen = [(c.job, c.data) for c in client.logs_all(label=label, follow=True)]
+        want = {run.id: "".join("run-%d step %d\n" % (i, s) for s in range(1, 6)) for i, run in enumerate(runs)}
+        self.assertEqual({j: "".join(d for jj, d in seen if jj == j) for j in want}, want)
+        self.assertLess(seen.index((runs[1].id, "run-1 step 1\n")), seen.index((runs[0].id, "run-0 step 5\n")), seen)
+        for run in runs:
+            self.assertEqual(client.get(run).state, "succeeded")
+        # Without follow, each job's output whole, in the order given.
+        whole = [(c.job, c.data) for c in client.logs_all([runs[1], runs[0].id])]
+        first = [j for j, _ in whole].index(runs[0].id)
+        self.assertEqual(whole[:first], [(runs[1].id, d) for _, d in whole[:first]])
+        self.assertEqual("".join(d for _, d in whole[:first]), want[runs[1].id])
+        self.assertEqual("".join(d for j, d in whole[first:] if j == runs[0].id), want[runs[0].id])
+        self.assertEqual(len(whole) - first, len([j for j, _ in whole[first:] if j == runs[0].id]))
+        self.assertEqual([(c.job, c.data) for c in client.logs_all(label=label, tail=1)],
+                         [(runs[0].id, "run-0 step 5\n"), (runs[1].id, "run-1 step 5\n")])
+        with self.assertRaises(gpuq.NotFound):
+            list(client.logs_all([runs[0], "01a25209-0000-7000-8000-000000000000"], follow=True))
+        for bad in ({}, {"jobs": runs, "label": label}, {"jobs": runs, "at_once": 0}, {"label": "sweep"}):
+            with self.assertRaises(ValueError):
+                list(client.logs_all(**bad))
+
     def test_list_and_plan(self):
         job = client.submit(name="listed", command=["true"])
         self.assertIn(job.id, [j.id for j in client.list(limit=500)])

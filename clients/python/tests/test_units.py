@@ -25,7 +25,7 @@ from unittest import mock
 
 import gpuq
 import gpuq.workdir
-from gpuq.client import _inside, _read_config
+from gpuq.client import _inside, _merged, _read_config
 from gpuq.errors import api_error
 from gpuq.progress import Progress, Sweep, Transfer, byte_count
 from gpuq.types import Event, parse_time
@@ -304,6 +304,68 @@ class CheckpointTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MergedTest(unittest.TestCase):
+    """logs_all(follow=True) reads several jobs' output at once."""
+
+    def test_items_come_as_they_are_made_with_at_most_so_many_read_at_once(self):
+        gates = [threading.Event() for _ in range(4)]
+        reading = []
+        lock = threading.Lock()
+
+        def source(i):
+            with lock:
+                reading.append(i)
+            yield (i, "first")
+            gates[i].wait(10)
+            yield (i, "last")
+
+        merged = _merged([source(i) for i in range(4)], 2)
+        firsts = {next(merged), next(merged)}
+        # Two sources are read at once: the third starts only when one ends.
+        self.assertEqual(firsts, {(0, "first"), (1, "first")})
+        time.sleep(0.2)
+        self.assertEqual(sorted(reading), [0, 1])
+        gates[1].set()
+        self.assertEqual(next(merged), (1, "last"))
+        self.assertEqual(next(merged), (2, "first"))
+        for g in gates:
+            g.set()
+        rest = list(merged)
+        self.assertCountEqual(rest, [(0, "last"), (2, "last"), (3, "first"), (3, "last")])
+        self.assertLess(rest.index((3, "first")), rest.index((3, "last")))
+
+    def test_an_error_of_one_source_is_raised_after_what_it_yielded(self):
+        def good():
+            yield "a"
+            time.sleep(0.3)
+            yield "b"
+
+        def bad():
+            yield "x"
+            raise gpuq.NotFound(404, "Not Found", "job gone")
+
+        got = []
+        with self.assertRaises(gpuq.NotFound):
+            for item in _merged([good(), bad()], 2):
+                got.append(item)
+        self.assertIn("x", got)
+
+    def test_closing_it_stops_the_readers(self):
+        stopped = threading.Event()
+
+        def endless():
+            try:
+                while True:
+                    yield 1
+            finally:
+                stopped.set()
+
+        merged = _merged([endless(), endless()], 2)
+        self.assertEqual(next(merged), 1)
+        merged.close()
+        self.assertTrue(stopped.wait(5), "a reader went on after the iterator was closed")
 
 
 class FakeAPI(http.server.BaseHTTPRequestHandler):
