@@ -32,6 +32,7 @@ const (
 	ClientOpStatus      = "status"
 	ClientOpExplain     = "explain"
 	ClientOpList        = "list"
+	ClientOpCount       = "count"
 	ClientOpLogs        = "logs"
 	ClientOpResults     = "results"
 	ClientOpArchive     = "archive"
@@ -44,7 +45,7 @@ const (
 )
 
 // ClientOps are the operations the client service serves.
-var ClientOps = []string{ClientOpJob, ClientOpStatus, ClientOpExplain, ClientOpList, ClientOpLogs, ClientOpResults,
+var ClientOps = []string{ClientOpJob, ClientOpStatus, ClientOpExplain, ClientOpList, ClientOpCount, ClientOpLogs, ClientOpResults,
 	ClientOpArchive, ClientOpCancel, ClientOpRetry, ClientOpWait, ClientOpNodes, ClientOpWorkers, ClientOpCheckpoints}
 
 // ClientServiceSubject is the subject of op for a caller of project.
@@ -93,15 +94,16 @@ const (
 // ClientRequest is the body of every client service request; each
 // operation reads the fields it needs.
 type ClientRequest struct {
-	// Every operation but list and nodes.
+	// Every operation but list, count, nodes and workers.
 	JobID uuid.UUID `json:"job_id,omitzero"`
-	// list: only jobs in this state; at most Limit of them (default 50).
+	// list, count: only jobs in this state; list: at most Limit of them
+	// (default 50).
 	State JobState `json:"state,omitempty"`
-	// list: only jobs whose spec.labels has this entry (key=value), and
-	// only jobs submitted at or after Since.
+	// list, count: only jobs whose spec.labels has this entry (key=value),
+	// and only jobs submitted at or after Since.
 	Label string    `json:"label,omitempty"`
 	Since time.Time `json:"since,omitzero"`
-	// list: only jobs that run after this one (their spec.after or
+	// list, count: only jobs that run after this one (their spec.after or
 	// spec.after_ended names it).
 	RunsAfter uuid.UUID `json:"runs_after,omitzero"`
 	// list: continue after the page whose NextCursor this is.

@@ -32,6 +32,51 @@ const (
 	StateDead JobState = "dead"
 )
 
+// States lists every job state in the order of a job's life, the
+// terminal ones last.
+var States = []JobState{StatePending, StateWaiting, StatePlaced, StateRunning,
+	StateSucceeded, StateFailed, StateCancelled, StateRejected, StateDead}
+
+// JobCounts counts the jobs a listing's filters match, by state: how far a
+// sweep has come.
+type JobCounts struct {
+	// Total is the number of jobs matched.
+	Total int64 `json:"total"`
+	// States holds every state, with 0 for those no job is in.
+	States map[JobState]int64 `json:"states"`
+}
+
+// NoJobs is the count of no job: every state with 0.
+func NoJobs() JobCounts {
+	c := JobCounts{States: make(map[JobState]int64, len(States))}
+	for _, s := range States {
+		c.States[s] = 0
+	}
+	return c
+}
+
+// Finished is the number of jobs counted in a terminal state.
+func (c JobCounts) Finished() int64 {
+	var n int64
+	for s, k := range c.States {
+		if s.Terminal() {
+			n += k
+		}
+	}
+	return n
+}
+
+// Add adds o's counts to c's.
+func (c *JobCounts) Add(o JobCounts) {
+	if c.States == nil {
+		*c = NoJobs()
+	}
+	for _, s := range States {
+		c.States[s] += o.States[s]
+	}
+	c.Total += o.Total
+}
+
 // Terminal reports whether the job has finished: no further state change
 // happens unless a user retries it (only a success is final for good; see
 // Retryable).

@@ -25,6 +25,7 @@ type ClientServiceStore interface {
 	ClientStore
 	DecisionReplays
 	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
+	CountJobs(ctx context.Context, p queue.Page) (queue.JobCounts, error)
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 }
 
@@ -223,6 +224,8 @@ func (s *ClientService) handle(ctx context.Context, op, subject string, data []b
 	switch op {
 	case queue.ClientOpList:
 		return s.list(ctx, project, r)
+	case queue.ClientOpCount:
+		return s.count(ctx, project, r)
 	case queue.ClientOpNodes:
 		nodes, err := s.Store.Nodes(ctx, r.Pool)
 		if nodes == nil {
@@ -333,24 +336,45 @@ func (s *ClientService) ownJob(ctx context.Context, project string, id uuid.UUID
 	return job, err
 }
 
-func (s *ClientService) list(ctx context.Context, project string, r queue.ClientRequest) (*queue.ClientJobList, error) {
+// filter is the listing of project's jobs r's filters (state, label,
+// since, runs_after) select.
+func filter(project string, r queue.ClientRequest) (queue.Page, error) {
 	if r.State != "" && !ValidState(r.State) {
-		return nil, clientErr("400", "state: must be one of pending, waiting, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", r.State)
+		return queue.Page{}, clientErr("400", "state: must be one of pending, waiting, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", r.State)
 	}
+	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, RunsAfter: r.RunsAfter}
+	if r.Label != "" {
+		k, v, err := queue.ParseLabelFilter(r.Label)
+		if err != nil {
+			return queue.Page{}, clientErr("400", "label: %s", err)
+		}
+		p.LabelKey, p.LabelValue = k, v
+	}
+	return p, nil
+}
+
+// count counts the jobs of project r's filters select, by state.
+func (s *ClientService) count(ctx context.Context, project string, r queue.ClientRequest) (*queue.JobCounts, error) {
+	p, err := filter(project, r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.Store.CountJobs(ctx, p)
+	return &c, err
+}
+
+func (s *ClientService) list(ctx context.Context, project string, r queue.ClientRequest) (*queue.ClientJobList, error) {
 	if r.Limit == 0 {
 		r.Limit = 50
 	}
 	if r.Limit > queue.MaxClientList {
 		return nil, clientErr("400", "limit: must be 1–%d, got %d", queue.MaxClientList, r.Limit)
 	}
-	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, RunsAfter: r.RunsAfter, Limit: r.Limit + 1}
-	if r.Label != "" {
-		k, v, err := queue.ParseLabelFilter(r.Label)
-		if err != nil {
-			return nil, clientErr("400", "label: %s", err)
-		}
-		p.LabelKey, p.LabelValue = k, v
+	p, err := filter(project, r)
+	if err != nil {
+		return nil, err
 	}
+	p.Limit = r.Limit + 1
 	if r.Cursor != "" {
 		at, id, err := queue.ParseListCursor(r.Cursor)
 		if err != nil {

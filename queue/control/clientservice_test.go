@@ -101,6 +101,13 @@ func TestClientServiceAnswersNotFoundForAJobOfAnotherProject(t *testing.T) {
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Jobs) != 0 {
 		t.Fatalf("teamb's listing shows no job of teama: %v %s", err, body)
 	}
+	for project, want := range map[string]int64{"teama": 1, "teamb": 0} {
+		body, code, msg := h.call(t, project, queue.ClientOpCount, queue.ClientRequest{})
+		var c queue.JobCounts
+		if code != "" || json.Unmarshal(body, &c) != nil || c.Total != want || c.States[queue.StatePlaced] != want || len(c.States) != len(queue.States) {
+			t.Fatalf("%s's count: %s %s %s, want %d placed", project, code, msg, body, want)
+		}
+	}
 
 	body, code, msg := h.call(t, "teama", queue.ClientOpStatus, queue.ClientRequest{JobID: id})
 	var st control.JobStatus
@@ -167,6 +174,8 @@ func TestClientServiceRefusesBadRequestsNamingTheField(t *testing.T) {
 		{"list too long", queue.ClientOpList, queue.ClientRequest{Limit: 100000}, "limit: must be 1–500"},
 		{"unknown state", queue.ClientOpList, queue.ClientRequest{State: "done"}, "state: must be one of"},
 		{"label without a value", queue.ClientOpList, queue.ClientRequest{Label: "team"}, `label: want key=value, got "team"`},
+		{"count of an unknown state", queue.ClientOpCount, queue.ClientRequest{State: "done"}, "state: must be one of"},
+		{"count by a label without a value", queue.ClientOpCount, queue.ClientRequest{Label: "team"}, `label: want key=value, got "team"`},
 		{"made-up cursor", queue.ClientOpList, queue.ClientRequest{Cursor: "abc"}, "cursor: not a cursor this service returned"},
 		{"oversize", queue.ClientOpStatus, map[string]any{"job_id": id, "pool": strings.Repeat("x", queue.MaxClientRequest)}, "over the limit"},
 		{"results of an unfinished job", queue.ClientOpResults, queue.ClientRequest{JobID: id}, "has no results: it is placed"},

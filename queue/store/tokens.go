@@ -88,22 +88,30 @@ func tokenFromRow(r db.Token) *queue.Token {
 		LastUsedAt: timePtr(r.LastUsedAt), Hash: r.Hash}
 }
 
+// CountJobs counts the jobs of p's projects that a listing with p's
+// filters would show (its cursor and limit aside), by state.
+func (s *Store) CountJobs(ctx context.Context, p queue.Page) (queue.JobCounts, error) {
+	a := listParams(p)
+	rows, err := s.q.JobCountByState(ctx, db.JobCountByStateParams{Every: a.Every, Projects: a.Projects, State: a.State,
+		LabelKey: a.LabelKey, LabelValue: a.LabelValue, Since: a.Since,
+		RunsAfter: sql.NullString{String: p.RunsAfter.String(), Valid: p.RunsAfter != uuid.Nil}})
+	if err != nil {
+		return queue.JobCounts{}, fmt.Errorf("counting jobs: %w", err)
+	}
+	c := queue.NoJobs()
+	for _, r := range rows {
+		c.States[queue.JobState(r.State)] = r.Jobs
+		c.Total += r.Jobs
+	}
+	return c, nil
+}
+
 // ListPage returns one page of jobs of p's projects, newest first.
 func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	arg := db.JobListPageParams{
-		Every:      slices.Contains(p.Projects, queue.AllProjects),
-		Projects:   nonNil(p.Projects),
-		State:      db.NullJobState{JobState: db.JobState(p.State), Valid: p.State != ""},
-		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},
-		LabelValue: sql.NullString{String: p.LabelValue, Valid: p.LabelKey != ""},
-		Since:      sql.NullTime{Time: p.Since, Valid: !p.Since.IsZero()},
-		AfterAt:    sql.NullTime{Time: p.AfterAt, Valid: !p.AfterAt.IsZero()},
-		AfterID:    uuid.NullUUID{UUID: p.AfterID, Valid: !p.AfterAt.IsZero()},
-		MaxRows:    int32(p.Limit),
-	}
+	arg := listParams(p)
 	var rows []db.JobRow
 	var err error
 	if p.RunsAfter == uuid.Nil {
@@ -124,4 +132,20 @@ func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// listParams are p's filters, cursor and limit as the listing queries
+// take them.
+func listParams(p queue.Page) db.JobListPageParams {
+	return db.JobListPageParams{
+		Every:      slices.Contains(p.Projects, queue.AllProjects),
+		Projects:   nonNil(p.Projects),
+		State:      db.NullJobState{JobState: db.JobState(p.State), Valid: p.State != ""},
+		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},
+		LabelValue: sql.NullString{String: p.LabelValue, Valid: p.LabelKey != ""},
+		Since:      sql.NullTime{Time: p.Since, Valid: !p.Since.IsZero()},
+		AfterAt:    sql.NullTime{Time: p.AfterAt, Valid: !p.AfterAt.IsZero()},
+		AfterID:    uuid.NullUUID{UUID: p.AfterID, Valid: !p.AfterAt.IsZero()},
+		MaxRows:    int32(p.Limit),
+	}
 }

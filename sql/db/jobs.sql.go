@@ -242,6 +242,66 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg JobClaimManyParams) ([]J
 	return items, nil
 }
 
+const jobCountByState = `-- name: JobCountByState :many
+SELECT state, count(*)::bigint AS jobs FROM jobs
+WHERE ($1::boolean OR project = ANY($2::text[]))
+  AND ($3::job_state IS NULL OR state = $3::job_state)
+  AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
+  AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
+  AND ($7::text IS NULL
+       OR spec->'after' @> jsonb_build_array($7::text)
+       OR spec->'after_ended' @> jsonb_build_array($7::text))
+GROUP BY state
+`
+
+type JobCountByStateParams struct {
+	Every      bool
+	Projects   []string
+	State      NullJobState
+	LabelKey   sql.NullString
+	LabelValue sql.NullString
+	Since      sql.NullTime
+	RunsAfter  sql.NullString
+}
+
+type JobCountByStateRow struct {
+	State JobState
+	Jobs  int64
+}
+
+// JobCountByState counts the jobs a listing with the same filters would
+// show (JobListPage, JobListRunsAfter), by state.
+func (q *Queries) JobCountByState(ctx context.Context, arg JobCountByStateParams) ([]JobCountByStateRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobCountByState,
+		arg.Every,
+		pq.Array(arg.Projects),
+		arg.State,
+		arg.LabelKey,
+		arg.LabelValue,
+		arg.Since,
+		arg.RunsAfter,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobCountByStateRow
+	for rows.Next() {
+		var i JobCountByStateRow
+		if err := rows.Scan(&i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobCountUnfinished = `-- name: JobCountUnfinished :many
 SELECT p.name AS project, s.state::text AS state, count(j.id) AS jobs
 FROM projects p

@@ -405,6 +405,19 @@ WHERE (@every::boolean OR j.project = ANY(@projects::text[]))
 ORDER BY j.submitted_at DESC, j.id DESC
 LIMIT @max_rows;
 
+-- name: JobCountByState :many
+-- JobCountByState counts the jobs a listing with the same filters would
+-- show (JobListPage, JobListRunsAfter), by state.
+SELECT state, count(*)::bigint AS jobs FROM jobs
+WHERE (@every::boolean OR project = ANY(@projects::text[]))
+  AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
+  AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
+  AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('runs_after')::text IS NULL
+       OR spec->'after' @> jsonb_build_array(sqlc.narg('runs_after')::text)
+       OR spec->'after_ended' @> jsonb_build_array(sqlc.narg('runs_after')::text))
+GROUP BY state;
+
 -- name: JobLedger :many
 -- JobLedger is the budget ledger of projects' jobs: each job submitted
 -- since a time, or unfinished, or with an attempt started since then, with

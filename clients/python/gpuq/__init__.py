@@ -12,8 +12,8 @@ from . import checkpoint
 from .client import Client
 from .errors import (APIError, CheckpointError, Conflict, ErrorDetail, Forbidden, GpuqError, InvalidRequest,
                      NotFound, RateLimited, Unauthorized, Unreachable, WaitTimeout)
-from .types import (TERMINAL_STATES, Attempt, BudgetUsage, Checkpoint, Dependency, Event, Job, JobStatus, LogChunk,
-                    Notification, Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob,
+from .types import (TERMINAL_STATES, Attempt, BudgetUsage, Checkpoint, Dependency, Event, Job, JobCounts, JobStatus,
+                    LogChunk, Notification, Offer, Plan, PoolLine, ResultFile, Results, Secret, Spend, SpendAmount, SpendJob,
                     WebhookTest)
 
 __version__ = "0.1.0"
@@ -22,7 +22,7 @@ __all__ = [
     "Client", "checkpoint",
     "APIError", "CheckpointError", "Conflict", "ErrorDetail", "Forbidden", "GpuqError", "InvalidRequest", "NotFound",
     "RateLimited", "Unauthorized", "Unreachable", "WaitTimeout",
-    "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Dependency", "Event", "Job", "JobStatus", "LogChunk",
+    "TERMINAL_STATES", "Attempt", "BudgetUsage", "Checkpoint", "Dependency", "Event", "Job", "JobCounts", "JobStatus", "LogChunk",
     "Notification", "Offer", "Plan", "PoolLine", "ResultFile", "Results", "Secret", "Spend", "SpendAmount", "SpendJob",
     "WebhookTest",
 ]

@@ -20,8 +20,8 @@ from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, O
 
 from .errors import APIError, Conflict, ErrorDetail, GpuqError, RateLimited, Unreachable, WaitTimeout, api_error
 from .progress import Progress, Sweep, Transfer
-from .types import (TERMINAL_STATES, Checkpoint, Event, Job, JobStatus, LogChunk, Offer, Plan, Results, Secret, Spend,
-                    WebhookTest)
+from .types import (TERMINAL_STATES, Checkpoint, Event, Job, JobCounts, JobStatus, LogChunk, Offer, Plan, Results, Secret,
+                    Spend, WebhookTest)
 from .workdir import DIGEST_PREFIX, Packed, packed
 
 #: Where `gpuq dev` writes its settings, relative to the directory it runs in.
@@ -407,6 +407,22 @@ class Client:
                 break
         return jobs
 
+    def count(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
+              since: Union[str, datetime, timedelta, None] = None,
+              runs_after: Optional[JobRef] = None) -> JobCounts:
+        """Counts the jobs :meth:`list` with the same filters would return
+        (every one, whatever the limit), by state: how far a sweep has
+        come, ``c.count(label="sweep=lr")`` →
+        ``JobCounts(total=100, states={"succeeded": 37, "running": 8, …})``,
+        ``.finished`` those that ended."""
+        if label is not None:
+            _check_label(label)
+        if isinstance(since, timedelta):
+            since = datetime.now(timezone.utc) - since
+        after = _id(runs_after) if runs_after is not None else None
+        return JobCounts.from_doc(self._get("/v1/jobs/counts", {"project": project, "state": state, "label": label,
+                                                                "since": _rfc3339(since), "runs_after": after}))
+
     def cancel(self, job_id: JobRef) -> Job:
         """Cancels a job that has not finished (a running one is stopped at
         once); a finished one raises :class:`Conflict`."""
@@ -452,8 +468,7 @@ class Client:
         (state by state, newest first; with oldest_first all of them in the
         order they were submitted) and returns what it returned; a job whose
         state changed after it was listed (:class:`Conflict`) is skipped."""
-        if "=" not in label or label.startswith("="):
-            raise ValueError("label: want key=value, got %r" % label)
+        _check_label(label)
         listings: Iterable[List[Job]] = (self.list(project=project, state=state, label=label, limit=10_000)
                                          for state in states)
         if oldest_first:
@@ -863,8 +878,7 @@ class Client:
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= 10000):
             raise ValueError("tail: must be 1–10000 lines, got %r" % (tail,))
         if label is not None:
-            if "=" not in label or label.startswith("="):
-                raise ValueError("label: want key=value, got %r" % label)
+            _check_label(label)
             listed = self.list(project=project, label=label, limit=10_000)
             ids = [j.id for j in sorted(listed, key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))]
         else:
@@ -1110,6 +1124,12 @@ def _rfc3339(t: Union[str, datetime, None]) -> Optional[str]:
     if isinstance(t, datetime):
         return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
     return t
+
+
+def _check_label(label: str) -> None:
+    """Refuses a label filter that is not key=value."""
+    if "=" not in label or label.startswith("="):
+        raise ValueError("label: want key=value, got %r" % label)
 
 
 def _id(job: JobRef) -> str:

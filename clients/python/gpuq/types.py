@@ -250,6 +250,24 @@ class JobStatus:
 
 
 @dataclass
+class JobCounts:
+    """How many jobs a listing's filters match, by state (every state
+    present, 0 for those no job is in): how far a sweep has come."""
+
+    total: int
+    states: Dict[str, int]
+
+    @property
+    def finished(self) -> int:
+        """The jobs counted in a terminal state."""
+        return sum(n for s, n in self.states.items() if s in TERMINAL_STATES)
+
+    @classmethod
+    def from_doc(cls, d: Dict[str, Any]) -> "JobCounts":
+        return cls(total=int(d.get("total", 0)), states={str(k): int(v) for k, v in (d.get("states") or {}).items()})
+
+
+@dataclass
 class LogChunk:
     """A piece of a job's output, as one attempt wrote it; ``job`` is the
     job's id where :meth:`Client.logs_all` read it among others."""

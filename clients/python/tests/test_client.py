@@ -379,7 +379,7 @@ class ClientTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "tail"):
                 list(client.logs(job, tail=bad))
 
-    def test_logs_of_a_sweep_followed_whole(self):
+    def test_logs_of_a_sweep_followed_whole_and_counted(self):
         # Two runs of a sweep, one on each of gpuq dev's pools so that both
         # run at once: followed together, the second's first line comes
         # before the first's last.
@@ -394,6 +394,17 @@ class ClientTest(unittest.TestCase):
         self.assertLess(seen.index((runs[1].id, "run-1 step 1\n")), seen.index((runs[0].id, "run-0 step 5\n")), seen)
         for run in runs:
             self.assertEqual(client.get(run).state, "succeeded")
+        # How far the sweep has come: both runs, both finished.
+        counts = client.count(label=label)
+        self.assertEqual((counts.total, counts.finished, counts.states["succeeded"], counts.states["running"]), (2, 2, 2, 0))
+        self.assertEqual(set(counts.states), {"pending", "waiting", "placed", "running", "succeeded", "failed",
+                                              "cancelled", "rejected", "dead"})
+        self.assertEqual(client.count(label=label, state="failed").total, 0)
+        with self.assertRaises(ValueError):
+            client.count(label="sweep")
+        with self.assertRaises(gpuq.InvalidRequest) as caught:
+            client.count(label=label, since="yesterday")
+        self.assertIn("query.since", caught.exception.fields)
         # Without follow, each job's output whole, in the order given.
         whole = [(c.job, c.data) for c in client.logs_all([runs[1], runs[0].id])]
         first = [j for j, _ in whole].index(runs[0].id)

@@ -295,6 +295,30 @@ func (a *apiJobs) Status(ctx context.Context, id uuid.UUID) (*control.JobStatus,
 // List follows the API's pages until it has f.Limit jobs or there are no
 // more.
 func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
+	q := f.query()
+	out := &JobPage{Jobs: []*queue.Job{}}
+	for len(out.Jobs) < f.Limit {
+		q.Set("limit", strconv.Itoa(min(maxListPage, f.Limit-len(out.Jobs))))
+		var page JobPage
+		if err := a.call(ctx, http.MethodGet, "/v1/jobs", q, nil, "", &page); err != nil {
+			return nil, err
+		}
+		out.Jobs = append(out.Jobs, page.Jobs...)
+		if page.NextCursor == "" || len(page.Jobs) == 0 {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+	return out, nil
+}
+
+func (a *apiJobs) Count(ctx context.Context, f listFilter) (*queue.JobCounts, error) {
+	var c queue.JobCounts
+	return &c, a.call(ctx, http.MethodGet, "/v1/jobs/counts", f.query(), nil, "", &c)
+}
+
+// query is the filter as the API's listing and count take it.
+func (f listFilter) query() url.Values {
 	q := url.Values{}
 	if f.Project != "" {
 		q.Set("project", f.Project)
@@ -311,20 +335,7 @@ func (a *apiJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	if f.RunsAfter != uuid.Nil {
 		q.Set("runs_after", f.RunsAfter.String())
 	}
-	out := &JobPage{Jobs: []*queue.Job{}}
-	for len(out.Jobs) < f.Limit {
-		q.Set("limit", strconv.Itoa(min(maxListPage, f.Limit-len(out.Jobs))))
-		var page JobPage
-		if err := a.call(ctx, http.MethodGet, "/v1/jobs", q, nil, "", &page); err != nil {
-			return nil, err
-		}
-		out.Jobs = append(out.Jobs, page.Jobs...)
-		if page.NextCursor == "" || len(page.Jobs) == 0 {
-			break
-		}
-		q.Set("cursor", page.NextCursor)
-	}
-	return out, nil
+	return q
 }
 
 func (a *apiJobs) Cancel(ctx context.Context, id uuid.UUID) (*queue.Job, error) {

@@ -268,6 +268,27 @@ func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 	if out := gpuq("wait", "--label", "sweep=lr"); strings.Count(out, " succeeded") != 3 {
 		t.Fatalf("wait --label: %s", out)
 	}
+	// How far the sweep has come, over the HTTP API and over NATS (the
+	// config file's connection, chosen by --nats-url on the command line).
+	counted := gpuq("ls", "--label", "sweep=lr", "--count")
+	for _, line := range []string{`succeeded\s+3`, `total\s+3`, `3 of 3 finished`} {
+		if !regexp.MustCompile(`(?m)^` + line + `$`).MatchString(counted) {
+			t.Fatalf("ls --label sweep=lr --count: no line %q in\n%s", line, counted)
+		}
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, devConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsURL := regexp.MustCompile(`(?m)^nats-url: (\S+)$`).FindSubmatch(conf)
+	if natsURL == nil {
+		t.Fatalf("%s names no nats-url:\n%s", devConfigFile, conf)
+	}
+	var c queue.JobCounts
+	if out := gpuq("ls", "--label", "sweep=lr", "--count", "-o", "json", "--nats-url", string(natsURL[1])); json.Unmarshal([]byte(out), &c) != nil ||
+		c.Total != 3 || c.States[queue.StateSucceeded] != 3 || len(c.States) != len(queue.States) {
+		t.Fatalf("ls --count -o json over NATS: %s", out)
+	}
 	results := filepath.Join(dir, "sweep")
 	gpuq("results", "--label", "sweep=lr", "--dir", results)
 	for i, lr := range []string{"0.1", "0.01", "0.001"} {

@@ -806,6 +806,13 @@ func newLsCmd() *cobra.Command {
 				return err
 			}
 			defer svc.Close()
+			if v.GetBool("count") {
+				c, err := svc.Count(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				return printCounts(cmd.OutOrStdout(), c, format)
+			}
 			if format != "json" {
 				f.Limit++ // one more tells whether the table left some out
 			}
@@ -837,7 +844,29 @@ func newLsCmd() *cobra.Command {
 	cmd.Flags().String("since", "", "only jobs submitted at or after this `time` (RFC 3339, or a duration such as 24h for the last 24 hours)")
 	cmd.Flags().String("runs-after", "", "only jobs that run after this `job` (their spec.after or after_ended names its id)")
 	cmd.Flags().Int("limit", 50, fmt.Sprintf("at most this many jobs (1–%d)", maxListed))
+	cmd.Flags().Bool("count", false, "count every job that matches, by state, instead of listing them (how far a sweep has come)")
 	return cmd
+}
+
+// printCounts prints jobs counted by state: the states some job is in, in
+// the order of a job's life, then the total and how many have finished
+// (-o json: the API's document, every state present).
+func printCounts(w io.Writer, c *queue.JobCounts, format string) error {
+	if format == "json" {
+		return writeJSON(w, c)
+	}
+	t := newTable(w, "STATE", "JOBS")
+	for _, st := range queue.States {
+		if n := c.States[st]; n > 0 {
+			t.row(st, n)
+		}
+	}
+	t.row("total", c.Total)
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d of %d finished\n", c.Finished(), c.Total)
+	return err
 }
 
 // maxListed is the most jobs gpuq ls lists, page after page.

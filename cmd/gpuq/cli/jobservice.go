@@ -34,6 +34,8 @@ type jobService interface {
 	// Explain recomputes the job's current placement decision in full.
 	Explain(ctx context.Context, id uuid.UUID) (*policy.Decision, error)
 	List(ctx context.Context, f listFilter) (*JobPage, error)
+	// Count counts the jobs the filter selects (its limit aside), by state.
+	Count(ctx context.Context, f listFilter) (*queue.JobCounts, error)
 	// Events calls fn with the job's latest state change and each later
 	// one until fn returns false, the job is finished or ctx ends.
 	Events(ctx context.Context, id uuid.UUID, fn func(queue.Event) bool) error

@@ -252,6 +252,23 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	return page, nil
 }
 
+func (n *natsJobs) Count(ctx context.Context, f listFilter) (*queue.JobCounts, error) {
+	projects := n.projects
+	if f.Project != "" {
+		projects = []string{f.Project}
+	}
+	sum := queue.NoJobs()
+	req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter}
+	for _, p := range projects {
+		var c queue.JobCounts
+		if err := n.call(ctx, p, queue.ClientOpCount, req, &c); err != nil {
+			return nil, err
+		}
+		sum.Add(c)
+	}
+	return &sum, nil
+}
+
 // noControlPlaneError is a request that no control plane took for
 // noResponderWait.
 type noControlPlaneError struct{ subject string }

@@ -30,6 +30,7 @@ import (
 type Store interface {
 	control.ClientStore
 	ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error)
+	CountJobs(ctx context.Context, p queue.Page) (queue.JobCounts, error)
 	control.LedgerStore
 	Nodes(ctx context.Context, pool string) ([]*queue.Node, error)
 	Instances(ctx context.Context, pool string, state queue.InstanceState) ([]*queue.Instance, error)

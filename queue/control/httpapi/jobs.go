@@ -44,14 +44,24 @@ type statusBody struct {
 	Body *control.JobStatus
 }
 
-type listInput struct {
+// JobFilter selects the jobs a listing shows and a count counts (the
+// query of GET /v1/jobs and GET /v1/jobs/counts).
+type JobFilter struct {
 	Project   string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
 	State     string `query:"state" enum:"pending,waiting,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
 	Label     string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
 	Since     string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`
 	RunsAfter string `query:"runs_after" maxLength:"36" doc:"only jobs that run after this job: their spec.after or spec.after_ended names it"`
-	Cursor    string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page"`
-	Limit     int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"jobs per page"`
+}
+
+type listInput struct {
+	JobFilter
+	Cursor string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page"`
+	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"jobs per page"`
+}
+
+type countOutput struct {
+	Body *queue.JobCounts
 }
 
 // JobPage is one page of a job listing, newest first.
@@ -90,6 +100,13 @@ func (s *Server) registerJobs(api huma.API) {
 		Summary:  "List jobs of the token's projects, newest first",
 		Metadata: map[string]any{metaRole: queue.RoleRead},
 	}, s.list)
+	register(api, huma.Operation{
+		OperationID: "count-jobs", Errors: []int{422}, Method: http.MethodGet, Path: "/v1/jobs/counts", Tags: []string{"jobs"},
+		Summary: "Count the jobs a listing with the same filters would show, by state",
+		Description: "How far a sweep has come: `GET /v1/jobs/counts?label=sweep=lr` counts every job of the token's projects " +
+			"(or of `project`) whose labels hold that entry, by state, every state present (0 for those no job is in).",
+		Metadata: map[string]any{metaRole: queue.RoleRead},
+	}, s.count)
 	register(api, huma.Operation{
 		OperationID: "get-job", Errors: []int{404, 422}, Method: http.MethodGet, Path: "/v1/jobs/{id}", Tags: []string{"jobs"},
 		Summary:  "Get a job",
@@ -336,35 +353,61 @@ func (s *Server) retry(ctx context.Context, in *retryInput) (*jobBody, error) {
 	return &jobBody{Body: job}, nil
 }
 
-func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
+// page is the listing of the token's jobs the filter selects; none of
+// its projects when it names a project the token does not cover.
+func (f *JobFilter) page(ctx context.Context) (queue.Page, error) {
 	tok := tokenOf(ctx)
-	p := queue.Page{Projects: tok.Projects, State: queue.JobState(in.State), Limit: in.Limit + 1}
-	if in.Project != "" {
+	p := queue.Page{Projects: tok.Projects, State: queue.JobState(f.State)}
+	if f.Project != "" {
 		p.Projects = nil
-		if tok.Sees(in.Project) {
-			p.Projects = []string{in.Project}
+		if tok.Sees(f.Project) {
+			p.Projects = []string{f.Project}
 		}
 	}
-	if in.Label != "" {
-		k, v, err := queue.ParseLabelFilter(in.Label)
+	if f.Label != "" {
+		k, v, err := queue.ParseLabelFilter(f.Label)
 		if err != nil {
-			return nil, fieldProblem("query.label", "%s", err)
+			return queue.Page{}, fieldProblem("query.label", "%s", err)
 		}
 		p.LabelKey, p.LabelValue = k, v
 	}
-	if in.RunsAfter != "" {
-		if !queue.ValidJobID(in.RunsAfter) {
-			return nil, fieldProblem("query.runs_after", "must be a job id as gpuq prints it, got %q", in.RunsAfter)
+	if f.RunsAfter != "" {
+		if !queue.ValidJobID(f.RunsAfter) {
+			return queue.Page{}, fieldProblem("query.runs_after", "must be a job id as gpuq prints it, got %q", f.RunsAfter)
 		}
-		p.RunsAfter = uuid.MustParse(in.RunsAfter)
+		p.RunsAfter = uuid.MustParse(f.RunsAfter)
 	}
-	if in.Since != "" {
-		t, err := time.Parse(time.RFC3339Nano, in.Since)
+	if f.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, f.Since)
 		if err != nil {
-			return nil, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", in.Since)
+			return queue.Page{}, fieldProblem("query.since", "want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", f.Since)
 		}
 		p.Since = t
 	}
+	return p, nil
+}
+
+// count counts the token's jobs the filter selects, by state.
+func (s *Server) count(ctx context.Context, in *JobFilter) (*countOutput, error) {
+	p, err := in.page(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := queue.NoJobs()
+	if len(p.Projects) > 0 {
+		if c, err = s.cfg.Store.CountJobs(ctx, p); err != nil {
+			return nil, internal(s.cfg.Logger, "counting jobs", err)
+		}
+	}
+	return &countOutput{Body: &c}, nil
+}
+
+func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
+	p, err := in.page(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.Limit = in.Limit + 1
 	if in.Cursor != "" {
 		at, id, err := queue.ParseListCursor(in.Cursor)
 		if err != nil {
