@@ -704,7 +704,8 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	fmt.Fprintf(w, "submitted  %s\n", j.SubmittedAt.Format(time.RFC3339))
 	if len(st.Attempts) > 0 {
 		fmt.Fprintln(w)
-		t := newTable(w, "ATTEMPT", "HOST", "PID", "POOL", "STARTED", "OUTCOME", "EXIT")
+		t := newTable(w, "ATTEMPT", "HOST", "PID", "POOL", "STARTED", "RAN", "OUTCOME", "EXIT")
+		now := time.Now()
 		for _, a := range st.Attempts {
 			exit := "-"
 			if a.ExitCode != nil {
@@ -714,7 +715,7 @@ func printStatus(w io.Writer, st *JobStatus) error {
 			if outcome == "" {
 				outcome = "running"
 			}
-			t.row(a.Attempt, a.Host, a.PID, a.Pool, a.StartedAt.Format(time.TimeOnly), outcome, exit)
+			t.row(a.Attempt, a.Host, a.PID, a.Pool, a.StartedAt.Format(time.TimeOnly), ranFor(a, now), outcome, exit)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -744,6 +745,20 @@ func printStatus(w io.Writer, st *JobStatus) error {
 // third of the lease), that it is late and when the lease runs out: a
 // worker that is gone looks like this until the control plane hands the job
 // back. "" for a job that is not running.
+// ranFor is how long the attempt ran: to its end, or until now while it
+// runs (so far); to the tenth of a second below a minute.
+func ranFor(a queue.Attempt, now time.Time) string {
+	end, suffix := now, " so far"
+	if a.EndedAt != nil {
+		end, suffix = *a.EndedAt, ""
+	}
+	d := max(end.Sub(a.StartedAt), 0)
+	if d < time.Minute {
+		return d.Round(100*time.Millisecond).String() + suffix
+	}
+	return d.Round(time.Second).String() + suffix
+}
+
 func leaseLine(j *queue.Job, attempts []queue.Attempt, now time.Time) string {
 	if j.State != queue.StateRunning || j.LeaseExpiresAt == nil {
 		return ""

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,27 @@ func TestStatusOfAPlacedJobSaysWhereItStandsInItsPoolsLine(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The attempts table says how long each attempt ran: what a spot job lost
+// to a preemption shows beside what the next one took.
+func TestStatusSaysHowLongEachAttemptRan(t *testing.T) {
+	start := time.Now().Add(-2 * time.Hour)
+	at := func(d time.Duration) *time.Time { t := start.Add(d); return &t }
+	st := &JobStatus{Job: &queue.Job{State: queue.StateRunning, Attempt: 3}, Attempts: []queue.Attempt{
+		{Attempt: 1, Host: "a", Pool: "spot", StartedAt: start, EndedAt: at(83*time.Minute + 12*time.Second + 400*time.Millisecond), Outcome: queue.OutcomePreempted},
+		{Attempt: 2, Host: "b", Pool: "spot", StartedAt: start.Add(90 * time.Minute), EndedAt: at(90*time.Minute + 1234*time.Millisecond), Outcome: queue.OutcomeHostError},
+		{Attempt: 3, Host: "c", Pool: "spot", StartedAt: start.Add(100 * time.Minute)},
+	}}
+	var out strings.Builder
+	if err := printStatus(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`(?m)^1 +a .* 1h23m12s +preempted `, `(?m)^2 +b .* 1\.2s +host_error `, `(?m)^3 +c .* 20m0s so far +running `} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("status printed\n%s\nwant a line matching %s", out.String(), want)
+		}
+	}
+}
 
 // gpuq workers shows each live worker, what it holds, and until when and
 // why a paused one takes no work, escaped as every table escapes text.

@@ -45,7 +45,8 @@ type statusBody struct {
 }
 
 // JobFilter selects the jobs a listing shows and a count counts (the
-// query of GET /v1/jobs and GET /v1/jobs/counts).
+// query of GET /v1/jobs and GET /v1/jobs/counts). It is exported because
+// huma reads the parameters of an embedded struct only when it is.
 type JobFilter struct {
 	Project   string `query:"project" maxLength:"63" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" patternDescription:"a project name: 1–63 lower-case letters, digits, - or _, starting with a letter or digit" doc:"only jobs of this project (one of the token's)"`
 	State     string `query:"state" enum:"pending,waiting,placed,running,succeeded,failed,cancelled,rejected,dead" doc:"only jobs in this state"`
