@@ -779,18 +779,20 @@ class Client:
             if shown:
                 shown.close()
 
-    def wait_all(self, jobs: Iterable[JobRef], timeout: Optional[float] = None,
-                 progress: bool = True) -> List[Job]:
+    def wait_all(self, jobs: Optional[Iterable[JobRef]] = None, timeout: Optional[float] = None,
+                 progress: bool = True, *, label: Optional[str] = None, project: Optional[str] = None) -> List[Job]:
         """Waits until every job (ids or :class:`Job` objects) is finished,
         one after the other, and returns them as finished, in the order
         given; check ``job.succeeded`` on each. A sweep:
-        ``c.wait_all(c.list(label="sweep=lr", limit=10_000))``. ``timeout``
+        ``c.wait_all(label="sweep=lr")``, every job whose labels hold that
+        entry (of ``project``, else of the token's projects) in the order
+        submitted, as ``gpuq wait --label`` waits. ``timeout``
         bounds the whole wait: :class:`WaitTimeout` names the first job not
         finished when it runs out. A :class:`Job` given already finished
         (its state can no longer change) is returned as it is, unasked.
         With progress, a wait that lasts over a second shows how many have
         finished, by outcome (Jupyter, terminal or plain lines on stderr)."""
-        jobs = list(jobs)
+        jobs = self._jobs_or_label(jobs, label, project, "wait_all")
         deadline = None if timeout is None else time.monotonic() + timeout
         shown = Sweep(len(jobs)) if progress else None
         finished: List[Job] = []
@@ -811,6 +813,20 @@ class Client:
             if shown:
                 shown.close()
         return finished
+
+    def _jobs_or_label(self, jobs: Optional[Iterable[JobRef]], label: Optional[str], project: Optional[str],
+                       what: str) -> List[JobRef]:
+        """The jobs given, or every job whose labels hold label (of
+        project, else of the token's projects) in the order submitted."""
+        if (jobs is None) == (label is None):
+            raise ValueError("%s: give jobs or label, not both or neither" % what)
+        if label is None:
+            if isinstance(jobs, (str, Job)):
+                raise TypeError("jobs: want a list of ids or jobs, got one %s" % type(jobs).__name__)
+            return list(jobs or [])
+        _check_label(label)
+        listed = self.list(project=project, label=label, limit=10_000)
+        return sorted(listed, key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))
 
     def _state_now(self, job_id: str, known: str) -> str:
         """The job's state, or the one last known when the API cannot be
@@ -869,22 +885,13 @@ class Client:
         ``for c in c.logs_all(label="sweep=lr", follow=True, tail=5):
         print(names[c.job], c.data, end="")`` follows a running sweep
         whole."""
-        if (jobs is None) == (label is None):
-            raise ValueError("logs_all: give jobs or label, not both or neither")
         if isinstance(at_once, bool) or not isinstance(at_once, int) or not 1 <= at_once <= 64:
             raise ValueError("at_once: must be 1–64 jobs, got %r" % (at_once,))
         if attempt is not None and attempt < 1:
             raise ValueError("attempt: must be 1 or more, got %r" % (attempt,))
         if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 1 <= tail <= 10000):
             raise ValueError("tail: must be 1–10000 lines, got %r" % (tail,))
-        if label is not None:
-            _check_label(label)
-            listed = self.list(project=project, label=label, limit=10_000)
-            ids = [j.id for j in sorted(listed, key=lambda j: j.submitted_at or datetime.min.replace(tzinfo=timezone.utc))]
-        else:
-            if isinstance(jobs, (str, Job)):
-                raise TypeError("jobs: want a list of ids or jobs, got one %s" % type(jobs).__name__)
-            ids = [_id(j) for j in jobs]
+        ids = [_id(j) for j in self._jobs_or_label(jobs, label, project, "logs_all")]
         start: Dict[str, Any] = {}
         if tail is not None:
             start["tail"] = tail

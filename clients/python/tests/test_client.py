@@ -392,8 +392,10 @@ class ClientTest(unittest.TestCase):
         want = {run.id: "".join("run-%d step %d\n" % (i, s) for s in range(1, 6)) for i, run in enumerate(runs)}
         self.assertEqual({j: "".join(d for jj, d in seen if jj == j) for j in want}, want)
         self.assertLess(seen.index((runs[1].id, "run-1 step 1\n")), seen.index((runs[0].id, "run-0 step 5\n")), seen)
-        for run in runs:
-            self.assertEqual(client.get(run).state, "succeeded")
+        waited = client.wait_all(label=label, timeout=60, progress=False)
+        self.assertEqual([(j.id, j.state) for j in waited], [(run.id, "succeeded") for run in runs])
+        with self.assertRaises(ValueError):
+            client.wait_all()
         # How far the sweep has come: both runs, both finished.
         counts = client.count(label=label)
         self.assertEqual((counts.total, counts.finished, counts.states["succeeded"], counts.states["running"]), (2, 2, 2, 0))
