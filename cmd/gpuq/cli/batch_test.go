@@ -291,9 +291,16 @@ func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 	}
 	results := filepath.Join(dir, "sweep")
 	gpuq("results", "--label", "sweep=lr", "--dir", results)
+	// By the jobs' names instead: sweep.yaml names them lr-0.1, lr-0.01 and
+	// lr-0.001.
+	named := filepath.Join(dir, "sweep-by-name")
+	gpuq("results", "--label", "sweep=lr", "--dir", named, "--by-name")
 	for i, lr := range []string{"0.1", "0.01", "0.001"} {
 		if b, err := os.ReadFile(filepath.Join(results, ids[i], "result.txt")); err != nil || string(b) != "lr "+lr+"\n" {
 			t.Fatalf("%s/%s/result.txt: %q, %v", results, ids[i], b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(named, "lr-"+lr, "result.txt")); err != nil || string(b) != "lr "+lr+"\n" {
+			t.Fatalf("%s/lr-%s/result.txt: %q, %v", named, lr, b, err)
 		}
 	}
 

@@ -1592,11 +1592,13 @@ func newResultsCmd() *cobra.Command {
 With one job id, its outputs are unpacked into --dir (default: the job id).
 With several ids, or --label KEY=VALUE for every job whose labels hold that
 entry (a sweep), each job's outputs go into a directory named by its id under
---dir (default: the current directory); a job with no outputs to download (not
-succeeded, or not found) is named on stderr, the others are downloaded all
-the same, and the command then exits 1.`,
+--dir (default: the current directory), or with --by-name by its name (lr-0.1;
+a name several of the jobs share gets the end of the id added); a job with no
+outputs to download (not succeeded, or not found) is named on stderr, the
+others are downloaded all the same, and the command then exits 1.`,
 		Example: `  gpuq results 01a2490c-414b-74a6-950b-948f7b68feb6 --dir out
-  gpuq results --label sweep=lr-search --dir sweep-results`,
+  gpuq results --label sweep=lr-search --dir sweep-results
+  gpuq results --label sweep=lr-search --dir sweep-results --by-name`,
 	}, func(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, label, format string) error {
 		storage, err := storageConfig(v)
 		if err != nil {
@@ -1605,16 +1607,89 @@ the same, and the command then exits 1.`,
 		if len(ids) == 1 {
 			return notFoundError(ids[0], oneResults(cmd, v, svc, ids[0], storage.Unpack, format))
 		}
+		var known map[uuid.UUID]*queue.Job
 		if label != "" {
-			if ids, _, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
+			if ids, known, err = labelled(cmd.Context(), svc, v.GetString("project"), label); err != nil {
 				return err
 			}
 		}
-		return resultsEach(cmd, v, svc, ids, storage.Unpack, format)
+		dirs := map[uuid.UUID]string{}
+		for _, id := range ids {
+			dirs[id] = id.String()
+		}
+		if v.GetBool("by-name") {
+			dirs = byName(cmd.Context(), svc, ids, known)
+		}
+		return resultsEach(cmd, v, svc, ids, dirs, storage.Unpack, format)
 	})
 	cmd.Flags().String("dir", "", "directory to unpack into (default: the job id; with several jobs, the current directory, each job under its id)")
 	cmd.Flags().String("label", "", "download the outputs of every job whose spec.labels has this `entry`, key=value")
+	cmd.Flags().Bool("by-name", false, "with several jobs, name each one's directory by the job's name (lr-0.1), made a safe file name, rather than by its id; a name several of the jobs share, or none, gets the end of the id added")
 	return cmd
+}
+
+// byName names each job's directory by its name, made a safe file name
+// (ASCII letters, digits and ._=+-, anything else as _, no leading . or _,
+// at most 100 bytes), with - and the last 12 hex digits of its id added
+// when several of the jobs' names make the same one (letter case aside:
+// some file systems ignore it) or a job has none. known holds jobs read
+// already; the others are asked for (one that cannot be read keeps its id,
+// and its download says why).
+func byName(ctx context.Context, svc jobService, ids []uuid.UUID, known map[uuid.UUID]*queue.Job) map[uuid.UUID]string {
+	names := make(map[uuid.UUID]string, len(ids))
+	taken := map[string]int{}
+	for _, id := range ids {
+		j := known[id]
+		if j == nil {
+			if got, err := svc.Job(ctx, id); err == nil {
+				j = got
+			}
+		}
+		if j == nil {
+			continue
+		}
+		names[id] = fileName(j.Name)
+		taken[strings.ToLower(names[id])]++
+	}
+	dirs := make(map[uuid.UUID]string, len(ids))
+	for _, id := range ids {
+		name, ok := names[id]
+		switch {
+		case !ok:
+			dirs[id] = id.String()
+		case name == "":
+			dirs[id] = id.String()[24:]
+		case taken[strings.ToLower(name)] > 1:
+			dirs[id] = name + "-" + id.String()[24:]
+		default:
+			dirs[id] = name
+		}
+	}
+	// Never two jobs in one directory, whatever names they chose.
+	used := map[string]bool{}
+	for _, id := range ids {
+		if used[strings.ToLower(dirs[id])] {
+			dirs[id] = id.String()
+		}
+		used[strings.ToLower(dirs[id])] = true
+	}
+	return dirs
+}
+
+// fileName is name as a safe name of one directory: ASCII letters, digits
+// and ._=+-, anything else as _, no leading . or _, at most 100 bytes.
+func fileName(name string) string {
+	b := make([]byte, 0, len(name))
+	for _, r := range name {
+		switch {
+		case r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._=+-", r)):
+			b = append(b, byte(r))
+		default:
+			b = append(b, '_')
+		}
+	}
+	s := strings.TrimLeft(string(b), "._")
+	return s[:min(len(s), 100)]
 }
 
 // oneResults downloads one job's outputs into --dir, the job id by default.
@@ -1643,16 +1718,16 @@ func printResults(w io.Writer, res *Results, dir string) {
 	fmt.Fprintf(w, "%d files of %s in %s\n", len(res.Files), res.JobID, dir)
 }
 
-// resultsEach downloads each job's outputs into a directory named by its id
+// resultsEach downloads each job's outputs into its directory of dirs
 // under --dir, printing each as it is done (-o json: {"results": […]} at
 // the end); a job whose outputs cannot be had is named on stderr, and the
 // command then fails: with ExitNotFound when none of the jobs was found.
-func resultsEach(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, lim queue.ArchiveLimits, format string) error {
+func resultsEach(cmd *cobra.Command, v *viper.Viper, svc jobService, ids []uuid.UUID, dirs map[uuid.UUID]string, lim queue.ArchiveLimits, format string) error {
 	ctx := cmd.Context()
 	all := []*Results{}
 	var missing, notFound int
 	for _, id := range ids {
-		dir := filepath.Join(v.GetString("dir"), id.String())
+		dir := filepath.Join(v.GetString("dir"), dirs[id])
 		shown := newTransfer(cmd.ErrOrStderr(), "downloading the outputs of "+id.String())
 		res, err := svc.Results(ctx, id, dir, lim, shown)
 		if err != nil {
