@@ -975,6 +975,59 @@ class Client:
                 shown.close()
         return res
 
+    def results_all(self, jobs: Optional[Iterable[JobRef]] = None, dir: str = ".", *, label: Optional[str] = None,
+                    project: Optional[str] = None, by_name: bool = False, progress: bool = True) -> Dict[str, Results]:
+        """Downloads the outputs of several jobs, or of every job whose
+        labels hold ``label`` (a sweep, in the order submitted), each into a
+        directory of its own under ``dir`` named by its id, or with
+        ``by_name`` by its name (``sweep/lr-0.1``; made a safe file name,
+        the end of the id added when several of the jobs share it or a job
+        has none), as ``gpuq results --label … --by-name`` does. Returns
+        the outputs by job id, in that order. A job that has not succeeded
+        has none to download: it is left out, with a warning on the
+        ``gpuq`` logger, and the others are downloaded all the same."""
+        listed = [j if isinstance(j, Job) else self.get(j) for j in self._jobs_or_label(jobs, label, project, "results_all")]
+        dirs = _result_dirs(listed, by_name)
+        out: Dict[str, Results] = {}
+        for job in listed:
+            if not job.succeeded:
+                job = self.get(job.id)  # it may have succeeded since it was listed
+            if not job.succeeded:
+                _log.warning("gpuq: job %s (%s) %s: it has no outputs to download", job.id, job.name or "no name", job.state)
+                continue
+            out[job.id] = self.results(job.id, os.path.join(dir, dirs[job.id]), progress=progress)
+        return out
+
+
+def _result_dirs(jobs: List[Job], by_name: bool) -> Dict[str, str]:
+    """Each job's directory: its id, or by_name its name made a safe file
+    name, with - and the last 12 hex digits of its id added when several of
+    the jobs' names make the same one (letter case aside) or it has none;
+    never two jobs in one directory."""
+    if not by_name:
+        return {j.id: j.id for j in jobs}
+    names = {j.id: _file_name(j.name or "") for j in jobs}
+    taken: Dict[str, int] = {}
+    for n in names.values():
+        taken[n.lower()] = taken.get(n.lower(), 0) + 1
+    dirs: Dict[str, str] = {}
+    used = set()
+    for j in jobs:
+        n = names[j.id]
+        d = j.id[24:] if not n else n + "-" + j.id[24:] if taken[n.lower()] > 1 else n
+        if d.lower() in used:
+            d = j.id
+        used.add(d.lower())
+        dirs[j.id] = d
+    return dirs
+
+
+def _file_name(name: str) -> str:
+    """name as one safe directory name: ASCII letters, digits and ._=+-,
+    anything else as _, no leading . or _, at most 100 characters."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._=+-") else "_" for c in name)
+    return safe.lstrip("._")[:100]
+
 
 #: The first and the longest pause before reconnecting to an API that
 #: dropped a stream or could not be reached.

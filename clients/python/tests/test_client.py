@@ -385,8 +385,8 @@ class ClientTest(unittest.TestCase):
         # before the first's last.
         label = "sweep=logs-%d" % os.getpid()
         runs = [client.submit(name="run-%d" % i, labels={"sweep": label.split("=")[1]}, placement={"tier": tier},
-                              command=["sh", "-c", "sleep %s; for i in 1 2 3 4 5; do echo run-%d step $i; sleep 0.6; done"
-                                       % (0.3 * i, i)])
+                              command=["sh", "-c", "sleep %s; for i in 1 2 3 4 5; do echo run-%d step $i; sleep 0.6; done; "
+                                       "echo %d > $GPUQ_OUTPUT_DIR/result.txt" % (0.3 * i, i, i)])
                 for i, tier in enumerate(("spot", "on-demand"))]
         seen = [(c.job, c.data) for c in client.logs_all(label=label, follow=True)]
         want = {run.id: "".join("run-%d step %d\n" % (i, s) for s in range(1, 6)) for i, run in enumerate(runs)}
@@ -396,6 +396,21 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([(j.id, j.state) for j in waited], [(run.id, "succeeded") for run in runs])
         with self.assertRaises(ValueError):
             client.wait_all()
+        # Their outputs, each under its job's name; a job that did not
+        # succeed has none, and is said so.
+        dropped = client.submit(name="dropped", command=["sleep", "60"], labels={"other": "x"})
+        client.cancel(dropped)
+        out = tempfile.mkdtemp(prefix="sweep-", dir=workdir)
+        with self.assertLogs("gpuq", "WARNING") as said:
+            got = client.results_all(runs + [dropped.id], dir=out, by_name=True, progress=False)
+        self.assertIn(dropped.id, "".join(said.output))
+        self.assertEqual(list(got), [run.id for run in runs])
+        for i, run in enumerate(runs):
+            self.assertEqual(got[run.id].dir, os.path.abspath(os.path.join(out, "run-%d" % i)))
+            with open(os.path.join(out, "run-%d" % i, "result.txt")) as f:
+                self.assertEqual(f.read(), "%d\n" % i)
+        by_id = client.results_all(label=label, dir=out, progress=False)
+        self.assertEqual([r.dir for r in by_id.values()], [os.path.abspath(os.path.join(out, run.id)) for run in runs])
         # How far the sweep has come: both runs, both finished.
         counts = client.count(label=label)
         self.assertEqual((counts.total, counts.finished, counts.states["succeeded"], counts.states["running"]), (2, 2, 2, 0))

@@ -25,7 +25,7 @@ from unittest import mock
 
 import gpuq
 import gpuq.workdir
-from gpuq.client import _inside, _merged, _read_config
+from gpuq.client import _inside, _merged, _read_config, _result_dirs
 from gpuq.errors import api_error
 from gpuq.progress import Progress, Sweep, Transfer, byte_count
 from gpuq.types import Event, parse_time
@@ -366,6 +366,19 @@ class MergedTest(unittest.TestCase):
         self.assertEqual(next(merged), 1)
         merged.close()
         self.assertTrue(stopped.wait(5), "a reader went on after the iterator was closed")
+
+
+class ResultDirsTest(unittest.TestCase):
+    def test_each_job_gets_a_directory_of_its_own_named_as_gpuq_results_by_name_names_it(self):
+        names = ["lr-0.1", "lr-0.01", "", "../etc", "sh lr=0.1/x", "dup", "dup", "Case", "case", "ünï", ".hidden", "x" * 150]
+        jobs = [gpuq.Job.from_doc({"id": "01a25209-0000-7000-8000-%012d" % i, "name": n, "state": "succeeded"})
+                for i, n in enumerate(names)]
+        end = [j.id[24:] for j in jobs]
+        dirs = _result_dirs(jobs, by_name=True)
+        self.assertEqual([dirs[j.id] for j in jobs],
+                         ["lr-0.1", "lr-0.01", end[2], "etc", "sh_lr=0.1_x", "dup-" + end[5], "dup-" + end[6],
+                          "Case-" + end[7], "case-" + end[8], "n_", "hidden", "x" * 100])
+        self.assertEqual(_result_dirs(jobs, by_name=False), {j.id: j.id for j in jobs})
 
 
 class FakeAPI(http.server.BaseHTTPRequestHandler):
