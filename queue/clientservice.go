@@ -124,7 +124,8 @@ type ClientRequest struct {
 	// wait: how long to wait for a new event; job: how long to wait for a
 	// just-submitted job to be recorded. At most MaxClientWait.
 	Wait time.Duration `json:"wait,omitempty"`
-	// nodes: only nodes of this pool.
+	// list, count: only jobs placed on this pool; nodes, workers: only
+	// those of this pool.
 	Pool string `json:"pool,omitempty"`
 	// retry: drop the job's checkpoints, so that it starts from nothing.
 	Fresh bool `json:"fresh,omitempty"`

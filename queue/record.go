@@ -84,6 +84,8 @@ type Page struct {
 	LabelKey, LabelValue string
 	// Since keeps jobs submitted at or after it.
 	Since time.Time
+	// Pool keeps the jobs placed on that pool (their latest placement's).
+	Pool string
 	// RunsAfter, when set, keeps the jobs whose spec.after or
 	// spec.after_ended names that job.
 	RunsAfter uuid.UUID

@@ -337,12 +337,12 @@ func (s *ClientService) ownJob(ctx context.Context, project string, id uuid.UUID
 }
 
 // filter is the listing of project's jobs r's filters (state, label,
-// since, runs_after) select.
+// since, runs_after, pool) select.
 func filter(project string, r queue.ClientRequest) (queue.Page, error) {
 	if r.State != "" && !ValidState(r.State) {
 		return queue.Page{}, clientErr("400", "state: must be one of pending, waiting, placed, running, succeeded, failed, cancelled, rejected, dead; got %q", r.State)
 	}
-	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, RunsAfter: r.RunsAfter}
+	p := queue.Page{Projects: []string{project}, State: r.State, Since: r.Since, RunsAfter: r.RunsAfter, Pool: r.Pool}
 	if r.Label != "" {
 		k, v, err := queue.ParseLabelFilter(r.Label)
 		if err != nil {

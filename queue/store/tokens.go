@@ -93,7 +93,7 @@ func tokenFromRow(r db.Token) *queue.Token {
 func (s *Store) CountJobs(ctx context.Context, p queue.Page) (queue.JobCounts, error) {
 	a := listParams(p)
 	rows, err := s.q.JobCountByState(ctx, db.JobCountByStateParams{Every: a.Every, Projects: a.Projects, State: a.State,
-		LabelKey: a.LabelKey, LabelValue: a.LabelValue, Since: a.Since,
+		LabelKey: a.LabelKey, LabelValue: a.LabelValue, Since: a.Since, Pool: a.Pool,
 		RunsAfter: sql.NullString{String: p.RunsAfter.String(), Valid: p.RunsAfter != uuid.Nil}})
 	if err != nil {
 		return queue.JobCounts{}, fmt.Errorf("counting jobs: %w", err)
@@ -118,7 +118,7 @@ func (s *Store) ListPage(ctx context.Context, p queue.Page) ([]*queue.Job, error
 		rows, err = s.q.JobListPage(ctx, arg)
 	} else {
 		rows, err = s.q.JobListRunsAfter(ctx, db.JobListRunsAfterParams{RunsAfter: p.RunsAfter.String(), Every: arg.Every, Projects: arg.Projects,
-			State: arg.State, LabelKey: arg.LabelKey, LabelValue: arg.LabelValue, Since: arg.Since, AfterAt: arg.AfterAt, AfterID: arg.AfterID, MaxRows: arg.MaxRows})
+			State: arg.State, LabelKey: arg.LabelKey, LabelValue: arg.LabelValue, Since: arg.Since, Pool: arg.Pool, AfterAt: arg.AfterAt, AfterID: arg.AfterID, MaxRows: arg.MaxRows})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing jobs: %w", err)
@@ -144,6 +144,7 @@ func listParams(p queue.Page) db.JobListPageParams {
 		LabelKey:   sql.NullString{String: p.LabelKey, Valid: p.LabelKey != ""},
 		LabelValue: sql.NullString{String: p.LabelValue, Valid: p.LabelKey != ""},
 		Since:      sql.NullTime{Time: p.Since, Valid: !p.Since.IsZero()},
+		Pool:       sql.NullString{String: p.Pool, Valid: p.Pool != ""},
 		AfterAt:    sql.NullTime{Time: p.AfterAt, Valid: !p.AfterAt.IsZero()},
 		AfterID:    uuid.NullUUID{UUID: p.AfterID, Valid: !p.AfterAt.IsZero()},
 		MaxRows:    int32(p.Limit),

@@ -248,9 +248,10 @@ WHERE ($1::boolean OR project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR state = $3::job_state)
   AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
   AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
-  AND ($7::text IS NULL
-       OR spec->'after' @> jsonb_build_array($7::text)
-       OR spec->'after_ended' @> jsonb_build_array($7::text))
+  AND ($7::text IS NULL OR pool = $7::text)
+  AND ($8::text IS NULL
+       OR spec->'after' @> jsonb_build_array($8::text)
+       OR spec->'after_ended' @> jsonb_build_array($8::text))
 GROUP BY state
 `
 
@@ -261,6 +262,7 @@ type JobCountByStateParams struct {
 	LabelKey   sql.NullString
 	LabelValue sql.NullString
 	Since      sql.NullTime
+	Pool       sql.NullString
 	RunsAfter  sql.NullString
 }
 
@@ -279,6 +281,7 @@ func (q *Queries) JobCountByState(ctx context.Context, arg JobCountByStateParams
 		arg.LabelKey,
 		arg.LabelValue,
 		arg.Since,
+		arg.Pool,
 		arg.RunsAfter,
 	)
 	if err != nil {
@@ -1163,10 +1166,11 @@ WHERE ($1::boolean OR project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR state = $3::job_state)
   AND ($4::text IS NULL OR spec->'labels'->>$4::text = $5::text)
   AND ($6::timestamptz IS NULL OR submitted_at >= $6::timestamptz)
-  AND ($7::timestamptz IS NULL
-       OR (submitted_at, id) < ($7::timestamptz, $8::uuid))
+  AND ($7::text IS NULL OR pool = $7::text)
+  AND ($8::timestamptz IS NULL
+       OR (submitted_at, id) < ($8::timestamptz, $9::uuid))
 ORDER BY submitted_at DESC, id DESC
-LIMIT $9
+LIMIT $10
 `
 
 type JobListPageParams struct {
@@ -1176,6 +1180,7 @@ type JobListPageParams struct {
 	LabelKey   sql.NullString
 	LabelValue sql.NullString
 	Since      sql.NullTime
+	Pool       sql.NullString
 	AfterAt    sql.NullTime
 	AfterID    uuid.NullUUID
 	MaxRows    int32
@@ -1192,6 +1197,7 @@ func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]Job
 		arg.LabelKey,
 		arg.LabelValue,
 		arg.Since,
+		arg.Pool,
 		arg.AfterAt,
 		arg.AfterID,
 		arg.MaxRows,
@@ -1241,17 +1247,18 @@ func (q *Queries) JobListPage(ctx context.Context, arg JobListPageParams) ([]Job
 const jobListRunsAfter = `-- name: JobListRunsAfter :many
 WITH d AS MATERIALIZED (
   SELECT id FROM jobs
-  WHERE spec->'after' @> jsonb_build_array($10::text)
-     OR spec->'after_ended' @> jsonb_build_array($10::text))
+  WHERE spec->'after' @> jsonb_build_array($11::text)
+     OR spec->'after_ended' @> jsonb_build_array($11::text))
 SELECT j.id, j.project, j.name, j.idempotency_key, j.spec, j.state, j.attempt, j.errors, j.preemptions, j.placement_version, j.checkpoint_seq, j.pool, j.exit_code, j.reason, j.lease_expires_at, j.submitted_at, j.updated_at, j.finalized_at, j.claim_refusals, j.notified_at FROM jobs j JOIN d ON d.id = j.id
 WHERE ($1::boolean OR j.project = ANY($2::text[]))
   AND ($3::job_state IS NULL OR j.state = $3::job_state)
   AND ($4::text IS NULL OR j.spec->'labels'->>$4::text = $5::text)
   AND ($6::timestamptz IS NULL OR j.submitted_at >= $6::timestamptz)
-  AND ($7::timestamptz IS NULL
-       OR (j.submitted_at, j.id) < ($7::timestamptz, $8::uuid))
+  AND ($7::text IS NULL OR j.pool = $7::text)
+  AND ($8::timestamptz IS NULL
+       OR (j.submitted_at, j.id) < ($8::timestamptz, $9::uuid))
 ORDER BY j.submitted_at DESC, j.id DESC
-LIMIT $9
+LIMIT $10
 `
 
 type JobListRunsAfterParams struct {
@@ -1261,6 +1268,7 @@ type JobListRunsAfterParams struct {
 	LabelKey   sql.NullString
 	LabelValue sql.NullString
 	Since      sql.NullTime
+	Pool       sql.NullString
 	AfterAt    sql.NullTime
 	AfterID    uuid.NullUUID
 	MaxRows    int32
@@ -1279,6 +1287,7 @@ func (q *Queries) JobListRunsAfter(ctx context.Context, arg JobListRunsAfterPara
 		arg.LabelKey,
 		arg.LabelValue,
 		arg.Since,
+		arg.Pool,
 		arg.AfterAt,
 		arg.AfterID,
 		arg.MaxRows,

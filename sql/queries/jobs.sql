@@ -381,6 +381,7 @@ WHERE (@every::boolean OR project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
   AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('pool')::text IS NULL OR pool = sqlc.narg('pool')::text)
   AND (sqlc.narg('after_at')::timestamptz IS NULL
        OR (submitted_at, id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY submitted_at DESC, id DESC
@@ -400,6 +401,7 @@ WHERE (@every::boolean OR j.project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR j.state = sqlc.narg('state')::job_state)
   AND (sqlc.narg('label_key')::text IS NULL OR j.spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR j.submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('pool')::text IS NULL OR j.pool = sqlc.narg('pool')::text)
   AND (sqlc.narg('after_at')::timestamptz IS NULL
        OR (j.submitted_at, j.id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY j.submitted_at DESC, j.id DESC
@@ -413,6 +415,7 @@ WHERE (@every::boolean OR project = ANY(@projects::text[]))
   AND (sqlc.narg('state')::job_state IS NULL OR state = sqlc.narg('state')::job_state)
   AND (sqlc.narg('label_key')::text IS NULL OR spec->'labels'->>sqlc.narg('label_key')::text = sqlc.narg('label_value')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR submitted_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('pool')::text IS NULL OR pool = sqlc.narg('pool')::text)
   AND (sqlc.narg('runs_after')::text IS NULL
        OR spec->'after' @> jsonb_build_array(sqlc.narg('runs_after')::text)
        OR spec->'after_ended' @> jsonb_build_array(sqlc.narg('runs_after')::text))

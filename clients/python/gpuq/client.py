@@ -384,13 +384,14 @@ class Client:
 
     def list(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
              since: Union[str, datetime, timedelta, None] = None, limit: int = 50,
-             runs_after: Optional[JobRef] = None) -> List[Job]:
+             runs_after: Optional[JobRef] = None, pool: Optional[str] = None) -> List[Job]:
         """Jobs of the token's projects, newest first, at most ``limit``
         (following the API's pages). ``label`` is ``key=value``; ``since``
         an RFC 3339 time, a datetime, or a timedelta back from now
         (``timedelta(hours=24)``: the last day's jobs); ``runs_after`` a job
         or its id: only the jobs whose ``after`` or ``after_ended`` names
-        it (the steps of a pipeline that come right after it)."""
+        it (the steps of a pipeline that come right after it); ``pool``
+        only the jobs placed on that pool (by their latest placement)."""
         if isinstance(since, timedelta):
             since = datetime.now(timezone.utc) - since
         since = _rfc3339(since)
@@ -399,7 +400,7 @@ class Client:
         cursor = None
         while len(jobs) < limit:
             page = self._get("/v1/jobs", {"project": project, "state": state, "label": label, "since": since,
-                                          "runs_after": after, "limit": min(500, limit - len(jobs)),
+                                          "runs_after": after, "pool": pool, "limit": min(500, limit - len(jobs)),
                                           "cursor": cursor})
             jobs.extend(Job.from_doc(j) for j in page.get("jobs") or [])
             cursor = page.get("next_cursor")
@@ -409,7 +410,7 @@ class Client:
 
     def count(self, project: Optional[str] = None, state: Optional[str] = None, label: Optional[str] = None,
               since: Union[str, datetime, timedelta, None] = None,
-              runs_after: Optional[JobRef] = None) -> JobCounts:
+              runs_after: Optional[JobRef] = None, pool: Optional[str] = None) -> JobCounts:
         """Counts the jobs :meth:`list` with the same filters would return
         (every one, whatever the limit), by state: how far a sweep has
         come, ``c.count(label="sweep=lr")`` →
@@ -421,7 +422,8 @@ class Client:
             since = datetime.now(timezone.utc) - since
         after = _id(runs_after) if runs_after is not None else None
         return JobCounts.from_doc(self._get("/v1/jobs/counts", {"project": project, "state": state, "label": label,
-                                                                "since": _rfc3339(since), "runs_after": after}))
+                                                                "since": _rfc3339(since), "runs_after": after,
+                                                                "pool": pool}))
 
     def cancel(self, job_id: JobRef) -> Job:
         """Cancels a job that has not finished (a running one is stopped at

@@ -417,6 +417,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(set(counts.states), {"pending", "waiting", "placed", "running", "succeeded", "failed",
                                               "cancelled", "rejected", "dead"})
         self.assertEqual(client.count(label=label, state="failed").total, 0)
+        # One run on each of gpuq dev's pools.
+        self.assertEqual(client.count(label=label, pool="local-cpu").total, 1)
+        self.assertEqual([j.id for j in client.list(label=label, pool="local-cpu")], [runs[1].id])
         with self.assertRaises(ValueError):
             client.count(label="sweep")
         with self.assertRaises(gpuq.InvalidRequest) as caught:

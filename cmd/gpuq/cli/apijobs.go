@@ -335,6 +335,9 @@ func (f listFilter) query() url.Values {
 	if f.RunsAfter != uuid.Nil {
 		q.Set("runs_after", f.RunsAfter.String())
 	}
+	if f.Pool != "" {
+		q.Set("pool", f.Pool)
+	}
 	return q
 }
 

@@ -284,10 +284,22 @@ func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 	if natsURL == nil {
 		t.Fatalf("%s names no nats-url:\n%s", devConfigFile, conf)
 	}
-	var c queue.JobCounts
-	if out := gpuq("ls", "--label", "sweep=lr", "--count", "-o", "json", "--nats-url", string(natsURL[1])); json.Unmarshal([]byte(out), &c) != nil ||
-		c.Total != 3 || c.States[queue.StateSucceeded] != 3 || len(c.States) != len(queue.States) {
-		t.Fatalf("ls --count -o json over NATS: %s", out)
+	for _, conn := range [][]string{nil, {"--nats-url", string(natsURL[1])}} {
+		var c queue.JobCounts
+		if out := gpuq(append([]string{"ls", "--label", "sweep=lr", "--count", "-o", "json"}, conn...)...); json.Unmarshal([]byte(out), &c) != nil ||
+			c.Total != 3 || c.States[queue.StateSucceeded] != 3 || len(c.States) != len(queue.States) {
+			t.Fatalf("ls --count -o json %v: %s", conn, out)
+		}
+		// gpuq dev places them on its spot pool, none on its on-demand one.
+		for pool, want := range map[string]int64{"local-cpu-spot": 3, "local-cpu": 0} {
+			c = queue.JobCounts{}
+			if out := gpuq(append([]string{"ls", "--label", "sweep=lr", "--pool", pool, "--count", "-o", "json"}, conn...)...); json.Unmarshal([]byte(out), &c) != nil || c.Total != want {
+				t.Fatalf("ls --pool %s --count %v: %s, want %d jobs", pool, conn, out, want)
+			}
+			if out := gpuq(append([]string{"ls", "--label", "sweep=lr", "--pool", pool, "-o", "json"}, conn...)...); strings.Count(out, `"id"`) != int(want) {
+				t.Fatalf("ls --pool %s %v: %s, want %d jobs", pool, conn, out, want)
+			}
+		}
 	}
 	results := filepath.Join(dir, "sweep")
 	gpuq("results", "--label", "sweep=lr", "--dir", results)

@@ -801,7 +801,10 @@ func newLsCmd() *cobra.Command {
 			if limit < 1 || limit > maxListed {
 				return fmt.Errorf("--limit: must be 1–%d, got %d", maxListed, limit)
 			}
-			f := listFilter{State: state, Project: v.GetString("project"), Label: v.GetString("label"), Limit: limit}
+			f := listFilter{State: state, Project: v.GetString("project"), Label: v.GetString("label"), Pool: v.GetString("pool"), Limit: limit}
+			if f.Pool != "" && !policy.ValidPool(f.Pool) {
+				return fmt.Errorf("--pool: want a pool id (letters, digits, _ or -), got %q", f.Pool)
+			}
 			if f.Label != "" {
 				if _, _, err := queue.ParseLabelFilter(f.Label); err != nil {
 					return fmt.Errorf("--label: %w", err)
@@ -858,6 +861,7 @@ func newLsCmd() *cobra.Command {
 	cmd.Flags().String("label", "", "only jobs whose spec.labels has this `entry`, key=value")
 	cmd.Flags().String("since", "", "only jobs submitted at or after this `time` (RFC 3339, or a duration such as 24h for the last 24 hours)")
 	cmd.Flags().String("runs-after", "", "only jobs that run after this `job` (their spec.after or after_ended names its id)")
+	cmd.Flags().String("pool", "", "only jobs placed on this `pool` (by their latest placement)")
 	cmd.Flags().Int("limit", 50, fmt.Sprintf("at most this many jobs (1–%d)", maxListed))
 	cmd.Flags().Bool("count", false, "count every job that matches, by state, instead of listing them (how far a sweep has come)")
 	return cmd

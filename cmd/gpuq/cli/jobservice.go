@@ -62,7 +62,9 @@ type listFilter struct {
 	Since   time.Time
 	// RunsAfter keeps the jobs that run after this one.
 	RunsAfter uuid.UUID
-	Limit     int
+	// Pool keeps the jobs placed on this pool.
+	Pool  string
+	Limit int
 }
 
 // maxListPage is the most jobs one page of a listing asks for: the HTTP

@@ -230,7 +230,7 @@ func (n *natsJobs) List(ctx context.Context, f listFilter) (*JobPage, error) {
 	}
 	page := &JobPage{Jobs: []*queue.Job{}}
 	for _, p := range projects {
-		req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter}
+		req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter, Pool: f.Pool}
 		for got := 0; got < f.Limit; {
 			req.Limit = min(maxListPage, f.Limit-got)
 			var list queue.ClientJobList
@@ -258,7 +258,7 @@ func (n *natsJobs) Count(ctx context.Context, f listFilter) (*queue.JobCounts, e
 		projects = []string{f.Project}
 	}
 	sum := queue.NoJobs()
-	req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter}
+	req := queue.ClientRequest{State: f.State, Label: f.Label, Since: f.Since, RunsAfter: f.RunsAfter, Pool: f.Pool}
 	for _, p := range projects {
 		var c queue.JobCounts
 		if err := n.call(ctx, p, queue.ClientOpCount, req, &c); err != nil {

@@ -92,6 +92,9 @@ func TestJobsAreCountedByStateAsTheirListingShowsThem(t *testing.T) {
 	want("state=waiting", count(ml, "state=waiting"), 3, map[queue.JobState]int64{queue.StateWaiting: 3})
 	want("runs_after", count(ml, "runs_after="+prep.ID.String()), 3, map[queue.JobState]int64{queue.StateWaiting: 3})
 	want("since", count(ml, "since="+url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))), 0, nil)
+	// The jobs placed on a pool: those waiting are on none yet.
+	want("pool=de-cpu", count(ml, "pool=de-cpu&label=sweep%3Dlr"), 2, map[queue.JobState]int64{queue.StateRunning: 1, queue.StateFailed: 1})
+	want("pool=us-gpu", count(ml, "pool=us-gpu"), 0, nil)
 	all := count(ml, "")
 	if all.Total != 6 || all.Finished() != 2 {
 		t.Fatalf("every job of ml: %+v (finished %d), want 6 with 2 finished", all, all.Finished())
@@ -112,6 +115,7 @@ func TestJobsAreCountedByStateAsTheirListingShowsThem(t *testing.T) {
 		{"runs_after=prep", "query.runs_after", `must be a job id as gpuq prints it, got "prep"`},
 		{"since=yesterday", "query.since", `want an RFC 3339 time`},
 		{"state=done", "query.state", "expected value to be one of"},
+		{"pool=de%20cpu", "query.pool", "a pool id"},
 	} {
 		r := e.do("GET", "/v1/jobs/counts?"+tc.query, ml, "", nil)
 		if r.Status != http.StatusUnprocessableEntity {

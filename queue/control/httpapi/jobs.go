@@ -53,6 +53,7 @@ type JobFilter struct {
 	Label     string `query:"label" maxLength:"300" doc:"only jobs whose spec.labels has this entry, key=value"`
 	Since     string `query:"since" doc:"only jobs submitted at or after this time (RFC 3339)"`
 	RunsAfter string `query:"runs_after" maxLength:"36" doc:"only jobs that run after this job: their spec.after or spec.after_ended names it"`
+	Pool      string `query:"pool" maxLength:"64" pattern:"^[A-Za-z0-9_-]+$" patternDescription:"a pool id: letters, digits, _ or -" doc:"only jobs placed on this pool (by their latest placement)"`
 }
 
 type listInput struct {
@@ -358,7 +359,7 @@ func (s *Server) retry(ctx context.Context, in *retryInput) (*jobBody, error) {
 // its projects when it names a project the token does not cover.
 func (f *JobFilter) page(ctx context.Context) (queue.Page, error) {
 	tok := tokenOf(ctx)
-	p := queue.Page{Projects: tok.Projects, State: queue.JobState(f.State)}
+	p := queue.Page{Projects: tok.Projects, State: queue.JobState(f.State), Pool: f.Pool}
 	if f.Project != "" {
 		p.Projects = nil
 		if tok.Sees(f.Project) {
