@@ -884,9 +884,9 @@ class Client:
         time and their chunks come as they are written, the next job in
         order taking the place of one that has finished, and the iterator
         ends once every job has finished and all of its output was sent:
-        ``for c in c.logs_all(label="sweep=lr", follow=True, tail=5):
-        print(names[c.job], c.data, end="")`` follows a running sweep
-        whole."""
+        ``for chunk in c.logs_all(label="sweep=lr", follow=True, tail=5):
+        print(names[chunk.job], chunk.data, end="")`` follows a running
+        sweep whole."""
         if isinstance(at_once, bool) or not isinstance(at_once, int) or not 1 <= at_once <= 64:
             raise ValueError("at_once: must be 1–64 jobs, got %r" % (at_once,))
         if attempt is not None and attempt < 1:
@@ -987,7 +987,9 @@ class Client:
         has none), as ``gpuq results --label … --by-name`` does. Returns
         the outputs by job id, in that order. A job that has not succeeded
         has none to download: it is left out, with a warning on the
-        ``gpuq`` logger, and the others are downloaded all the same."""
+        ``gpuq`` logger, and the others are downloaded all the same; an id
+        of no job of the token's projects raises :class:`NotFound` before
+        anything is downloaded."""
         listed = [j if isinstance(j, Job) else self.get(j) for j in self._jobs_or_label(jobs, label, project, "results_all")]
         dirs = _result_dirs(listed, by_name)
         out: Dict[str, Results] = {}

@@ -1632,9 +1632,8 @@ others are downloaded all the same, and the command then exits 1.`,
 	return cmd
 }
 
-// byName names each job's directory by its name, made a safe file name
-// (ASCII letters, digits and ._=+-, anything else as _, no leading . or _,
-// at most 100 bytes), with - and the last 12 hex digits of its id added
+// byName names each job's directory by its name made a safe file name
+// (fileName), with - and the last 12 hex digits of its id added
 // when several of the jobs' names make the same one (letter case aside:
 // some file systems ignore it) or a job has none. known holds jobs read
 // already; the others are asked for (one that cannot be read keeps its id,
