@@ -253,8 +253,8 @@ func readmeBatch(t *testing.T, name string) (path, dir string, gpuq func(args ..
 	}
 }
 
-// The README's sweep runs as written: its batch file, then its three
-// commands against gpuq dev.
+// The README's sweep runs as written: its batch file, then its commands
+// against gpuq dev.
 func TestTheReadmesSweepRunsAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs gpuq dev with worker processes")
