@@ -195,11 +195,7 @@ const MaxDependents = 1000
 
 // ValidState reports whether s names a job state.
 func ValidState(s queue.JobState) bool {
-	switch s {
-	case queue.StatePending, queue.StateWaiting, queue.StatePlaced, queue.StateRunning:
-		return true
-	}
-	return s.Terminal()
+	return slices.Contains(queue.States, s)
 }
 
 // Job returns the job, waiting up to RecordWait for the scheduler to record
