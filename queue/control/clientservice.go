@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,13 +100,13 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 	// Requests already taken finish after a stop; each is bounded by its
 	// own timeout.
 	serve := context.WithoutCancel(ctx)
-	var inflight sync.WaitGroup
+	var inflight taken
 	for _, op := range queue.ClientOps {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
+			inflight.take()
 			s.slots <- struct{}{}
-			inflight.Add(1)
 			go func() {
-				defer inflight.Done()
+				defer inflight.done()
 				defer func() { <-s.slots }()
 				s.serve(serve, op, req)
 			}()
@@ -120,7 +119,7 @@ func (s *ClientService) Start(ctx context.Context) (micro.Service, error) {
 	go func() {
 		<-ctx.Done()
 		svc.Stop() //nolint:errcheck // the connection may be closing
-		inflight.Wait()
+		inflight.wait()
 	}()
 	return svc, nil
 }

@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/gpuq/gpuq/queue"
@@ -283,4 +285,59 @@ func TestClientWaitNeverAnswersAFinishedJobWithoutItsLastEvent(t *testing.T) {
 	if len(w.Events) == 0 || w.Events[len(w.Events)-1].State != queue.StateCancelled || w.Seen != len(history)+1 {
 		t.Fatalf("wait must answer the cancellation committed while it read: %s", body)
 	}
+}
+
+// A client service stopped while requests stream in serves what its
+// subscriptions had taken, its stop waiting for them, and nothing races
+// or panics (a request taken while a stop waited on a sync.WaitGroup was a
+// data race, and sometimes "WaitGroup is reused" panic).
+func TestClientServiceStopsWhileRequestsStreamIn(t *testing.T) {
+	t.Parallel()
+	n := queuetest.StartNATS(t)
+	s, _ := queuetest.Store(t, n)
+	body, err := json.Marshal(queue.ClientRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies, err := n.NC.SubscribeSync(n.NC.NewRespInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every request is answered: by the service when it reached the service
+	// before its stop (the first 100 of each round at least, published before
+	// the cancel on the connection the service drains), else "no responders"
+	// by the NATS server.
+	served, refused := 0, 0
+	for round := range 10 {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		svc := &control.ClientService{NATS: n.NC, Store: s, JS: n.JS, Archives: &workers.ObjectStore{JS: n.JS}, Concurrency: 1}
+		if _, err := svc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			if i == 100 {
+				cancel()
+			}
+			if err := n.NC.PublishRequest(queue.ClientServiceSubject("default", queue.ClientOpCount), replies.Subject, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		roundServed := 0
+		for range 200 {
+			switch _, err := replies.NextMsg(30 * time.Second); {
+			case errors.Is(err, nats.ErrNoResponders):
+				refused++
+			case err != nil:
+				t.Fatalf("round %d: %d requests answered, %d refused, then none: %v", round, served+roundServed, refused, err)
+			default:
+				roundServed++
+			}
+		}
+		if roundServed < 100 {
+			t.Fatalf("round %d: %d requests served, want at least the 100 sent before the stop", round, roundServed)
+		}
+		served += roundServed
+	}
+	t.Logf("%d served, %d refused", served, refused)
 }

@@ -189,13 +189,13 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	// (parsing, planning, commit), not per row.
 	go s.successes.Run(batchCtx)
 	go s.claims.Run(batchCtx)
-	var inflight sync.WaitGroup
+	var inflight taken
 	for _, op := range queue.WorkerOps {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
+			inflight.take()
 			s.slots <- struct{}{}
-			inflight.Add(1)
 			go func() {
-				defer inflight.Done()
+				defer inflight.done()
 				defer func() { <-s.slots }()
 				s.serve(serve, op, req)
 			}()
@@ -209,7 +209,7 @@ func (s *WorkerService) Start(ctx context.Context) (micro.Service, error) {
 	go func() {
 		<-ctx.Done()
 		svc.Stop() //nolint:errcheck // the connection may be closing
-		inflight.Wait()
+		inflight.wait()
 		stopBatch()
 	}()
 	return svc, nil
