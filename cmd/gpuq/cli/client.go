@@ -101,10 +101,11 @@ waits, as with --batch.`,
 			return submit(cmd, v, spec, format)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		if strings.HasPrefix(err.Error(), "unknown") {
-			// Most likely a flag of the job's own command.
-			return fmt.Errorf("%w; to give the job's command flags of its own, put the command after --: gpuq submit [flags] -- CMD ARGS…", err)
+			// A misspelt flag of submit's, or a flag of the job's own
+			// command.
+			return fmt.Errorf("%w; to give the job's command flags of its own, put the command after --: gpuq submit [flags] -- CMD ARGS…", flagError(cmd, err))
 		}
 		return err
 	})

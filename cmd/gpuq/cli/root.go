@@ -67,6 +67,7 @@ func New() *cobra.Command {
 	}
 	root.PersistentFlags().StringP("output", "o", "table", "output format: table or json")
 	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML); default $GPUQ_CONFIG")
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(commands()...)
 	return root
 }
