@@ -107,7 +107,7 @@ waits, as with --batch.`,
 			// command.
 			return fmt.Errorf("%w; to give the job's command flags of its own, put the command after --: gpuq submit [flags] -- CMD ARGS…", flagError(cmd, err))
 		}
-		return err
+		return flagError(cmd, err)
 	})
 	jobFlags(cmd)
 	f := cmd.Flags()

@@ -11,8 +11,13 @@ import (
 )
 
 // flagError names, after an unknown flag, the command's flags it most
-// likely meant: "unknown flag: --gpus (did you mean --gpu-count?)".
+// likely meant: "unknown flag: --gpus (did you mean --gpu-count?)"; and
+// after a duration without its unit, what one looks like.
 func flagError(cmd *cobra.Command, err error) error {
+	var invalid *pflag.InvalidValueError
+	if errors.As(err, &invalid) && invalid.GetFlag().Value.Type() == "duration" {
+		return fmt.Errorf("%w (a duration has a unit: 90s, 30m, 2h45m)", err)
+	}
 	var unknown *pflag.NotExistError
 	if !errors.As(err, &unknown) || unknown.GetSpecifiedName() == "" {
 		return err

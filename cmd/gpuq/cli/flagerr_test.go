@@ -6,7 +6,8 @@ import (
 )
 
 // An unknown flag's error names the flags it most likely meant, whatever
-// the command; one with nothing like it is named alone.
+// the command; one with nothing like it is named alone. A duration without
+// its unit is shown what one looks like.
 func TestAnUnknownFlagNamesTheFlagsItWasLikelyMeantToBe(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -26,6 +27,8 @@ func TestAnUnknownFlagNamesTheFlagsItWasLikelyMeantToBe(t *testing.T) {
 		{[]string{"wait", "--timout", "3s", "x"}, "unknown flag: --timout (did you mean --timeout?)"},
 		{[]string{"status", "--ouput", "json", "x"}, "unknown flag: --ouput (did you mean --output?)"},
 		{[]string{"ls", "--zzz"}, "unknown flag: --zzz"},
+		{[]string{"submit", "--timeout", "5", "--", "true"}, `invalid argument "5" for "--timeout" flag: time: missing unit in duration "5" (a duration has a unit: 90s, 30m, 2h45m)`},
+		{[]string{"wait", "--timeout", "1h30", "x"}, `invalid argument "1h30" for "--timeout" flag: time: missing unit in duration "1h30" (a duration has a unit: 90s, 30m, 2h45m)`},
 	} {
 		_, _, err := runCLI(t, c.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.HasSuffix(c.want, "--zzz") && err.Error() != c.want {
