@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -92,7 +91,7 @@ func StartNATSProcess(t testing.TB) *NATSProcess {
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
 	}
-	p := &NATSProcess{dir: t.TempDir(), key: hex.EncodeToString(key), port: freePort(t)}
+	p := &NATSProcess{dir: t.TempDir(), key: hex.EncodeToString(key), port: FreePort(t)}
 	var err error
 	if p.Issuer, err = issuerOf(p.key); err != nil {
 		t.Fatal(err)
@@ -111,18 +110,6 @@ func StartNATSProcess(t testing.TB) *NATSProcess {
 	ensureStreams(t, js)
 	nc.Close()
 	return p
-}
-
-// freePort is a port nothing listens on now, for a server that must come
-// back on the port it had.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Start starts the server, on its port and store directory, and waits until

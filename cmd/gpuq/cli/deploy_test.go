@@ -28,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
 	"github.com/gpuq/gpuq/sql/pgtest"
 )
 
@@ -207,17 +208,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // runDeployed runs gpuq in c's environment (as `docker compose exec` or
 // `kubectl exec` would) and returns its standard output.
 func runDeployed(t *testing.T, bin string, env []string, args ...string) string {
@@ -248,7 +238,7 @@ func startDeployedServer(t *testing.T, bin string, srv container, swap func(stri
 	if !slices.Contains(srv.args, "0.0.0.0:8080") {
 		t.Fatalf("the server must listen on 0.0.0.0:8080: %v", srv.args)
 	}
-	api := freeAddr(t)
+	api := queuetest.FreeAddr(t)
 	env := srv.environ(t, swap)
 	server := startProcEnv(t, bin, env, srv.hostArgs(map[string]string{"0.0.0.0:8080": api})...)
 	base := "http://" + api
@@ -574,7 +564,7 @@ func startNATSNodes(t *testing.T, config string, n int) ([]*server.Server, *sync
 	t.Helper()
 	routes := make([]*url.URL, n)
 	for i := range routes {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: freeAddr(t)}
+		routes[i] = &url.URL{Scheme: "nats-route", Host: queuetest.FreeAddr(t)}
 	}
 	logs := &syncBuffer{}
 	servers := make([]*server.Server, n)
@@ -831,7 +821,7 @@ func TestCloudInitWorkerReachesTheControlPlaneAsItsSystemdUnitRunsIt(t *testing.
 	serverEnv := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GPUQ_NATS_URL=" + urls[0],
 		"GPUQ_NATS_CREDENTIAL=control:" + passwords["control"], "GPUQ_DATABASE_URL=" + dbURL}
 	serverConfig := writeFile(t, "server.yaml", "pools:\n  - {pool: "+pool+", region: eu-central-1, country: DE, card: L4, gpu_count: 1}\n")
-	api := freeAddr(t)
+	api := queuetest.FreeAddr(t)
 	args := systemdCommand(t, filepath.Join(deployDir, "systemd", "gpuq-server.service"), "")
 	for i, a := range args {
 		switch a {

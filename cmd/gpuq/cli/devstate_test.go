@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuq/gpuq/queue"
+	"github.com/gpuq/gpuq/queue/queuetest"
 )
 
 // devRun is one `gpuq dev` process started as a user starts it, in dir.
@@ -286,7 +287,7 @@ func TestCtrlCOnDevHandsRunningJobsBackWithTheirFinalCheckpoint(t *testing.T) {
 	// Both devs serve the HTTP API at one address, as the default
 	// 127.0.0.1:8080 is across a restart; tests running beside this one
 	// may hold 8080, and dev would then pick another free port.
-	addr := []string{"--http-addr", freeAddr(t)}
+	addr := []string{"--http-addr", queuetest.FreeAddr(t)}
 	first := startDev(t, bin, dir, addr...)
 	conf := []string{"--config", filepath.Join(dir, devConfigFile)}
 	spec := "name: counter\ncommand: [/bin/sh, -c, " + strconv.Quote(ctrlCJob) + "]\n"
