@@ -290,7 +290,7 @@ func TestClientWaitNeverAnswersAFinishedJobWithoutItsLastEvent(t *testing.T) {
 // A client service stopped while requests stream in serves what its
 // subscriptions had taken, its stop waiting for them, and nothing races
 // or panics (a request taken while a stop waited on a sync.WaitGroup was a
-// data race, and sometimes "WaitGroup is reused" panic).
+// data race, and sometimes a "WaitGroup is reused" panic).
 func TestClientServiceStopsWhileRequestsStreamIn(t *testing.T) {
 	t.Parallel()
 	n := queuetest.StartNATS(t)
