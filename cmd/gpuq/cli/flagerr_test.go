@@ -36,15 +36,3 @@ func TestAnUnknownFlagNamesTheFlagsItWasLikelyMeantToBe(t *testing.T) {
 		}
 	}
 }
-
-func TestEditDistance(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		a, b string
-		want int
-	}{{"", "", 0}, {"", "abc", 3}, {"follow", "folow", 1}, {"timeout", "timout", 1}, {"label", "lable", 2}, {"kitten", "sitting", 3}} {
-		if got := editDistance(c.a, c.b); got != c.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
-}
