@@ -531,6 +531,8 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 				if k == "true" || k == "false" {
 					// YAML 1.1 reads on, off, yes, no, y and n as booleans.
 					msg += ` (YAML reads a key "on", "off", "yes" or "no" as ` + k + `)`
+				} else if like := Similar(k, fields.list); len(like) > 0 {
+					msg += " (did you mean " + strings.Join(like, " or ") + "?)"
 				}
 				out = append(out, FieldError{Field: path + "." + keyName(k), Message: msg})
 				continue
@@ -546,7 +548,8 @@ func checkShape(path string, v any, t reflect.Type) []FieldError {
 // by its JSON name, and the names in declaration order.
 type jsonFields struct {
 	types map[string]reflect.Type
-	names string
+	list  []string // in the struct's order
+	names string   // list, joined by ", "
 }
 
 // jsonFieldsByType caches jsonFieldsOf: every submission's spec is checked
@@ -568,7 +571,7 @@ func jsonFieldsOf(t reflect.Type) *jsonFields {
 		f.types[name] = sf.Type
 		names = append(names, name)
 	}
-	f.names = strings.Join(names, ", ")
+	f.list, f.names = names, strings.Join(names, ", ")
 	jsonFieldsByType.Store(t, f)
 	return f
 }

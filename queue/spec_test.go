@@ -16,8 +16,10 @@ func TestParseSpecRefusesBadInputNamingTheField(t *testing.T) {
 	cases := []struct {
 		name, spec, field, msg string
 	}{
-		{"unknown field", "command: [echo]\nresources: {gpus: 1}\n", "spec.resources.gpus", "unknown field; allowed: gpu, cpu, memory_gb"},
-		{"unknown top-level field", "command: [echo]\ncomand: [x]\n", "spec.comand", "unknown field"},
+		{"unknown field", "command: [echo]\nresources: {gpus: 1}\n", "spec.resources.gpus", "unknown field; allowed: gpu, cpu, memory_gb (did you mean gpu?)"},
+		{"unknown top-level field", "command: [echo]\ncomand: [x]\n", "spec.comand", "unknown field; allowed: name, project, command,"},
+		{"a typo of a field is named", "command: [echo]\ncomand: [x]\n", "spec.comand", "after_ended (did you mean command?)"},
+		{"another tool's word for a field is named", "command: [echo]\nretry: {max_errors: 1}\n", "spec.retry", "(did you mean retries?)"},
 		{"wrong type", "command: [echo]\nresources: {cpu: two}\n", "spec.resources.cpu", "must be an integer, got a string"},
 		{"wrong type in list", "command: [echo, 3]\n", "spec.command[1]", "must be a string"},
 		{"gpu count 0", "command: [echo]\nresources: {gpu: {count: 0}}\n", "spec.resources.gpu.count", "must be 1–16, got 0"},
@@ -307,5 +309,25 @@ func TestAnInputFromAJobRunsTheJobAfterIt(t *testing.T) {
 	again, err := ParseSpec(recorded)
 	if err != nil || !slices.Equal(again.After, s.After) || !slices.Equal(again.Inputs, s.Inputs) {
 		t.Fatalf("the recorded spec parsed again: %+v, %v", again, err)
+	}
+}
+
+// An unknown field's message ends with the fields it was likely meant to
+// be, or with the fields allowed when none is like it.
+func TestAnUnknownFieldNamesTheFieldsItWasLikelyMeantToBe(t *testing.T) {
+	t.Parallel()
+	const top = "unknown field; allowed: name, project, command, env, resources, placement, budget, retries, checkpoint, idempotency_key, labels, timeout, deadline, expected_duration, inputs, workdir, secrets, notify, after, after_ended"
+	for spec, want := range map[string]FieldError{
+		"command: [echo]\nimage: ubuntu\n":               {Field: "spec.image", Message: top},
+		"command: [echo]\ncomand: [x]\n":                 {Field: "spec.comand", Message: top + " (did you mean command?)"},
+		"command: [echo]\nafter-ended: []\n":             {Field: "spec.after-ended", Message: top + " (did you mean after or after_ended?)"},
+		"command: [echo]\nplacement: {residncy: EU}\n":   {Field: "spec.placement.residncy", Message: "unknown field; allowed: tier, regions, residency, providers, allow_gpu_for_cpu (did you mean residency?)"},
+		"command: [echo]\nresources: {gpu: {cout: 1}}\n": {Field: "spec.resources.gpu.cout", Message: "unknown field; allowed: count, cards, memory_gb (did you mean count?)"},
+	} {
+		_, err := ParseSpec([]byte(spec))
+		var se *SpecError
+		if !errors.As(err, &se) || len(se.Problems) != 1 || se.Problems[0] != want {
+			t.Errorf("%q: got %v, want %s: %s", spec, err, want.Field, want.Message)
+		}
 	}
 }

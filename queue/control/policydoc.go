@@ -147,8 +147,9 @@ func documentOf(v reflect.Value) any {
 var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.+)`)
 
 // UnknownKeys rewrites mapstructure's unknown-key errors in err to name
-// each key by its full path and list the keys allowed there, found in t:
-// `exchange_rate: unknown key; allowed: base_currency, exchange_rates, …`.
+// each key by its full path and list the keys allowed there, found in t,
+// and those it was likely meant to be: `exchange_rate: unknown key;
+// allowed: base_currency, exchange_rates, … (did you mean exchange_rates?)`.
 // Other errors are returned as they are.
 func UnknownKeys(err error, t reflect.Type) error {
 	matches := invalidKeys.FindAllStringSubmatch(err.Error(), -1)
@@ -157,7 +158,8 @@ func UnknownKeys(err error, t reflect.Type) error {
 	}
 	var msgs []string
 	for _, m := range matches {
-		allowed := strings.Join(keysAt(t, m[1]), ", ")
+		keys := keysAt(t, m[1])
+		allowed := strings.Join(keys, ", ")
 		for _, key := range strings.Split(m[2], ", ") {
 			full := key
 			if m[1] != "" {
@@ -166,6 +168,9 @@ func UnknownKeys(err error, t reflect.Type) error {
 			msg := full + ": unknown key"
 			if allowed != "" {
 				msg += "; allowed: " + allowed
+			}
+			if like := queue.Similar(key, keys); len(like) > 0 {
+				msg += " (did you mean " + strings.Join(like, " or ") + "?)"
 			}
 			msgs = append(msgs, msg)
 		}

@@ -253,7 +253,8 @@ func TestPlanAnswersWhatUsersWrite(t *testing.T) {
 		{"a YAML error names its line", "", offers, "base_currency: EUR\nrules:\n  - {name: a, residency: EU\n",
 			[]string{"error: policy file ", "yaml: line 3: did not find expected ',' or '}'"}},
 		{"unknown policy keys name their path", "", offers, "exchange_rate: {USD: 0.9}\nrules:\n  - {name: a, residencey: EU}\n",
-			[]string{"error: policy file ", "exchange_rate: unknown key; allowed: base_currency, exchange_rates,", "rules[0].residencey: unknown key; allowed: name, project, labels, residency,"}},
+			[]string{"error: policy file ", "exchange_rate: unknown key; allowed: base_currency, exchange_rates,", "rules[0].residencey: unknown key; allowed: name, project, labels, residency,",
+				"(did you mean exchange_rates?)", "(did you mean residency?)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
