@@ -29,17 +29,21 @@ func Similar(name string, candidates []string) []string {
 	if len(name) < 5 {
 		typo = 1
 	}
+	word := first(name)
 	for _, c := range candidates {
-		if c == name {
-			continue
-		}
-		switch off := editDistance(name, c); {
-		case first(name) != "" && first(name) == first(c) || len(name) >= 3 && strings.HasPrefix(first(c), name):
+		switch {
+		case c == name:
+		case word != "" && word == first(c) || len(name) >= 3 && strings.HasPrefix(first(c), name):
 			// Another tool's word for it ranks before a typo: gpu is
 			// gpu-count before it is cpu.
 			found = append(found, match{c, 0})
-		case off <= typo:
-			found = append(found, match{c, off})
+		case abs(len(name)-len(c)) <= typo:
+			// Only then can it be a typo: the distance is at least the
+			// difference in length. A long name from outside (a spec's
+			// key) costs no more than a short one.
+			if off := editDistance(name, c); off <= typo {
+				found = append(found, match{c, off})
+			}
 		}
 	}
 	sort.SliceStable(found, func(i, j int) bool { return found[i].off < found[j].off })
@@ -69,4 +73,11 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

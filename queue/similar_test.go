@@ -2,6 +2,7 @@ package queue
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -32,9 +33,11 @@ func TestSimilarNamesAnotherToolsWordBeforeATypo(t *testing.T) {
 		{"after-ended", fields, []string{"after", "after_ended"}},
 		{"retry", fields, []string{"retries"}},
 		{"image", fields, nil},
+		{strings.Repeat("x", 1<<20), fields, nil},
+		{"command" + strings.Repeat("x", 1<<20), fields, nil},
 	} {
 		if got := Similar(c.name, c.among); !slices.Equal(got, c.want) {
-			t.Errorf("Similar(%q) = %q, want %q", c.name, got, c.want)
+			t.Errorf("Similar(%.40q) = %q, want %q", c.name, got, c.want)
 		}
 	}
 }
