@@ -741,11 +741,6 @@ func printStatus(w io.Writer, st *JobStatus) error {
 	return nil
 }
 
-// leaseLine tells how a running job's worker is keeping up its lease: its
-// last heartbeat and, once a heartbeat is overdue (the worker sends one every
-// third of the lease), that it is late and when the lease runs out: a
-// worker that is gone looks like this until the control plane hands the job
-// back. "" for a job that is not running.
 // ranFor is how long the attempt ran: to its end, or until now while it
 // runs (so far); to the tenth of a second below a minute.
 func ranFor(a queue.Attempt, now time.Time) string {
@@ -760,6 +755,11 @@ func ranFor(a queue.Attempt, now time.Time) string {
 	return d.Round(time.Second).String() + suffix
 }
 
+// leaseLine tells how a running job's worker is keeping up its lease: its
+// last heartbeat and, once a heartbeat is overdue (the worker sends one every
+// third of the lease), that it is late and when the lease runs out: a
+// worker that is gone looks like this until the control plane hands the job
+// back. "" for a job that is not running.
 func leaseLine(j *queue.Job, attempts []queue.Attempt, now time.Time) string {
 	if j.State != queue.StateRunning || j.LeaseExpiresAt == nil {
 		return ""
